@@ -1,0 +1,62 @@
+"""The root Typer app: global options and the wiring of every command group.
+
+Keep this module cheap to import: `streamctl --help` and every TAB completion load it.
+PySpark and kafka-python are imported only inside the commands that need them.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from streamctl.cli import context
+from streamctl.cli.exit_codes import EXIT_CODES_HELP
+from streamctl.commands import completion_cmd, inspect_cmd
+
+app = typer.Typer(
+    name="streamctl",
+    help="Inspect, align and retire Spark Structured Streaming checkpoints and their sinks.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"streamctl {version('streamctl')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    config: Optional[str] = typer.Option(
+        None,
+        "--config",
+        envvar="STREAMCTL_CONFIG",
+        help="TOML config naming pipelines (default: the user config dir's streamctl/config.toml).",
+        show_envvar=True,
+    ),
+    traceback: bool = typer.Option(False, "--traceback", help="Show the Python traceback of an internal error."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Inspect, align and retire Spark Structured Streaming checkpoints and their sinks."""
+    context.SHOW_TRACEBACK = traceback
+    context.CONFIG_PATH = config
+
+
+app.add_typer(inspect_cmd.app, name="inspect")
+app.command("completion")(completion_cmd.completion)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""Process-wide options set by the root callback."""
+from __future__ import annotations
+
+SHOW_TRACEBACK = False
+CONFIG_PATH: str | None = None

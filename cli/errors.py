@@ -1,0 +1,59 @@
+"""One place that turns exceptions into one-line messages and exit codes."""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from streamctl.cli.exit_codes import ExitCode
+from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    if isinstance(exc, UsageError):
+        return ExitCode.USAGE
+    if isinstance(exc, StorageError):
+        return ExitCode.UNREADABLE
+    if isinstance(exc, StreamctlError):
+        return ExitCode.UNREADABLE
+    if isinstance(exc, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    return ExitCode.INTERNAL
+
+
+def fail(message: str, code: ExitCode) -> "typer.Exit":
+    sys.stderr.write(f"streamctl: {message}\n")
+    return typer.Exit(int(code))
+
+
+def handle_errors(func: F) -> F:
+    """Wrap a command: user errors become `streamctl: <message>` on stderr and an exit code.
+
+    Applied per command (not only in main()) so typer's CliRunner sees the same codes.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except KeyboardInterrupt:
+            raise fail("interrupted", ExitCode.INTERRUPTED) from None
+        except StreamctlError as exc:
+            raise fail(str(exc), exit_code_for(exc)) from None
+        except Exception as exc:  # a bug: say so, keep secrets and locals out of the output
+            from streamctl.cli import context
+
+            if context.SHOW_TRACEBACK:
+                raise
+            raise fail(
+                f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)",
+                ExitCode.INTERNAL,
+            ) from None
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,28 @@
+"""`streamctl completion SHELL`: print the shell completion script shipped with streamctl."""
+from __future__ import annotations
+
+import sys
+from importlib import resources
+
+import typer
+
+from streamctl.cli.errors import handle_errors
+from streamctl.inspectors.errors import UsageError
+
+SHELLS = ("bash", "zsh", "fish")
+
+
+@handle_errors
+def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> None:
+    """Print the completion script for SHELL.
+
+    Examples:
+
+      # bash: load for this shell, or install for your user
+      source <(streamctl completion bash)
+      streamctl completion bash > ~/.local/share/bash-completion/completions/streamctl
+    """
+    if shell not in SHELLS:
+        raise UsageError(f"unknown shell {shell!r}: choose one of {', '.join(SHELLS)}")
+    text = resources.files("streamctl.completions").joinpath(f"streamctl.{shell}").read_text()
+    sys.stdout.write(text)
