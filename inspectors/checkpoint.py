@@ -1,0 +1,482 @@
+"""Inspect one checkpoint: positions, state stores, parallel writers, findings, verdict.
+
+`inspect_checkpoint(location)` never raises for bad input: whatever cannot be read becomes an
+`UNREADABLE` finding naming the file. It reads only small files: `metadata`, the newest
+offsets files, the newest commit (all retained commits when state uses unique ids), operator
+metadata and `sources/`; everything else is decided from folder listings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.findings import ERROR, WARNING, Finding, summarize, verdict_of
+from streamctl.inspectors.logs import (
+    CommitEntry,
+    LogListing,
+    OffsetEntry,
+    classify_log_names,
+    parse_commit,
+    parse_offsets,
+    parse_query_metadata,
+)
+from streamctl.inspectors.sources import SourceInfo, read_source
+from streamctl.inspectors.state import (
+    DEFAULT_STORE,
+    OperatorFiles,
+    StateFiles,
+    StoreFiles,
+    StoreStatus,
+    read_state,
+    store_status,
+)
+from streamctl.inspectors.storage import Storage
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """One parallel writer and the epochs it can restart from."""
+
+    name: str  # "offsets", "commits", "state/<op>/<partition>/<store>"
+    kind: str  # "wal" | "commit_log" | "state_store"
+    first: Optional[int]
+    last: Optional[int]
+    status: str  # ok | behind | ahead | broken | empty
+
+    def to_record(self) -> dict[str, Any]:
+        return {"writer": self.name, "kind": self.kind, "first": self.first, "last": self.last, "status": self.status}
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorReport:
+    operator_id: int
+    name: Optional[str]
+    num_partitions: Optional[int]
+    num_partitions_source: Optional[str]  # "operator_metadata" | "offsets_conf" | None
+    metadata_version: Optional[int]
+    store_names: tuple[str, ...]
+    partitions_found: tuple[int, ...]
+    stores: tuple[StoreStatus, ...]
+
+    @property
+    def provider(self) -> str:
+        kinds = {s.provider for s in self.stores if s.provider not in ("unknown",)}
+        return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "unknown")
+
+    def summary(self) -> dict[str, Any]:
+        chains: dict[str, int] = {}
+        for s in self.stores:
+            chains[s.chain] = chains.get(s.chain, 0) + 1
+        durable = [s.durable_version for s in self.stores if s.durable_version is not None]
+        return {
+            "stores": len(self.stores),
+            "chains": dict(sorted(chains.items())),
+            "min_durable_version": min(durable) if durable else None,
+            "max_durable_version": max(durable) if durable else None,
+        }
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator_id,
+            "name": self.name,
+            "provider": self.provider,
+            "metadata_version": self.metadata_version,
+            "num_partitions": self.num_partitions,
+            "num_partitions_source": self.num_partitions_source,
+            "store_names": list(self.store_names),
+            "partitions_found": len(self.partitions_found),
+            "summary": self.summary(),
+            "stores": [s.to_record() for s in self.stores],
+        }
+
+
+@dataclass(frozen=True)
+class QueryInspection:
+    """Everything `inspect epochs` and `inspect state` say about one checkpoint."""
+
+    checkpoint: str
+    query_id: Optional[str]
+    planned: Optional[int]
+    committed: Optional[int]
+    state_epoch: Optional[int]
+    offsets: LogListing
+    commits: LogListing
+    async_progress: bool
+    checkpoint_format: int
+    operators: tuple[OperatorReport, ...]
+    writers: tuple[Writer, ...]
+    common_window: Optional[tuple[int, int]]
+    sources: tuple[SourceInfo, ...]
+    latest_offsets: Optional[OffsetEntry]
+    committed_offsets: Optional[OffsetEntry]
+    findings: tuple[Finding, ...]
+
+    @property
+    def verdict(self) -> str:
+        return verdict_of(self.findings)
+
+    @property
+    def stateful(self) -> bool:
+        return bool(self.operators)
+
+    def to_record(self) -> dict[str, Any]:
+        """The `queries[]` element of the EpochReport JSON contract."""
+        def window(log: LogListing) -> Optional[list[int]]:
+            return None if log.oldest is None else [log.oldest, log.latest]  # type: ignore[list-item]
+
+        return {
+            "checkpoint": self.checkpoint,
+            "query_id": self.query_id,
+            "planned": self.planned,
+            "committed": self.committed,
+            "state_epoch": self.state_epoch,
+            "retained": {"offsets": window(self.offsets), "commits": window(self.commits)},
+            "async_progress": self.async_progress,
+            "checkpoint_format": self.checkpoint_format,
+            "stateful": self.stateful,
+            "writers": [w.to_record() for w in self.writers],
+            "common_window": None if self.common_window is None else list(self.common_window),
+            "sources": [_source_record(s) for s in self.sources],
+            "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
+            "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
+            "verdict": self.verdict,
+        }
+
+
+def _source_record(s: SourceInfo) -> dict[str, Any]:
+    rec: dict[str, Any] = {"source": s.source_id, "kind": s.kind}
+    if s.kafka_initial is not None:
+        rec["initial_offsets"] = s.kafka_initial.raw
+    if s.kind == "file":
+        rec["file_log_latest"] = s.file_log_latest
+    return rec
+
+
+def _unreadable(checkpoint: str, path: str, reason: str) -> QueryInspection:
+    finding = Finding("UNREADABLE", f"{path}: {reason}", details={"path": path, "reason": reason})
+    empty = LogListing(exists=False)
+    return QueryInspection(checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None, None, (finding,))
+
+
+Progress = Callable[[str], None]
+
+
+def inspect_checkpoint(location: str, progress: Optional[Progress] = None) -> QueryInspection:
+    """Inspect the checkpoint at `location` (local path or URI). Never raises for bad input."""
+    try:
+        storage = Storage.open(location)
+    except StorageError as exc:
+        return _unreadable(location, exc.path, exc.reason)
+    try:
+        return _Inspector(storage, progress).run()
+    except StorageError as exc:
+        return _unreadable(storage.display, exc.path, exc.reason)
+
+
+class _Inspector:
+    def __init__(self, storage: Storage, progress: Optional[Progress]) -> None:
+        self.st = storage
+        self.findings: list[Finding] = []
+        self.progress = progress or (lambda _msg: None)
+
+    def unreadable(self, exc: StreamctlError) -> None:
+        path = getattr(exc, "path", self.st.display)
+        reason = getattr(exc, "reason", str(exc))
+        self.findings.append(Finding("UNREADABLE", f"{path}: {reason}", details={"path": path, "reason": reason}))
+
+    def read(self, rel: str, parse: Callable[[bytes, str], Any]) -> Any:
+        try:
+            return parse(self.st.read(rel), self.st.uri(rel))
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return None
+
+    def log_listing(self, rel: str) -> LogListing:
+        entries = self.st.list_dir(rel)
+        if entries is None:
+            return LogListing(exists=False)
+        return classify_log_names([(e.name, e.is_dir) for e in entries])
+
+    # -----------------------------------------------------------------------------------
+    def run(self) -> QueryInspection:
+        st = self.st
+        kind = st.kind("")
+        if kind == "missing":
+            raise StorageError(st.display, "does not exist")
+        if kind == "file":
+            raise StorageError(st.display, "is a file, expected a checkpoint folder")
+        root = {e.name: e for e in st.list_dir("") or []}
+        if not ({"metadata", "offsets", "commits", "state"} & set(root)):
+            raise StorageError(st.display, "not a Spark checkpoint (no metadata, offsets/, commits/ or state/)")
+        for name in ("offsets", "commits", "state", "sources"):
+            if name in root and not root[name].is_dir:
+                raise StorageError(st.uri(name), "is a file, expected a folder")
+
+        query_id = None
+        if "metadata" in root:
+            query_id = self.read("metadata", parse_query_metadata)
+        else:
+            self.findings.append(Finding(
+                "UNREADABLE", f"{st.uri('metadata')}: missing (the query id is lost; Spark would start a new query id)",
+                details={"path": st.uri("metadata"), "reason": "missing"}))
+
+        self.progress("listing offsets/ and commits/")
+        offsets = self.log_listing("offsets")
+        commits = self.log_listing("commits")
+        planned, committed = offsets.latest, commits.latest
+
+        latest_offsets: Optional[OffsetEntry] = None
+        committed_offsets: Optional[OffsetEntry] = None
+        if planned is not None:
+            latest_offsets = self.read(f"offsets/{planned}", lambda d, p: parse_offsets(d, p, planned))
+            if planned - 1 in offsets.batch_ids:
+                prev = self.read(f"offsets/{planned - 1}", lambda d, p: parse_offsets(d, p, planned - 1))
+                if committed == planned - 1:
+                    committed_offsets = prev
+        if committed is not None and committed == planned:
+            committed_offsets = latest_offsets
+        elif committed is not None and committed in offsets.batch_ids and committed_offsets is None:
+            committed_offsets = self.read(f"offsets/{committed}", lambda d, p: parse_offsets(d, p, committed))
+        commit_entries: dict[int, CommitEntry] = {}
+        if committed is not None:
+            entry = self.read(f"commits/{committed}", lambda d, p: parse_commit(d, p, committed))
+            if entry is not None:
+                commit_entries[committed] = entry
+
+        conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
+        async_progress = any("asyncprogresstracking" in k.lower() and str(v).lower() == "true" for k, v in conf.items())
+
+        self.progress("listing state/")
+        state = read_state(st) if "state" in root else StateFiles(exists=False)
+        uses_ids = any(s.uses_unique_ids for op in state.operators.values() for s in op.stores())
+        if uses_ids:
+            for b in commits.batch_ids:
+                if b not in commit_entries:
+                    entry = self.read(f"commits/{b}", lambda d, p, b=b: parse_commit(d, p, b))
+                    if entry is not None:
+                        commit_entries[b] = entry
+        checkpoint_format = 2 if uses_ids or any(
+            e.state_unique_ids is not None or e.version >= 2 for e in commit_entries.values()) else 1
+
+        sources = []
+        if "sources" in root:
+            for e in sorted(st.list_dir("sources") or [], key=lambda x: x.name):
+                if e.is_dir and e.name.isdigit():
+                    try:
+                        sources.append(read_source(st, int(e.name)))
+                    except StreamctlError as exc:
+                        self.unreadable(exc)
+
+        self._log_findings(offsets, commits, async_progress)
+        if committed is not None:
+            required: Optional[int] = committed + 1
+        elif planned is not None:
+            required = planned
+        else:
+            required = None
+        operators = self._state_findings(state, conf, required, planned, commit_entries)
+
+        stores = [s for op in operators for s in op.stores]
+        state_epoch = None
+        if stores and all(s.durable_version is not None for s in stores):
+            state_epoch = min(s.durable_version for s in stores) - 1  # type: ignore[operator,type-var]
+        writers, window = _writers(offsets, commits, stores, committed if committed is not None else planned)
+        return QueryInspection(
+            checkpoint=st.display,
+            query_id=query_id,
+            planned=planned,
+            committed=committed,
+            state_epoch=state_epoch,
+            offsets=offsets,
+            commits=commits,
+            async_progress=async_progress,
+            checkpoint_format=checkpoint_format,
+            operators=tuple(operators),
+            writers=tuple(writers),
+            common_window=window,
+            sources=tuple(sources),
+            latest_offsets=latest_offsets,
+            committed_offsets=committed_offsets,
+            findings=tuple(self.findings),
+        )
+
+    # -----------------------------------------------------------------------------------
+    def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool) -> None:
+        st = self.st
+        P, C = offsets.latest, commits.latest
+        if P is None and C is None:
+            return
+        c = -1 if C is None else C
+        if P is not None and P == c + 1:
+            self.findings.append(Finding(
+                "IN_FLIGHT", f"batch {P} is planned in offsets/{P} but not committed; Spark replays it on restart",
+                details={"epoch": P}))
+        if C is not None and (P is None or C > P):
+            self.findings.append(Finding(
+                "COMMIT_AHEAD",
+                f"{st.uri(f'commits/{C}')} names batch {C} but the newest offsets file is "
+                f"{'missing' if P is None else f'offsets/{P}'}; the restart fails with a concurrent-update error",
+                details={"committed": C, "planned": P}))
+        if P is not None and P > c + 1:
+            sev = WARNING if async_progress else ERROR
+            what = "no commit log" if C is None else f"the newest commit is {C}"
+            self.findings.append(Finding(
+                "WAL_AHEAD",
+                f"offsets/{P} is planned but {what}: Spark reruns only batch {P}; batches {c + 1}..{P - 1} are never committed"
+                + (" (expected with async progress tracking)" if async_progress else ""),
+                severity=sev, details={"committed": C, "planned": P}))
+        if async_progress:
+            return
+        for name, log in (("offsets", offsets), ("commits", commits)):
+            gaps = log.gaps()
+            if gaps:
+                self.findings.append(Finding(
+                    "LOG_GAP",
+                    f"{st.uri(name)}: batch files missing inside the retained window "
+                    f"{log.oldest}..{log.latest}: {summarize([str(g) for g in gaps])}",
+                    details={"log": name, "missing": gaps}))
+        if P is not None and P > 0 and P - 1 not in offsets.batch_ids and P - 1 not in offsets.gaps():
+            self.findings.append(Finding(
+                "LOG_GAP",
+                f"{st.uri(f'offsets/{P - 1}')} is missing: Spark needs two consecutive offsets files to restart",
+                details={"log": "offsets", "missing": [P - 1]}))
+
+    # -----------------------------------------------------------------------------------
+    def _state_findings(self, state: StateFiles, conf: dict[str, str], required: Optional[int],
+                        planned: Optional[int], commits: dict[int, CommitEntry]) -> list[OperatorReport]:
+        st = self.st
+        reports = []
+        conf_parts = conf.get(SHUFFLE_PARTITIONS)
+        for op_id in sorted(state.operators):
+            op = state.operators[op_id]
+            if op.metadata_error is not None:
+                self.unreadable(op.metadata_error)
+            num, source = None, None
+            if op.metadata is not None and op.metadata.stores:
+                num, source = max(n for _, n in op.metadata.stores), "operator_metadata"
+            elif conf_parts is not None and str(conf_parts).isdigit():
+                num, source = int(conf_parts), "offsets_conf"
+            names = op.store_names()
+            valid = _valid_ids(op, commits)
+            statuses: list[StoreStatus] = []
+            for part in sorted(op.partitions):
+                stores = op.partitions[part]
+                for name in names:
+                    files = stores.get(name) or StoreFiles(op_id, part, name)
+                    statuses.append(store_status(files, required, planned, valid.get((part, name), {})))
+            report = OperatorReport(
+                op_id, op.metadata.operator_name if op.metadata else None, num, source,
+                op.metadata.version if op.metadata else None, tuple(names), tuple(sorted(op.partitions)), tuple(statuses))
+            reports.append(report)
+
+            if num is not None:
+                missing_parts = [p for p in range(num) if p not in op.partitions]
+                if missing_parts:
+                    self.findings.append(Finding(
+                        "STATE_PARTITION_MISSING",
+                        f"{st.uri(f'state/{op_id}')}: {len(missing_parts)} of {num} partition folders missing "
+                        f"({summarize([str(p) for p in missing_parts])})",
+                        details={"operator": op_id, "num_partitions": num, "missing_partitions": missing_parts}))
+            bad = [s for s in statuses if not s.restorable_required]
+            if bad:
+                parts = [f"{s.path} (missing {', '.join(s.missing)})" for s in bad]
+                self.findings.append(Finding(
+                    "STATE_UNRESTORABLE",
+                    f"operator {op_id}: {len(bad)} store(s) cannot restore version {required} "
+                    f"(needed to resume after batch {None if required is None else required - 1}): {summarize(parts, 3)}",
+                    details={"operator": op_id, "version": required,
+                             "stores": [{"partition": s.partition, "store": s.store, "path": st.uri(s.path),
+                                         "missing": list(s.missing)} for s in bad]}))
+            orphan_files = [f"{s.path}/{n}" for s in statuses for n in s.orphans + s.temp_files]
+            orphan_files += [f"state/{op_id}/{p}/{store.store + '/' if store.store != DEFAULT_STORE else ''}{n}"
+                             for p, stores in op.partitions.items() for store in stores.values() for n in store.orphan_crc]
+            orphan_files += [f"state/{op_id}/{n}" for n in op.temp_files]
+            if num is not None:
+                orphan_files += [f"state/{op_id}/{p}" for p in sorted(op.partitions) if p >= num]
+            if orphan_files:
+                orphan_files.sort()
+                self.findings.append(Finding(
+                    "STATE_ORPHANS",
+                    f"operator {op_id}: {len(orphan_files)} state file(s) no restart will use "
+                    f"(versions above {None if planned is None else planned + 1}, temp files, unnamed ids): "
+                    f"{summarize(orphan_files, 3)}",
+                    details={"operator": op_id, "files": [st.uri(f) for f in orphan_files]}))
+        return reports
+
+
+def _valid_ids(op: OperatorFiles, commits: dict[int, CommitEntry]) -> dict[tuple[int, str], dict[int, str]]:
+    """(partition, store) -> {version: unique id} from commits/<version-1>.stateUniqueIds."""
+    out: dict[tuple[int, str], dict[int, str]] = {}
+    key = str(op.operator_id)
+    for batch, entry in commits.items():
+        if not entry.state_unique_ids or key not in entry.state_unique_ids:
+            continue
+        for part, ids in enumerate(entry.state_unique_ids[key]):
+            stores = op.partitions.get(part, {})
+            names = sorted(stores) or [DEFAULT_STORE]
+            for i, uid in enumerate(ids):
+                name = _store_with_id(stores, batch + 1, uid)
+                if name is None:
+                    name = names[i] if i < len(names) else f"#{i}"
+                out.setdefault((part, name), {})[batch + 1] = uid
+    return out
+
+
+def _store_with_id(stores: dict[str, StoreFiles], version: int, uid: str) -> Optional[str]:
+    for name, s in stores.items():
+        if uid in s.incr_ids.get(version, ()) or uid in s.full_ids.get(version, ()):
+            return name
+    return None
+
+
+def _writers(offsets: LogListing, commits: LogListing, stores: list[StoreStatus],
+             reference: Optional[int]) -> tuple[list[Writer], Optional[tuple[int, int]]]:
+    """Every writer's restartable window and the common window [max firsts, min lasts]."""
+    writers: list[Writer] = []
+
+    def status(first: Optional[int], last: Optional[int], broken: bool = False) -> str:
+        if last is None:
+            return "empty"
+        if broken:
+            return "broken"
+        if reference is None or last == reference:
+            return "ok"
+        return "behind" if last < reference else "ahead"
+
+    if offsets.exists or offsets.batch_ids:
+        writers.append(Writer("offsets", "wal", offsets.oldest, offsets.latest,
+                              status(offsets.oldest, offsets.latest, bool(offsets.gaps()))))
+    if commits.exists or commits.batch_ids:
+        writers.append(Writer("commits", "commit_log", commits.oldest, commits.latest,
+                              status(commits.oldest, commits.latest, bool(commits.gaps()))))
+    for s in stores:
+        first = None if s.first_restorable is None else s.first_restorable - 1
+        last = None if s.durable_version is None else s.durable_version - 1
+        writers.append(Writer(s.path, "state_store", first, last, status(first, last, s.broken_at is not None)))
+    firsts = [w.first for w in writers]
+    lasts = [w.last for w in writers]
+    if not writers or any(x is None for x in firsts + lasts):
+        return writers, None
+    lo, hi = max(firsts), min(lasts)  # type: ignore[type-var]
+    return writers, ((lo, hi) if lo <= hi else None)  # type: ignore[return-value]
+
+
+def cross_query_findings(queries: list[QueryInspection]) -> list[Finding]:
+    """Findings that need several checkpoints at once (QUERY_ID_CLASH)."""
+    by_id: dict[str, list[str]] = {}
+    for q in queries:
+        if q.query_id:
+            by_id.setdefault(q.query_id, []).append(q.checkpoint)
+    out = []
+    for qid, paths in sorted(by_id.items()):
+        if len(set(paths)) > 1:
+            out.append(Finding(
+                "QUERY_ID_CLASH",
+                f"query id {qid} is shared by {len(paths)} checkpoints ({', '.join(sorted(paths))}): "
+                "sinks keyed by query id will skip or mix their batches",
+                details={"query_id": qid, "checkpoints": sorted(paths)}))
+    return out

@@ -1,0 +1,81 @@
+"""Findings and verdicts (DESIGN.md "Invariants and findings"). Codes are a public contract."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+INFO, WARNING, ERROR = "info", "warning", "error"
+SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2}
+
+# code -> default severity
+CODES: dict[str, str] = {
+    "IN_FLIGHT": INFO,
+    "LOG_GAP": ERROR,
+    "COMMIT_AHEAD": ERROR,
+    "WAL_AHEAD": ERROR,
+    "STATE_UNRESTORABLE": ERROR,
+    "STATE_PARTITION_MISSING": ERROR,
+    "STATE_ORPHANS": WARNING,
+    "SINK_AHEAD": ERROR,
+    "SINK_BEHIND": ERROR,
+    "SOURCE_EXPIRED": ERROR,
+    "SOURCE_RESET": ERROR,
+    "SOURCE_NEW_PARTITION": INFO,
+    "QUERY_ID_CLASH": ERROR,
+    "LIVE_QUERY": INFO,
+    "UNREADABLE": ERROR,
+}
+
+ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"
+VERDICTS = (ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One broken (or noteworthy) invariant. `details` are extra machine-readable JSON keys."""
+
+    code: str
+    message: str
+    severity: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.severity:
+            object.__setattr__(self, "severity", CODES.get(self.code, ERROR))
+
+    def to_record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = dict(self.details)
+        rec.update({"code": self.code, "severity": self.severity, "message": self.message})
+        return rec
+
+    def sort_key(self) -> tuple[int, str, str]:
+        return (SEVERITY_RANK.get(self.severity, 3), self.code, self.message)
+
+
+def verdict_of(findings: Iterable[Finding]) -> str:
+    """unreadable if any UNREADABLE; else misaligned if any error; else recoverable if
+    IN_FLIGHT; else aligned (warnings and info allowed)."""
+    items = list(findings)
+    if any(f.code == "UNREADABLE" for f in items):
+        return UNREADABLE
+    if any(f.severity == ERROR for f in items):
+        return MISALIGNED
+    if any(f.code == "IN_FLIGHT" for f in items):
+        return RECOVERABLE
+    return ALIGNED
+
+
+def worst_verdict(verdicts: Iterable[str]) -> str:
+    order = {UNREADABLE: 3, MISALIGNED: 2, RECOVERABLE: 1, ALIGNED: 0}
+    worst = ALIGNED
+    for v in verdicts:
+        if order[v] > order[worst]:
+            worst = v
+    return worst
+
+
+def summarize(items: list[str], limit: int = 5) -> str:
+    """'a, b, c and 4 more' for messages that must stay one line."""
+    if len(items) <= limit:
+        return ", ".join(items)
+    return ", ".join(items[:limit]) + f" and {len(items) - limit} more"

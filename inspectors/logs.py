@@ -1,0 +1,246 @@
+"""Spark's metadata logs: `metadata`, `offsets/`, `commits/`, and the names inside log folders.
+
+Pure parsers: bytes in, frozen dataclasses out, `LogParseError` for anything Spark itself would
+refuse. Offset strings are kept byte-exact (Spark compares offsets by their JSON text).
+See FORMATS.md §1–§3.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from streamctl.inspectors.errors import StreamctlError
+
+OFFSETS_MAX_VERSION = 2  # v1 everywhere; v2 (`sourceId:offset` lines) on Spark master
+COMMITS_MAX_VERSION = 2  # v1 in 3.x; v2 adds stateUniqueIds (4.0, checkpoint format 2)
+
+_VERSION_RE = re.compile(r"^v([0-9]+)$")
+
+
+class LogParseError(StreamctlError):
+    """A log file Spark would refuse to read. `reason` is one line."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# --- names inside log folders ---------------------------------------------------------------
+
+
+def batch_id_of(name: str) -> Optional[int]:
+    """The batch id a log file name stands for, or None. Spark accepts names that parse as a
+    Long; hidden `.N.crc` sidecars and `.N.<uuid>.tmp` temp files never do."""
+    if name.isascii() and name.isdigit():
+        return int(name)
+    return None
+
+
+def is_temp_name(name: str) -> bool:
+    """Temp files of CheckpointFileManager (`.<name>.<uuid>[.TID<n>].tmp`) and of old HDFS state
+    stores (`temp-<random>`)."""
+    return name.endswith(".tmp") or name.startswith("temp-")
+
+
+def is_hadoop_crc(name: str) -> bool:
+    """Hadoop's hidden checksum sidecar `.<name>.crc` (local file system)."""
+    return name.startswith(".") and name.endswith(".crc")
+
+
+@dataclass(frozen=True, slots=True)
+class LogListing:
+    """What one listing of `offsets/` or `commits/` shows."""
+
+    batch_ids: tuple[int, ...] = ()
+    temp_files: tuple[str, ...] = ()
+    stray_files: tuple[str, ...] = ()  # names Spark ignores that are not crc/temp files
+    exists: bool = True
+
+    @property
+    def latest(self) -> Optional[int]:
+        return self.batch_ids[-1] if self.batch_ids else None
+
+    @property
+    def oldest(self) -> Optional[int]:
+        return self.batch_ids[0] if self.batch_ids else None
+
+    def gaps(self) -> list[int]:
+        """Batch ids missing inside [oldest, latest]."""
+        ids = self.batch_ids
+        if len(ids) < 2 or ids[-1] - ids[0] + 1 == len(ids):
+            return []
+        present = set(ids)
+        return [b for b in range(ids[0], ids[-1] + 1) if b not in present]
+
+
+def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> LogListing:
+    """Sort a folder's (name, is_dir) pairs into batch files, temp files and strays."""
+    ids: list[int] = []
+    temps: list[str] = []
+    strays: list[str] = []
+    for name, is_dir in names:
+        b = batch_id_of(name)
+        if b is not None and not is_dir:
+            ids.append(b)
+        elif is_temp_name(name):
+            temps.append(name)
+        elif is_hadoop_crc(name):
+            continue
+        else:
+            strays.append(name)
+    ids.sort()
+    return LogListing(tuple(ids), tuple(sorted(temps)), tuple(sorted(strays)), exists)
+
+
+# --- text helpers ---------------------------------------------------------------------------
+
+
+def _decode(data: bytes, path: str) -> str:
+    if not data:
+        raise LogParseError(path, "empty file (incomplete log file)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LogParseError(path, f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _lines(text: str) -> list[str]:
+    """Split like Scala's getLines: a final newline does not add an empty line."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "" and len(lines) > 1:
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def parse_version_line(line: str, path: str, max_version: int) -> int:
+    """MetadataVersionUtil.validateVersion: `v<positive int>`, at most max_version."""
+    m = _VERSION_RE.match(line.strip())
+    if not m or int(m.group(1)) <= 0:
+        shown = line[:20] + ("..." if len(line) > 20 else "")
+        raise LogParseError(path, f"malformed log file: bad version line {shown!r}")
+    version = int(m.group(1))
+    if version > max_version:
+        raise LogParseError(path, f"unsupported log version v{version} (streamctl reads up to v{max_version})")
+    return version
+
+
+def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise LogParseError(path, f"{what} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise LogParseError(path, f"{what} is not a JSON object")
+    return value
+
+
+# --- metadata -------------------------------------------------------------------------------
+
+
+def parse_query_metadata(data: bytes, path: str) -> str:
+    """The query id in a checkpoint's `metadata` file (compact or pretty-printed JSON)."""
+    obj = _json_object(_decode(data, path).strip(), path, "metadata")
+    qid = obj.get("id")
+    if not isinstance(qid, str) or not qid:
+        raise LogParseError(path, 'metadata has no string "id"')
+    return qid
+
+
+# --- offsets --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOffset:
+    """One source's line: `raw` is the exact text Spark wrote, None for `-` (no offset yet)."""
+
+    source_id: int
+    raw: Optional[str]
+
+    def parsed(self) -> Any:
+        return None if self.raw is None else json.loads(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetEntry:
+    batch_id: int
+    version: int
+    metadata: Mapping[str, Any]  # OffsetSeqMetadata (empty when the line is empty)
+    sources: tuple[SourceOffset, ...]
+
+    @property
+    def conf(self) -> Mapping[str, str]:
+        conf = self.metadata.get("conf")
+        return conf if isinstance(conf, dict) else {}
+
+    @property
+    def watermark_ms(self) -> Optional[int]:
+        value = self.metadata.get("batchWatermarkMs")
+        return value if isinstance(value, int) else None
+
+
+def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
+    """Parse `offsets/<batch_id>` (v1: one line per source in order; v2: `<id>:<json>` lines)."""
+    lines = _lines(_decode(data, path))
+    version = parse_version_line(lines[0], path, OFFSETS_MAX_VERSION)
+    if len(lines) < 2:
+        raise LogParseError(path, "truncated: no metadata line after the version line")
+    meta_text = lines[1].strip()
+    metadata = _json_object(meta_text, path, "metadata line") if meta_text else {}
+    sources: list[SourceOffset] = []
+    for i, line in enumerate(lines[2:]):
+        if version == 1:
+            sid, text = i, line
+        else:
+            head, sep, text = line.partition(":")
+            if not sep or not head.strip().isdigit():
+                raise LogParseError(path, f"line {i + 3}: expected '<sourceId>:<offset>'")
+            sid = int(head.strip())
+        if text.strip() == "-":
+            sources.append(SourceOffset(sid, None))
+            continue
+        try:
+            json.loads(text)
+        except ValueError as exc:
+            raise LogParseError(path, f"source {sid} offset is not valid JSON ({exc.msg})") from None
+        sources.append(SourceOffset(sid, text))
+    sources.sort(key=lambda s: s.source_id)
+    return OffsetEntry(batch_id, version, metadata, tuple(sources))
+
+
+# --- commits --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEntry:
+    batch_id: int
+    version: int
+    next_batch_watermark_ms: int = 0
+    # operator id -> per partition -> one unique id per store (checkpoint format 2)
+    state_unique_ids: Optional[Mapping[str, tuple[tuple[str, ...], ...]]] = field(default=None)
+
+
+def parse_commit(data: bytes, path: str, batch_id: int) -> CommitEntry:
+    """Parse `commits/<batch_id>`: a version line and an optional CommitMetadata JSON line."""
+    lines = _lines(_decode(data, path))
+    version = parse_version_line(lines[0], path, COMMITS_MAX_VERSION)
+    body = lines[1].strip() if len(lines) > 1 else ""
+    obj = _json_object(body, path, "commit metadata") if body else {}
+    wm = obj.get("nextBatchWatermarkMs", 0)
+    if not isinstance(wm, int):
+        raise LogParseError(path, "nextBatchWatermarkMs is not an integer")
+    ids_obj = obj.get("stateUniqueIds")
+    unique: Optional[dict[str, tuple[tuple[str, ...], ...]]] = None
+    if ids_obj is not None:
+        if not isinstance(ids_obj, dict):
+            raise LogParseError(path, "stateUniqueIds is not a JSON object")
+        unique = {}
+        for op, parts in ids_obj.items():
+            if not isinstance(parts, list) or not all(
+                isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts
+            ):
+                raise LogParseError(path, f"stateUniqueIds[{op}] is not a list of lists of ids")
+            unique[str(op)] = tuple(tuple(p) for p in parts)
+    return CommitEntry(batch_id, version, wm, unique)

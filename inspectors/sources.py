@@ -1,0 +1,121 @@
+"""`sources/<n>/`: the Kafka initial-offset file and the file-source log, plus the compactible
+log format they share with the file sink's `_spark_metadata/` (FORMATS.md §2.4, §6)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from streamctl.inspectors.logs import LogParseError, _decode, _json_object, _lines, parse_version_line
+from streamctl.inspectors.storage import Storage
+
+COMPACTIBLE_MAX_VERSION = 1
+KAFKA_INITIAL_MAX_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaInitialOffsets:
+    """`sources/<n>/0` of a Kafka source: written once, first byte kept for Spark 2.1.0."""
+
+    leading_byte: int
+    version: Optional[int]  # None: the Spark 2.1.0 layout without a version line
+    raw: str  # the offset JSON exactly as written
+    offsets: Mapping[str, Mapping[str, int]]  # topic -> partition -> offset
+
+
+def parse_kafka_initial_offsets(data: bytes, path: str) -> KafkaInitialOffsets:
+    """Skip the leading byte; a `v<k>` line follows (k <= 1), or raw JSON (Spark 2.1.0)."""
+    if len(data) < 2:
+        raise LogParseError(path, "empty or truncated Kafka initial-offset file")
+    lead = data[0]
+    text = _decode(data[1:], path)
+    version: Optional[int] = None
+    body = text
+    if text.startswith("v"):
+        first, _, body = text.partition("\n")
+        version = parse_version_line(first, path, KAFKA_INITIAL_MAX_VERSION)
+    obj = _json_object(body.strip(), path, "Kafka initial offsets")
+    offsets: dict[str, dict[str, int]] = {}
+    for topic, parts in obj.items():
+        if not isinstance(parts, dict) or not all(isinstance(v, int) for v in parts.values()):
+            raise LogParseError(path, f"topic {topic!r}: expected partition -> offset numbers")
+        offsets[topic] = dict(parts)
+    return KafkaInitialOffsets(lead, version, body, offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactibleBatch:
+    """One file of a compactible log (`N` or `N.compact`)."""
+
+    batch_id: int
+    compact: bool
+    entries: tuple[Mapping[str, Any], ...]
+
+
+def parse_compactible(data: bytes, path: str, batch_id: int, compact: bool) -> CompactibleBatch:
+    """`v1` then one JSON object per line (file sink: SinkFileStatus; file source: FileEntry)."""
+    lines = _lines(_decode(data, path))
+    parse_version_line(lines[0], path, COMPACTIBLE_MAX_VERSION)
+    entries = []
+    for i, line in enumerate(lines[1:]):
+        if not line.strip():
+            continue
+        entries.append(_json_object(line, path, f"line {i + 2}"))
+    return CompactibleBatch(batch_id, compact, tuple(entries))
+
+
+def compactible_name(name: str) -> Optional[tuple[int, bool]]:
+    """(batch id, is compaction) for `N` / `N.compact`, else None."""
+    stem, dot, ext = name.partition(".")
+    if stem.isascii() and stem.isdigit() and (not dot or ext == "compact"):
+        return int(stem), bool(dot)
+    return None
+
+
+def read_compactible_log(storage: Storage, rel: str = "") -> list[CompactibleBatch]:
+    """Read every batch file of a compactible log folder, ordered by batch id."""
+    entries = storage.list_dir(rel)
+    if entries is None:
+        return []
+    out = []
+    for e in entries:
+        parsed = compactible_name(e.name)
+        if parsed is None or e.is_dir:
+            continue
+        rel_file = f"{rel}/{e.name}" if rel else e.name
+        out.append(parse_compactible(storage.read(rel_file), storage.uri(rel_file), *parsed))
+    out.sort(key=lambda b: b.batch_id)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """What `sources/<n>/` holds."""
+
+    source_id: int
+    kind: str  # "kafka" | "file" | "empty" | "unknown"
+    kafka_initial: Optional[KafkaInitialOffsets] = None
+    file_log_latest: Optional[int] = None
+    file_log_files: int = 0
+
+
+def read_source(storage: Storage, source_id: int) -> SourceInfo:
+    """Classify and read `sources/<source_id>/`. LogParseError/StorageError on bad files."""
+    rel = f"sources/{source_id}"
+    entries = storage.list_dir(rel) or []
+    names = {e.name for e in entries if not e.is_dir}
+    batches = sorted(p for p in (compactible_name(n) for n in names) if p is not None)
+    if not batches:
+        return SourceInfo(source_id, "empty")
+    first = storage.read(f"{rel}/{batches[0][0]}{'.compact' if batches[0][1] else ''}")
+    if batches == [(0, False)] and first[:1] != b"v":
+        return SourceInfo(source_id, "kafka", kafka_initial=parse_kafka_initial_offsets(first, storage.uri(f"{rel}/0")))
+    latest_id, latest_compact = batches[-1]
+    latest_rel = f"{rel}/{latest_id}{'.compact' if latest_compact else ''}"
+    parse_compactible(storage.read(latest_rel), storage.uri(latest_rel), latest_id, latest_compact)
+    return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches))
+
+
+def offset_json(raw: Optional[str]) -> Any:
+    """json.loads of an offset line (None for '-')."""
+    return None if raw is None else json.loads(raw)
