@@ -7,7 +7,7 @@ metadata and `sources/`; everything else is decided from folder listings.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
@@ -306,7 +306,6 @@ class _Inspector:
 
     # -----------------------------------------------------------------------------------
     def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool) -> None:
-        st = self.st
         P, C = offsets.latest, commits.latest
         if P is None and C is None:
             return
@@ -318,7 +317,7 @@ class _Inspector:
         if C is not None and (P is None or C > P):
             self.findings.append(Finding(
                 "COMMIT_AHEAD",
-                f"{st.uri(f'commits/{C}')} names batch {C} but the newest offsets file is "
+                f"commits/{C} names batch {C} but the newest offsets file is "
                 f"{'missing' if P is None else f'offsets/{P}'}; the restart fails with a concurrent-update error",
                 details={"committed": C, "planned": P}))
         if P is not None and P > c + 1:
@@ -336,13 +335,13 @@ class _Inspector:
             if gaps:
                 self.findings.append(Finding(
                     "LOG_GAP",
-                    f"{st.uri(name)}: batch files missing inside the retained window "
+                    f"{name}/: batch files missing inside the retained window "
                     f"{log.oldest}..{log.latest}: {summarize([str(g) for g in gaps])}",
                     details={"log": name, "missing": gaps}))
         if P is not None and P > 0 and P - 1 not in offsets.batch_ids and P - 1 not in offsets.gaps():
             self.findings.append(Finding(
                 "LOG_GAP",
-                f"{st.uri(f'offsets/{P - 1}')} is missing: Spark needs two consecutive offsets files to restart",
+                f"offsets/{P - 1} is missing: Spark needs two consecutive offsets files to restart",
                 details={"log": "offsets", "missing": [P - 1]}))
 
     # -----------------------------------------------------------------------------------
@@ -378,7 +377,7 @@ class _Inspector:
                 if missing_parts:
                     self.findings.append(Finding(
                         "STATE_PARTITION_MISSING",
-                        f"{st.uri(f'state/{op_id}')}: {len(missing_parts)} of {num} partition folders missing "
+                        f"state/{op_id}: {len(missing_parts)} of {num} partition folders missing "
                         f"({summarize([str(p) for p in missing_parts])})",
                         details={"operator": op_id, "num_partitions": num, "missing_partitions": missing_parts}))
             bad = [s for s in statuses if not s.restorable_required]

@@ -1,0 +1,90 @@
+"""Output: rich tables on a terminal, plain text when piped or NO_COLOR is set, markdown, JSON.
+
+JSON never goes through rich (rich wraps long lines and eats `[bracketed]` text); table cells are
+`rich.text.Text` so topic names like `topic[prod]` survive.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+FORMATS = ("table", "plain", "markdown", "json")
+
+
+def effective_format(fmt: str) -> str:
+    """`table` means a rich table on a terminal; piped output or NO_COLOR gets plain text."""
+    if fmt == "table" and (not sys.stdout.isatty() or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb"):
+        return "plain"
+    return fmt
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: Optional[str] = None) -> None:
+    if fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=title, title_justify="left", show_lines=False)
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for row in rows:
+            table.add_row(*[Text(_cell(v)) for v in row])
+        Console().print(table)
+        return
+    from tabulate import tabulate
+
+    if title:
+        sys.stdout.write(f"{'## ' if fmt == 'markdown' else ''}{title}\n\n" if fmt == "markdown" else f"{title}\n")
+    text = tabulate([[_cell(v) for v in row] for row in rows], headers=list(headers),
+                    tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
+    sys.stdout.write(text + "\n")
+
+
+def emit_lines(lines: Sequence[str], fmt: str, title: Optional[str] = None) -> None:
+    """A list of findings or notes after a table."""
+    if not lines and not title:
+        return
+    if fmt == "table":
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console()
+        if title:
+            console.print(Text(title, style="bold"))
+        for line in lines:
+            style = "red" if line.startswith("error") else "yellow" if line.startswith("warning") else None
+            console.print(Text(line, style=style))
+        return
+    if title:
+        sys.stdout.write(f"\n{'### ' if fmt == 'markdown' else ''}{title}\n")
+    for line in lines:
+        sys.stdout.write(f"{'- ' if fmt == 'markdown' else ''}{line}\n")
+
+
+@contextmanager
+def progress(enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner with a status line on stderr, only when stderr is a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield lambda _msg: None
+        return
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("inspecting...") as status:
+        yield lambda msg: status.update(msg)

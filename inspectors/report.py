@@ -1,0 +1,54 @@
+"""The JSON documents of the inspect commands (a public contract: see README "JSON contract").
+
+Only built-in types come out of here; the CLI serialises them with sorted keys.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
+from streamctl.inspectors.findings import Finding, verdict_of, worst_verdict
+
+API_VERSION = "streamctl/v1"
+
+
+def epoch_report(queries: list[QueryInspection]) -> dict[str, Any]:
+    """`inspect epochs`: one record per query (sorted by checkpoint), cross-query findings,
+    and the overall verdict (the worst of all)."""
+    cross = cross_query_findings(queries)
+    ordered = sorted(queries, key=lambda q: q.checkpoint)
+    verdicts = [q.verdict for q in ordered]
+    if cross:
+        verdicts.append(verdict_of(cross))
+    return {
+        "api_version": API_VERSION,
+        "kind": "EpochReport",
+        "queries": [q.to_record() for q in ordered],
+        "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
+        "verdict": worst_verdict(verdicts),
+    }
+
+
+def state_report(q: QueryInspection) -> dict[str, Any]:
+    """`inspect state`: operator x partition x store for one checkpoint."""
+    required = None
+    if q.committed is not None:
+        required = q.committed + 1
+    elif q.planned is not None:
+        required = q.planned
+    state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "UNREADABLE"}
+    findings = [f for f in q.findings if f.code in state_codes]
+    return {
+        "api_version": API_VERSION,
+        "kind": "StateReport",
+        "checkpoint": q.checkpoint,
+        "query_id": q.query_id,
+        "planned": q.planned,
+        "committed": q.committed,
+        "required_version": required,
+        "state_epoch": q.state_epoch,
+        "checkpoint_format": q.checkpoint_format,
+        "operators": [op.to_record() for op in q.operators],
+        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
+        "verdict": verdict_of(findings),
+    }
