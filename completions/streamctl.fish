@@ -1,0 +1,1 @@
+complete --command streamctl --no-files --arguments "(env _STREAMCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) streamctl)" --condition "env _STREAMCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) streamctl"
