@@ -1,0 +1,88 @@
+"""Shared fixtures. Tests run with --import-mode=importlib and `python -P`, so helper modules
+in tests/ are loaded by path rather than imported as a package."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+CORPUS = SHARED / "corpus" / "spark-checkpoints"
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"streamctl_tests_{name}", Path(__file__).with_name(f"{name}.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_spark = _load("spark_fixtures")
+spark = _spark.spark
+spark_checkpoints = _spark.spark_checkpoints
+fresh_copy = _spark.fresh_copy
+
+
+class CliResult:
+    def __init__(self, code: int, stdout: str, stderr: str) -> None:
+        self.code, self.stdout, self.stderr = code, stdout, stderr
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def __repr__(self) -> str:
+        return f"CliResult(code={self.code}, stdout={self.stdout[:2000]!r}, stderr={self.stderr[:2000]!r})"
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., CliResult]:
+    """Run the streamctl app in-process (typer's CliRunner, stdout and stderr kept apart).
+    No user config is read: STREAMCTL_CONFIG is unset and the config dir points at an empty dir."""
+    from typer.testing import CliRunner
+
+    from streamctl.cli.app import app
+
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("STREAMCTL_CONFIG", raising=False)
+    monkeypatch.delenv("STREAMCTL_FORMAT", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def run(*args: str, env: dict[str, str] | None = None) -> CliResult:
+        runner = CliRunner()
+        result = runner.invoke(app, list(args), env=env, catch_exceptions=False)
+        return CliResult(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+def snapshot_tree(root: Path) -> dict[str, tuple[int, int]]:
+    """path -> (size, mtime_ns) of every file below root (to prove nothing was written)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            p = Path(dirpath) / f
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def tree_snapshot() -> Callable[[Path], dict[str, tuple[int, int]]]:
+    return snapshot_tree

@@ -1,0 +1,127 @@
+"""Parsers of Spark's metadata logs: byte-exact offsets, versions, and every kind of bad input."""
+from __future__ import annotations
+
+import pytest
+
+from streamctl.inspectors.logs import (
+    LogParseError,
+    classify_log_names,
+    parse_commit,
+    parse_offsets,
+    parse_query_metadata,
+)
+from streamctl.inspectors.sources import compactible_name, parse_compactible, parse_kafka_initial_offsets
+from streamctl.inspectors.state import parse_operator_metadata
+
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"4"}}'
+
+
+def test_offsets_v1_keeps_each_source_string_byte_exact():
+    kafka = '{"t":{"1":57,"0":23}}'
+    python_ds = '{"t": {"0": 5, "1": 7}}'  # a Python data source's json.dumps spacing
+    entry = parse_offsets(f"v1\n{META}\n{kafka}\n{python_ds}\n-".encode(), "offsets/3", 3)
+    assert entry.version == 1
+    assert [s.raw for s in entry.sources] == [kafka, python_ds, None]
+    assert entry.conf["spark.sql.shuffle.partitions"] == "4"
+    assert entry.watermark_ms == 0
+
+
+def test_offsets_v1_empty_metadata_line_and_trailing_newline():
+    entry = parse_offsets(b'v1\n\n{"logOffset":345}\n', "offsets/0", 0)
+    assert entry.metadata == {}
+    assert [s.raw for s in entry.sources] == ['{"logOffset":345}']
+
+
+def test_offsets_v2_grammar_splits_at_first_colon_and_orders_by_source_id():
+    text = f'v2\n{META}\n1:{{"a":{{"0":1}}}}\n0:-\n'
+    entry = parse_offsets(text.encode(), "offsets/9", 9)
+    assert entry.version == 2
+    assert [(s.source_id, s.raw) for s in entry.sources] == [(0, None), (1, '{"a":{"0":1}}')]
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty file"),
+        (b"v99\n{}\n{}", "unsupported log version v99"),
+        (b"x1\n{}", "bad version line"),
+        (b"v0\n{}", "bad version line"),
+        (b"v1", "truncated"),
+        (b"v1\n{\"batchWatermarkMs\":0,", "metadata line is not valid JSON"),
+        (b"v1\n{}\n{\"t\":{\"0\":1", "source 0 offset is not valid JSON"),
+        (b"v1\n{}\n\xff\xfe\x00garbage", "not UTF-8"),
+        (b"\x00\x01\x02\x03binary", "bad version line"),
+        (b"v2\n{}\nnocolon", "expected '<sourceId>:<offset>'"),
+    ],
+)
+def test_offsets_bad_input_is_one_line_error_naming_the_file(data, reason):
+    with pytest.raises(LogParseError) as info:
+        parse_offsets(data, "/chk/offsets/7", 7)
+    message = str(info.value)
+    assert message.startswith("/chk/offsets/7: ")
+    assert reason in message
+    assert "\n" not in message
+
+
+def test_commit_v1_and_v2_with_state_unique_ids():
+    c1 = parse_commit(b'v1\n{"nextBatchWatermarkMs":5}', "commits/1", 1)
+    assert (c1.version, c1.next_batch_watermark_ms, c1.state_unique_ids) == (1, 5, None)
+    assert parse_commit(b"v1", "commits/0", 0).next_batch_watermark_ms == 0  # `{}` assumed
+    c2 = parse_commit(
+        b'v2\n{"nextBatchWatermarkMs":0,"stateUniqueIds":{"0":[["a"],["b"]],"1":[["l1","l2","r1","r2"]]}}',
+        "commits/4", 4)
+    assert c2.state_unique_ids == {"0": (("a",), ("b",)), "1": (("l1", "l2", "r1", "r2"),)}
+
+
+@pytest.mark.parametrize("data", [b"", b"v3\n{}", b"v1\n[1]", b'v1\n{"stateUniqueIds":{"0":[1]}}'])
+def test_commit_bad_input(data):
+    with pytest.raises(LogParseError):
+        parse_commit(data, "commits/2", 2)
+
+
+def test_query_metadata_compact_and_pretty():
+    assert parse_query_metadata(b'{"id":"abc"}', "metadata") == "abc"
+    assert parse_query_metadata(b'{\n  "id": "abc"\n}\n', "metadata") == "abc"
+    with pytest.raises(LogParseError):
+        parse_query_metadata(b'{"ident":"abc"}', "metadata")
+
+
+def test_log_listing_ignores_crc_and_temp_files():
+    names = ["0", "1", "3", ".1.crc", ".3.crc", ".4.5c1e6f1a-1111-2222-3333-444455556666.tmp", "notes.txt"]
+    listing = classify_log_names([(n, False) for n in names] + [("7", True)])
+    assert listing.batch_ids == (0, 1, 3)
+    assert listing.gaps() == [2]
+    assert listing.temp_files == (".4.5c1e6f1a-1111-2222-3333-444455556666.tmp",)
+    assert listing.stray_files == ("7", "notes.txt")
+
+
+def test_kafka_initial_offsets_with_leading_byte_and_version():
+    data = b'\x00v1\n{"topic":{"0":5,"1":0}}'
+    parsed = parse_kafka_initial_offsets(data, "sources/0/0")
+    assert (parsed.leading_byte, parsed.version, parsed.offsets) == (0, 1, {"topic": {"0": 5, "1": 0}})
+    assert parsed.raw == '{"topic":{"0":5,"1":0}}'
+    with pytest.raises(LogParseError, match="unsupported log version v99999"):
+        parse_kafka_initial_offsets(b'\x00v99999\n{"t":{"0":1}}', "sources/0/0")
+
+
+def test_compactible_names_and_entries():
+    assert compactible_name("9.compact") == (9, True)
+    assert compactible_name("10") == (10, False)
+    assert compactible_name(".10.crc") is None
+    batch = parse_compactible(b'v1\n{"path":"/a/b/0","action":"add"}\n{"path":"/a/b/1","action":"delete"}\n',
+                              "_spark_metadata/7.compact", 7, True)
+    assert [e["action"] for e in batch.entries] == ["add", "delete"]
+
+
+def test_operator_metadata_v1_and_v2():
+    v1 = parse_operator_metadata(
+        b'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"symmetricHashJoin"},"stateStoreInfo":'
+        b'[{"storeName":"left-keyToNumValues","numColsPrefixKey":0,"numPartitions":5}]}', "m")
+    assert (v1.version, v1.operator_name, v1.stores) == (1, "symmetricHashJoin", (("left-keyToNumValues", 5),))
+    v2 = parse_operator_metadata(
+        b'v2\n{"operatorInfo":{"operatorId":0,"operatorName":"transformWithStateExec"},"stateStoreInfo":'
+        b'[{"storeName":"default","numColsPrefixKey":0,"numPartitions":4,"stateSchemaFilePath":"x"}],'
+        b'"operatorPropertiesJson":"{}"}', "m")
+    assert v2.version == 2 and v2.stores == (("default", 4),)
+    with pytest.raises(LogParseError):
+        parse_operator_metadata(b"v3\n{}", "m")
