@@ -1,0 +1,361 @@
+"""`streamctl inspect epochs|state` through the CLI: findings on Spark-layout trees built here,
+bad input (exit 3, one line, nothing written), exit codes, output formats, golden JSON."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus" / "spark-checkpoints"
+GOLDEN = Path(__file__).resolve().parent / "golden"
+QID = "11111111-2222-3333-4444-555555555555"
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
+
+
+def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 0, qid: str = QID,
+          state: dict[str, list[str]] | None = None, offsets_missing: tuple[int, ...] = (),
+          commits_missing: tuple[int, ...] = (), meta: str = META, commit_body: dict[int, str] | None = None) -> Path:
+    """A checkpoint with Spark's file layout. state: 'op/part[/store]' -> file names."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": qid}, separators=(",", ":")))
+    for b in range(first, planned + 1):
+        if b not in offsets_missing:
+            (root / "offsets" / str(b)).write_text(f'v1\n{meta}\n{{"logOffset":{b}}}')
+            (root / "offsets" / f".{b}.crc").write_bytes(b"crc")
+    if committed is not None:
+        for b in range(first, committed + 1):
+            if b not in commits_missing:
+                body = (commit_body or {}).get(b, '{"nextBatchWatermarkMs":0}')
+                (root / "commits" / str(b)).write_text(f"v1\n{body}")
+    for store, files in (state or {}).items():
+        d = root / "state" / store
+        d.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (d / f).write_bytes(b"LZ4Block")
+    return root
+
+
+def deltas(lo: int, hi: int) -> list[str]:
+    return [f"{v}.delta" for v in range(lo, hi + 1)]
+
+
+def healthy_state(hi: int = 4) -> dict[str, list[str]]:
+    return {"0/0": deltas(1, hi), "0/1": deltas(1, hi)}
+
+
+def codes(doc: dict) -> list[str]:
+    return sorted(f["code"] for q in doc["queries"] for f in q["findings"]) + sorted(f["code"] for f in doc["findings"])
+
+
+# --- positions and findings ----------------------------------------------------------------
+
+
+def test_aligned_stateful_query_exit_0(cli, tmp_path):
+    chk = build(tmp_path / "chk", state=healthy_state())
+    r = cli("inspect", "epochs", str(chk), "--json")
+    assert r.code == 0, r
+    q = r.json()["queries"][0]
+    assert (q["query_id"], q["planned"], q["committed"], q["state_epoch"], q["verdict"]) == (QID, 3, 3, 3, "aligned")
+    assert q["common_window"] == [0, 3]
+    assert {w["writer"]: w["status"] for w in q["writers"]} == {
+        "offsets": "ok", "commits": "ok", "state/0/0": "ok", "state/0/1": "ok"}
+    assert r.stderr == ""
+
+
+def test_in_flight_is_recoverable_exit_0(cli, tmp_path):
+    chk = build(tmp_path / "chk", planned=4, committed=3, state=healthy_state(4))
+    r = cli("inspect", "epochs", str(chk), "--json")
+    assert r.code == 0
+    assert codes(r.json()) == ["IN_FLIGHT"] and r.json()["verdict"] == "recoverable"
+
+
+def test_commit_ahead_wal_ahead_and_gaps(cli, tmp_path):
+    a = build(tmp_path / "a", planned=2, committed=3)
+    b = build(tmp_path / "b", planned=6, committed=3, qid="b" * 8 + QID[8:])
+    c = build(tmp_path / "c", planned=6, committed=6, offsets_missing=(3,), commits_missing=(4, 5), qid="c" * 8 + QID[8:])
+    r = cli("inspect", "epochs", str(a), str(b), str(c), "--json")
+    assert r.code == 1
+    by_cp = {Path(q["checkpoint"]).name: q for q in r.json()["queries"]}
+    assert [f["code"] for f in by_cp["a"]["findings"]] == ["COMMIT_AHEAD"]
+    assert [f["code"] for f in by_cp["b"]["findings"]] == ["WAL_AHEAD"]
+    gaps = {f["log"]: f["missing"] for f in by_cp["c"]["findings"] if f["code"] == "LOG_GAP"}
+    assert gaps == {"offsets": [3], "commits": [4, 5]}
+
+
+def test_missing_previous_offsets_file_is_a_gap(cli, tmp_path):
+    chk = build(tmp_path / "chk", planned=5, committed=5, first=5)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    (f,) = r.json()["queries"][0]["findings"]
+    assert (f["code"], f["missing"]) == ("LOG_GAP", [4])
+
+
+def test_async_progress_tracking_allows_gaps(cli, tmp_path):
+    meta = META.replace('"conf":{', '"conf":{"spark.sql.streaming.asyncProgressTrackingEnabled":"true",')
+    chk = build(tmp_path / "chk", planned=5, committed=2, offsets_missing=(1, 3, 4), commits_missing=(1,), meta=meta)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    assert q["async_progress"] is True
+    assert [(f["code"], f["severity"]) for f in q["findings"]] == [("WAL_AHEAD", "warning")]
+    assert r.code == 0 and q["verdict"] == "aligned"
+
+
+def test_state_unrestorable_names_operator_partition_store_and_files(cli, tmp_path):
+    state = healthy_state(4)
+    state["0/1"] = [f for f in state["0/1"] if f != "3.delta"]
+    chk = build(tmp_path / "chk", state=state)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    assert r.code == 1
+    (f,) = r.json()["queries"][0]["findings"]
+    assert f["code"] == "STATE_UNRESTORABLE" and f["version"] == 4
+    assert "state/0/1 (missing 3.delta)" in f["message"]
+    assert f["stores"] == [{"partition": 1, "store": "default", "path": str(chk / "state/0/1"), "missing": ["3.delta"]}]
+
+
+def test_snapshot_restores_without_older_deltas(cli, tmp_path):
+    state = {"0/0": ["3.snapshot", "4.delta", "2.delta"], "0/1": deltas(1, 4)}
+    chk = build(tmp_path / "chk", state=state)
+    r = cli("inspect", "state", str(chk), "--json")
+    assert r.code == 0, r
+    stores = {s["partition"]: s for s in r.json()["operators"][0]["stores"]}
+    assert (stores[0]["first_restorable"], stores[0]["durable_version"], stores[0]["newest_snapshot"]) == (3, 4, 3)
+    assert stores[0]["chain"] == "ok"
+
+
+def test_partition_missing_and_orphans(cli, tmp_path):
+    state = {"0/0": deltas(1, 4) + ["7.delta", ".5.delta.0b1c2d3e-aaaa-bbbb-cccc-ddddeeeeffff.tmp", "temp-123"]}
+    chk = build(tmp_path / "chk", state=state)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    findings = {f["code"]: f for f in r.json()["queries"][0]["findings"]}
+    assert findings["STATE_PARTITION_MISSING"]["missing_partitions"] == [1]
+    orphans = [Path(p).name for p in findings["STATE_ORPHANS"]["files"]]
+    assert sorted(orphans) == sorted(["7.delta", ".5.delta.0b1c2d3e-aaaa-bbbb-cccc-ddddeeeeffff.tmp", "temp-123"])
+    assert findings["STATE_ORPHANS"]["severity"] == "warning"
+
+
+def test_join_stores_and_operator_metadata(cli, tmp_path):
+    stores = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
+    state = {f"0/{p}/{s}": deltas(1, 4) for p in range(2) for s in stores}
+    del state["0/1/right-keyToNumValues"]
+    chk = build(tmp_path / "chk", state=state)
+    meta = {"operatorInfo": {"operatorId": 0, "operatorName": "symmetricHashJoin"},
+            "stateStoreInfo": [{"storeName": s, "numColsPrefixKey": 0, "numPartitions": 2} for s in stores]}
+    (chk / "state/0/_metadata").mkdir()
+    (chk / "state/0/_metadata/metadata").write_text("v1\n" + json.dumps(meta))
+    r = cli("inspect", "state", str(chk), "--json")
+    op = r.json()["operators"][0]
+    assert op["name"] == "symmetricHashJoin" and op["num_partitions_source"] == "operator_metadata"
+    assert len(op["stores"]) == 8
+    bad = [s for s in op["stores"] if s["chain"] != "ok"]
+    assert [(s["partition"], s["store"], s["chain"]) for s in bad] == [(1, "right-keyToNumValues", "unrestorable")]
+    assert r.code == 1
+
+
+def test_checkpoint_format_2_resolves_unique_ids_against_the_commit_log(cli, tmp_path):
+    ids = {v: f"id{v}" for v in range(1, 5)}
+    files = [f"{v}_{ids[v]}.changelog" for v in range(1, 5)] + ["2_id2.zip", "4_stale.changelog", "5_inflight.changelog"]
+    bodies = {b: json.dumps({"nextBatchWatermarkMs": 0, "stateUniqueIds": {"0": [[ids[b + 1]]]}}) for b in range(0, 4)}
+    chk = build(tmp_path / "chk", planned=4, committed=3, meta=META.replace('"2"', '"1"'),
+                state={"0/0": files}, commit_body=bodies)
+    for b in range(0, 4):
+        (chk / "commits" / str(b)).write_text("v2\n" + bodies[b])
+    r = cli("inspect", "state", str(chk), "--json")
+    (store,) = r.json()["operators"][0]["stores"]
+    assert store["unique_ids"] is True
+    assert store["durable_version"] == 4  # 5_inflight is not named by any commit: not durable
+    assert store["orphans"] == ["4_stale.changelog"]
+    assert r.json()["checkpoint_format"] == 2
+    # the commit log's id for version 4 is gone: version 4 cannot be restored
+    (chk / "state/0/0/4_id4.changelog").unlink()
+    r = cli("inspect", "state", str(chk), "--json")
+    (store,) = r.json()["operators"][0]["stores"]
+    assert store["chain"] == "unrestorable" and store["missing"] == ["4_id4.changelog"]
+
+
+def test_query_id_clash_across_checkpoints(cli, tmp_path):
+    a = build(tmp_path / "a", state=healthy_state())
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    r = cli("inspect", "epochs", str(a), str(b), "--json")
+    doc = r.json()
+    assert [f["code"] for f in doc["findings"]] == ["QUERY_ID_CLASH"]
+    assert doc["findings"][0]["checkpoints"] == sorted([str(a), str(b)])
+    assert doc["verdict"] == "misaligned" and r.code == 1
+
+
+def test_temp_files_in_logs_are_never_batches(cli, tmp_path):
+    chk = build(tmp_path / "chk", planned=2, committed=2)
+    (chk / "offsets/.3.8f2c0a4e-1111-2222-3333-444455556666.tmp").write_text("v1\n{}\n")
+    (chk / "commits/.3.crc").write_bytes(b"x")
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    assert (q["planned"], q["committed"], q["verdict"]) == (2, 2, "aligned")
+    assert q["temp_files"] == ["offsets/.3.8f2c0a4e-1111-2222-3333-444455556666.tmp"]
+
+
+# --- bad input: exit 3, one line naming the path, nothing written ---------------------------
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda c: (c / "offsets/3").write_bytes(b""), "empty file"),
+        (lambda c: (c / "offsets/3").write_bytes(b"v1\n{\"batchWat"), "not valid JSON"),
+        (lambda c: (c / "offsets/3").write_bytes(os.urandom(64).replace(b"v", b"x")), "offsets/3"),
+        (lambda c: (c / "commits/3").write_text("v99\n{}"), "unsupported log version v99"),
+        (lambda c: (c / "metadata").write_bytes(b"\xff\xfe{"), "not UTF-8"),
+        (lambda c: (c / "metadata").unlink(), "missing"),
+    ],
+    ids=["empty", "truncated", "garbage", "v99", "non-utf8", "no-metadata"],
+)
+def test_bad_files_are_unreadable_findings(cli, tmp_path, tree_snapshot, damage, reason):
+    chk = build(tmp_path / "chk", state=healthy_state())
+    damage(chk)
+    before = tree_snapshot(chk)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    assert r.code == 3, r
+    unreadable = [f for f in r.json()["queries"][0]["findings"] if f["code"] == "UNREADABLE"]
+    assert len(unreadable) == 1 and reason in unreadable[0]["message"]
+    assert "\n" not in unreadable[0]["message"]
+    assert tree_snapshot(chk) == before
+
+
+def test_missing_folder_file_instead_of_folder_and_symlink_loop(cli, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    chk = build(tmp_path / "chk")
+    shutil.rmtree(chk / "offsets")
+    (chk / "offsets").write_text("oops")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for target, reason in [(tmp_path / "nope", "does not exist"), (tmp_path / "afile", "is a file"),
+                           (chk, "is a file, expected a folder"), (loop, "symlink loop"),
+                           (tmp_path, "not a Spark checkpoint")]:
+        r = cli("inspect", "epochs", str(target))
+        assert r.code == 3, (target, r)
+        assert reason in r.stdout, (target, r)
+        assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_symlink_loop_inside_state(cli, tmp_path):
+    chk = build(tmp_path / "chk", state=healthy_state())
+    (chk / "state/0/0/loop").symlink_to(chk / "state")
+    r = cli("inspect", "state", str(chk), "--json")
+    assert r.code in (0, 1, 3) and "Traceback" not in r.stdout + r.stderr
+    json.loads(r.stdout)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to run as nobody")
+def test_permission_denied_as_unprivileged_user(tmp_path):
+    """Root reads everything, so run the installed CLI as `nobody` against a 0700 folder."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="streamctl-perm-"))  # pytest's tmp root is 0700
+    os.chmod(base, 0o755)
+    chk = build(base / "chk", state=healthy_state())
+    for dirpath, dirs, files in os.walk(chk):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o644)
+    os.chmod(chk / "state", 0o700)
+    exe = shutil.which("streamctl", path=str(Path(sys.executable).parent))
+    assert exe
+    env = {"PATH": os.environ["PATH"], "HOME": str(base), "NO_COLOR": "1"}
+    r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", exe,
+                        "inspect", "epochs", str(chk)], capture_output=True, text=True, env=env, timeout=60)
+    if "Permission denied" in r.stderr and "python" in r.stderr.lower():
+        pytest.skip("the venv itself is not readable by nobody here")
+    assert r.returncode == 3, r
+    assert f"{chk}/state: permission denied" in r.stdout
+    assert "Traceback" not in r.stdout + r.stderr
+    shutil.rmtree(base)
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def test_plain_table_and_markdown(cli, tmp_path):
+    chk = build(tmp_path / "chk[prod]", planned=4, committed=3, state=healthy_state(4))
+    r = cli("inspect", "epochs", str(chk))
+    assert r.code == 0
+    assert "chk[prod]" in r.stdout and "\x1b[" not in r.stdout
+    assert "IN_FLIGHT" in r.stdout and "recoverable" in r.stdout
+    md = cli("inspect", "epochs", str(chk), "--format", "markdown")
+    assert "| query id" in md.stdout and "|---" in md.stdout.replace(" ", "").replace(":", "")
+    st = cli("inspect", "state", str(chk), "-o", "plain")
+    assert "operator 0" in st.stdout and "durable" in st.stdout
+
+
+def test_rich_table_keeps_brackets(tmp_path, monkeypatch):
+    """On a terminal the table goes through rich; bracketed names must survive its markup."""
+    import io
+
+    from rich.console import Console
+
+    from streamctl.cli import render
+
+    buf = io.StringIO()
+    monkeypatch.setattr("rich.console.Console", lambda *a, **k: Console(file=buf, width=200, color_system=None))
+    render.emit_table(["topic"], [["topic[prod]"]], "table")
+    assert "topic[prod]" in buf.getvalue()
+
+
+def test_format_from_env_and_bad_format(cli, tmp_path):
+    chk = build(tmp_path / "chk")
+    r = cli("inspect", "epochs", str(chk), env={"STREAMCTL_FORMAT": "json"})
+    assert r.json()["kind"] == "EpochReport"
+    bad = cli("inspect", "epochs", str(chk), "--format", "yaml")
+    assert bad.code == 2 and "--format" in bad.stderr
+
+
+def test_named_pipeline_from_config(cli, tmp_path):
+    chk = build(tmp_path / "chk", state=healthy_state())
+    cfg = tmp_path / "streamctl.toml"
+    cfg.write_text(f'[defaults]\nformat = "json"\n\n[pipelines.orders]\ncheckpoint = "{chk}"\n')
+    r = cli("--config", str(cfg), "inspect", "epochs", "orders")
+    assert r.code == 0, r
+    assert r.json()["queries"][0]["checkpoint"] == str(chk)
+    r = cli("inspect", "state", "orders", env={"STREAMCTL_CONFIG": str(cfg)})
+    assert r.json()["kind"] == "StateReport"
+    r = cli("--config", str(tmp_path / "missing.toml"), "inspect", "epochs", "orders")
+    assert r.code == 2 and "missing.toml" in r.stderr
+
+
+def test_help_documents_exit_codes_and_every_command(cli):
+    for args in (["--help"], ["inspect", "--help"], ["inspect", "epochs", "--help"], ["inspect", "state", "--help"]):
+        r = cli(*args)
+        assert r.code == 0
+    assert "3 unreadable" in cli("--help").stdout
+    readme = (REPO / "README.md").read_text()
+    for command in ("streamctl inspect epochs", "streamctl inspect state", "streamctl completion"):
+        assert command in readme
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"):
+        assert code in readme
+
+
+# --- golden JSON (a stable contract) --------------------------------------------------------
+
+
+def _normalise(text: str) -> str:
+    return text.replace(str(CORPUS), "<corpus>")
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="needs ../shared/corpus")
+@pytest.mark.parametrize("command, folder", [
+    ("epochs", "checkpoint-version-4.0.0/hdfs/join2"),
+    ("epochs", "checkpoint-version-4.0.0-state-source"),
+    ("state", "checkpoint-version-4.0.0/rocksdb/agg"),
+])
+def test_golden_json(cli, command, folder):
+    r = cli("inspect", command, str(CORPUS / folder), "--json")
+    got = _normalise(r.stdout)
+    path = GOLDEN / f"inspect_{command}__{folder.replace('/', '_')}.json"
+    if os.environ.get("STREAMCTL_UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got)
+    assert got == path.read_text(), f"JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
