@@ -1,0 +1,617 @@
+#!/usr/bin/env python3
+"""Benchmark `streamctl inspect epochs` on a large synthetic checkpoint.
+
+Run with `./dev bench` (see BENCHMARKS.md). This script prints figures; it is not a test and
+never fails because a target is missed (it exits 0 unless it cannot build the checkpoint).
+
+What it does:
+
+1. Builds, once, a synthetic checkpoint with Spark's exact file layout (FORMATS.md sections 1-5):
+   `metadata`, the last 100 retained `offsets/<n>` and `commits/<n>` (batches 400..499), and an
+   HDFS-backed state store for 3 operators x 200 partitions x 100 retained versions (401..500,
+   `<v>.delta` plus a `<v>.snapshot` every 10 versions), operator metadata v1 and a schema file
+   per operator. Every file has the hidden Hadoop `.<name>.crc` sidecar that Hadoop's local
+   checksummed filesystem writes, with a *valid* CRC32 so that Spark's reader accepts the tree.
+   The tree is cached under .bench/ (git-ignored); `--rebuild` forces a new one.
+2. Times, after one warm-up run each (page cache and dentry cache warm):
+   a. `find <chk> -type f | wc -l`              (baseline: a bare listing of the tree)
+   b. `streamctl inspect epochs <chk> --format json > /dev/null`  (subprocess, interpreter start
+      included)
+   c. `streamctl --help`                          (start-up cost of the CLI alone)
+   d. Spark's own reader, `spark.read.format("state-metadata").load(<chk>).collect()`, in a
+      PySpark local[2] session; session start-up is reported separately and is NOT included in
+      the reader's figure. `--no-spark` skips this part.
+3. Prints a table with best and median wall time and two targets:
+   streamctl within 5x of `find`, and Spark's reader >= 20x slower than streamctl (medians).
+
+Only the standard library is imported at module level; PySpark is imported inside part d.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = ROOT / ".bench" / "checkpoint"
+
+# Bump when the generated tree changes, so that a cached tree from an older generator is rebuilt.
+GENERATOR_VERSION = 3
+
+# Shape of the synthetic checkpoint.
+FIRST_BATCH = 400                 # retained batches: FIRST_BATCH .. LAST_BATCH
+LAST_BATCH = 499
+N_OPERATORS = 3
+N_PARTITIONS = 200
+SNAPSHOT_EVERY = 10               # a <v>.snapshot when v % SNAPSHOT_EVERY == 0
+BASE_TIMESTAMP_MS = 1_700_000_000_000
+BATCH_INTERVAL_MS = 60_000
+
+# Targets.
+STREAMCTL_MAX_RATIO_VS_FIND = 5.0
+SPARK_MIN_RATIO_VS_STREAMCTL = 20.0
+
+
+# --------------------------------------------------------------------------------------------
+# Generator
+# --------------------------------------------------------------------------------------------
+
+def hadoop_crc(data: bytes, bytes_per_checksum: int = 512) -> bytes:
+    """Content of the `.<name>.crc` file Hadoop's ChecksumFileSystem writes for `data`.
+
+    Layout: magic b"crc\\0", int32 bytesPerChecksum, then one big-endian CRC32 per chunk.
+    """
+    out = [b"crc\x00", struct.pack(">i", bytes_per_checksum)]
+    for i in range(0, len(data), bytes_per_checksum):
+        out.append(struct.pack(">I", zlib.crc32(data[i:i + bytes_per_checksum]) & 0xFFFFFFFF))
+    return b"".join(out)
+
+
+def write_with_crc(directory: str, name: str, data: bytes) -> int:
+    """Write `directory/name` and its hidden Hadoop sidecar `directory/.name.crc`; return 2."""
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
+    with open(os.path.join(directory, "." + name + ".crc"), "wb") as f:
+        f.write(hadoop_crc(data))
+    return 2
+
+
+def java_write_utf(s: str) -> bytes:
+    """Java DataOutputStream.writeUTF for ASCII text: 2-byte length, then the bytes."""
+    b = s.encode("ascii")
+    return struct.pack(">H", len(b)) + b
+
+
+OFFSET_CONF = {
+    "spark.sql.streaming.stateStore.providerClass":
+        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
+    "spark.sql.streaming.join.stateFormatVersion": "2",
+    "spark.sql.streaming.stateStore.compression.codec": "lz4",
+    "spark.sql.streaming.stateStore.rocksdb.formatVersion": "5",
+    "spark.sql.streaming.statefulOperator.useStrictDistribution": "true",
+    "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "2",
+    "spark.sql.streaming.multipleWatermarkPolicy": "min",
+    "spark.sql.streaming.aggregation.stateFormatVersion": "2",
+    "spark.sql.shuffle.partitions": str(N_PARTITIONS),
+    "spark.sql.streaming.stateStore.encodingFormat": "unsaferow",
+}
+
+
+def offsets_file(batch: int) -> bytes:
+    meta = {
+        "batchWatermarkMs": 0,
+        "batchTimestampMs": BASE_TIMESTAMP_MS + batch * BATCH_INTERVAL_MS,
+        "conf": OFFSET_CONF,
+    }
+    # v1, metadata line, one line per source (a file source); no trailing newline.
+    lines = ["v1", json.dumps(meta, separators=(",", ":")), json.dumps({"logOffset": batch}, separators=(",", ":"))]
+    return "\n".join(lines).encode()
+
+
+COMMIT_FILE = b'v1\n{"nextBatchWatermarkMs":0}'
+
+
+def operator_metadata_v1(op: int) -> bytes:
+    body = {
+        "operatorInfo": {"operatorId": op, "operatorName": "stateStoreSave"},
+        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": N_PARTITIONS}],
+    }
+    return b"v1\n" + json.dumps(body, separators=(",", ":")).encode()
+
+
+def schema_file_v2() -> bytes:
+    """A small, well-formed state schema file, format v2 (FORMATS.md 5.6)."""
+    key = {"type": "struct", "fields": [{"name": "key", "type": "string", "nullable": True, "metadata": {}}]}
+    value = {"type": "struct", "fields": [{"name": "count", "type": "long", "nullable": True, "metadata": {}}]}
+    out = java_write_utf("v2")
+    for schema in (key, value):
+        out += struct.pack(">i", 1) + java_write_utf(json.dumps(schema, separators=(",", ":")))
+    return out
+
+
+def build_checkpoint(target: Path) -> int:
+    """Build the synthetic checkpoint at `target` (atomically: build aside, then rename)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.building-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    root = str(tmp)
+    count = 0
+
+    count += write_with_crc(root, "metadata", json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")).encode())
+
+    offsets = os.path.join(root, "offsets")
+    commits = os.path.join(root, "commits")
+    os.mkdir(offsets)
+    os.mkdir(commits)
+    for batch in range(FIRST_BATCH, LAST_BATCH + 1):
+        count += write_with_crc(offsets, str(batch), offsets_file(batch))
+        count += write_with_crc(commits, str(batch), COMMIT_FILE)
+
+    # State version v is written by batch v-1, so batches 400..499 produce versions 401..500.
+    first_version, last_version = FIRST_BATCH + 1, LAST_BATCH + 1
+    # Placeholder state content: the bytes are never parsed by the tools compared here. The .crc
+    # sidecars are still valid, and the same for every file (identical content).
+    delta_bytes = b"\x00\x00\x00\x00"
+    snapshot_bytes = b"\x00\x00\x00\x01"
+    delta_crc = hadoop_crc(delta_bytes)
+    snapshot_crc = hadoop_crc(snapshot_bytes)
+    schema = schema_file_v2()
+    state = os.path.join(root, "state")
+    os.mkdir(state)
+    for op in range(N_OPERATORS):
+        op_dir = os.path.join(state, str(op))
+        os.mkdir(op_dir)
+        meta_dir = os.path.join(op_dir, "_metadata")
+        os.mkdir(meta_dir)
+        count += write_with_crc(meta_dir, "metadata", operator_metadata_v1(op))
+        for part in range(N_PARTITIONS):
+            part_dir = os.path.join(op_dir, str(part))
+            os.mkdir(part_dir)
+            if part == 0:
+                schema_dir = os.path.join(part_dir, "_metadata")
+                os.mkdir(schema_dir)
+                count += write_with_crc(schema_dir, "schema", schema)
+            for v in range(first_version, last_version + 1):
+                kinds = [("delta", delta_bytes, delta_crc)]
+                if v % SNAPSHOT_EVERY == 0:
+                    kinds.append(("snapshot", snapshot_bytes, snapshot_crc))
+                for ext, data, crc in kinds:
+                    name = f"{v}.{ext}"
+                    with open(os.path.join(part_dir, name), "wb") as f:
+                        f.write(data)
+                    with open(os.path.join(part_dir, f".{name}.crc"), "wb") as f:
+                        f.write(crc)
+                    count += 2
+
+    if target.exists():
+        shutil.rmtree(target)
+    os.rename(tmp, target)
+    return count
+
+
+def stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".stamp.json")
+
+
+def count_files(path: Path) -> int:
+    n = 0
+    stack = [str(path)]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.is_file(follow_symlinks=False):
+                    n += 1
+    return n
+
+
+def ensure_checkpoint(target: Path, rebuild: bool, log) -> dict:
+    stamp = stamp_path(target)
+    info = None
+    if not rebuild and target.is_dir() and stamp.is_file():
+        try:
+            info = json.loads(stamp.read_text())
+        except ValueError:
+            info = None
+        if info and info.get("generator_version") != GENERATOR_VERSION:
+            info = None
+    if info is None:
+        log(f"building synthetic checkpoint at {target} (once; cached) ...")
+        t0 = time.perf_counter()
+        written = build_checkpoint(target)
+        info = {"generator_version": GENERATOR_VERSION, "files_written": written,
+                "build_seconds": round(time.perf_counter() - t0, 2)}
+        stamp.write_text(json.dumps(info))
+        log(f"built {written} files in {info['build_seconds']} s")
+        info["cached"] = False
+    else:
+        log(f"using cached synthetic checkpoint at {target} (--rebuild to regenerate)")
+        info["cached"] = True
+    info["files"] = count_files(target)
+    return info
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+def first_line(text: str) -> str:
+    """The first non-blank line of `text`; for a usage error, the line that says what is wrong."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return "(no stderr)"
+    if lines[0].startswith("Usage:"):
+        for ln in lines:
+            if "Error" in ln:
+                return ln.strip("│╭╰─ ").strip()[:200]
+    return lines[0][:200]
+
+
+def time_command(argv: list[str], runs: int, check=None, env=None) -> dict:
+    """One warm-up run (validated by `check`), then `runs` timed runs with stdout to /dev/null."""
+    t0 = time.perf_counter()
+    warm = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    warm_s = time.perf_counter() - t0
+    problem = check(warm) if check else (None if warm.returncode == 0 else "")
+    if problem is not None:
+        return {"ok": False, "error": "failed: " + (problem or first_line(warm.stderr)),
+                "returncode": warm.returncode}
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        times.append(time.perf_counter() - t0)
+        if r.returncode != warm.returncode:
+            return {"ok": False, "error": f"failed: exit code changed to {r.returncode}: {first_line(r.stderr)}",
+                    "returncode": r.returncode}
+    return {"ok": True, "warmup_s": warm_s, "times_s": times, "best_s": min(times),
+            "median_s": statistics.median(times), "returncode": warm.returncode}
+
+
+def streamctl_check(result) -> str | None:
+    # Exit codes (cli/exit_codes.py): 0 aligned, 1 misaligned finding; anything else is a failure.
+    if result.returncode not in (0, 1):
+        return f"exit code {result.returncode}: {first_line(result.stderr)}"
+    try:
+        json.loads(result.stdout)
+    except ValueError:
+        return f"exit code {result.returncode}, stdout is not JSON: {first_line(result.stdout or '(empty)')}"
+    return None
+
+
+# A bare Python listing of the whole tree (no per-file work beyond counting): the floor for any
+# Python tool that looks at every file, interpreter start included.
+PY_WALK = """
+import os, sys
+n, stack = 0, [sys.argv[1]]
+while stack:
+    with os.scandir(stack.pop()) as it:
+        for e in it:
+            if e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
+            else:
+                n += 1
+print(n)
+"""
+
+
+def time_spark(checkpoint: Path, runs: int, log) -> dict:
+    """Time Spark's state-metadata reader; session start-up is measured separately."""
+    t_import = time.perf_counter()
+    try:
+        from pyspark.sql import SparkSession
+        import pyspark
+    except Exception as e:  # noqa: BLE001 - report, never crash the benchmark
+        return {"ok": False, "error": f"failed: cannot import pyspark: {e}"}
+    import_s = time.perf_counter() - t_import
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = None
+    try:
+        t0 = time.perf_counter()
+        spark = (SparkSession.builder.master("local[2]").appName("streamctl-bench")
+                 .config("spark.ui.enabled", "false")
+                 .config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.sql.shuffle.partitions", "2")
+                 .getOrCreate())
+        session_s = time.perf_counter() - t0
+        spark.sparkContext.setLogLevel("ERROR")
+        path = str(checkpoint)
+
+        def read():
+            return spark.read.format("state-metadata").load(path).collect()
+
+        t0 = time.perf_counter()
+        rows = read()
+        first_s = time.perf_counter() - t0
+        # The 4.1 reader logs a warning and returns no rows if it cannot read operator metadata,
+        # so an empty result means the tree is not accepted: report it rather than time it.
+        if len(rows) != N_OPERATORS:
+            return {"ok": False, "error": f"failed: state-metadata returned {len(rows)} rows, expected {N_OPERATORS}",
+                    "session_s": session_s}
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - t0)
+        sample = rows[0].asDict()
+        return {"ok": True, "pyspark": pyspark.__version__, "import_s": import_s, "session_s": session_s,
+                "warmup_s": first_s, "times_s": times, "best_s": min(times),
+                "median_s": statistics.median(times), "rows": len(rows), "sample_row": sample}
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": "failed: " + first_line(str(e))}
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Environment and report
+# --------------------------------------------------------------------------------------------
+
+def git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def git_info() -> dict:
+    commit = git("rev-parse", "HEAD")
+    # streamctl is installed editable, so uncommitted files of the work tree are what runs.
+    # Changes to the benchmark itself do not matter for the figures.
+    dirty = [line[3:] for line in git("status", "--porcelain").splitlines()
+             if line[3:] and not (line[3:].startswith("bench/") or line[3:] == "BENCHMARKS.md")]
+    return {"commit": commit, "short": commit[:12], "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "subject": git("log", "-1", "--format=%s"), "uncommitted_outside_bench": dirty}
+
+
+def machine_info(checkpoint: Path) -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gb = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    fs = ""
+    try:
+        fs = subprocess.run(["stat", "-f", "-c", "%T", str(checkpoint)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True).stdout.strip()
+    except OSError:
+        pass
+    java = ""
+    try:
+        r = subprocess.run(["java", "-version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        java = first_line(r.stdout)
+    except OSError:
+        java = "(not found)"
+    try:
+        load = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "loadavg_at_end": load, "mem_gb": mem_gb,
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "java": java, "filesystem": fs}
+
+
+def find_streamctl() -> str | None:
+    candidate = Path(sys.executable).parent / "streamctl"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    return shutil.which("streamctl")
+
+
+def fmt_s(x) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def fmt_ratio(x) -> str:
+    return f"{x:.1f}x" if isinstance(x, (int, float)) else "-"
+
+
+def render(report: dict) -> str:
+    res = report["results"]
+    find_med = res["find"].get("median_s") if res["find"].get("ok") else None
+    rows, notes = [], []
+    for key, tool, what in [
+        ("find", "find | wc -l", "bare listing of every file (baseline)"),
+        ("python_start", "python -c pass", "interpreter start-up (floor)"),
+        ("python_walk", "python os.scandir walk", "bare listing in Python, interpreter start incl. (floor)"),
+        ("streamctl_epochs", "streamctl inspect epochs", "--format json > /dev/null, interpreter start incl."),
+        ("streamctl_help", "streamctl --help", "CLI start-up only"),
+        ("spark_state_metadata", "Spark state-metadata", "read.format('state-metadata').load().collect(), session excl."),
+    ]:
+        r = res.get(key)
+        if r is None:
+            continue
+        if r.get("ok"):
+            ratio = r["median_s"] / find_med if find_med else None
+            rows.append((tool, what, fmt_s(r["best_s"]), fmt_s(r["median_s"]), fmt_ratio(ratio)))
+        else:
+            notes.append(f"[{len(notes) + 1}] {tool}: {r.get('error', 'skipped')}")
+            rows.append((tool, what, f"failed [{len(notes)}]", "-", "-"))
+    header = ("tool", "what it does", "best s", "median s", "median vs find")
+    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
+    lines = []
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    lines.append(line(header))
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        lines.append(line(row))
+    return "\n".join(lines + notes)
+
+
+def evaluate_targets(results: dict) -> list[dict]:
+    find, epochs, spark = results["find"], results["streamctl_epochs"], results.get("spark_state_metadata")
+    targets = []
+    if find.get("ok") and epochs.get("ok"):
+        ratio = epochs["median_s"] / find["median_s"]
+        status = "PASS" if ratio <= STREAMCTL_MAX_RATIO_VS_FIND else "MISS"
+        detail = f"{ratio:.1f}x find (best vs best: {epochs['best_s'] / find['best_s']:.1f}x)"
+    else:
+        status, ratio, detail = "MISS", None, "not measured (" + (epochs.get("error") or find.get("error", "")) + ")"
+    targets.append({"target": f"streamctl inspect epochs within {STREAMCTL_MAX_RATIO_VS_FIND:g}x of find",
+                    "status": status, "ratio": ratio, "detail": detail})
+    if spark is None:
+        targets.append({"target": f"streamctl >= {SPARK_MIN_RATIO_VS_STREAMCTL:g}x faster than Spark's reader",
+                        "status": "SKIPPED", "ratio": None, "detail": "--no-spark"})
+    elif spark.get("ok") and epochs.get("ok"):
+        ratio = spark["median_s"] / epochs["median_s"]
+        status = "PASS" if ratio >= SPARK_MIN_RATIO_VS_STREAMCTL else "MISS"
+        targets.append({"target": f"streamctl >= {SPARK_MIN_RATIO_VS_STREAMCTL:g}x faster than Spark's reader",
+                        "status": status, "ratio": ratio,
+                        "detail": f"Spark reader is {ratio:.2f}x streamctl (best vs best: "
+                                  f"{spark['best_s'] / epochs['best_s']:.2f}x; session start-up excluded)"})
+        # Not a target, for context: what a one-off Spark read costs from a cold start
+        # (import pyspark + session start-up + first query), against one streamctl run.
+        one_off = spark["import_s"] + spark["session_s"] + spark["warmup_s"]
+        targets.append({"target": "info: one-off Spark read (import + session + first query) vs streamctl",
+                        "status": "INFO", "ratio": one_off / epochs["median_s"],
+                        "detail": f"{one_off:.1f} s = {one_off / epochs['median_s']:.0f}x streamctl"})
+    else:
+        targets.append({"target": f"streamctl >= {SPARK_MIN_RATIO_VS_STREAMCTL:g}x faster than Spark's reader",
+                        "status": "MISS", "ratio": None,
+                        "detail": "not measured (" + (epochs.get("error") or spark.get("error", "")) + ")"})
+    return targets
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                   help=f"where the synthetic checkpoint is built and cached (default: {DEFAULT_DIR})")
+    p.add_argument("--rebuild", action="store_true", help="rebuild the synthetic checkpoint even if cached")
+    p.add_argument("--runs", type=int, default=5, help="timed runs per tool, after one warm-up run (default: 5)")
+    p.add_argument("--no-spark", action="store_true", help="skip Spark's state-metadata reader")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
+    p.add_argument("--streamctl", default=None, help="streamctl executable (default: the one next to this Python)")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be >= 1")
+
+    log = (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+    checkpoint = args.dir.resolve()
+    info = ensure_checkpoint(checkpoint, args.rebuild, log)
+    try:
+        load_at_start = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load_at_start = None
+
+    streamctl = args.streamctl or find_streamctl()
+    results: dict = {}
+    chk = str(checkpoint)
+
+    log(f"timing find ({args.runs} runs after 1 warm-up) ...")
+
+    def find_check(r):
+        if r.returncode != 0:
+            return first_line(r.stderr)
+        if r.stdout.strip() != str(info["files"]):
+            return f"counted {r.stdout.strip()} files, expected {info['files']}"
+        return None
+
+    results["find"] = time_command(["sh", "-c", 'find "$1" -type f | wc -l', "sh", chk], args.runs, find_check)
+
+    log("timing Python floors (interpreter start; os.scandir walk of the tree) ...")
+    results["python_start"] = time_command([sys.executable, "-c", "pass"], args.runs)
+    results["python_walk"] = time_command([sys.executable, "-c", PY_WALK, chk], args.runs, find_check)
+
+    if streamctl is None:
+        results["streamctl_epochs"] = {"ok": False, "error": "failed: streamctl executable not found"}
+        results["streamctl_help"] = {"ok": False, "error": "failed: streamctl executable not found"}
+    else:
+        log("timing streamctl inspect epochs ...")
+        results["streamctl_epochs"] = time_command(
+            [streamctl, "inspect", "epochs", chk, "--format", "json"], args.runs, streamctl_check)
+        log("timing streamctl --help ...")
+        results["streamctl_help"] = time_command([streamctl, "--help"], args.runs)
+
+    if not args.no_spark:
+        log("timing Spark's state-metadata reader (starting a local[2] session) ...")
+        results["spark_state_metadata"] = time_spark(checkpoint, args.runs, log)
+
+    report = {
+        "checkpoint": {"path": chk, "files": info["files"], "cached": info["cached"],
+                       "build_seconds": info.get("build_seconds"),
+                       "shape": {"batches": [FIRST_BATCH, LAST_BATCH], "operators": N_OPERATORS,
+                                 "partitions": N_PARTITIONS,
+                                 "state_versions": [FIRST_BATCH + 1, LAST_BATCH + 1],
+                                 "snapshot_every": SNAPSHOT_EVERY, "provider": "HDFSBackedStateStoreProvider"}},
+        "method": {"runs": args.runs, "warmup_runs": 1, "page_cache": "warm (one untimed warm-up run per tool)",
+                   "statistic_for_targets": "median"},
+        "streamctl": {"executable": streamctl, "git": git_info()},
+        "machine": dict(machine_info(checkpoint), loadavg_at_start=load_at_start),
+        "results": results,
+    }
+    report["targets"] = evaluate_targets(results)
+
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+
+    g = report["streamctl"]["git"]
+    m = report["machine"]
+    print(f"streamctl benchmark: streamctl from git commit {g['short'] or '?'} ({g['branch']}: {g['subject']})")
+    if g["uncommitted_outside_bench"]:
+        print(f"  note: editable install with {len(g['uncommitted_outside_bench'])} uncommitted path(s) outside "
+              f"bench/: {', '.join(g['uncommitted_outside_bench'][:8])}"
+              + (" ..." if len(g["uncommitted_outside_bench"]) > 8 else ""))
+    print(f"machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['mem_gb']} GiB RAM, {m['os']}, "
+          f"Python {m['python']}, {m['java']}, checkpoint on {m['filesystem']}")
+    busy = [x for x in (load_at_start or [])[:1] + (m["loadavg_at_end"] or [])[:1]]
+    print(f"load average (1 min) at start / end: {' / '.join(str(x) for x in busy) or '?'}"
+          + ("  <- busy machine: figures are inflated" if busy and max(busy) > 0.5 * (m["cpus"] or 1) else ""))
+    print(f"checkpoint: {chk}: {info['files']} files "
+          f"(batches {FIRST_BATCH}..{LAST_BATCH}; {N_OPERATORS} operators x {N_PARTITIONS} partitions x "
+          f"{LAST_BATCH - FIRST_BATCH + 1} versions + snapshot every {SNAPSHOT_EVERY}; .crc sidecars)"
+          + (" [cached]" if info["cached"] else f" [built in {info['build_seconds']} s]"))
+    print(f"method: wall time of {args.runs} runs per tool after 1 untimed warm-up run (page cache warm); "
+          "best and median; targets use medians")
+    print()
+    print(render(report))
+    spark = results.get("spark_state_metadata")
+    if spark and spark.get("ok"):
+        print()
+        print(f"Spark {spark['pyspark']} local[2]: session start-up {spark['session_s']:.2f} s "
+              f"(import pyspark {spark['import_s']:.2f} s), first state-metadata query {spark['warmup_s']:.2f} s "
+              f"(cold JVM; excluded), rows={spark['rows']}")
+        print(f"  end to end for a one-off Spark read: about {spark['import_s'] + spark['session_s'] + spark['warmup_s']:.1f} s")
+    elif spark and spark.get("session_s") is not None:
+        print(f"\nSpark session start-up {spark['session_s']:.2f} s")
+    epochs = results.get("streamctl_epochs", {})
+    if epochs.get("ok") and epochs.get("returncode"):
+        print(f"\nnote: streamctl inspect epochs exited {epochs['returncode']} (a finding, not a failure)")
+    print()
+    for t in report["targets"]:
+        print(f"{t['status']:7} {t['target']}: {t['detail']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
