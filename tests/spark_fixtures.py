@@ -1,0 +1,70 @@
+"""Session-scoped PySpark fixtures: real checkpoints built by `streamctl.pipeline.examples`.
+
+A pytest plugin module. The tests run with --import-mode=importlib and `python -P`; either of
+these in tests/conftest.py loads it:
+
+    pytest_plugins = ["tests.spark_fixtures"]
+
+or (what tests/conftest.py does) load this file by path and re-export ``spark``,
+``spark_checkpoints`` and ``fresh_copy``. The module has no relative imports, so both work.
+
+Fixtures:
+
+* ``spark`` (session): a small local SparkSession from ``get_spark()``; stopped at session end.
+* ``spark_checkpoints`` (session): builds every example scenario once and returns
+  ``{name: checkpoint Path}``; each checkpoint sits at ``<root>/<name>/checkpoint`` next to its
+  ``input/`` and ``output/`` folders.
+* ``fresh_copy`` (function): returns ``copy(name) -> Path``, copying a built scenario (checkpoint
+  plus sibling input/output) into a fresh tmp dir, so a test may damage it freely. The copy keeps
+  the ``<dir>/<name>/checkpoint`` layout; the returned Path is the copied checkpoint.
+
+Every test using these fixtures should be marked ``@pytest.mark.spark``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+__all__ = ["spark", "spark_checkpoints", "fresh_copy"]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    pytest.importorskip("pyspark")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from streamctl.pipeline.examples import get_spark
+
+    session = get_spark("streamctl-tests")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_checkpoints(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from streamctl.pipeline.examples import build_all
+
+    root = tmp_path_factory.mktemp("spark-examples")
+    return build_all(spark, root)
+
+
+@pytest.fixture
+def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    def copy(name: str) -> Path:
+        try:
+            src_ckpt = spark_checkpoints[name]
+        except KeyError:
+            raise KeyError(f"no example checkpoint named {name!r}; known: {sorted(spark_checkpoints)}") from None
+        dest_root = tmp_path_factory.mktemp(f"copy-{name}")
+        # symlinks=True: copy links as links; the example trees contain none, but never follow one out.
+        shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
+        return dest_root / name / src_ckpt.name
+
+    return copy
