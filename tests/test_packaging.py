@@ -1,0 +1,470 @@
+"""Guardrails for the root-folder layout installed as `streamctl.*` (STYLE.md C.3, B.1, B.9).
+
+- every import goes through `streamctl.` (a bare `import cli` loads a second copy);
+- inspectors/ stays free of the presentation layer (no typer/rich/tabulate, no printing);
+- `[tool.setuptools] packages` lists every folder with an __init__.py, so nothing is
+  silently left out of the wheel while the editable install keeps working;
+- `streamctl --help` stays cheap: no PySpark, no Kafka client;
+- a wheel built from the working tree, installed in a fresh venv, runs.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
+PACKAGES: list[str] = SETUPTOOLS["packages"]
+PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
+PACKAGE_DATA: dict[str, list[str]] = SETUPTOOLS.get("package-data", {})
+
+# The root folders mapped into `streamctl.*`; importing them bare is the double-import trap.
+BARE_NAMES = frozenset({"cli", "commands", "inspectors", "completions", "pipeline"} | set(PACKAGE_DIR.values()))
+SCANNED_DIRS = sorted({*PACKAGE_DIR.values(), "tests", "bench", "scripts"})
+
+# The domain layer must not reach up into the presentation layer.
+INSPECTOR_FORBIDDEN_IMPORTS = ("typer", "rich", "tabulate", "click", "streamctl.cli", "streamctl.commands")
+HEAVY_MODULES = ("pyspark", "py4j", "kafka")
+
+BIN = "Scripts" if os.name == "nt" else "bin"
+EXE = ".exe" if os.name == "nt" else ""
+
+
+def python_files(*dirs: str) -> Iterator[Path]:
+    for name in dirs:
+        base = ROOT / name
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(ROOT).parts
+            if any(part == "__pycache__" or part.startswith(".") for part in rel):
+                continue
+            yield path
+
+
+def parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def module_name(path: Path) -> str | None:
+    """The dotted `streamctl.*` name of a file under a mapped root, else None."""
+    rel = path.relative_to(ROOT)
+    for package, folder in PACKAGE_DIR.items():
+        if rel.parts[0] == folder:
+            parts = list(rel.with_suffix("").parts[1:])
+            if parts and parts[-1] == "__init__":
+                parts.pop()
+            return ".".join([package, *parts])
+    return None
+
+
+def imported_modules(tree: ast.Module, current: str | None) -> Iterator[tuple[int, str, int]]:
+    """(line, absolute module name, relative level) for every import in the tree."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, 0
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                yield node.lineno, node.module or "", 0
+                continue
+            base = (current or "").split(".")
+            # a module's package is its name minus the last part (unless it is a package itself)
+            package = base if (current and module_is_package(current)) else base[:-1]
+            anchor = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+            name = ".".join(anchor + ([node.module] if node.module else []))
+            yield node.lineno, name, node.level
+
+
+def module_is_package(name: str) -> bool:
+    for package, folder in PACKAGE_DIR.items():
+        if name == package or name.startswith(package + "."):
+            rel = name[len(package) :].lstrip(".").split(".") if name != package else []
+            return (ROOT / folder).joinpath(*rel, "__init__.py").is_file()
+    return False
+
+
+# ----------------------------------------------------------------------------- imports
+
+
+STRING_IMPORTERS = {"import_module", "__import__", "run_module", "patch", "setattr", "delattr", "find_spec"}
+
+
+def bare_import_problems(tree: ast.Module, current: str | None) -> list[tuple[int, str]]:
+    problems = []
+    for line, name, level in imported_modules(tree, current):
+        if level:
+            problems.append((line, f"relative import; write `from {name or 'streamctl...'} import ...`"))
+        elif name.split(".")[0] in BARE_NAMES:
+            problems.append((line, f"bare import of {name!r}; use 'streamctl.{name}'"))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        first = node.args[0]
+        if called in STRING_IMPORTERS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            top = first.value.split(".")[0]
+            if top in BARE_NAMES and (first.value == top or "." in first.value):
+                problems.append((node.lineno, f"{called}({first.value!r}) imports a bare module; use 'streamctl.{first.value}'"))
+    return problems
+
+
+def inspector_problems(tree: ast.Module, current: str | None) -> list[tuple[int, str]]:
+    problems = []
+    for line, name, _level in imported_modules(tree, current):
+        for banned in INSPECTOR_FORBIDDEN_IMPORTS:
+            if name == banned or name.startswith(banned + "."):
+                problems.append((line, f"imports {name} (presentation layer)"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "sys":
+            if any(alias.name == "exit" for alias in node.names):
+                problems.append((node.lineno, "imports sys.exit"))
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            if isinstance(exc, ast.Name) and exc.id == "SystemExit":
+                problems.append((node.lineno, "raises SystemExit; raise a typed error instead"))
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("print", "exit", "quit", "breakpoint"):
+            problems.append((node.lineno, f"calls {func.id}(); inspectors return data, the CLI prints"))
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and (func.value.id, func.attr) in (("sys", "exit"), ("os", "_exit"))
+        ):
+            problems.append((node.lineno, f"calls {func.value.id}.{func.attr}(); raise a typed error instead"))
+    return problems
+
+
+def test_no_bare_imports_of_the_mapped_root_folders() -> None:
+    """`import cli`, `from inspectors.x import y`, `importlib.import_module("commands")`,
+    `monkeypatch.setattr("cli.context.X", ...)` and relative imports are all refused:
+    only `streamctl.`-prefixed absolute imports."""
+    problems = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in python_files(*SCANNED_DIRS)
+        for line, what in bare_import_problems(parse(path), module_name(path))
+    ]
+    assert not problems, "only `streamctl.`-prefixed imports are allowed:\n" + "\n".join(problems)
+
+
+def test_inspectors_do_not_depend_on_the_presentation_layer() -> None:
+    problems = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in python_files(PACKAGE_DIR.get("streamctl.inspectors", "inspectors"))
+        for line, what in inspector_problems(parse(path), module_name(path))
+    ]
+    assert not problems, "inspectors/ must stay free of typer/rich/tabulate, printing and exiting:\n" + "\n".join(problems)
+
+
+BAD_IMPORTS = """\
+import cli
+import inspectors.checkpoint as chk
+from commands import inspect_cmd
+from pipeline.examples import build
+from completions.generate import main
+import importlib; importlib.import_module("cli.app")
+monkeypatch.setattr("cli.context.CONFIG_PATH", None)
+from . import sibling
+import streamctl.cli.app, clirunner, pipelines
+from streamctl.inspectors import errors
+"""
+
+BAD_INSPECTOR = """\
+import typer
+from rich.console import Console
+import tabulate
+from streamctl.cli import render
+from streamctl.commands.inspect_cmd import app
+from sys import exit
+import sys, os
+print("x")
+sys.exit(2)
+os._exit(1)
+raise SystemExit(3)
+import pyarrow.fs, logging
+from streamctl.inspectors.errors import UsageError
+logging.getLogger(__name__).info("fine")
+"""
+
+
+def test_guardrail_scanners_catch_what_they_should() -> None:
+    assert [line for line, _ in bare_import_problems(ast.parse(BAD_IMPORTS), None)] == [1, 2, 3, 4, 5, 8, 6, 7]
+    found = inspector_problems(ast.parse(BAD_INSPECTOR), "streamctl.inspectors.x")
+    assert sorted(line for line, _ in found) == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
+    relative = inspector_problems(ast.parse("from ..cli import render\nfrom . import errors\n"), "streamctl.inspectors.x")
+    assert [what for _, what in relative] == ["imports streamctl.cli (presentation layer)"]
+
+
+# ----------------------------------------------------------------------------- pyproject
+
+
+def discovered_packages() -> tuple[set[str], list[str]]:
+    """Dotted names of every folder holding an __init__.py under the mapped roots, and
+    folders holding .py files without one (they would be left out of the wheel)."""
+    found: set[str] = set()
+    unmarked: list[str] = []
+    for package, folder in PACKAGE_DIR.items():
+        base = ROOT / folder
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
+            rel = Path(dirpath).relative_to(base).parts
+            if "__init__.py" in filenames:
+                found.add(".".join([package, *rel]))
+            elif any(name.endswith(".py") for name in filenames):
+                unmarked.append(str(Path(folder, *rel)))
+    return found, unmarked
+
+
+def test_every_mapped_root_exists() -> None:
+    missing = [f"{package} -> {folder}/" for package, folder in PACKAGE_DIR.items() if not (ROOT / folder).is_dir()]
+    assert not missing, f"package-dir maps to missing folders: {missing}"
+    assert not (ROOT / "__init__.py").exists(), "the repo root must not be a package (STYLE.md C.2)"
+
+
+def test_package_dir_keys_are_the_top_packages_listed() -> None:
+    roots = {name for name in PACKAGES if not any(name.startswith(other + ".") for other in PACKAGES)}
+    assert set(PACKAGE_DIR) == roots, (
+        f"[tool.setuptools.package-dir] keys {sorted(PACKAGE_DIR)} differ from the top packages "
+        f"listed in [tool.setuptools] packages {sorted(roots)}"
+    )
+    assert all(name.startswith("streamctl.") for name in PACKAGES), "every package lives under streamctl."
+
+
+def test_package_list_matches_the_folders_with_init() -> None:
+    found, unmarked = discovered_packages()
+    listed = set(PACKAGES)
+    assert len(PACKAGES) == len(listed), "a package is listed twice"
+    message = []
+    if found - listed:
+        message.append(f"missing from [tool.setuptools] packages (they would not be in the wheel): {sorted(found - listed)}")
+    if listed - found:
+        message.append(f"listed but no such folder with an __init__.py: {sorted(listed - found)}")
+    if unmarked:
+        message.append(f"folders with .py files but no __init__.py (left out of the wheel): {unmarked}")
+    assert not message, "\n".join(message)
+
+
+def test_package_data_refers_to_listed_packages_and_existing_files() -> None:
+    problems = []
+    for package, patterns in PACKAGE_DATA.items():
+        if package not in PACKAGES:
+            problems.append(f"package-data for unlisted package {package}")
+            continue
+        top = next(p for p in PACKAGE_DIR if package == p or package.startswith(p + "."))
+        folder = ROOT / PACKAGE_DIR[top] / Path(*package[len(top) :].lstrip(".").split(".")) if package != top else ROOT / PACKAGE_DIR[top]
+        for pattern in patterns:
+            if not list(folder.glob(pattern)):
+                problems.append(f"{package}: {pattern!r} matches no file in {folder.relative_to(ROOT)}/")
+    assert not problems, "\n".join(problems)
+
+
+# ----------------------------------------------------------------------------- cheap start
+
+
+# Runs the app as the entry point does, then reports which heavy modules got loaded.
+HELP_PROBE = """
+import json, sys
+args, heavy_roots = json.loads(sys.argv[1]), set(json.loads(sys.argv[2]))
+sys.argv = ["streamctl", *args]
+from streamctl.cli.app import main
+try:
+    main()
+    code = 0
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in heavy_roots)
+sys.stdout.flush()
+sys.stderr.write("\\nPROBE " + json.dumps({"code": code, "heavy": heavy}) + "\\n")
+"""
+
+
+def probe(args: list[str], tmp_path: Path) -> tuple[int, list[str], str]:
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", HELP_PROBE, json.dumps(args), json.dumps(HEAVY_MODULES)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )
+    line = [ln for ln in result.stderr.splitlines() if ln.startswith("PROBE ")]
+    assert line, result.stderr
+    data = json.loads(line[-1][len("PROBE ") :])
+    return data["code"], data["heavy"], result.stdout
+
+
+def test_help_does_not_import_pyspark_or_kafka(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for args in (["--help"], ["inspect", "--help"]):
+        code, heavy, stdout = probe(args, tmp_path)
+        assert code == 0, stdout
+        assert "Usage:" in stdout
+        assert heavy == [], f"`streamctl {' '.join(args)}` imported {heavy}; import them inside the commands that need them"
+
+    program = Path(sys.executable).with_name(f"streamctl{EXE}")
+    walls = []
+    for _ in range(3):
+        start = time.perf_counter()
+        result = subprocess.run([str(program), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        walls.append(time.perf_counter() - start)
+        assert result.returncode == 0, result.stderr
+    with capsys.disabled():
+        print(f"\n[timing] streamctl --help: first {walls[0]:.3f}s, best of 3 {min(walls):.3f}s")
+
+
+# ----------------------------------------------------------------------------- wheel
+
+
+def copy_source(dest: Path) -> None:
+    """What a clean checkout would build from: pyproject, top-level docs, the mapped roots.
+    Building from a copy also keeps build/ and *.egg-info out of the working tree, where a
+    stale build/ once masked a missing package (STYLE.md C.3)."""
+    dest.mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in"):
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, dest / name)
+    for path in ROOT.iterdir():
+        if path.is_file() and path.name.upper().startswith(("README", "LICENSE", "LICENCE", "NOTICE")):
+            shutil.copy2(path, dest / path.name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".*")
+    for folder in sorted(set(PACKAGE_DIR.values())):
+        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+
+
+def clean_env(venv: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP") and not k.startswith("_STREAMCTL")
+    }
+    env["PATH"] = f"{venv / BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, **kwargs)  # type: ignore[call-overload]
+    assert result.returncode == 0, f"{' '.join(map(str, cmd))} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Build a wheel from the working tree and install it, with its dependencies, into a
+    fresh venv (no system site-packages, no editable finder)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    timings: dict[str, float] = {}
+    venv = tmp / "venv"
+    python = venv / BIN / f"python{EXE}"
+    # --without-pip and `pip --python`: this venv's pip installs into the new one, which
+    # saves the ensurepip step. Dependencies come from the configured index / pip cache.
+    pip_into_venv = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile"]
+
+    start = time.perf_counter()
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    # The declared dependencies (the same list the wheel's metadata carries) install while
+    # the wheel builds; installing the wheel afterwards still resolves them through pip.
+    deps = subprocess.Popen(
+        [*pip_into_venv, *PYPROJECT["project"]["dependencies"]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        copy_source(tmp / "src")
+        # --no-build-isolation: setuptools from this venv, no download: ~2 s instead of ~10 s
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(tmp / "src")])
+        timings["build wheel"] = time.perf_counter() - start
+    finally:
+        out, err = deps.communicate(timeout=600)
+    assert deps.returncode == 0, f"installing the dependencies failed:\n{out}\n{err}"
+    wheels = list((tmp / "dist").glob("streamctl-*.whl"))
+    assert len(wheels) == 1, wheels
+    run([*pip_into_venv, str(wheels[0])])
+    timings["venv + dependencies + wheel"] = time.perf_counter() - start
+    return {"wheel": wheels[0], "venv": venv, "python": python, "timings": timings, "cwd": tmp}
+
+
+def test_wheel_contains_the_namespaced_packages_only(installed: dict[str, object]) -> None:
+    with zipfile.ZipFile(installed["wheel"]) as wheel:  # type: ignore[arg-type]
+        names = set(wheel.namelist())
+    for required in (
+        "streamctl/cli/app.py",
+        "streamctl/completions/streamctl.bash",
+        "streamctl/completions/streamctl.zsh",
+        "streamctl/completions/streamctl.fish",
+        "streamctl/inspectors/py.typed",
+    ):
+        assert required in names, f"{required} missing from the wheel"
+    tops = {name.split("/")[0] for name in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"streamctl"}, sorted(tops)
+    assert not any(name.startswith(("cli/", "tests/", "commands/", "inspectors/")) for name in names)
+    assert "streamctl/__init__.py" not in names  # an implicit namespace package
+    # every source module of every listed package made it in
+    source = {wheel_path(path) for path in python_files(*PACKAGE_DIR.values())}
+    assert not source - names, f"modules missing from the wheel: {sorted(source - names)}"
+
+
+def wheel_path(path: Path) -> str:
+    """Where a source file under a mapped root lands in the wheel (cli/app.py -> streamctl/cli/app.py)."""
+    rel = path.relative_to(ROOT)
+    package = next(p for p, folder in PACKAGE_DIR.items() if rel.parts[0] == folder)
+    return "/".join([*package.split("."), *rel.parts[1:]])
+
+
+def test_installed_wheel_runs(installed: dict[str, object], capsys: pytest.CaptureFixture[str]) -> None:
+    venv: Path = installed["venv"]  # type: ignore[assignment]
+    python: Path = installed["python"]  # type: ignore[assignment]
+    env = clean_env(venv)
+    cwd = installed["cwd"]
+    program = venv / BIN / f"streamctl{EXE}"
+
+    where = run([str(python), "-c", "import streamctl.cli; print(streamctl.cli.__file__)"], env=env, cwd=cwd)
+    imported_from = Path(where.stdout.strip()).resolve()
+    assert venv.resolve() in imported_from.parents, f"streamctl.cli came from {imported_from}, not the fresh venv"
+
+    start = time.perf_counter()
+    help_run = run([str(program), "--help"], env=env, cwd=cwd)
+    help_wall = time.perf_counter() - start
+    assert "Usage: streamctl" in help_run.stdout
+    assert "inspect" in help_run.stdout
+
+    bash = run([str(program), "completion", "bash"], env=env, cwd=cwd)
+    assert bash.stdout == (ROOT / "completions" / "streamctl.bash").read_text(encoding="utf-8")
+    assert "_STREAMCTL_COMPLETE=complete_bash" in bash.stdout
+
+    timings = installed["timings"]
+    with capsys.disabled():
+        parts = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items())  # type: ignore[attr-defined]
+        print(f"\n[timing] {parts} (total), installed streamctl --help {help_wall:.2f}s (cold .pyc)")
+
+
+def test_installed_wheel_imports_every_shipped_module_without_extras(installed: dict[str, object]) -> None:
+    """Optional dependencies (pyspark, kafka-python) are not installed in the fresh venv, so
+    this also proves that no shipped module imports them at import time."""
+    modules = sorted(filter(None, (module_name(path) for path in python_files(*PACKAGE_DIR.values()))))
+    code = (
+        "import importlib, json, sys\n"
+        "bad = {}\n"
+        f"for name in {modules!r}:\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except Exception as exc:\n"
+        "        bad[name] = f'{type(exc).__name__}: {exc}'\n"
+        "print(json.dumps(bad))\n"
+    )
+    venv: Path = installed["venv"]  # type: ignore[assignment]
+    result = run([str(installed["python"]), "-c", code], env=clean_env(venv), cwd=installed["cwd"])
+    bad = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not bad, "modules that fail to import from the installed wheel:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
