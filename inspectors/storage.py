@@ -20,8 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as stat_mod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 from urllib.parse import urlparse
 
 from streamctl.inspectors.errors import StorageError
@@ -33,14 +32,20 @@ REMOTE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "hdfs", "viewfs", "abfs", "ab
 DEFAULT_MAX_READ = 64 * 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One name in a folder listing."""
+class Entry(NamedTuple):
+    """One name in a folder listing (a NamedTuple: listings hold 100,000s of them)."""
 
     name: str
     is_dir: bool
     size: Optional[int] = None  # known without an extra call on remote stores only
     mtime_ns: Optional[int] = None
+
+
+def _is_dir(de: "os.DirEntry[str]") -> bool:
+    try:
+        return de.is_dir()
+    except OSError:
+        return False
 
 
 def _one_line(exc: BaseException) -> str:
@@ -136,14 +141,7 @@ class Storage:
             path = self._local(rel)
             try:
                 with os.scandir(path) as it:
-                    out = []
-                    for de in it:
-                        try:
-                            is_dir = de.is_dir()
-                        except OSError:
-                            is_dir = False
-                        out.append(Entry(de.name, is_dir))
-                    return out
+                    return [Entry(de.name, _is_dir(de)) for de in it]
             except FileNotFoundError:
                 if os.path.islink(path):
                     raise StorageError(self.uri(rel), "dangling symlink") from None
@@ -181,6 +179,28 @@ class Storage:
             out.append(Entry(info.base_name, info.type == pafs.FileType.Directory,
                              info.size if info.type == pafs.FileType.File else None, mtime))
         return out
+
+    def list_names(self, rel: str = "") -> tuple[list[str], list[str]]:
+        """(file names, folder names) of one folder; ([], []) when it does not exist.
+
+        The fast path for folders of 100s of files: locally, names with a dot are taken as
+        files without a stat (Spark's state and log files all have one; its folders have none),
+        and only dot-less names are checked."""
+        if self._local_root is None:
+            entries = self.list_dir(rel) or []
+            return [e.name for e in entries if not e.is_dir], [e.name for e in entries if e.is_dir]
+        path = self._local(rel)
+        try:
+            names = os.listdir(path)
+        except FileNotFoundError:
+            return [], []
+        except OSError as exc:
+            raise StorageError(self.uri(rel), _os_reason(exc)) from None
+        dirs = [n for n in names if "." not in n and os.path.isdir(os.path.join(path, n))]
+        if not dirs:
+            return names, []
+        dirset = set(dirs)
+        return [n for n in names if n not in dirset], dirs
 
     def walk(self, rel: str = "", max_depth: int = 8) -> Iterator[tuple[str, list[Entry]]]:
         """Yield (relative folder, entries) for `rel` and every folder below it, one listing per
