@@ -8,8 +8,8 @@ Where the file is:
 
 1. an explicit path: the root `--config` option or the `STREAMCTL_CONFIG` environment
    variable (cli/app.py stores it in `streamctl.cli.context.CONFIG_PATH`). It must exist;
-2. otherwise `config.toml` in `$STREAMCTL_CONFIG_DIR`, or else in
-   `typer.get_app_dir("streamctl")` (e.g. `~/.config/streamctl/config.toml`), if it exists;
+2. otherwise `config.toml` in `typer.get_app_dir("streamctl")` (XDG-aware:
+   `~/.config/streamctl/config.toml` on Linux), if it exists;
 3. otherwise no file: an empty config.
 
 Format::
@@ -46,7 +46,6 @@ T = TypeVar("T")
 
 CONFIG_FILE_NAME = "config.toml"
 ENV_CONFIG = "STREAMCTL_CONFIG"
-ENV_CONFIG_DIR = "STREAMCTL_CONFIG_DIR"
 ENV_FORMAT = "STREAMCTL_FORMAT"
 ENV_KAFKA_TIMEOUT = "STREAMCTL_KAFKA_TIMEOUT"
 
@@ -296,23 +295,22 @@ def _convert(convert: Converter, value: object, prefix: str, *, from_file: bool 
 # ----------------------------------------------------------------------------- loading
 
 
-def default_config_path(env: Mapping[str, str] | None = None) -> str:
-    """Where the config file is looked for when no explicit path is given."""
-    environ = os.environ if env is None else env
-    directory = environ.get(ENV_CONFIG_DIR)
-    if not directory:
-        import typer  # deferred: only the CLI layer needs it, and only when no dir is given
+def default_config_path() -> str:
+    """Where the config file is looked for when no explicit path is given.
 
-        directory = typer.get_app_dir("streamctl")
-    return os.path.join(os.path.expanduser(directory), CONFIG_FILE_NAME)
+    typer (click) reads XDG_CONFIG_HOME / HOME / APPDATA from the process environment.
+    """
+    import typer  # deferred: only needed when no explicit path is given
+
+    return os.path.join(typer.get_app_dir("streamctl"), CONFIG_FILE_NAME)
 
 
 def load_config(explicit: str | None, env: Mapping[str, str] | None = None) -> Config:
     """Read and validate the config file; see the module docstring for where it is looked for.
 
     `explicit` is the `--config` value (None when not given). `env` defaults to
-    `os.environ`; `STREAMCTL_CONFIG` in it is used when `explicit` is None, and
-    `STREAMCTL_CONFIG_DIR` replaces the user config dir.
+    `os.environ`; `STREAMCTL_CONFIG` in it is used when `explicit` is None (the CLI
+    already passes it through `--config`'s envvar; library callers get the same rule).
 
     Raises UsageError for a missing explicit file, unreadable file, invalid TOML (with
     the line number), an unknown table or key, or a value of the wrong type.
@@ -325,7 +323,7 @@ def load_config(explicit: str | None, env: Mapping[str, str] | None = None) -> C
         if not os.path.exists(path):
             raise UsageError(f"config file {explicit}: no such file")
     else:
-        path = default_config_path(environ)
+        path = default_config_path()
         if not os.path.isfile(path):
             return EMPTY_CONFIG
     return parse_config(_read(path), path)

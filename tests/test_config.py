@@ -113,31 +113,44 @@ def test_config_explicit_path_beats_env_var(tmp_path: Path) -> None:
     assert load_config(flag_file, env={"STREAMCTL_CONFIG": env_file}).path == flag_file
 
 
-def test_config_default_location_used_when_present(tmp_path: Path) -> None:
-    path = write(tmp_path, FULL)
-    config = load_config(None, env={"STREAMCTL_CONFIG_DIR": str(tmp_path)})
-    assert config.path == path
+@pytest.fixture()
+def user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point typer.get_app_dir at an empty folder; return where config.toml is looked for."""
+    import typer
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("APPDATA", str(home))
+    monkeypatch.delenv("STREAMCTL_CONFIG", raising=False)
+    path = Path(typer.get_app_dir("streamctl")) / "config.toml"
+    assert str(home) in str(path)
+    assert cfg.default_config_path() == str(path)
+    return path
+
+
+def test_config_default_location_missing_gives_empty_config(user_config: Path) -> None:
+    config = load_config(None, env={})
+    assert config == Config(path=None)
+    assert dict(config.defaults) == {} and dict(config.pipelines) == {}
+    assert load_config(None) == Config(path=None)  # os.environ by default
+
+
+def test_config_default_location_used_when_present(user_config: Path) -> None:
+    user_config.parent.mkdir(parents=True)
+    user_config.write_text(FULL, encoding="utf-8")
+    config = load_config(None, env={})
+    assert config.path == str(user_config)
     assert "orders" in config.pipelines
 
 
-def test_config_default_location_missing_gives_empty_config(tmp_path: Path) -> None:
-    config = load_config(None, env={"STREAMCTL_CONFIG_DIR": str(tmp_path)})
-    assert config == Config(path=None)
-    assert dict(config.defaults) == {} and dict(config.pipelines) == {}
-
-
-def test_config_default_location_is_typer_app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import typer
-
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setenv("APPDATA", str(tmp_path))
-    expected = os.path.join(typer.get_app_dir("streamctl"), "config.toml")
-    assert cfg.default_config_path({}) == expected
-    assert load_config(None, env={}).path is None
-    os.makedirs(os.path.dirname(expected), exist_ok=True)
-    Path(expected).write_text(FULL, encoding="utf-8")
-    assert load_config(None, env={}).path == expected
+def test_config_explicit_path_beats_default_location(user_config: Path, tmp_path: Path) -> None:
+    user_config.parent.mkdir(parents=True)
+    user_config.write_text(FULL, encoding="utf-8")
+    other = write(tmp_path, "", "other.toml")
+    assert load_config(other, env={}).path == other
+    assert load_config(None, env={"STREAMCTL_CONFIG": other}).path == other
 
 
 def test_config_empty_file_is_fine(tmp_path: Path) -> None:
