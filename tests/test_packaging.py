@@ -270,7 +270,8 @@ def test_package_data_refers_to_listed_packages_and_existing_files() -> None:
             problems.append(f"package-data for unlisted package {package}")
             continue
         top = next(p for p in PACKAGE_DIR if package == p or package.startswith(p + "."))
-        folder = ROOT / PACKAGE_DIR[top] / Path(*package[len(top) :].lstrip(".").split(".")) if package != top else ROOT / PACKAGE_DIR[top]
+        sub = package[len(top) :].lstrip(".")
+        folder = ROOT / PACKAGE_DIR[top] / Path(*sub.split(".")) if sub else ROOT / PACKAGE_DIR[top]
         for pattern in patterns:
             if not list(folder.glob(pattern)):
                 problems.append(f"{package}: {pattern!r} matches no file in {folder.relative_to(ROOT)}/")
