@@ -234,19 +234,9 @@ class Storage:
                     stack.append((f"{folder}/{e.name}" if folder else e.name, depth + 1))
 
     # -- files --------------------------------------------------------------------------
-    def exists(self, rel: str) -> bool:
-        if self._local_root is not None:
-            return os.path.lexists(self._local(rel))
-        import pyarrow.fs as pafs
-
-        assert self._fs is not None
-        try:
-            return self._fs.get_file_info(self._remote(rel)).type != pafs.FileType.NotFound
-        except Exception as exc:
-            raise StorageError(self.uri(rel), _one_line(exc)) from None
-
-    def kind(self, rel: str = "") -> str:
-        """'file', 'dir' or 'missing'. StorageError when it cannot be asked."""
+    def lookup(self, rel: str = "") -> Optional[Entry]:
+        """The entry at `rel` (with size and mtime), None when missing; StorageError when it
+        cannot be asked (permission denied, a dangling symlink, an unreachable endpoint)."""
         if self._local_root is not None:
             path = self._local(rel)
             try:
@@ -254,26 +244,7 @@ class Storage:
             except FileNotFoundError:
                 if os.path.islink(path):
                     raise StorageError(self.uri(rel), "dangling symlink") from None
-                return "missing"
-            except OSError as exc:
-                raise StorageError(self.uri(rel), _os_reason(exc)) from None
-            return "dir" if stat_mod.S_ISDIR(st.st_mode) else "file"
-        import pyarrow.fs as pafs
-
-        assert self._fs is not None
-        try:
-            info = self._fs.get_file_info(self._remote(rel))
-        except Exception as exc:
-            raise StorageError(self.uri(rel), _one_line(exc)) from None
-        if info.type == pafs.FileType.NotFound:
-            return "missing"
-        return "dir" if info.type == pafs.FileType.Directory else "file"
-
-    def stat(self, rel: str) -> Entry:
-        """Size and modification time of one file or folder."""
-        if self._local_root is not None:
-            try:
-                st = os.stat(self._local(rel))
+                return None
             except OSError as exc:
                 raise StorageError(self.uri(rel), _os_reason(exc)) from None
             return Entry(rel.rsplit("/", 1)[-1], stat_mod.S_ISDIR(st.st_mode), st.st_size, st.st_mtime_ns)
@@ -285,8 +256,20 @@ class Storage:
         except Exception as exc:
             raise StorageError(self.uri(rel), _one_line(exc)) from None
         if info.type == pafs.FileType.NotFound:
-            raise StorageError(self.uri(rel), "does not exist")
+            return None
         return Entry(info.base_name, info.type == pafs.FileType.Directory, info.size, info.mtime_ns)
+
+    def kind(self, rel: str = "") -> str:
+        """'file', 'dir' or 'missing'."""
+        entry = self.lookup(rel)
+        return "missing" if entry is None else "dir" if entry.is_dir else "file"
+
+    def stat(self, rel: str) -> Entry:
+        """Size and modification time of one file or folder; StorageError when missing."""
+        entry = self.lookup(rel)
+        if entry is None:
+            raise StorageError(self.uri(rel), "does not exist")
+        return entry
 
     def read(self, rel: str, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
         """Read a whole small file. StorageError when missing, unreadable or larger than max_bytes."""
