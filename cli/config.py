@@ -85,6 +85,10 @@ class Pipeline:
     app_id: str | None
     kafka: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
+    def __post_init__(self) -> None:
+        # a read-only copy, so a Pipeline built by hand is as immutable as a loaded one
+        object.__setattr__(self, "kafka", MappingProxyType(dict(self.kafka)))
+
     def redacted_kafka(self) -> dict[str, str]:
         """The Kafka settings with every credential's value replaced by "***"."""
         return {key: (REDACTED if is_secret_key(key) else value) for key, value in self.kafka.items()}
@@ -106,6 +110,10 @@ class Config:
     path: str | None
     defaults: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     pipelines: Mapping[str, Pipeline] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        object.__setattr__(self, "pipelines", MappingProxyType(dict(self.pipelines)))
 
 
 EMPTY_CONFIG = Config(path=None)

@@ -88,6 +88,12 @@ def test_config_is_immutable(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         config.pipelines["orders"].kafka["bootstrap"] = "x"  # type: ignore[index]
     hash(config.pipelines["orders"])
+    kafka = {"bootstrap": "b:9092"}
+    by_hand = Pipeline("p", "chk", None, None, None, kafka)
+    kafka["bootstrap"] = "changed"
+    assert by_hand.kafka["bootstrap"] == "b:9092"
+    with pytest.raises(TypeError):
+        Config(path=None, defaults={"format": "json"}).defaults["format"] = "plain"  # type: ignore[index]
 
 
 def test_config_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
