@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from typer.completion import completion_init
 
 from streamctl.cli import context
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
@@ -23,6 +24,9 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+# add_completion=False keeps --install/--show-completion out of --help, but also skips
+# registering typer's shell classes; without this every TAB says "Shell bash not supported".
+completion_init()
 
 
 def _version(value: bool) -> None:
