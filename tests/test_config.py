@@ -266,15 +266,35 @@ def test_config_pipeline_name_that_reads_as_a_path_is_rejected(tmp_path: Path, n
 
 
 def test_config_unreadable_file(tmp_path: Path) -> None:
-    path = write(tmp_path, FULL)
-    os.chmod(path, 0)
+    """Root reads any file, so the check runs as `nobody` (setpriv) on a 0600 root-owned file."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        path = write(tmp_path, FULL)
+        os.chmod(path, 0)
+        try:
+            message = usage_error(path)
+            assert path in message and "cannot read" in message
+        finally:
+            os.chmod(path, 0o600)
+        return
+    base = tempfile.mkdtemp(prefix="streamctl-cfg-")
     try:
-        if os.access(path, os.R_OK):
-            pytest.skip("running as a user who can read any file")
-        message = usage_error(path)
-        assert path in message and "cannot read" in message
-    finally:
+        os.chmod(base, 0o755)
+        path = write(Path(base), FULL)
         os.chmod(path, 0o600)
+        code = ("import sys\nfrom streamctl.cli.config import load_config\n"
+                "from streamctl.inspectors.errors import UsageError\n"
+                "try:\n    load_config(sys.argv[1])\nexcept UsageError as e:\n    print(e)\n")
+        r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                            sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
+        assert r.stdout.strip() == f"config file {path}: cannot read: Permission denied", r
+        assert SECRET not in r.stdout + r.stderr
+    finally:
+        shutil.rmtree(base)
 
 
 def test_config_not_utf8(tmp_path: Path) -> None:
