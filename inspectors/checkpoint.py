@@ -328,6 +328,16 @@ class _Inspector:
                 f"offsets/{P} is planned but {what}: Spark reruns only batch {P}; batches {c + 1}..{P - 1} are never committed"
                 + (" (expected with async progress tracking)" if async_progress else ""),
                 severity=sev, details={"committed": C, "planned": P}))
+        for name, log in (("offsets", offsets), ("commits", commits)):
+            stale = log.stale_checksums()
+            if stale:
+                files = [f"{name}/.{b}.crc" for b in stale]
+                self.findings.append(Finding(
+                    "STALE_CHECKSUM",
+                    f"{summarize(files)} without {name}/{stale[0]}: a batch file was deleted without its hidden "
+                    f"checksum; Spark's next write of batch {stale[0]} fails (\"Multiple streaming queries are "
+                    f"concurrently using {name}\"). Delete the .crc file too",
+                    details={"log": name, "files": [self.st.uri(f) for f in files]}))
         if async_progress:
             return
         for name, log in (("offsets", offsets), ("commits", commits)):

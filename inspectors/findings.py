@@ -24,6 +24,8 @@ CODES: dict[str, str] = {
     "QUERY_ID_CLASH": ERROR,
     "LIVE_QUERY": INFO,
     "UNREADABLE": ERROR,
+    # beyond DESIGN.md's minimum set
+    "STALE_CHECKSUM": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -58,6 +58,14 @@ class LogListing:
     temp_files: tuple[str, ...] = ()
     stray_files: tuple[str, ...] = ()  # names Spark ignores that are not crc/temp files
     exists: bool = True
+    crc_only: tuple[int, ...] = ()  # batch ids with a hidden `.N.crc` sidecar but no file N
+
+    def stale_checksums(self) -> list[int]:
+        """Sidecars `.N.crc` above the newest batch: Hadoop's local file system refuses to
+        create N next to them, so Spark's next write of batch N fails ("Multiple streaming
+        queries are concurrently using ..."). Left behind when N is deleted by hand."""
+        latest = -1 if self.latest is None else self.latest
+        return [b for b in self.crc_only if b > latest]
 
     @property
     def latest(self) -> Optional[int]:
@@ -81,6 +89,7 @@ def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> Lo
     ids: list[int] = []
     temps: list[str] = []
     strays: list[str] = []
+    crcs: list[int] = []
     for name, is_dir in names:
         b = batch_id_of(name)
         if b is not None and not is_dir:
@@ -88,11 +97,15 @@ def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> Lo
         elif is_temp_name(name):
             temps.append(name)
         elif is_hadoop_crc(name):
-            continue
+            crc_of = batch_id_of(name[1:-4])
+            if crc_of is not None:
+                crcs.append(crc_of)
         else:
             strays.append(name)
     ids.sort()
-    return LogListing(tuple(ids), tuple(sorted(temps)), tuple(sorted(strays)), exists)
+    present = set(ids)
+    crc_only = tuple(sorted(b for b in crcs if b not in present))
+    return LogListing(tuple(ids), tuple(sorted(temps)), tuple(sorted(strays)), exists, crc_only)
 
 
 # --- text helpers ---------------------------------------------------------------------------

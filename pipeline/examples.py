@@ -89,6 +89,7 @@ __all__ = [
     "build_agg_rocksdb_v2",
     "build_join_hdfs",
     "build_dedup_rocksdb",
+    "rerun_agg",
     "main",
 ]
 
@@ -291,23 +292,35 @@ def _build_agg(spark: "SparkSession", root: Path, name: str, confs: dict[str, st
     return ckpt
 
 
+_AGG_CONFS: dict[str, dict[str, str]] = {
+    "agg_hdfs": {_PROVIDER: HDFS_PROVIDER, _CKPT_FORMAT: "1"},
+    "agg_rocksdb": {_PROVIDER: ROCKSDB_PROVIDER, _CHANGELOG: "true", _CKPT_FORMAT: "1"},
+    "agg_rocksdb_v2": {_PROVIDER: ROCKSDB_PROVIDER, _CHANGELOG: "true", _CKPT_FORMAT: "2"},
+}
+
+
+def rerun_agg(spark: "SparkSession", checkpoint: Path, input_dir: Path, name: str) -> None:
+    """Restart an aggregation scenario's query on `checkpoint` (a copy made by the tests) with
+    the scenario's confs and let it finish (availableNow). `input_dir` must be the folder the
+    checkpoint was built from: the file-source log records absolute input paths. Raises what
+    Spark raises: the tests use it to check that a verdict matches what a restart really does."""
+    with _confs(spark, _AGG_CONFS[name]):
+        _run(_agg_writer(spark, name, Path(input_dir), Path(checkpoint)), name, 3)
+
+
 def build_agg_hdfs(spark: "SparkSession", root: Path) -> Path:
     """groupBy(key).agg(count, sum) -> noop (update); HDFS provider, format 1; 8 batches."""
-    return _build_agg(spark, root, "agg_hdfs", {_PROVIDER: HDFS_PROVIDER, _CKPT_FORMAT: "1"})
+    return _build_agg(spark, root, "agg_hdfs", _AGG_CONFS["agg_hdfs"])
 
 
 def build_agg_rocksdb(spark: "SparkSession", root: Path) -> Path:
     """Same aggregation; RocksDB provider with changelog checkpointing, format 1; 8 batches."""
-    return _build_agg(
-        spark, root, "agg_rocksdb", {_PROVIDER: ROCKSDB_PROVIDER, _CHANGELOG: "true", _CKPT_FORMAT: "1"}
-    )
+    return _build_agg(spark, root, "agg_rocksdb", _AGG_CONFS["agg_rocksdb"])
 
 
 def build_agg_rocksdb_v2(spark: "SparkSession", root: Path) -> Path:
     """Same aggregation; RocksDB + changelog + checkpointFormatVersion=2; 8 batches."""
-    return _build_agg(
-        spark, root, "agg_rocksdb_v2", {_PROVIDER: ROCKSDB_PROVIDER, _CHANGELOG: "true", _CKPT_FORMAT: "2"}
-    )
+    return _build_agg(spark, root, "agg_rocksdb_v2", _AGG_CONFS["agg_rocksdb_v2"])
 
 
 def build_join_hdfs(spark: "SparkSession", root: Path) -> Path:

@@ -192,11 +192,21 @@ def test_query_id_clash_across_checkpoints(cli, tmp_path):
 def test_temp_files_in_logs_are_never_batches(cli, tmp_path):
     chk = build(tmp_path / "chk", planned=2, committed=2)
     (chk / "offsets/.3.8f2c0a4e-1111-2222-3333-444455556666.tmp").write_text("v1\n{}\n")
-    (chk / "commits/.3.crc").write_bytes(b"x")
+    (chk / "commits/.1.crc").write_bytes(b"x")
     r = cli("inspect", "epochs", str(chk), "--json")
     q = r.json()["queries"][0]
     assert (q["planned"], q["committed"], q["verdict"]) == (2, 2, "aligned")
     assert q["temp_files"] == ["offsets/.3.8f2c0a4e-1111-2222-3333-444455556666.tmp"]
+
+
+def test_checksum_left_behind_by_a_deleted_batch(cli, tmp_path):
+    """Deleting commits/N by hand leaves .N.crc, and Hadoop then refuses to write N again."""
+    chk = build(tmp_path / "chk", planned=3, committed=2)
+    (chk / "commits/.3.crc").write_bytes(b"crc")
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 1 and [f["code"] for f in q["findings"]] == ["STALE_CHECKSUM", "IN_FLIGHT"]
+    assert q["findings"][0]["files"] == [str(chk / "commits/.3.crc")]
 
 
 # --- bad input: exit 3, one line naming the path, nothing written ---------------------------

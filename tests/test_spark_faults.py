@@ -102,10 +102,12 @@ def test_deleting_the_newest_offsets_file_is_commit_ahead(cli, fresh_copy):
 def test_uncommitted_newest_batch_is_in_flight(cli, fresh_copy):
     chk = fresh_copy("agg_rocksdb")
     (chk / "commits/7").unlink()
+    (chk / "commits/.7.crc").unlink()
     code, doc = epochs(cli, chk)
     q = doc["queries"][0]
     assert code == 0 and codes(q) == ["IN_FLIGHT"] and q["verdict"] == "recoverable"
     (chk / "commits/6").unlink()
+    (chk / "commits/.6.crc").unlink()
     code, doc = epochs(cli, chk)
     assert code == 1 and "WAL_AHEAD" in codes(doc["queries"][0])
 
@@ -189,3 +191,36 @@ def test_pyspark_3_5_checkpoints(cli, name):
     assert op["provider"] == ("hdfs" if name == "agg_hdfs" else "rocksdb")
     assert op["metadata_version"] is None and op["num_partitions_source"] == "offsets_conf"
     assert len(op["stores"]) == 2 and all(s["durable_version"] == 4 for s in op["stores"])
+
+
+def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_copy):
+    """What inspect says is what a restart of the real query does: an in-flight checkpoint
+    (recoverable) replays its batch and is aligned again; one whose replay needs a deleted state
+    file (unrestorable) fails."""
+    from streamctl.pipeline.examples import rerun_agg
+
+    chk = fresh_copy("agg_rocksdb")
+    (chk / "commits/7").unlink()  # by hand, the way operators do it: the hidden .7.crc stays
+    code, doc = epochs(cli, chk)
+    assert code == 1 and codes(doc["queries"][0]) == ["IN_FLIGHT", "STALE_CHECKSUM"]
+    with pytest.raises(Exception, match="Multiple streaming queries are concurrently using"):
+        rerun_agg(spark, chk, spark_checkpoints["agg_rocksdb"].parent / "input", "agg_rocksdb")
+
+    chk = fresh_copy("agg_rocksdb")
+    (chk / "commits/7").unlink()
+    (chk / "commits/.7.crc").unlink()
+    assert epochs(cli, chk)[1]["verdict"] == "recoverable"
+    rerun_agg(spark, chk, spark_checkpoints["agg_rocksdb"].parent / "input", "agg_rocksdb")
+    code, doc = epochs(cli, chk)
+    assert code == 0 and doc["verdict"] == "aligned" and doc["queries"][0]["committed"] == 7
+
+    chk = fresh_copy("agg_hdfs")
+    (chk / "commits/7").unlink()  # batch 7 is replayed: it loads state version 7
+    (chk / "commits/.7.crc").unlink()
+    for f in state_files(chk, 0, 2, 7):
+        f.unlink()
+    code, doc = epochs(cli, chk)
+    assert code == 1 and "STATE_UNRESTORABLE" in codes(doc["queries"][0])
+    with pytest.raises(Exception) as info:
+        rerun_agg(spark, chk, spark_checkpoints["agg_hdfs"].parent / "input", "agg_hdfs")
+    assert "7.delta" in str(info.value)
