@@ -41,6 +41,35 @@ def _resolve(args: list[str], config: Any) -> list[str]:
     return [resolve_checkpoint(a, config)[0] for a in args]
 
 
+def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id: Optional[str],
+             config: Any) -> list[tuple[str, Optional[str], str, Optional[str]]]:
+    """(checkpoint, sink, sink kind, app id) per argument. --sink is given once per checkpoint,
+    in order; a named pipeline brings its own sink, kind and app id unless flags say otherwise."""
+    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.inspectors.sinks import SINK_KINDS
+
+    if sink_kind not in SINK_KINDS:
+        raise UsageError(f"invalid value for --sink-kind: {sink_kind!r} (choose from {', '.join(SINK_KINDS)})")
+    if sinks and len(sinks) != len(args):
+        raise UsageError(f"--sink was given {len(sinks)} time(s) for {len(args)} checkpoint(s): give one per checkpoint, in order")
+    out = []
+    for i, arg in enumerate(args):
+        location, pipeline = resolve_checkpoint(arg, config)
+        sink = sinks[i] if sinks else (pipeline.sink if pipeline else None)
+        kind = sink_kind
+        if kind == "auto" and not sinks and pipeline and pipeline.sink_kind:
+            kind = pipeline.sink_kind
+        app = app_id or (pipeline.app_id if pipeline and not sinks else None)
+        out.append((location, sink, kind, app))
+    return out
+
+
+SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
+SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
+APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
+
+
 def exit_for_verdict(verdict: str) -> ExitCode:
     return {"unreadable": ExitCode.UNREADABLE, "misaligned": ExitCode.MISALIGNED}.get(verdict, ExitCode.OK)
 
@@ -58,6 +87,9 @@ def _window(w: Optional[list[int]]) -> str:
 @handle_errors
 def inspect_epochs(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://) or pipeline names."),
+    sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
+    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -74,31 +106,33 @@ def inspect_epochs(
 
       # several checkpoints on S3, as JSON for a runbook
       streamctl inspect epochs s3://bucket/chk/orders s3://bucket/chk/payments --json
+
+      # with the sink: is its commit log ahead of or behind the checkpoint?
+      streamctl inspect epochs /data/chk/orders --sink /data/tables/orders
     """
-    from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.report import epoch_report
 
     config = _settings()
     output = _format(fmt, as_json, config)
-    locations = _resolve(checkpoints, config)
-    with render.progress(output != "json") as tick:
-        queries = []
-        for loc in locations:
-            tick(f"inspecting {loc}")
-            queries.append(inspect_checkpoint(loc, progress=lambda msg, loc=loc: tick(f"{loc}: {msg}")))
+    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output)
     doc = epoch_report(queries)
     if output == "json":
         render.emit_json(doc)
     else:
         rows = []
         lines = []
+        with_sink = any(q["sink"] for q in doc["queries"])
         for q in doc["queries"]:
-            rows.append([q["query_id"], q["checkpoint"], q["planned"], q["committed"],
-                         q["state_epoch"] if q["stateful"] else "stateless", _window(q["common_window"]), q["verdict"]])
+            row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
+                   q["state_epoch"] if q["stateful"] else "stateless"]
+            if with_sink:
+                row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
+                        if q["sink"] else "-"]
+            rows.append(row + [_window(q["common_window"]), q["verdict"]])
             lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
         lines += [_finding_line(f) for f in doc["findings"]]
-        render.emit_table(["query id", "checkpoint", "planned", "committed", "state epoch", "common window", "verdict"],
-                          rows, output)
+        render.emit_table(["query id", "checkpoint", "planned", "committed", "state epoch"]
+                          + (["sink epoch"] if with_sink else []) + ["common window", "verdict"], rows, output)
         render.emit_lines(lines or ["none"], output, title="Findings")
         render.emit_lines([f"verdict: {doc['verdict']}"], output)
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
@@ -164,4 +198,117 @@ def inspect_state(
             render.emit_lines(["no state: the query is stateless"], output, title=title)
         render.emit_lines(summary, output, title="Operators" if summary else None)
         render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
+    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+
+
+def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str) -> list[Any]:
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    queries = []
+    with render.progress(output != "json") as tick:
+        for loc, sink, kind, app in targets:
+            tick(f"inspecting {loc}")
+            queries.append(inspect_checkpoint(loc, progress=lambda msg, loc=loc: tick(f"{loc}: {msg}"),
+                                              sink=sink, sink_kind=kind, app_id=app))
+    return queries
+
+
+@app.command("sink")
+@handle_errors
+def inspect_sink(
+    sink: str = typer.Argument(..., help="The sink's path or URI, or a pipeline name."),
+    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    app_id: Optional[str] = typer.Option(None, "--app-id", help="Delta txn app id (a query id); needed for the txn version of a Delta sink."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Show a sink's commit log: kind, epochs present, files (and rows) per epoch, compactions.
+
+    File sinks: `_spark_metadata/` batches and `.compact` points. Delta: the table version and the
+    txn version for --app-id. Coordinated sinks: every epoch's commit record, its writers, and
+    staging or files no commit record names.
+
+    Examples:
+
+      streamctl inspect sink /data/tables/orders
+      streamctl inspect sink s3://bucket/tables/orders --sink-kind delta --app-id 26806544-709f-4745-a6e4-7641361fe94a
+    """
+    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.inspectors.report import sink_report
+    from streamctl.inspectors.sinks import read_sink
+
+    config = _settings()
+    output = _format(fmt, as_json, config)
+    targets = _targets([sink], None, sink_kind, app_id, config)
+    _location, pipeline = resolve_checkpoint(sink, config)
+    location = pipeline.sink if pipeline and pipeline.sink else sink
+    kind = targets[0][2]
+    app = app_id or (pipeline.app_id if pipeline else None)
+    with render.progress(output != "json") as tick:
+        tick(f"reading {location}")
+        log = read_sink(location, kind, app, detail=True)
+    doc = sink_report(log)
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        rec = doc["sink"]
+        head = f"{rec['kind']} sink {rec['uri']}: newest epoch {rec['epoch'] if rec['epoch'] is not None else '-'}"
+        if rec["kind"] == "delta":
+            head += f", table version {rec['table_version']}, app id {rec['app_id'] or '- (give --app-id)'}"
+        if rec["compactions"]:
+            head += f", compactions at {', '.join(map(str, rec['compactions']))}"
+        rows = [[e["epoch"], e["source"], len(e["files"]), len(e["deleted"]), e["rows"]] for e in rec["epochs"]]
+        render.emit_lines([head], output)
+        if rows:
+            render.emit_table(["epoch", "log file", "files added", "files deleted", "rows"], rows, output)
+        if rec["writers"]:
+            render.emit_table(["writer", "partition", "first", "last", "epochs", "missing in"],
+                              [[w["writer"], w["partition"], w["first"], w["last"], w["epochs"],
+                                ", ".join(map(str, w["missing_in"])) or "-"] for w in rec["writers"]], output)
+        render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
+    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+
+
+@app.command("writers")
+@handle_errors
+def inspect_writers(
+    checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs or pipeline names."),
+    sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
+    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
+    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Show every parallel writer, its restartable window, the common window, and who is ahead,
+    behind or broken.
+
+    Writers are the WAL (offsets/), the commit log, every state store, the sink's log and every
+    writer task of a coordinated sink. The common window is [max of firsts, min of lasts]: the
+    epochs every writer can restart from — where a realignment can land.
+
+    Examples:
+
+      streamctl inspect writers /data/chk/orders --sink /data/tables/orders
+      streamctl inspect writers orders --json
+    """
+    from streamctl.inspectors.report import writers_report
+
+    config = _settings()
+    output = _format(fmt, as_json, config)
+    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output)
+    doc = writers_report(queries)
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        for q in doc["queries"]:
+            rows = [[w["writer"], w["kind"], w["first"], w["last"], w["status"]] for w in q["writers"]]
+            render.emit_table(["writer", "kind", "first", "last", "status"], rows, output,
+                              title=f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
+            lines = [f"common window: {_window(q['common_window'])}"]
+            for status in ("ahead", "behind", "broken", "empty"):
+                if q[status]:
+                    lines.append(f"{status}: {', '.join(q[status][:10])}{' ...' if len(q[status]) > 10 else ''}")
+            render.emit_lines(lines, output)
+            render.emit_lines([_finding_line(f) for f in q["findings"]] or ["none"], output, title="Findings")
+        render.emit_lines([_finding_line(f) for f in doc["findings"]], output)
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))

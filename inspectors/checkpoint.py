@@ -7,7 +7,7 @@ metadata and `sources/`; everything else is decided from folder listings.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
@@ -21,6 +21,7 @@ from streamctl.inspectors.logs import (
     parse_offsets,
     parse_query_metadata,
 )
+from streamctl.inspectors.sinks import SinkLog, compare_sink, read_sink
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
     DEFAULT_STORE,
@@ -114,6 +115,7 @@ class QueryInspection:
     latest_offsets: Optional[OffsetEntry]
     committed_offsets: Optional[OffsetEntry]
     findings: tuple[Finding, ...]
+    sink: Optional[SinkLog] = None
 
     @property
     def verdict(self) -> str:
@@ -141,6 +143,7 @@ class QueryInspection:
             "writers": [w.to_record() for w in self.writers],
             "common_window": None if self.common_window is None else list(self.common_window),
             "sources": [_source_record(s) for s in self.sources],
+            "sink": None if self.sink is None else self.sink.position(),
             "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
             "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
             "verdict": self.verdict,
@@ -165,16 +168,29 @@ def _unreadable(checkpoint: str, path: str, reason: str) -> QueryInspection:
 Progress = Callable[[str], None]
 
 
-def inspect_checkpoint(location: str, progress: Optional[Progress] = None) -> QueryInspection:
-    """Inspect the checkpoint at `location` (local path or URI). Never raises for bad input."""
+def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink: Optional[str] = None,
+                       sink_kind: str = "auto", app_id: Optional[str] = None) -> QueryInspection:
+    """Inspect the checkpoint at `location` (local path or URI), and with `sink` the sink it
+    writes to (its epoch joins the positions, its writers the parallel-writer analysis; a Delta
+    sink's txn app id defaults to the checkpoint's query id). Never raises for bad input."""
     try:
         storage = Storage.open(location)
+        q = _Inspector(storage, progress).run()
     except StorageError as exc:
-        return _unreadable(location, exc.path, exc.reason)
-    try:
-        return _Inspector(storage, progress).run()
-    except StorageError as exc:
-        return _unreadable(storage.display, exc.path, exc.reason)
+        q = _unreadable(location, exc.path, exc.reason)
+    if sink is None:
+        return q
+    if progress:
+        progress(f"reading sink {sink}")
+    log = read_sink(sink, sink_kind, app_id or q.query_id)
+    findings = q.findings + log.findings + tuple(compare_sink(log, q.planned, q.committed))
+    reference = q.committed if q.committed is not None else q.planned
+    extra = [Writer("sink", "sink_log", log.first_epoch, log.epoch, _status(log.first_epoch, log.epoch, reference))]
+    for w in log.writers:
+        broken = any(e < (w.last if w.last is not None else -1) for e in w.missing_in)
+        extra.append(Writer(w.name, "sink_writer", w.first, w.last, _status(w.first, w.last, reference, broken)))
+    writers = q.writers + tuple(extra)
+    return replace(q, findings=findings, sink=log, writers=writers, common_window=_common_window(list(writers)))
 
 
 class _Inspector:
@@ -442,36 +458,41 @@ def _store_with_id(stores: dict[str, StoreFiles], version: int, uid: str) -> Opt
     return None
 
 
-def _writers(offsets: LogListing, commits: LogListing, stores: list[StoreStatus],
-             reference: Optional[int]) -> tuple[list[Writer], Optional[tuple[int, int]]]:
-    """Every writer's restartable window and the common window [max firsts, min lasts]."""
-    writers: list[Writer] = []
+def _status(first: Optional[int], last: Optional[int], reference: Optional[int], broken: bool = False) -> str:
+    if last is None:
+        return "empty"
+    if broken:
+        return "broken"
+    if reference is None or last == reference:
+        return "ok"
+    return "behind" if last < reference else "ahead"
 
-    def status(first: Optional[int], last: Optional[int], broken: bool = False) -> str:
-        if last is None:
-            return "empty"
-        if broken:
-            return "broken"
-        if reference is None or last == reference:
-            return "ok"
-        return "behind" if last < reference else "ahead"
 
-    if offsets.exists or offsets.batch_ids:
-        writers.append(Writer("offsets", "wal", offsets.oldest, offsets.latest,
-                              status(offsets.oldest, offsets.latest, bool(offsets.gaps()))))
-    if commits.exists or commits.batch_ids:
-        writers.append(Writer("commits", "commit_log", commits.oldest, commits.latest,
-                              status(commits.oldest, commits.latest, bool(commits.gaps()))))
-    for s in stores:
-        first = None if s.first_restorable is None else s.first_restorable - 1
-        last = None if s.durable_version is None else s.durable_version - 1
-        writers.append(Writer(s.path, "state_store", first, last, status(first, last, s.broken_at is not None)))
+def _common_window(writers: list[Writer]) -> Optional[tuple[int, int]]:
+    """[max of firsts, min of lasts] over every writer; None when it is empty."""
     firsts = [w.first for w in writers]
     lasts = [w.last for w in writers]
     if not writers or any(x is None for x in firsts + lasts):
-        return writers, None
+        return None
     lo, hi = max(firsts), min(lasts)  # type: ignore[type-var]
-    return writers, ((lo, hi) if lo <= hi else None)  # type: ignore[return-value]
+    return (lo, hi) if lo <= hi else None  # type: ignore[return-value]
+
+
+def _writers(offsets: LogListing, commits: LogListing, stores: list[StoreStatus],
+             reference: Optional[int]) -> tuple[list[Writer], Optional[tuple[int, int]]]:
+    """Every writer's restartable window and the common window."""
+    writers: list[Writer] = []
+    if offsets.exists or offsets.batch_ids:
+        writers.append(Writer("offsets", "wal", offsets.oldest, offsets.latest,
+                              _status(offsets.oldest, offsets.latest, reference, bool(offsets.gaps()))))
+    if commits.exists or commits.batch_ids:
+        writers.append(Writer("commits", "commit_log", commits.oldest, commits.latest,
+                              _status(commits.oldest, commits.latest, reference, bool(commits.gaps()))))
+    for s in stores:
+        first = None if s.first_restorable is None else s.first_restorable - 1
+        last = None if s.durable_version is None else s.durable_version - 1
+        writers.append(Writer(s.path, "state_store", first, last, _status(first, last, reference, s.broken_at is not None)))
+    return writers, _common_window(writers)
 
 
 def cross_query_findings(queries: list[QueryInspection]) -> list[Finding]:

@@ -26,6 +26,8 @@ CODES: dict[str, str] = {
     "UNREADABLE": ERROR,
     # beyond DESIGN.md's minimum set
     "STALE_CHECKSUM": ERROR,
+    "SINK_WRITER_MISSING": ERROR,
+    "SINK_ORPHANS": WARNING,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

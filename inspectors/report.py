@@ -8,6 +8,7 @@ from typing import Any
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
 from streamctl.inspectors.findings import Finding, verdict_of, worst_verdict
+from streamctl.inspectors.sinks import SinkLog
 
 API_VERSION = "streamctl/v1"
 
@@ -51,4 +52,50 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
         "operators": [op.to_record() for op in q.operators],
         "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
         "verdict": verdict_of(findings),
+    }
+
+
+def sink_report(log: SinkLog) -> dict[str, Any]:
+    """`inspect sink`: the sink's commit log on its own."""
+    findings = sorted(log.findings, key=Finding.sort_key)
+    return {
+        "api_version": API_VERSION,
+        "kind": "SinkReport",
+        "sink": log.to_record(),
+        "findings": [f.to_record() for f in findings],
+        "verdict": verdict_of(findings),
+    }
+
+
+def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
+    """`inspect writers`: every parallel writer of each query, the common window, and who is
+    ahead, behind or broken."""
+    records = []
+    for q in sorted(queries, key=lambda q: q.checkpoint):
+        by_status: dict[str, list[str]] = {}
+        for w in q.writers:
+            by_status.setdefault(w.status, []).append(w.name)
+        records.append({
+            "checkpoint": q.checkpoint,
+            "query_id": q.query_id,
+            "planned": q.planned,
+            "committed": q.committed,
+            "sink": None if q.sink is None else q.sink.position(),
+            "writers": [w.to_record() for w in q.writers],
+            "common_window": None if q.common_window is None else list(q.common_window),
+            "ahead": by_status.get("ahead", []),
+            "behind": by_status.get("behind", []),
+            "broken": by_status.get("broken", []),
+            "empty": by_status.get("empty", []),
+            "findings": [f.to_record() for f in sorted(q.findings, key=Finding.sort_key)],
+            "verdict": q.verdict,
+        })
+    cross = cross_query_findings(queries)
+    verdicts = [r["verdict"] for r in records] + ([verdict_of(cross)] if cross else [])
+    return {
+        "api_version": API_VERSION,
+        "kind": "WriterReport",
+        "queries": records,
+        "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
+        "verdict": worst_verdict(verdicts),
     }

@@ -1,0 +1,350 @@
+"""Sink commit logs behind one small interface: what each sink kind has durably committed.
+
+A reader turns a sink location into a `SinkLog`: the newest committed epoch (the sink epoch `S`
+of DESIGN.md), the epochs present, per epoch the files (and rows where known), compaction points,
+the sink's parallel writers (coordinated sink) and findings about the sink alone. The analysis
+against a checkpoint (SINK_AHEAD, SINK_BEHIND) lives in `compare_sink`, which never looks at a
+sink kind: a new kind is a new reader in `READERS`, nothing else.
+
+Kinds:
+- `file`: Spark's file sink, `<path>/_spark_metadata/` (FORMATS.md §6.1);
+- `delta`: a Delta table's `txn` version for an app id, read with the `deltalake` package
+  (checkpoints, multi-part checkpoints and log compaction are the library's business);
+- `coordinated`: streamctl's coordinated sink (`streamctl.pipeline.coordinated_sink`), whose
+  `_commits/<epoch>.json` records name every writer of the epoch.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
+
+from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.findings import WARNING, Finding, summarize
+from streamctl.inspectors.logs import LogParseError, is_temp_name
+from streamctl.inspectors.sources import compactible_name, parse_compactible
+from streamctl.inspectors.storage import Storage
+
+SINK_KINDS = ("auto", "file", "delta", "coordinated")
+FILE_SINK_LOG = "_spark_metadata"
+DELTA_LOG = "_delta_log"
+COORD_COMMITS = "_commits"
+COORD_STAGING = "_staging"
+COORD_DATA = "data"
+MAX_RECORDS = 1000  # newest coordinated-sink commit records read per inspection
+
+
+@dataclass(frozen=True, slots=True)
+class SinkEpoch:
+    """One committed epoch: the files it added (and removed), rows where the sink records them."""
+
+    epoch: int
+    files: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    rows: Optional[int] = None
+    source: str = ""  # the log file this was read from
+
+    def to_record(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "files": list(self.files), "deleted": list(self.deleted),
+                "rows": self.rows, "source": self.source}
+
+
+@dataclass(frozen=True, slots=True)
+class SinkWriter:
+    """One parallel writer of a coordinated sink (a write task partition)."""
+
+    name: str
+    partition: int
+    first: Optional[int]
+    last: Optional[int]
+    epochs: int
+    missing_in: tuple[int, ...]  # committed epochs whose record or files lack this writer
+
+
+@dataclass(frozen=True)
+class SinkLog:
+    kind: str
+    uri: str
+    epoch: Optional[int]  # newest committed epoch S (None: nothing committed)
+    first_epoch: Optional[int] = None  # oldest epoch still in the log (the sink's window)
+    epochs: tuple[SinkEpoch, ...] = ()  # per-epoch detail, when read
+    epoch_ids: tuple[int, ...] = ()  # epochs present in the log
+    compactions: tuple[int, ...] = ()
+    writers: tuple[SinkWriter, ...] = ()
+    app_id: Optional[str] = None
+    table_version: Optional[int] = None
+    findings: tuple[Finding, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def position(self) -> dict[str, Any]:
+        """The `sink` object of a query in the EpochReport JSON."""
+        return {"kind": self.kind, "uri": self.uri, "epoch": self.epoch}
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "uri": self.uri,
+            "epoch": self.epoch,
+            "first_epoch": self.first_epoch,
+            "epoch_ids": list(self.epoch_ids),
+            "compactions": list(self.compactions),
+            "app_id": self.app_id,
+            "table_version": self.table_version,
+            "epochs": [e.to_record() for e in self.epochs],
+            "writers": [{"writer": w.name, "partition": w.partition, "first": w.first, "last": w.last,
+                         "epochs": w.epochs, "missing_in": list(w.missing_in)} for w in self.writers],
+            **dict(self.extra),
+        }
+
+
+def _unreadable(path: str, reason: str) -> Finding:
+    return Finding("UNREADABLE", f"{path}: {reason}", details={"path": path, "reason": reason})
+
+
+# --- file sink ------------------------------------------------------------------------------
+
+
+def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
+    entries = st.list_dir(FILE_SINK_LOG) or []
+    batches = sorted(p for p in (compactible_name(e.name) for e in entries if not e.is_dir) if p is not None)
+    findings: list[Finding] = []
+    if not batches:
+        return SinkLog("file", st.display, None, findings=tuple(findings))
+    ids = [b for b, _ in batches]
+    compactions = [b for b, c in batches if c]
+    latest_compact = compactions[-1] if compactions else None
+    # Spark's readers use the newest compaction file plus every batch after it: a batch file
+    # missing there hides its data files from every reader of the table.
+    after = [b for b in ids if latest_compact is None or b >= latest_compact]
+    start = latest_compact if latest_compact is not None else ids[0]
+    missing = [b for b in range(start, ids[-1] + 1) if b not in set(after)]
+    if missing:
+        findings.append(Finding(
+            "LOG_GAP", f"{FILE_SINK_LOG}/: batch files missing after the newest compaction: "
+                       f"{summarize([str(b) for b in missing])}; their data files are invisible to readers",
+            details={"log": FILE_SINK_LOG, "missing": missing}))
+    to_read = batches if detail else [(b, c) for b, c in batches if b in set(after)]
+    epochs = []
+    for b, compact in to_read:
+        rel = f"{FILE_SINK_LOG}/{b}{'.compact' if compact else ''}"
+        try:
+            parsed = parse_compactible(st.read(rel), st.uri(rel), b, compact)
+        except StreamctlError as exc:
+            findings.append(_unreadable(getattr(exc, "path", st.uri(rel)), getattr(exc, "reason", str(exc))))
+            continue
+        adds = tuple(str(e.get("path")) for e in parsed.entries if e.get("action", "add") == "add")
+        dels = tuple(str(e.get("path")) for e in parsed.entries if e.get("action") == "delete")
+        epochs.append(SinkEpoch(b, adds, dels, None, rel))
+    return SinkLog("file", st.display, ids[-1], first_epoch=ids[0], epochs=tuple(epochs), epoch_ids=tuple(ids),
+                   compactions=tuple(compactions), findings=tuple(findings))
+
+
+# --- Delta ----------------------------------------------------------------------------------
+
+
+def _delta_options(st: Storage) -> tuple[str, dict[str, str]]:
+    """deltalake's table URI and storage options for a Storage location."""
+    uri = st.display
+    opts: dict[str, str] = {}
+    if "?" in uri:  # s3://bucket/t?endpoint_override=host:port&scheme=http (pyarrow style)
+        from urllib.parse import parse_qsl
+
+        uri, _, query = uri.partition("?")
+        q = dict(parse_qsl(query))
+        if "endpoint_override" in q:
+            scheme = q.get("scheme", "https")
+            opts["AWS_ENDPOINT_URL"] = f"{scheme}://{q['endpoint_override']}"
+            if scheme == "http":
+                opts["AWS_ALLOW_HTTP"] = "true"
+        if "region" in q:
+            opts["AWS_REGION"] = q["region"]
+    if uri.startswith("s3a://") or uri.startswith("s3n://"):
+        uri = "s3://" + uri[6:]
+    return uri, opts
+
+
+def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
+    try:
+        from deltalake import DeltaTable
+    except ImportError:  # pragma: no cover - deltalake is a dependency of the sink readers
+        raise StorageError(st.display, "reading Delta tables needs the deltalake package (pip install deltalake)") from None
+    uri, opts = _delta_options(st)
+    try:
+        table = DeltaTable(uri, storage_options=opts or None)
+        version = table.version()
+        txn = table.transaction_version(app_id) if app_id else None
+    except Exception as exc:  # deltalake raises its own error types with multi-line texts
+        text = str(exc).strip().splitlines()
+        reason = text[0] if text else type(exc).__name__
+        path = st.uri(DELTA_LOG)
+        return SinkLog("delta", st.display, None, app_id=app_id,
+                       findings=(_unreadable(path, f"Delta log cannot be loaded: {reason}"),))
+    epoch = int(txn) if txn is not None else None
+    extra: dict[str, Any] = {}
+    if not app_id:
+        extra["note"] = "no app id given: the txn version needs --app-id or a checkpoint (its query id)"
+    return SinkLog("delta", st.display, epoch, first_epoch=epoch, epoch_ids=(epoch,) if epoch is not None else (),
+                   app_id=app_id, table_version=int(version), extra=extra)
+
+
+# --- coordinated sink -----------------------------------------------------------------------
+
+
+def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
+    findings: list[Finding] = []
+    names = [e.name for e in st.list_dir(COORD_COMMITS) or [] if not e.is_dir]
+    temp = sorted(n for n in names if is_temp_name(n))
+    ids = sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    records: dict[int, dict[str, Any]] = {}
+    for e in ids[-MAX_RECORDS:]:
+        rel = f"{COORD_COMMITS}/{e}.json"
+        try:
+            rec = _parse_commit_record(st.read(rel), st.uri(rel), e)
+        except StreamctlError as exc:
+            findings.append(_unreadable(getattr(exc, "path", st.uri(rel)), getattr(exc, "reason", str(exc))))
+            continue
+        records[e] = rec
+    # Which published files exist, per epoch folder: one listing of data/ and one per epoch.
+    data_dirs = {e.name for e in st.list_dir(COORD_DATA) or [] if e.is_dir}
+    published: dict[int, set[str]] = {}
+    for d in data_dirs:
+        if d.startswith("epoch=") and d[6:].isdigit():
+            published[int(d[6:])] = {f"{COORD_DATA}/{d}/{e.name}" for e in st.list_dir(f"{COORD_DATA}/{d}") or []
+                                     if not e.is_dir and not e.name.startswith(".")}
+    epochs: list[SinkEpoch] = []
+    num_writers = 0
+    presence: dict[int, list[int]] = {}  # partition -> epochs it committed (with its files present)
+    missing: dict[int, list[int]] = {}
+    for e in sorted(records):
+        rec = records[e]
+        writers = rec["writers"]
+        n = int(rec.get("num_writers") or len(writers))
+        num_writers = max(num_writers, n)
+        files = tuple(f for w in writers for f in w["files"])
+        epochs.append(SinkEpoch(e, files, (), int(rec.get("rows", sum(w["rows"] for w in writers))), f"{COORD_COMMITS}/{e}.json"))
+        by_part = {int(w["partition"]): w for w in writers}
+        present = published.get(e, set())
+        for p in range(n):
+            w = by_part.get(p)
+            if w is None or any(f not in present for f in w["files"]):
+                missing.setdefault(p, []).append(e)
+            else:
+                presence.setdefault(p, []).append(e)
+    for p in sorted(missing):
+        lost = missing[p]
+        findings.append(Finding(
+            "SINK_WRITER_MISSING",
+            f"writer {p} is missing from committed epoch(s) {summarize([str(x) for x in lost])} "
+            "(absent from the commit record, or its data files are gone)",
+            details={"partition": p, "epochs": lost}))
+    orphans: list[str] = [f"{COORD_COMMITS}/{n}" for n in temp]
+    staged_epochs = []
+    for e in st.list_dir(COORD_STAGING) or []:
+        if e.is_dir:
+            files = [x.name for x in st.list_dir(f"{COORD_STAGING}/{e.name}") or []]
+            if files:
+                staged_epochs.append(e.name)
+                orphans += [f"{COORD_STAGING}/{e.name}/{f}" for f in sorted(files)]
+    named = {f for rec in records.values() for w in rec["writers"] for f in w["files"]}
+    for e, files in sorted(published.items()):
+        orphans += sorted(f for f in files if f not in named and (e in records or e not in ids))
+    if orphans:
+        uncommitted = sorted(s for s in staged_epochs if not (s.isdigit() and int(s) in records))
+        findings.append(Finding(
+            "SINK_ORPHANS",
+            f"{len(orphans)} sink file(s) no commit record names"
+            + (f" (staging of uncommitted epoch(s) {', '.join(uncommitted)}: Spark rewrites them on replay)" if uncommitted else "")
+            + f": {summarize(orphans, 3)}",
+            severity=WARNING, details={"files": [st.uri(f) for f in orphans]}))
+    writers = []
+    for p in range(num_writers):
+        got = presence.get(p, [])
+        writers.append(SinkWriter(f"sink/writer-{p}", p, min(got) if got else None, max(got) if got else None,
+                                  len(got), tuple(missing.get(p, []))))
+    epoch = ids[-1] if ids else None
+    return SinkLog("coordinated", st.display, epoch, first_epoch=ids[0] if ids else None, epochs=tuple(epochs),
+                   epoch_ids=tuple(ids), writers=tuple(writers), findings=tuple(findings))
+
+
+def _parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
+    if not data:
+        raise LogParseError(path, "empty commit record")
+    try:
+        rec = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LogParseError(path, f"commit record is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(rec, dict) or rec.get("epoch") != epoch or not isinstance(rec.get("writers"), list):
+        raise LogParseError(path, f"not a commit record of epoch {epoch} (needs \"epoch\": {epoch} and \"writers\")")
+    if rec.get("version", 1) != 1:
+        raise LogParseError(path, f"unsupported commit record version {rec.get('version')!r}")
+    for w in rec["writers"]:
+        if not isinstance(w, dict) or not isinstance(w.get("partition"), int) or not isinstance(w.get("files"), list):
+            raise LogParseError(path, "a writer entry lacks partition or files")
+        w.setdefault("rows", 0)
+    return rec
+
+
+# --- detection and the interface --------------------------------------------------------------
+
+Reader = Callable[[Storage, Optional[str], bool], SinkLog]
+READERS: dict[str, Reader] = {"file": _read_file_sink, "delta": _read_delta, "coordinated": _read_coordinated}
+MARKERS = {"file": FILE_SINK_LOG, "delta": DELTA_LOG, "coordinated": COORD_COMMITS}
+
+
+def detect_kind(st: Storage) -> Optional[str]:
+    """The sink kind from the folders at the sink root, or None."""
+    names = {e.name for e in st.list_dir("") or [] if e.is_dir}
+    found = [k for k, marker in MARKERS.items() if marker in names]
+    return found[0] if len(found) == 1 else None
+
+
+def read_sink(location: str, kind: str = "auto", app_id: Optional[str] = None, detail: bool = False) -> SinkLog:
+    """Read the sink at `location`. Never raises for bad input: an unreadable or unknown sink is a
+    SinkLog with an UNREADABLE finding. `detail` reads every log file (for `inspect sink`)."""
+    try:
+        st = Storage.open(location)
+        what = st.kind("")
+        if what != "dir":
+            reason = "does not exist" if what == "missing" else "is a file, expected a sink folder"
+            return SinkLog(kind if kind != "auto" else "unknown", st.display, None,
+                           findings=(_unreadable(st.display, reason),))
+        if kind == "auto":
+            detected = detect_kind(st)
+            if detected is None:
+                return SinkLog("unknown", st.display, None, findings=(_unreadable(
+                    st.display, "unknown sink layout: no _spark_metadata/ (file sink), _delta_log/ (Delta) "
+                                "or _commits/ (coordinated sink); pass --sink-kind"),))
+            kind = detected
+        return READERS[kind](st, app_id, detail)
+    except StorageError as exc:
+        return SinkLog(kind if kind != "auto" else "unknown", location, None, findings=(_unreadable(exc.path, exc.reason),))
+
+
+def compare_sink(sink: SinkLog, planned: Optional[int], committed: Optional[int]) -> list[Finding]:
+    """SINK_AHEAD / SINK_BEHIND (DESIGN.md): S > C is an error except the in-flight case
+    S == P == C + 1 (Spark replays P and the sink skips it as already written); S < C means
+    epochs S+1..C are committed in the checkpoint but missing from the sink."""
+    if any(f.code == "UNREADABLE" for f in sink.findings):
+        return []
+    if sink.kind == "delta" and not sink.app_id:
+        return []
+    s = -1 if sink.epoch is None else sink.epoch
+    c = -1 if committed is None else committed
+    if committed is None and planned is None and sink.epoch is None:
+        return []
+    out = []
+    if s > c and not (s == planned and planned == c + 1):
+        out.append(Finding(
+            "SINK_AHEAD",
+            f"the {sink.kind} sink has committed epoch {s} but the checkpoint's newest commit is "
+            f"{committed}: an idempotent sink will silently skip the next {s - c} batch(es) ({c + 1}..{s})",
+            details={"sink_epoch": sink.epoch, "committed": committed, "planned": planned,
+                     "skipped": list(range(c + 1, s + 1))}))
+    elif s < c:
+        out.append(Finding(
+            "SINK_BEHIND",
+            f"epochs {s + 1}..{c} are committed in the checkpoint but missing from the {sink.kind} sink "
+            f"(its newest epoch is {sink.epoch})",
+            details={"sink_epoch": sink.epoch, "committed": committed, "missing": list(range(s + 1, c + 1))}))
+    return out
+
