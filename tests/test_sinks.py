@@ -1,0 +1,212 @@
+"""Sink commit logs: file sink `_spark_metadata/`, Delta `txn` (real tables written with the
+deltalake package), streamctl's coordinated sink; SINK_AHEAD / SINK_BEHIND against checkpoints
+built with Spark's layout; bad sink input."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+QID = "11111111-2222-3333-4444-555555555555"
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
+
+
+def checkpoint(root: Path, planned: int, committed: int | None, qid: str = QID) -> Path:
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": qid}))
+    for b in range(planned + 1):
+        (root / "offsets" / str(b)).write_text(f'v1\n{META}\n{{"logOffset":{b}}}')
+    for b in range((committed if committed is not None else -1) + 1):
+        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return root
+
+
+def file_sink(root: Path, latest: int, compact_every: int = 0, drop: tuple[int, ...] = ()) -> Path:
+    log = root / "_spark_metadata"
+    log.mkdir(parents=True)
+    entries: list[str] = []
+    for b in range(latest + 1):
+        entry = json.dumps({"path": f"file:{root}/part-{b:05d}.parquet", "size": 10, "isDir": False,
+                            "modificationTime": 1, "blockReplication": 1, "blockSize": 1, "action": "add"})
+        (root / f"part-{b:05d}.parquet").write_bytes(b"PAR1")
+        entries.append(entry)
+        compact = compact_every and (b + 1) % compact_every == 0
+        if b in drop:
+            continue
+        (log / (f"{b}.compact" if compact else str(b))).write_text("v1\n" + "\n".join(entries if compact else [entry]))
+    # Spark deletes log files older than the newest compaction (after a delay); mimic that.
+    compacts = [b for b in range(latest + 1) if compact_every and (b + 1) % compact_every == 0]
+    if compacts:
+        for f in log.iterdir():
+            if f.name.isdigit() and int(f.name) < compacts[-1]:
+                f.unlink()
+    return root
+
+
+def epochs(cli, chk: Path, sink: Path, *extra: str):
+    r = cli("inspect", "epochs", str(chk), "--sink", str(sink), "--json", *extra)
+    assert "Traceback" not in r.stderr, r
+    return r.code, r.json()["queries"][0]
+
+
+def codes(q: dict) -> list[str]:
+    return sorted(f["code"] for f in q["findings"])
+
+
+# --- file sink ------------------------------------------------------------------------------
+
+
+def test_file_sink_aligned_ahead_behind_and_in_flight(cli, tmp_path):
+    sink = file_sink(tmp_path / "out", latest=7, compact_every=3)
+    code, q = epochs(cli, checkpoint(tmp_path / "a", 7, 7), sink)
+    assert code == 0 and q["sink"] == {"kind": "file", "uri": str(sink), "epoch": 7} and q["verdict"] == "aligned"
+    # a restored older checkpoint: the sink skips batches 5..7 when they run again
+    code, q = epochs(cli, checkpoint(tmp_path / "b", 4, 4), sink)
+    (f,) = q["findings"]
+    assert code == 1 and f["code"] == "SINK_AHEAD" and f["skipped"] == [5, 6, 7]
+    # the in-flight case: Spark replays 7, the sink already has it (not an error)
+    code, q = epochs(cli, checkpoint(tmp_path / "c", 7, 6), sink)
+    assert code == 0 and codes(q) == ["IN_FLIGHT"]
+    # ...but one more epoch of difference is
+    code, q = epochs(cli, checkpoint(tmp_path / "d", 6, 5), sink)
+    assert code == 1 and codes(q) == ["IN_FLIGHT", "SINK_AHEAD"]
+    # the sink lost its newest entries
+    code, q = epochs(cli, checkpoint(tmp_path / "e", 9, 9), sink)
+    (f,) = q["findings"]
+    assert code == 1 and f["code"] == "SINK_BEHIND" and f["missing"] == [8, 9]
+
+
+def test_inspect_sink_lists_epochs_files_and_compactions(cli, tmp_path):
+    sink = file_sink(tmp_path / "out", latest=7, compact_every=3)
+    r = cli("inspect", "sink", str(sink), "--json")
+    assert r.code == 0
+    rec = r.json()["sink"]
+    assert (rec["kind"], rec["epoch"], rec["compactions"], rec["epoch_ids"]) == ("file", 7, [2, 5], [2, 5, 6, 7])
+    by_epoch = {e["epoch"]: e for e in rec["epochs"]}
+    assert len(by_epoch[5]["files"]) == 6 and by_epoch[6]["files"] == [f"file:{sink}/part-00006.parquet"]
+    text = cli("inspect", "sink", str(sink)).stdout
+    assert "compactions at 2, 5" in text
+
+
+def test_file_sink_gap_after_compaction_and_garbage_compact(cli, tmp_path):
+    sink = file_sink(tmp_path / "out", latest=7, compact_every=3, drop=(6,))
+    code, q = epochs(cli, checkpoint(tmp_path / "a", 7, 7), sink)
+    (f,) = q["findings"]
+    assert code == 1 and (f["code"], f["log"], f["missing"]) == ("LOG_GAP", "_spark_metadata", [6])
+    (sink / "_spark_metadata/5.compact").write_bytes(b"\x00\x01garbage\xff")
+    code, q = epochs(cli, checkpoint(tmp_path / "b", 7, 7), sink)
+    unreadable = [f for f in q["findings"] if f["code"] == "UNREADABLE"]
+    assert code == 3 and unreadable[0]["path"] == str(sink / "_spark_metadata/5.compact")
+    r = cli("inspect", "sink", str(sink))
+    assert r.code == 3 and "5.compact" in r.stdout
+
+
+def test_unknown_sink_layout_and_missing_sink(cli, tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain/data.csv").write_text("a,b\n")
+    chk = checkpoint(tmp_path / "chk", 3, 3)
+    code, q = epochs(cli, chk, tmp_path / "plain")
+    assert code == 3 and "unknown sink layout" in q["findings"][0]["message"]
+    code, q = epochs(cli, chk, tmp_path / "nope")
+    assert code == 3 and "does not exist" in q["findings"][0]["message"]
+    r = cli("inspect", "sink", str(tmp_path / "plain"), "--sink-kind", "parquet")
+    assert r.code == 2 and "--sink-kind" in r.stderr
+
+
+def test_sink_count_must_match_checkpoints(cli, tmp_path):
+    chk = checkpoint(tmp_path / "chk", 3, 3)
+    r = cli("inspect", "epochs", str(chk), str(chk), "--sink", str(tmp_path))
+    assert r.code == 2 and "one per checkpoint" in r.stderr
+
+
+# --- Delta ----------------------------------------------------------------------------------
+
+
+def delta_table(path: Path, app_id: str, versions: range) -> None:
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    for v in versions:
+        write_deltalake(str(path), pa.table({"batch": [v], "value": [v * 10]}), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=v)]))
+
+
+def test_delta_txn_version_is_the_sink_epoch(cli, tmp_path):
+    sink = tmp_path / "table"
+    delta_table(sink, QID, range(0, 6))
+    delta_table(sink, "someone-else", range(40, 42))
+    code, q = epochs(cli, checkpoint(tmp_path / "a", 5, 5), sink)
+    assert code == 0 and q["sink"]["kind"] == "delta" and q["sink"]["epoch"] == 5
+    code, q = epochs(cli, checkpoint(tmp_path / "b", 3, 3), sink)
+    assert code == 1 and codes(q) == ["SINK_AHEAD"]
+    # another query id (a copied checkpoint would share ours): nothing written for it yet
+    code, q = epochs(cli, checkpoint(tmp_path / "c", 2, 2, qid="22222222-2222-3333-4444-555555555555"), sink)
+    assert code == 1 and codes(q) == ["SINK_BEHIND"] and q["sink"]["epoch"] is None
+    code, q = epochs(cli, checkpoint(tmp_path / "d", 41, 41, qid="33333333-2222-3333-4444-555555555555"), sink,
+                     "--app-id", "someone-else")
+    assert code == 0 and q["sink"]["epoch"] == 41
+    r = cli("inspect", "sink", str(sink), "--app-id", QID, "--json")
+    rec = r.json()["sink"]
+    assert r.code == 0 and (rec["kind"], rec["epoch"], rec["table_version"]) == ("delta", 5, 7)
+
+
+def test_delta_log_with_a_missing_version_file(cli, tmp_path):
+    sink = tmp_path / "table"
+    delta_table(sink, QID, range(0, 4))
+    (sink / "_delta_log" / f"{2:020d}.json").unlink()
+    code, q = epochs(cli, checkpoint(tmp_path / "a", 3, 3), sink)
+    (f,) = [f for f in q["findings"] if f["code"] == "UNREADABLE"]
+    assert code == 3 and f["path"] == str(sink / "_delta_log")
+
+
+# --- coordinated sink (layout of streamctl.pipeline.coordinated_sink) ------------------------
+
+
+def coordinated(root: Path, epochs_: int, writers: int = 2) -> Path:
+    for e in range(epochs_ + 1):
+        recs = []
+        for p in range(writers):
+            rel = f"data/epoch={e}/part-{p:05d}-0-{e:04d}.jsonl"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text('{"key": "k"}\n')
+            recs.append({"partition": p, "attempt": 0, "rows": 1, "files": [rel]})
+        (root / "_commits").mkdir(parents=True, exist_ok=True)
+        (root / "_commits" / f"{e}.json").write_text(json.dumps(
+            {"version": 1, "epoch": e, "query_id": QID, "committed_at_ms": 1, "num_writers": writers,
+             "writers": recs, "rows": writers}))
+    return root
+
+
+def test_coordinated_sink_writers_join_the_parallel_writer_analysis(cli, tmp_path):
+    sink = coordinated(tmp_path / "out", 5)
+    chk = checkpoint(tmp_path / "chk", 5, 5)
+    r = cli("inspect", "writers", str(chk), "--sink", str(sink), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 0 and q["common_window"] == [0, 5]
+    kinds = {w["writer"]: (w["kind"], w["first"], w["last"], w["status"]) for w in q["writers"]}
+    assert kinds["sink"] == ("sink_log", 0, 5, "ok")
+    assert kinds["sink/writer-0"] == kinds["sink/writer-1"] == ("sink_writer", 0, 5, "ok")
+    # writer 1's files of epoch 5 are gone, and epoch 6 crashed with staging left behind
+    os.remove(sink / "data/epoch=5/part-00001-0-0005.jsonl")
+    (sink / "_staging/6").mkdir(parents=True)
+    (sink / "_staging/6/part-00000-0-abcd.jsonl").write_text("{}\n")
+    (sink / "_commits/.6.json.1234.tmp").write_text("{")
+    r = cli("inspect", "writers", str(chk), "--sink", str(sink), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 1
+    assert q["behind"] == ["sink/writer-1"] and q["common_window"] == [0, 4]
+    found = {f["code"]: f for f in q["findings"]}
+    assert found["SINK_WRITER_MISSING"]["partition"] == 1 and found["SINK_WRITER_MISSING"]["epochs"] == [5]
+    assert found["SINK_ORPHANS"]["severity"] == "warning" and "uncommitted epoch(s) 6" in found["SINK_ORPHANS"]["message"]
+    assert len(found["SINK_ORPHANS"]["files"]) == 2
+
+
+def test_coordinated_commit_record_garbage(cli, tmp_path):
+    sink = coordinated(tmp_path / "out", 3)
+    (sink / "_commits/3.json").write_text('{"epoch": 2, "writers": []}')
+    r = cli("inspect", "sink", str(sink), "--json")
+    (f,) = [f for f in r.json()["findings"] if f["code"] == "UNREADABLE"]
+    assert r.code == 3 and f["path"] == str(sink / "_commits/3.json") and "epoch 3" in f["message"]
