@@ -337,12 +337,14 @@ def test_named_pipeline_from_config(cli, tmp_path):
 
 
 def test_help_documents_exit_codes_and_every_command(cli):
-    for args in (["--help"], ["inspect", "--help"], ["inspect", "epochs", "--help"], ["inspect", "state", "--help"]):
+    for args in (["--help"], ["inspect", "--help"], ["inspect", "epochs", "--help"], ["inspect", "state", "--help"],
+                 ["inspect", "sink", "--help"], ["inspect", "writers", "--help"]):
         r = cli(*args)
         assert r.code == 0
     assert "3 unreadable" in cli("--help").stdout
     readme = (REPO / "README.md").read_text()
-    for command in ("streamctl inspect epochs", "streamctl inspect state", "streamctl completion"):
+    for command in ("streamctl inspect epochs", "streamctl inspect state", "streamctl inspect sink",
+                    "streamctl inspect writers", "streamctl completion"):
         assert command in readme
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"):
         assert code in readme
