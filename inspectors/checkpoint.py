@@ -470,12 +470,12 @@ def _status(first: Optional[int], last: Optional[int], reference: Optional[int],
 
 def _common_window(writers: list[Writer]) -> Optional[tuple[int, int]]:
     """[max of firsts, min of lasts] over every writer; None when it is empty."""
-    firsts = [w.first for w in writers]
-    lasts = [w.last for w in writers]
-    if not writers or any(x is None for x in firsts + lasts):
+    firsts = [w.first for w in writers if w.first is not None]
+    lasts = [w.last for w in writers if w.last is not None]
+    if not writers or len(firsts) < len(writers) or len(lasts) < len(writers):
         return None
-    lo, hi = max(firsts), min(lasts)  # type: ignore[type-var]
-    return (lo, hi) if lo <= hi else None  # type: ignore[return-value]
+    lo, hi = max(firsts), min(lasts)
+    return (lo, hi) if lo <= hi else None
 
 
 def _writers(offsets: LogListing, commits: LogListing, stores: list[StoreStatus],

@@ -143,7 +143,7 @@ def parse_version_line(line: str, path: str, max_version: int) -> int:
 def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise LogParseError(path, f"{what} is not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(value, dict):
         raise LogParseError(path, f"{what} is not a JSON object")
@@ -216,7 +216,7 @@ def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
             continue
         try:
             json.loads(text)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise LogParseError(path, f"source {sid} offset is not valid JSON ({exc.msg})") from None
         sources.append(SourceOffset(sid, text))
     sources.sort(key=lambda s: s.source_id)

@@ -70,7 +70,7 @@ def sink_report(log: SinkLog) -> dict[str, Any]:
 def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
     """`inspect writers`: every parallel writer of each query, the common window, and who is
     ahead, behind or broken."""
-    records = []
+    records: list[dict[str, Any]] = []
     for q in sorted(queries, key=lambda q: q.checkpoint):
         by_status: dict[str, list[str]] = {}
         for w in q.writers:
@@ -91,7 +91,7 @@ def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
             "verdict": q.verdict,
         })
     cross = cross_query_findings(queries)
-    verdicts = [r["verdict"] for r in records] + ([verdict_of(cross)] if cross else [])
+    verdicts: list[str] = [str(r["verdict"]) for r in records] + ([verdict_of(cross)] if cross else [])
     return {
         "api_version": API_VERSION,
         "kind": "WriterReport",

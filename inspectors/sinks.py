@@ -239,15 +239,16 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
             details={"partition": p, "epochs": lost}))
     orphans: list[str] = [f"{COORD_COMMITS}/{n}" for n in temp]
     staged_epochs = []
-    for e in st.list_dir(COORD_STAGING) or []:
-        if e.is_dir:
-            files = [x.name for x in st.list_dir(f"{COORD_STAGING}/{e.name}") or []]
-            if files:
-                staged_epochs.append(e.name)
-                orphans += [f"{COORD_STAGING}/{e.name}/{f}" for f in sorted(files)]
+    for entry in st.list_dir(COORD_STAGING) or []:
+        if entry.is_dir:
+            staged = sorted(x.name for x in st.list_dir(f"{COORD_STAGING}/{entry.name}") or [])
+            if staged:
+                staged_epochs.append(entry.name)
+                orphans += [f"{COORD_STAGING}/{entry.name}/{f}" for f in staged]
     named = {f for rec in records.values() for w in rec["writers"] for f in w["files"]}
-    for e, files in sorted(published.items()):
-        orphans += sorted(f for f in files if f not in named and (e in records or e not in ids))
+    for epoch_id, present_files in sorted(published.items()):
+        if epoch_id in records or epoch_id not in ids:
+            orphans += sorted(f for f in present_files if f not in named)
     if orphans:
         uncommitted = sorted(s for s in staged_epochs if not (s.isdigit() and int(s) in records))
         findings.append(Finding(

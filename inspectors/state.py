@@ -157,7 +157,7 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     body = "\n".join(lines[1:]).strip()
     try:
         obj = json.loads(body)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise LogParseError(path, f"operator metadata is not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
         raise LogParseError(path, "operator metadata is not a JSON object")
