@@ -371,3 +371,13 @@ def test_golden_json(cli, command, folder):
         path.parent.mkdir(exist_ok=True)
         path.write_text(got)
     assert got == path.read_text(), f"JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
+
+
+def test_file_uri_and_unsupported_scheme(cli, tmp_path):
+    chk = build(tmp_path / "chk", state=healthy_state())
+    r = cli("inspect", "epochs", f"file://{chk}", "--json")
+    assert r.code == 0 and r.json()["queries"][0]["query_id"] == QID
+    r = cli("inspect", "epochs", "ftp://host/chk")
+    assert r.code == 3 and "unsupported URI scheme 'ftp'" in r.stdout
+    r = cli("inspect", "epochs", "file://otherhost/chk")
+    assert r.code == 3 and "file:// URIs must name a local path" in r.stdout
