@@ -57,8 +57,25 @@ Scenarios (batches = offsets/commits ids; state versions = batch + 1):
   at 4 and 8); nonzero ``batchWatermarkMs``/``nextBatchWatermarkMs``.
 * ``dedup_rocksdb``: 3+3 files -> batches 0..7 (3 and 7 no-data); RocksDB format 1 changelog
   layout as ``agg_rocksdb`` (zips 3 and 6) with real SST files under ``SSTs/``.
+* ``coordinated_sink``: 3+3 files -> ``repartition(2)`` -> streamctl's coordinated sink
+  (``streamctl.pipeline.coordinated_sink``, a Python data source) -> batches 0..5; no ``state/``
+  and nothing sink-specific in the checkpoint (Spark keeps no Python-sink log). ``output/``:
+  ``_commits/0.json`` .. ``_commits/5.json`` (one line, ``{"version":1,"epoch":N,"query_id":
+  "<metadata id>","committed_at_ms":...,"num_writers":2,"writers":[{"partition":0,"attempt":0,
+  "rows":4,"files":["data/epoch=N/part-00000-0-<uuid>.jsonl"]},{"partition":1,...}],"rows":8}``),
+  ``data/epoch=N/part-00000-0-<uuid>.jsonl`` and ``part-00001-0-<uuid>.jsonl`` (4 JSON lines each,
+  ``{"key":"k3","value":7,"ts":"2024-01-01T00:00:10+00:00"}``) and an empty ``_staging/``; no
+  hidden ``.crc`` files (plain ``os`` writes). The first run takes ~8 s even on a warm session
+  (Python data-source planning and commit workers).
+* ``delta_foreach_batch``: 3+3 files -> ``foreachBatch`` appending each batch with the
+  ``deltalake`` package (delta-rs, not Spark's Delta) -> batches 0..5. ``output/`` is a Delta
+  table: ``_delta_log/00000000000000000000.json`` .. ``...05.json`` (table version N = batch N;
+  ``commitInfo``, one ``add`` of 8 rows, ``{"txn":{"appId":"<metadata id>","version":N,
+  "lastUpdated":<ms>}}``) and ``part-00000-<uuid>-c000.snappy.parquet`` data files; no
+  ``_last_checkpoint``. A batch is skipped when ``transaction_version(<query id>) >= N``.
 
-build_all takes ~75 s on an idle 2-core machine (~110 s under load); the join is the slowest.
+build_all takes ~95 s on an idle 2-core machine (~130 s under load); the join is the slowest
+(``coordinated_sink`` ~14 s, ``delta_foreach_batch`` ~4 s of that).
 """
 from __future__ import annotations
 
@@ -89,7 +106,12 @@ __all__ = [
     "build_agg_rocksdb_v2",
     "build_join_hdfs",
     "build_dedup_rocksdb",
+    "build_coordinated_sink",
+    "build_delta_foreach_batch",
     "rerun_agg",
+    "rerun_sink",
+    "write_input_files",
+    "query_id",
     "main",
 ]
 
@@ -380,6 +402,133 @@ def build_dedup_rocksdb(spark: "SparkSession", root: Path) -> Path:
     return ckpt
 
 
+# --------------------------------------------------------------------------- sink scenarios
+
+
+def write_input_files(folder: Path, start: int, count: int) -> None:
+    """Write input files ``part-<start>.json`` .. (8 rows each, the scenarios' schema) into
+    `folder`, one per future micro-batch (modification times increase with the index)."""
+    _write_inputs(Path(folder), start, count)
+
+
+def query_id(checkpoint: Path) -> str:
+    """The streaming query id recorded in ``<checkpoint>/metadata``."""
+    return json.loads((Path(checkpoint) / "metadata").read_text(encoding="utf-8"))["id"]
+
+
+def _coordinated_writer(spark: "SparkSession", name: str, inp: Path, ckpt: Path, out: Path,
+                        options: dict[str, object]):
+    from streamctl.pipeline.coordinated_sink import SHORT_NAME, register
+
+    register(spark)
+
+    def writer():
+        w = (
+            _read(spark, inp)
+            .repartition(2)
+            .writeStream.format(SHORT_NAME)
+            .outputMode("append")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ckpt))
+            .queryName(name)
+            .trigger(availableNow=True)
+        )
+        for key, value in options.items():
+            w = w.option(key, str(value))
+        return w
+
+    return writer
+
+
+def _delta_batch_fn(ckpt: Path, out: Path) -> Callable[["DataFrame", int], None]:
+    """foreachBatch function: append the batch to the Delta table at `out` with a
+    ``txn(appId=<query id>, version=<batch id>)``, skipping batches the table already has
+    (what Delta's txnAppId/txnVersion writer options do, FORMATS.md §7)."""
+
+    def write_batch(batch_df: "DataFrame", batch_id: int) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+        from deltalake.exceptions import TableNotFoundError
+
+        app_id = query_id(ckpt)  # written before the first batch runs
+        try:
+            done = DeltaTable(str(out)).transaction_version(app_id)
+        except TableNotFoundError:
+            done = None
+        if done is not None and done >= batch_id:
+            _log(f"delta_foreach_batch: skipping batch {batch_id} (table has txn version {done})")
+            return
+        write_deltalake(
+            str(out),
+            batch_df.toArrow(),
+            mode="append",
+            commit_properties=CommitProperties(app_transactions=[
+                Transaction(app_id=app_id, version=batch_id, last_updated=int(time.time() * 1000))]),
+        )
+
+    return write_batch
+
+
+def _delta_writer(spark: "SparkSession", name: str, inp: Path, ckpt: Path, out: Path,
+                  options: dict[str, object]):
+    if options:
+        raise ValueError(f"{name} takes no sink options, got {sorted(options)}")
+
+    def writer():
+        return (
+            _read(spark, inp)
+            .select("key", "value", "ts")
+            .writeStream.foreachBatch(_delta_batch_fn(ckpt, out))
+            .option("checkpointLocation", str(ckpt))
+            .queryName(name)
+            .trigger(availableNow=True)
+        )
+
+    return writer
+
+
+_SINK_WRITERS = {"coordinated_sink": _coordinated_writer, "delta_foreach_batch": _delta_writer}
+
+
+def rerun_sink(
+    spark: "SparkSession",
+    name: str,
+    checkpoint: Path,
+    input_dir: Path,
+    output_dir: Path,
+    **options: object,
+) -> None:
+    """Restart the ``coordinated_sink`` or ``delta_foreach_batch`` query on `checkpoint` writing to
+    `output_dir` (copies made by the tests) and let it finish (availableNow). `options` are extra
+    sink options, e.g. ``crashBeforeCommitEpoch=6`` or ``failAfterPublishEpoch=6`` for the
+    coordinated sink (the Delta scenario takes none). The file-source log records absolute input
+    paths: pass the folder the checkpoint was built from to replay or continue it; a folder
+    holding only new files makes the restart process just those. Raises what Spark raises."""
+    try:
+        make = _SINK_WRITERS[name]
+    except KeyError:
+        raise ValueError(f"rerun_sink: {name!r} is not one of {sorted(_SINK_WRITERS)}") from None
+    with _confs(spark, {}):
+        _run(make(spark, name, Path(input_dir), Path(checkpoint), Path(output_dir), options), name, 3)
+
+
+def build_coordinated_sink(spark: "SparkSession", root: Path) -> Path:
+    """repartition(2) -> streamctl's coordinated sink (pipeline.coordinated_sink); 6 batches."""
+    name = "coordinated_sink"
+    ckpt, inp, out = _layout(Path(root), name)
+    with _confs(spark, {}):
+        _two_runs(name, [(inp, 0)], _coordinated_writer(spark, name, inp, ckpt, out, {}), 3, 3)
+    return ckpt
+
+
+def build_delta_foreach_batch(spark: "SparkSession", root: Path) -> Path:
+    """Plain rows -> foreachBatch appending to a Delta table (deltalake) with txn(queryId, batchId)."""
+    name = "delta_foreach_batch"
+    ckpt, inp, out = _layout(Path(root), name)
+    with _confs(spark, {}):
+        _two_runs(name, [(inp, 0)], _delta_writer(spark, name, inp, ckpt, out, {}), 3, 3)
+    return ckpt
+
+
 #: name -> builder, in build order.
 SCENARIOS: dict[str, Callable[["SparkSession", Path], Path]] = {
     "stateless_file_sink": build_stateless_file_sink,
@@ -388,6 +537,8 @@ SCENARIOS: dict[str, Callable[["SparkSession", Path], Path]] = {
     "agg_rocksdb_v2": build_agg_rocksdb_v2,
     "join_hdfs": build_join_hdfs,
     "dedup_rocksdb": build_dedup_rocksdb,
+    "coordinated_sink": build_coordinated_sink,
+    "delta_foreach_batch": build_delta_foreach_batch,
 }
 
 #: Scenarios whose checkpoint has a state/ folder.
