@@ -500,9 +500,10 @@ def rerun_sink(
     """Restart the ``coordinated_sink`` or ``delta_foreach_batch`` query on `checkpoint` writing to
     `output_dir` (copies made by the tests) and let it finish (availableNow). `options` are extra
     sink options, e.g. ``crashBeforeCommitEpoch=6`` or ``failAfterPublishEpoch=6`` for the
-    coordinated sink (the Delta scenario takes none). The file-source log records absolute input
-    paths: pass the folder the checkpoint was built from to replay or continue it; a folder
-    holding only new files makes the restart process just those. Raises what Spark raises."""
+    coordinated sink (the Delta scenario takes none). `input_dir` must be the folder the
+    checkpoint was built from: the file-source log records absolute input paths, and on restart
+    Spark re-reads the last committed batch's files relative to it ("Wrong basePath" otherwise).
+    Raises what Spark raises (StreamingQueryException when the query fails)."""
     try:
         make = _SINK_WRITERS[name]
     except KeyError:

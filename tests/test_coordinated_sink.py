@@ -312,57 +312,67 @@ def test_delta_replayed_batch_is_skipped(spark, spark_checkpoints, fresh_copy):
         rerun_sink(spark, "delta_foreach_batch", ckpt, out, out, crashBeforeCommitEpoch=6)
 
 
+def uncommit_last(ckpt: Path, out: Path, epoch: int) -> None:
+    """Put a built coordinated_sink copy back into the state just before epoch `epoch` (its last)
+    was committed: offsets/<epoch> present, no commits/<epoch>, no record, no data for it."""
+    import shutil
+
+    drop_commit(ckpt, epoch)
+    (out / "_commits" / f"{epoch}.json").unlink()
+    shutil.rmtree(out / "data" / f"epoch={epoch}")
+
+
 @pytest.mark.spark
-def test_crash_before_commit_then_restart(spark, fresh_copy, tmp_path):
-    """crashBeforeCommitEpoch=6: the query fails with the batch's files in _staging/6/ and no
-    record; a restart without the option replays batch 6 and commits it exactly once."""
-    from streamctl.pipeline.examples import rerun_sink, write_input_files
+def test_crash_before_commit_then_restart(spark, spark_checkpoints, fresh_copy):
+    """crashBeforeCommitEpoch=5: the query fails with the batch's files in _staging/5/ and no
+    record; a restart without the option replays batch 5 and commits it exactly once."""
+    from streamctl.pipeline.examples import rerun_sink
 
     ckpt = fresh_copy("coordinated_sink")
-    out = ckpt.parent / "output"
-    new_input = tmp_path / "input"  # only the new file: the checkpoint has seen the others
-    write_input_files(new_input, 6, 1)
+    out, inp = ckpt.parent / "output", spark_checkpoints["coordinated_sink"].parent / "input"
+    uncommit_last(ckpt, out, 5)
 
-    with pytest.raises(Exception, match="crashBeforeCommitEpoch=6"):
-        rerun_sink(spark, "coordinated_sink", ckpt, new_input, out, crashBeforeCommitEpoch=6)
-    assert batch_ids(ckpt / "offsets") == list(range(7)) and batch_ids(ckpt / "commits") == list(range(6))
+    with pytest.raises(Exception, match="crashBeforeCommitEpoch=5"):
+        rerun_sink(spark, "coordinated_sink", ckpt, inp, out, crashBeforeCommitEpoch=5)
+    assert batch_ids(ckpt / "offsets") == list(range(6)) and batch_ids(ckpt / "commits") == list(range(5))
     crashed = files_under(out / "_staging")
-    assert len(crashed) == 2 and all(re.fullmatch(rf"6/part-0000[01]-0-{UUID}\.jsonl", f) for f in crashed)
-    assert not (out / "_commits" / "6.json").exists() and not (out / "data" / "epoch=6").exists()
+    assert len(crashed) == 2 and all(re.fullmatch(rf"5/part-0000[01]-0-{UUID}\.jsonl", f) for f in crashed)
+    assert sorted(records(out)) == list(range(5)) and not (out / "data" / "epoch=5").exists()
 
-    rerun_sink(spark, "coordinated_sink", ckpt, new_input, out)
-    assert batch_ids(ckpt / "commits") == list(range(7))
+    rerun_sink(spark, "coordinated_sink", ckpt, inp, out)
+    assert batch_ids(ckpt / "commits") == list(range(6))
     recs = records(out)
-    assert sorted(recs) == list(range(7))
-    rows = check_record(out, 6, recs[6], query_id(ckpt), 2)
-    assert Counter(map(as_sink_row, input_rows(new_input))) == Counter((r["key"], r["value"], r["ts"]) for r in rows)
-    assert files_under(out / "data" / "epoch=6") == sorted(f.split("/")[-1] for w in recs[6]["writers"] for f in w["files"])
-    # The crashed attempt's staged files are orphans now: no record names them, and commit(6)
-    # removes _staging/6/ only when empty (layout rule), so they stay for an operator to delete.
+    assert sorted(recs) == list(range(6))
+    rows = check_record(out, 5, recs[5], query_id(ckpt), 2)
+    assert Counter(map(as_sink_row, input_rows(inp)[40:])) == Counter((r["key"], r["value"], r["ts"]) for r in rows)
+    named = sorted(f.split("/")[-1] for w in recs[5]["writers"] for f in w["files"])
+    assert files_under(out / "data" / "epoch=5") == named
+    assert not {c.split("/")[-1] for c in crashed} & set(named)
+    # The crashed attempt's staged files are orphans now: no record names them, and commit(5)
+    # removes _staging/5/ only when empty (layout rule), so they stay for an operator to delete.
     assert files_under(out / "_staging") == crashed
-    assert sum(r["rows"] for r in recs.values()) == 56
+    assert sum(r["rows"] for r in recs.values()) == 48
 
 
 @pytest.mark.spark
-def test_fail_after_publish_then_restart(spark, fresh_copy, tmp_path):
-    """failAfterPublishEpoch=6: files published to data/epoch=6/ without a record; the restart
+def test_fail_after_publish_then_restart(spark, spark_checkpoints, fresh_copy):
+    """failAfterPublishEpoch=5: files published to data/epoch=5/ without a record; the restart
     publishes the replay's files and a record naming only those."""
-    from streamctl.pipeline.examples import rerun_sink, write_input_files
+    from streamctl.pipeline.examples import rerun_sink
 
     ckpt = fresh_copy("coordinated_sink")
-    out = ckpt.parent / "output"
-    new_input = tmp_path / "input"
-    write_input_files(new_input, 6, 1)
+    out, inp = ckpt.parent / "output", spark_checkpoints["coordinated_sink"].parent / "input"
+    uncommit_last(ckpt, out, 5)
 
-    with pytest.raises(Exception, match="failAfterPublishEpoch=6"):
-        rerun_sink(spark, "coordinated_sink", ckpt, new_input, out, failAfterPublishEpoch=6)
-    published = files_under(out / "data" / "epoch=6")
-    assert len(published) == 2 and not (out / "_commits" / "6.json").exists()
+    with pytest.raises(Exception, match="failAfterPublishEpoch=5"):
+        rerun_sink(spark, "coordinated_sink", ckpt, inp, out, failAfterPublishEpoch=5)
+    published = files_under(out / "data" / "epoch=5")
+    assert len(published) == 2 and sorted(records(out)) == list(range(5))
     assert files_under(out / "_staging") == []
+    assert batch_ids(ckpt / "commits") == list(range(5))
 
-    rerun_sink(spark, "coordinated_sink", ckpt, new_input, out)
-    rec = records(out)[6]
-    check_record(out, 6, rec, query_id(ckpt), 2)
+    rerun_sink(spark, "coordinated_sink", ckpt, inp, out)
+    rec = records(out)[5]
+    assert check_record(out, 5, rec, query_id(ckpt), 2) and rec["rows"] == 8
     named = sorted(f.split("/")[-1] for w in rec["writers"] for f in w["files"])
-    assert sorted(set(files_under(out / "data" / "epoch=6")) - set(named)) == published  # unrecorded orphans
-    assert rec["rows"] == 8
+    assert sorted(set(files_under(out / "data" / "epoch=5")) - set(named)) == published  # unrecorded orphans
