@@ -2,6 +2,7 @@
 render, return the exit code the verdict implies."""
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
 import typer
@@ -9,6 +10,7 @@ import typer
 from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
 from streamctl.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+from streamctl.commands import kafka_cmd
 
 app = typer.Typer(
     help="Read-only inspections of checkpoints, state and sinks.",
@@ -90,6 +92,9 @@ def inspect_epochs(
     sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
     sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
     app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=kafka_cmd.BOOTSTRAP_HELP),
+    kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
+    kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -115,6 +120,8 @@ def inspect_epochs(
     config = _settings()
     output = _format(fmt, as_json, config)
     queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output)
+    if bootstrap or kafka_config or kafka_timeout is not None or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP"):
+        queries = _with_kafka(queries, checkpoints, bootstrap, kafka_config, kafka_timeout, config)
     doc = epoch_report(queries)
     if output == "json":
         render.emit_json(doc)
@@ -122,17 +129,21 @@ def inspect_epochs(
         rows = []
         lines = []
         with_sink = any(q["sink"] for q in doc["queries"])
+        with_kafka = any(q["kafka"] for q in doc["queries"])
         for q in doc["queries"]:
             row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
                    q["state_epoch"] if q["stateful"] else "stateless"]
             if with_sink:
                 row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
                         if q["sink"] else "-"]
+            if with_kafka:
+                row += [q["kafka"]["lag"] if q["kafka"] else "-"]
             rows.append(row + [_window(q["common_window"]), q["verdict"]])
             lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
         lines += [_finding_line(f) for f in doc["findings"]]
         render.emit_table(["query id", "checkpoint", "planned", "committed", "state epoch"]
-                          + (["sink epoch"] if with_sink else []) + ["common window", "verdict"], rows, output)
+                          + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
+                          + ["common window", "verdict"], rows, output)
         render.emit_lines(lines or ["none"], output, title="Findings")
         render.emit_lines([f"verdict: {doc['verdict']}"], output)
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
@@ -311,4 +322,88 @@ def inspect_writers(
             render.emit_lines(lines, output)
             render.emit_lines([_finding_line(f) for f in q["findings"]] or ["none"], output, title="Findings")
         render.emit_lines([_finding_line(f) for f in doc["findings"]], output)
+    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+
+
+def _with_kafka(queries: list[Any], args: list[str], bootstrap: Optional[str], kafka_config: Optional[list[str]],
+                timeout: Optional[float], config: Any) -> list[Any]:
+    """Add Kafka positions and SOURCE_* findings to each query (its pipeline's Kafka settings
+    apply when the argument names one)."""
+    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.inspectors.kafka import KafkaBroker, with_kafka
+
+    out = []
+    for q, arg in zip(queries, args):
+        _loc, pipeline = resolve_checkpoint(arg, config)
+        ks = kafka_cmd.kafka_settings(bootstrap, kafka_config, timeout, pipeline, config)
+        assert ks is not None
+        with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
+            out.append(with_kafka(q, broker)[0])
+    return out
+
+
+@app.command("kafka")
+@handle_errors
+def inspect_kafka(
+    checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=kafka_cmd.BOOTSTRAP_HELP),
+    kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
+    kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
+    group: Optional[str] = typer.Option(None, "--group", help="Also show this consumer group's offsets."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Show every Kafka topic-partition of the query: committed and planned offsets (from the
+    checkpoint), earliest and latest (from the broker), lag and status, with totals per topic.
+
+    Status: ok, expired (retention deleted records the query has not read: SOURCE_EXPIRED),
+    reset (the topic was recreated or truncated: SOURCE_RESET), new (a partition the
+    checkpoint does not track: SOURCE_NEW_PARTITION), unknown topic, unknown partition.
+
+    Examples:
+
+      streamctl inspect kafka /data/chk/orders --bootstrap broker:9092
+      streamctl inspect kafka orders --kafka-config security.protocol=SASL_SSL --kafka-config sasl.mechanism=PLAIN
+    """
+    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.findings import Finding, verdict_of
+    from streamctl.inspectors.kafka import KafkaBroker, totals, with_kafka
+    from streamctl.inspectors.report import API_VERSION
+
+    config = _settings()
+    output = _format(fmt, as_json, config)
+    location, pipeline = resolve_checkpoint(checkpoint, config)
+    ks = kafka_cmd.kafka_settings(bootstrap, kafka_config, kafka_timeout, pipeline, config)
+    assert ks is not None
+    with render.progress(output != "json") as tick:
+        tick(f"inspecting {location}")
+        q = inspect_checkpoint(location)
+        tick(f"asking {ks.bootstrap}")
+        with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
+            q, rows = with_kafka(q, broker, group)
+            group_offsets = broker.group_offsets(group) if group else {}
+    findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code == "UNREADABLE"]
+    doc = {
+        "api_version": API_VERSION, "kind": "KafkaReport", "checkpoint": q.checkpoint, "query_id": q.query_id,
+        "committed": q.committed, "planned": q.planned, "bootstrap": ks.bootstrap, "group": group,
+        "partitions": [dict(r.to_record(), group_offset=group_offsets.get((r.topic, r.partition)) if group else None)
+                       for r in rows],
+        "topics": totals(rows),
+        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
+        "verdict": verdict_of(findings),
+    }
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        head = ["topic", "partition", "committed", "planned", "earliest", "latest", "lag", "status"]
+        rows_out = []
+        for r in doc["partitions"]:
+            row = [r["topic"], r["partition"], r["committed"], r["planned"], r["earliest"], r["latest"], r["lag"], r["status"]]
+            rows_out.append(row + [r["group_offset"]] if group else row)
+        render.emit_table(head + (["group offset"] if group else []), rows_out, output,
+                          title=f"{q.checkpoint}  (committed {q.committed}, planned {q.planned}) on {ks.bootstrap}")
+        render.emit_lines([f"{t}: {v['partitions']} partitions, lag {v['lag']}, lost {v['lost']}, at risk {v['at_risk']}"
+                           for t, v in doc["topics"].items()] or ["no Kafka source in this checkpoint"], output, title="Totals")
+        render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))

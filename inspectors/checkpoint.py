@@ -116,6 +116,7 @@ class QueryInspection:
     committed_offsets: Optional[OffsetEntry]
     findings: tuple[Finding, ...]
     sink: Optional[SinkLog] = None
+    kafka: Optional[dict[str, Any]] = None  # filled by inspectors.kafka.with_kafka
 
     @property
     def verdict(self) -> str:
@@ -144,6 +145,7 @@ class QueryInspection:
             "common_window": None if self.common_window is None else list(self.common_window),
             "sources": [_source_record(s) for s in self.sources],
             "sink": None if self.sink is None else self.sink.position(),
+            "kafka": self.kafka,
             "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
             "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
             "verdict": self.verdict,

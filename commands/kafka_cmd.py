@@ -1,0 +1,210 @@
+"""`streamctl kafka ...` and the Kafka options shared with `inspect kafka` / `inspect epochs`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import context, render
+from streamctl.cli.errors import handle_errors
+from streamctl.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+
+app = typer.Typer(
+    help="Publish a checkpoint's Kafka positions, or print where a successor should start.",
+    no_args_is_help=True,
+    epilog=EXIT_CODES_HELP,
+    rich_markup_mode=None,
+)
+
+BOOTSTRAP_HELP = "Kafka bootstrap servers (host:port,...). [env: STREAMCTL_KAFKA_BOOTSTRAP; config: [pipelines.X.kafka] bootstrap]"
+KAFKA_CONFIG_HELP = "A Kafka client setting KEY=VALUE (security.protocol, sasl.*, ssl.*); repeatable. Secrets never appear in output."
+TIMEOUT_HELP = "Seconds to wait for the broker before giving up (exit 3). [env: STREAMCTL_KAFKA_TIMEOUT; default 10]"
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str
+    config: dict[str, str]
+    timeout: float
+
+
+def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], timeout: Optional[float],
+                   pipeline: Any, config: Any, required: bool = True) -> Optional[KafkaSettings]:
+    """Flags beat environment beat the pipeline's [kafka] table beat defaults."""
+    import os
+
+    from streamctl.cli.config import setting
+    from streamctl.inspectors.errors import UsageError
+
+    piped = dict(pipeline.kafka) if pipeline is not None else {}
+    servers = bootstrap or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP") or piped.pop("bootstrap", None) \
+        or piped.pop("bootstrap.servers", None)
+    piped.pop("bootstrap", None)
+    piped.pop("bootstrap.servers", None)
+    if not servers:
+        if required:
+            raise UsageError("no Kafka bootstrap servers: give --bootstrap, STREAMCTL_KAFKA_BOOTSTRAP or a pipeline's kafka.bootstrap")
+        return None
+    settings = dict(piped)
+    for item in kafka_config or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"invalid value for --kafka-config: expected KEY=VALUE, got {key.strip() or item!r}")
+        settings[key.strip()] = value
+    seconds = setting("kafka_timeout", timeout, "STREAMCTL_KAFKA_TIMEOUT", config, 10.0, flag="--kafka-timeout")
+    return KafkaSettings(servers, settings, float(seconds))
+
+
+def _load(checkpoint: str) -> tuple[Any, Any, str]:
+    from streamctl.cli.config import load_config, resolve_checkpoint
+
+    config = load_config(context.CONFIG_PATH)
+    location, pipeline = resolve_checkpoint(checkpoint, config)
+    return config, pipeline, location
+
+
+def _epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, int], int], list[tuple[int, str]]]:
+    """The query, the epoch chosen, its merged Kafka offsets and each Kafka source's raw line."""
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.kafka import parse_kafka_offsets
+    from streamctl.inspectors.logs import parse_offsets
+    from streamctl.inspectors.storage import Storage
+
+    q = inspect_checkpoint(location)
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise StorageError(bad[0].details.get("path", location), bad[0].details.get("reason", "unreadable"))
+    if epoch == "committed":
+        chosen = q.committed
+    elif epoch == "planned":
+        chosen = q.planned
+    elif epoch.isdigit():
+        chosen = int(epoch)
+    else:
+        raise UsageError(f"invalid value for --epoch: {epoch!r} (committed, planned or a batch id)")
+    if chosen is None:
+        raise UsageError(f"{location}: no {epoch} epoch in this checkpoint")
+    st = Storage.open(location)
+    if chosen not in q.offsets.batch_ids:
+        raise UsageError(f"{location}: offsets/{chosen} does not exist (retained: "
+                         f"{q.offsets.oldest}..{q.offsets.latest})")
+    entry = parse_offsets(st.read(f"offsets/{chosen}"), st.uri(f"offsets/{chosen}"), chosen)
+    merged: dict[tuple[str, int], int] = {}
+    raws: list[tuple[int, str]] = []
+    for src in entry.sources:
+        parsed = parse_kafka_offsets(src.raw)
+        if parsed is None or src.raw is None:
+            continue
+        raws.append((src.source_id, src.raw))
+        for topic, parts in parsed.items():
+            for p, off in parts.items():
+                if (topic, p) in merged and merged[(topic, p)] != off:
+                    raise UsageError(f"{topic}/{p} is read by two sources at different offsets")
+                merged[(topic, p)] = off
+    if not raws:
+        raise UsageError(f"{location}: offsets/{chosen} has no Kafka source")
+    return q, chosen, merged, raws
+
+
+@app.command("commit-offsets")
+@handle_errors
+def commit_offsets(
+    checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
+    group: str = typer.Option(..., "--group", help="The consumer group to publish the positions to."),
+    bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=BOOTSTRAP_HELP),
+    kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=KAFKA_CONFIG_HELP),
+    kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=TIMEOUT_HELP),
+    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
+    execute: bool = typer.Option(False, "--execute", help="Write the offsets; without it only the plan is shown."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-o", help="table, plain, markdown or json."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Publish the checkpoint's Kafka positions to a consumer group.
+
+    Spark never commits its Kafka offsets where Kafka tools look; this makes
+    kafka-consumer-groups --describe, Burrow and lag exporters see the query. A plan by default;
+    --execute writes, then reads the group back. Refuses (exit 4) while the group has active
+    members. Idempotent: offsets already in place are left alone.
+
+    Examples:
+
+      streamctl kafka commit-offsets /data/chk/orders --group orders-spark --bootstrap broker:9092
+      streamctl kafka commit-offsets orders --group orders-spark --execute
+    """
+    from streamctl.cli.config import setting
+    from streamctl.inspectors.kafka import KafkaBroker
+
+    config, pipeline, location = _load(checkpoint)
+    output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+    ks = kafka_settings(bootstrap, kafka_config, kafka_timeout, pipeline, config)
+    assert ks is not None
+    q, chosen, target, _raws = _epoch_offsets(location, epoch)
+    with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
+        state = broker.group_state(group)
+        current = broker.group_offsets(group) if state is not None else {}
+        changes = {tp: off for tp, off in target.items() if current.get(tp) != off}
+        refused = state in ("Stable", "PreparingRebalance", "CompletingRebalance")
+        done = False
+        verified = True
+        if execute and changes and not refused:
+            broker.commit_group_offsets(group, changes, f"streamctl query={q.query_id} epoch={chosen}")
+            after = broker.group_offsets(group)
+            verified = all(after.get(tp) == off for tp, off in target.items())
+            done = True
+    rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
+             "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
+            for (t, p), off in sorted(target.items())]
+    doc = {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsets", "checkpoint": q.checkpoint,
+           "query_id": q.query_id, "group": group, "group_state": state, "epoch": chosen,
+           "executed": done, "refused": refused, "verified": verified if done else None,
+           "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows}
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        render.emit_table(["topic", "partition", "group offset", "checkpoint offset", "change"],
+                          [[r["topic"], r["partition"], r["current"], r["target"], r["change"]] for r in rows], output,
+                          title=f"group {group} ({state or 'new'}) <- {q.checkpoint} epoch {chosen}")
+        if refused:
+            note = f"refused: group {group} has active members ({state}); stop its consumers first"
+        elif not doc["changes"]:
+            note = "nothing to do: the group already holds these offsets"
+        elif done:
+            note = f"committed {doc['changes']} offset(s)" + ("" if verified else "; read-back differs!")
+        else:
+            note = f"plan: {doc['changes']} offset(s) to commit; run again with --execute"
+        render.emit_lines([note], output)
+    if refused:
+        raise typer.Exit(int(ExitCode.REFUSED))
+    if done and not verified:
+        raise typer.Exit(int(ExitCode.NOT_VERIFIED))
+    raise typer.Exit(0)
+
+
+@app.command("starting-offsets")
+@handle_errors
+def starting_offsets(
+    checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
+    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
+    as_json: bool = typer.Option(False, "--json", help="A JSON document instead of the bare option value."),
+) -> None:
+    """Print the startingOffsets JSON a successor query needs to continue exactly where this
+    checkpoint stops (one line per Kafka source, byte-exact as Spark logged it).
+
+    Examples:
+
+      streamctl kafka starting-offsets /data/chk/orders
+      spark.readStream.format("kafka").option("startingOffsets", "$(streamctl kafka starting-offsets orders)")
+    """
+    import sys
+
+    _config, _pipeline, location = _load(checkpoint)
+    q, chosen, _merged, raws = _epoch_offsets(location, epoch)
+    if as_json:
+        render.emit_json({"api_version": "streamctl/v1", "kind": "StartingOffsets", "checkpoint": q.checkpoint,
+                          "query_id": q.query_id, "epoch": chosen,
+                          "sources": [{"source": sid, "starting_offsets": raw} for sid, raw in raws]})
+    else:
+        for _sid, raw in raws:
+            sys.stdout.write(raw + "\n")
