@@ -14,8 +14,7 @@ path) is rejected when the query starts. Tasks (in Spark's Python workers) and t
 Python worker on the driver) use ``os``/``shutil`` directly, so every executor must see the same
 directory: fine for ``local[*]``, wrong for a cluster without a shared mount.
 
-Layout
-------
+## Layout
 
 ```
 <path>/
@@ -29,7 +28,7 @@ Layout
   in decimal without padding. ``<partition>`` is the write task's partition id, zero-padded to 5
   digits; ``<attempt>`` is the task attempt number (decimal, unpadded); ``<uuid>`` is a random
   UUID in its 36-character text form (``8-4-4-4-12`` lowercase hex), new for every task attempt.
-* A data file holds one JSON object per line (UTF-8, ``\\n``-terminated), one line per row, keyed
+* A data file holds one JSON object per line (UTF-8, each line newline-terminated), one line per row, keyed
   by column name. Timestamps are ISO-8601 strings (``TIMESTAMP``: UTC with offset,
   ``2024-01-01T00:00:00+00:00``; ``TIMESTAMP_NTZ``: no offset), dates ISO-8601, decimals strings,
   binary base64, non-finite floats the strings ``NaN``/``Infinity``/``-Infinity``; structs are
