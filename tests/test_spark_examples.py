@@ -42,6 +42,7 @@ def operator_metadata(ckpt: Path) -> dict:
 def test_every_scenario_finished_cleanly(spark_checkpoints: dict[str, Path]) -> None:
     assert set(spark_checkpoints) == {
         "stateless_file_sink", "agg_hdfs", "agg_rocksdb", "agg_rocksdb_v2", "join_hdfs", "dedup_rocksdb",
+        "coordinated_sink", "delta_foreach_batch",
     }
     for name, ckpt in spark_checkpoints.items():
         assert ckpt == ckpt.parent / "checkpoint" and ckpt.parent.name == name

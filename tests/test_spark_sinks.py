@@ -92,3 +92,48 @@ def test_checkpoint_and_sink_copied_into_a_second_pipeline(cli, spark_checkpoint
     assert r.code == 1 and [f["code"] for f in doc["findings"]] == ["QUERY_ID_CLASH"]
     assert all(q["verdict"] == "aligned" for q in doc["queries"])
     assert json.loads((second / "checkpoint/metadata").read_text())["id"] == doc["queries"][0]["query_id"]
+
+
+def test_delta_table_written_by_foreach_batch_with_txn(cli, fresh_copy):
+    chk = fresh_copy("delta_foreach_batch")
+    out = chk.parent / "output"
+    code, q = inspect(cli, chk, out)
+    assert code == 0 and q["sink"] == {"kind": "delta", "uri": str(out), "epoch": 5} and q["verdict"] == "aligned"
+    r = cli("inspect", "sink", str(out), "--app-id", q["query_id"], "--json")
+    assert r.json()["sink"]["table_version"] == 5
+    # an older copy of the checkpoint restored under a table that went on
+    drop_batches(chk / "offsets", 2)
+    drop_batches(chk / "commits", 2)
+    code, q = inspect(cli, chk, out)
+    (f,) = q["findings"]
+    assert code == 1 and f["code"] == "SINK_AHEAD" and f["skipped"] == [3, 4, 5]
+    # a copied pipeline keyed by another app id has written nothing: behind
+    r = cli("inspect", "epochs", str(chk), "--sink", str(out), "--app-id", "another-app", "--json")
+    assert r.code == 1 and [f["code"] for f in r.json()["queries"][0]["findings"]] == ["SINK_BEHIND"]
+
+
+def test_coordinated_sink_writers_and_a_crashed_epoch(cli, fresh_copy):
+    chk = fresh_copy("coordinated_sink")
+    out = chk.parent / "output"
+    r = cli("inspect", "writers", str(chk), "--sink", str(out), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 0 and q["sink"]["epoch"] == 5 and q["common_window"] == [0, 5]
+    sink_writers = [w for w in q["writers"] if w["kind"] == "sink_writer"]
+    assert [(w["writer"], w["first"], w["last"], w["status"]) for w in sink_writers] == [
+        ("sink/writer-0", 0, 5, "ok"), ("sink/writer-1", 0, 5, "ok")]
+    # epoch 5 crashed after its tasks staged their parts: no commit record, staging left,
+    # and the checkpoint never committed batch 5 (Spark replays it)
+    record = json.loads((out / "_commits/5.json").read_text())
+    (out / "_staging/5").mkdir(parents=True, exist_ok=True)
+    for w in record["writers"]:
+        for f in w["files"]:
+            (out / f).rename(out / "_staging/5" / Path(f).name)
+    (out / "_commits/5.json").unlink()
+    drop_batches(chk / "commits", 4)
+    code, q = inspect(cli, chk, out)
+    found = {f["code"]: f for f in q["findings"]}
+    assert code == 0 and q["verdict"] == "recoverable" and q["sink"]["epoch"] == 4
+    assert set(found) == {"IN_FLIGHT", "SINK_ORPHANS"} and "uncommitted epoch(s) 5" in found["SINK_ORPHANS"]["message"]
+    # the same sink under a checkpoint that did commit 5: the sink is behind
+    code, q = inspect(cli, fresh_copy("coordinated_sink"), out)
+    assert code == 1 and "SINK_BEHIND" in [f["code"] for f in q["findings"]]
