@@ -615,9 +615,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.inspect:
         _run_inspect(["inspect", "epochs", *[str(p) for p in checkpoints.values()]])
+        with_sinks = [n for n in ("stateless_file_sink", "delta_foreach_batch", "coordinated_sink") if n in checkpoints]
+        sink_args = [a for n in with_sinks for a in ("--sink", str(checkpoints[n].parent / "output"))]
+        _run_inspect(["inspect", "epochs", *[str(checkpoints[n]) for n in with_sinks], *sink_args])
+        if "coordinated_sink" in checkpoints:
+            chk = checkpoints["coordinated_sink"]
+            _run_inspect(["inspect", "writers", str(chk), "--sink", str(chk.parent / "output")])
         for name in STATEFUL_SCENARIOS:
             if name in checkpoints:
                 _run_inspect(["inspect", "state", str(checkpoints[name])])
+        print("Next, try for example:\n"
+              f"  streamctl inspect sink {checkpoints.get('stateless_file_sink', root).parent / 'output'}\n"
+              f"  streamctl inspect epochs {root}/*/checkpoint --json\n", flush=True)
     return 0
 
 
