@@ -546,13 +546,16 @@ SCENARIOS: dict[str, Callable[["SparkSession", Path], Path]] = {
 STATEFUL_SCENARIOS = ("agg_hdfs", "agg_rocksdb", "agg_rocksdb_v2", "join_hdfs", "dedup_rocksdb")
 
 
-def build_all(spark: "SparkSession", root: Path) -> dict[str, Path]:
-    """Run every scenario into root/<name>/{checkpoint,input,output}; return name -> checkpoint."""
+def build_all(spark: "SparkSession", root: Path, only: "list[str] | None" = None) -> dict[str, Path]:
+    """Run every scenario (or those named in `only`) into root/<name>/{checkpoint,input,output};
+    return name -> checkpoint."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
     t0 = time.monotonic()
     for name, build in SCENARIOS.items():
+        if only is not None and name not in only:
+            continue
         t1 = time.monotonic()
         result[name] = build(spark, root)
         _log(f"{name}: built in {time.monotonic() - t1:.1f}s -> {result[name]}")
@@ -597,14 +600,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--inspect", action="store_true", help="Afterwards run `streamctl inspect epochs/state` on them."
     )
+    parser.add_argument("--only", default=None, help="Comma-separated scenario names (default: all).")
     args = parser.parse_args(argv)
+    only = None if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(only or ()) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
 
     root = args.dir if args.dir is not None else Path(tempfile.mkdtemp(prefix="streamctl-examples-"))
     root = root.resolve()
     _log(f"building example checkpoints under {root}")
     spark = get_spark()
     try:
-        checkpoints = build_all(spark, root)
+        checkpoints = build_all(spark, root, only)
     finally:
         spark.stop()
 

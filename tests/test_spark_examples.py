@@ -181,3 +181,21 @@ def test_spark35_fixture_layout() -> None:
             assert {f"{v}.{suffix}" for v in range(1, 5)} <= files
             assert not any(f.endswith(".crc") and not f.startswith(".") for f in files)  # no 4.1 companions
     assert list((SPARK35 / "agg_rocksdb" / "checkpoint" / "state" / "0" / "0").glob("*.zip"))
+
+
+@pytest.mark.spark
+def test_the_readme_main_job_runs_start_to_finish(tmp_path: Path) -> None:
+    """`./dev demo` runs `python -m streamctl.pipeline.examples --inspect`; here on two scenarios."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, NO_COLOR="1")
+    r = subprocess.run([sys.executable, "-m", "streamctl.pipeline.examples", "--dir", str(tmp_path),
+                        "--only", "stateless_file_sink,agg_hdfs", "--inspect"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "$ streamctl inspect epochs" in r.stdout and "verdict: aligned" in r.stdout
+    assert "file 5" in r.stdout  # the file sink's epoch in the sink column
+    assert "(exit code 0)" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agg_hdfs", "stateless_file_sink"]
