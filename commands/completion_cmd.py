@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
 
 import typer
 
@@ -24,5 +23,7 @@ def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> No
     """
     if shell not in SHELLS:
         raise UsageError(f"unknown shell {shell!r}: choose one of {', '.join(SHELLS)}")
+    from importlib import resources
+
     text = resources.files("streamctl.completions").joinpath(f"streamctl.{shell}").read_text()
     sys.stdout.write(text)

@@ -49,7 +49,6 @@ def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id
     in order; a named pipeline brings its own sink, kind and app id unless flags say otherwise."""
     from streamctl.cli.config import resolve_checkpoint
     from streamctl.inspectors.errors import UsageError
-    from streamctl.inspectors.sinks import SINK_KINDS
 
     if sink_kind not in SINK_KINDS:
         raise UsageError(f"invalid value for --sink-kind: {sink_kind!r} (choose from {', '.join(SINK_KINDS)})")
@@ -67,6 +66,7 @@ def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id
     return out
 
 
+SINK_KINDS = ("auto", "file", "delta", "coordinated")  # as streamctl.inspectors.sinks.SINK_KINDS
 SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
 SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
 APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."

@@ -8,7 +8,7 @@ metadata and `sources/`; everything else is decided from folder listings.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.findings import ERROR, WARNING, Finding, summarize, verdict_of
@@ -21,7 +21,6 @@ from streamctl.inspectors.logs import (
     parse_offsets,
     parse_query_metadata,
 )
-from streamctl.inspectors.sinks import SinkLog, compare_sink, read_sink
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
     DEFAULT_STORE,
@@ -33,6 +32,9 @@ from streamctl.inspectors.state import (
     store_status,
 )
 from streamctl.inspectors.storage import Storage
+
+if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean
+    from streamctl.inspectors.sinks import SinkLog
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
@@ -115,7 +117,7 @@ class QueryInspection:
     latest_offsets: Optional[OffsetEntry]
     committed_offsets: Optional[OffsetEntry]
     findings: tuple[Finding, ...]
-    sink: Optional[SinkLog] = None
+    sink: "Optional[SinkLog]" = None
     kafka: Optional[dict[str, Any]] = None  # filled by inspectors.kafka.with_kafka
 
     @property
@@ -182,6 +184,8 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
         q = _unreadable(location, exc.path, exc.reason)
     if sink is None:
         return q
+    from streamctl.inspectors.sinks import compare_sink, read_sink
+
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id)

@@ -4,11 +4,13 @@ Only built-in types come out of here; the CLI serialises them with sorted keys.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
 from streamctl.inspectors.findings import Finding, verdict_of, worst_verdict
-from streamctl.inspectors.sinks import SinkLog
+
+if TYPE_CHECKING:
+    from streamctl.inspectors.sinks import SinkLog
 
 API_VERSION = "streamctl/v1"
 
@@ -55,7 +57,7 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
     }
 
 
-def sink_report(log: SinkLog) -> dict[str, Any]:
+def sink_report(log: "SinkLog") -> dict[str, Any]:
     """`inspect sink`: the sink's commit log on its own."""
     findings = sorted(log.findings, key=Finding.sort_key)
     return {

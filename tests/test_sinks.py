@@ -210,3 +210,10 @@ def test_coordinated_commit_record_garbage(cli, tmp_path):
     r = cli("inspect", "sink", str(sink), "--json")
     (f,) = [f for f in r.json()["findings"] if f["code"] == "UNREADABLE"]
     assert r.code == 3 and f["path"] == str(sink / "_commits/3.json") and "epoch 3" in f["message"]
+
+
+def test_cli_sink_kinds_match_the_readers():
+    from streamctl.commands.inspect_cmd import SINK_KINDS as CLI_KINDS
+    from streamctl.inspectors.sinks import READERS, SINK_KINDS
+
+    assert CLI_KINDS == SINK_KINDS == ("auto", *READERS)
