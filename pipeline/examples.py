@@ -530,6 +530,99 @@ def build_delta_foreach_batch(spark: "SparkSession", root: Path) -> Path:
     return ckpt
 
 
+# --------------------------------------------------------------------------- Kafka scenario
+#
+# Not in SCENARIOS: it needs a broker (tests: the kafka_broker fixture of tests/kafka_fixtures.py).
+# ``kafka_agg``: topic (3 partitions, created if missing) with 24 records, then 16 more ->
+# streamctl-kafka source (pipeline.kafka_source; startingOffsets=earliest, maxOffsetsPerTrigger=8)
+# -> groupBy(key).count() -> noop (update); batches 0..2 and 3..4 on a fresh topic. Python
+# sources get no admission control in PySpark 4.1, and availableNow calls latestOffset() once
+# (one bounded batch), so each run uses a 100 ms processing-time trigger and is stopped once
+# commits/N exists for an offsets/N reaching the end offsets seen at its start
+# (kafka_source.run_until_caught_up). offsets/N's source line is the reader's json.dumps:
+# ``{"<topic>": {"0": 14, "1": 13, "2": 13}}`` after run 2 (record i goes to partition i % 3);
+# nothing under sources/ (Python source). ~20 s per run on a busy 2-core machine (a run's first
+# batch ~8 s while Python workers start, then ~1-2 s per batch).
+
+KAFKA_AGG_RECORDS = (24, 16)
+KAFKA_AGG_MAX_OFFSETS = 8
+_KAFKA_PARTITIONS = 3
+
+
+def produce_kafka_records(bootstrap: str, topic: str, start: int, count: int) -> None:
+    """Produce records ``start..start+count-1`` (key ``k<i % 8>``, value ``{"i": i, "value": ...}``)
+    to partition ``i % 3`` of `topic`, creating the topic (3 partitions) if missing. One record
+    per produce request: Tansu's latest offset is wrong after a multi-record request."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="streamctl-examples")
+    try:
+        if topic not in admin.list_topics():
+            try:
+                admin.create_topics([NewTopic(topic, _KAFKA_PARTITIONS, 1)])
+            except TopicAlreadyExistsError:
+                pass
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, client_id="streamctl-examples", linger_ms=0)
+    try:
+        for i in range(start, start + count):
+            value = json.dumps({"i": i, "value": (i * 7) % 11}).encode()
+            producer.send(topic, key=f"k{i % _NUM_KEYS}".encode(), value=value,
+                          partition=i % _KAFKA_PARTITIONS).get(timeout=30)
+    finally:
+        producer.close()
+
+
+def _kafka_agg_run(spark: "SparkSession", name: str, ckpt: Path, options: dict[str, str], run_no: int) -> None:
+    from pyspark.sql import functions as F
+
+    from streamctl.pipeline.kafka_source import SHORT_NAME, current_end_offsets, register, run_until_caught_up
+
+    register(spark)
+    target = current_end_offsets(options)
+
+    def start():
+        df = spark.readStream.format(SHORT_NAME).options(**options).load()
+        return (
+            df.groupBy(F.col("key").cast("string").alias("key")).count()
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(ckpt))
+            .queryName(name)
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
+
+    t0 = time.monotonic()
+    query = run_until_caught_up(start, ckpt, target, timeout_s=300)
+    batch = query.lastProgress["batchId"] if query.lastProgress else None
+    _log(f"{name}: run {run_no} done, last batch {batch} ({time.monotonic() - t0:.1f}s)")
+
+
+def build_kafka_agg(spark: "SparkSession", root: Path, bootstrap: str, topic: str) -> Path:
+    """Kafka topic -> streamctl-kafka (maxOffsetsPerTrigger=8) -> groupBy(key).count() -> noop
+    (update); two runs with more records produced in between. Returns root/kafka_agg/checkpoint."""
+    name = "kafka_agg"
+    ckpt, _, _ = _layout(Path(root), name)
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(KAFKA_AGG_MAX_OFFSETS),
+        "pollTimeoutMs": "60000",
+    }
+    first, second = KAFKA_AGG_RECORDS
+    with _confs(spark, {}):
+        produce_kafka_records(bootstrap, topic, 0, first)
+        _kafka_agg_run(spark, name, ckpt, options, 1)
+        produce_kafka_records(bootstrap, topic, first, second)
+        _kafka_agg_run(spark, name, ckpt, options, 2)
+    return ckpt
+
+
 #: name -> builder, in build order.
 SCENARIOS: dict[str, Callable[["SparkSession", Path], Path]] = {
     "stateless_file_sink": build_stateless_file_sink,
