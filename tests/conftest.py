@@ -33,6 +33,10 @@ spark = _spark.spark
 spark_checkpoints = _spark.spark_checkpoints
 fresh_copy = _spark.fresh_copy
 
+_kafka = _load("kafka_fixtures")
+kafka_broker = _kafka.kafka_broker
+kafka_topic = _kafka.kafka_topic
+
 
 class CliResult:
     def __init__(self, code: int, stdout: str, stderr: str) -> None:
