@@ -134,7 +134,7 @@ def commit_offsets(
       streamctl kafka commit-offsets orders --group orders-spark --execute
     """
     from streamctl.cli.config import setting
-    from streamctl.inspectors.kafka import KafkaBroker
+    from streamctl.inspectors.kafka import ACTIVE_STATES, GroupActive, KafkaBroker
 
     config, pipeline, location = _load(checkpoint)
     output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
@@ -145,20 +145,25 @@ def commit_offsets(
         state = broker.group_state(group)
         current = broker.group_offsets(group) if state is not None else {}
         changes = {tp: off for tp, off in target.items() if current.get(tp) != off}
-        refused = state in ("Stable", "PreparingRebalance", "CompletingRebalance")
+        refused = state in ACTIVE_STATES
+        refusal = f"group {group} has active members ({state}); stop its consumers first"
         done = False
         verified = True
         if execute and changes and not refused:
-            broker.commit_group_offsets(group, changes, f"streamctl query={q.query_id} epoch={chosen}")
-            after = broker.group_offsets(group)
-            verified = all(after.get(tp) == off for tp, off in target.items())
-            done = True
+            try:
+                broker.commit_group_offsets(group, changes, f"streamctl query={q.query_id} epoch={chosen}")
+            except GroupActive as exc:
+                refused, refusal = True, str(exc).split(": ", 1)[-1]
+            else:
+                after = broker.group_offsets(group)
+                verified = all(after.get(tp) == off for tp, off in target.items())
+                done = True
     rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
              "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
             for (t, p), off in sorted(target.items())]
     doc = {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsets", "checkpoint": q.checkpoint,
            "query_id": q.query_id, "group": group, "group_state": state, "epoch": chosen,
-           "executed": done, "refused": refused, "verified": verified if done else None,
+           "executed": done, "refused": refused, "refusal": refusal if refused else None, "verified": verified if done else None,
            "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows}
     if output == "json":
         render.emit_json(doc)
@@ -167,7 +172,7 @@ def commit_offsets(
                           [[r["topic"], r["partition"], r["current"], r["target"], r["change"]] for r in rows], output,
                           title=f"group {group} ({state or 'new'}) <- {q.checkpoint} epoch {chosen}")
         if refused:
-            note = f"refused: group {group} has active members ({state}); stop its consumers first"
+            note = f"refused: {refusal}; nothing was changed"
         elif not doc["changes"]:
             note = "nothing to do: the group already holds these offsets"
         elif done:

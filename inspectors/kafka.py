@@ -26,6 +26,15 @@ class KafkaError(StreamctlError):
     holds a secret."""
 
 
+class GroupActive(KafkaError):
+    """The consumer group has active members: its offsets must not be changed (exit 4)."""
+
+
+# Answers to an offset commit from outside the group while the group has members.
+ACTIVE_GROUP_ERRORS = ("UnknownMemberIdError", "IllegalGenerationError", "RebalanceInProgressError")
+ACTIVE_STATES = ("Stable", "PreparingRebalance", "CompletingRebalance")
+
+
 def is_secret_key(key: str) -> bool:
     k = key.lower()
     return any(m in k for m in SECRET_MARKERS) or k.endswith(".key") or k.endswith("_key")
@@ -219,11 +228,21 @@ class KafkaBroker:
         return {(tp.topic, tp.partition): om.offset for tp, om in (answer.get(group) or {}).items() if om.offset >= 0}
 
     def group_state(self, group: str) -> Optional[str]:
-        """The group's state from ListGroups ('Empty', 'Stable', ...; None: unknown group)."""
+        """The group's state ('Empty', 'Stable', ...; None: the broker does not know the group).
+
+        DescribeGroups first; brokers whose answer kafka-python cannot parse (Tansu) fall back to
+        ListGroups, which may say 'Unknown'. A commit then still refuses an active group: the
+        broker answers UNKNOWN_MEMBER_ID (see commit_group_offsets)."""
+        admin = self.admin()
         try:
-            groups = self.admin().list_groups()
-        except KafkaError:
-            raise
+            for g in admin.describe_groups([group]):
+                state = g.get("state") if isinstance(g, dict) else getattr(g, "state", None)
+                if state and state != "Dead":
+                    return str(state)
+        except Exception:
+            pass  # fall back to ListGroups
+        try:
+            groups = admin.list_groups()
         except Exception as exc:
             raise self._fail("cannot list groups", exc) from None
         for g in groups:
@@ -243,6 +262,9 @@ class KafkaBroker:
         except Exception as exc:
             raise self._fail(f"cannot commit offsets of group {group!r}", exc) from None
         bad = {f"{tp.topic}/{tp.partition}": err.__name__ for tp, err in result.items() if err.__name__ != "NoError"}
+        if any(name in ACTIVE_GROUP_ERRORS for name in bad.values()):
+            raise GroupActive(f"kafka {self.bootstrap}: group {group!r} has active members "
+                              f"(the broker answered {sorted(set(bad.values()))[0]}); stop its consumers first")
         if bad:
             raise KafkaError(f"kafka {self.bootstrap}: group {group!r} refused offsets: "
                              + ", ".join(f"{k} {v}" for k, v in sorted(bad.items())))

