@@ -152,6 +152,22 @@ def test_unreachable_broker_wrong_port_and_bad_credentials(cli, kafka_broker, ka
     assert r.code == 2 and "KEY=VALUE" in r.stderr
 
 
+def test_kafka_settings_from_a_named_pipeline_and_the_environment(cli, kafka_broker, kafka_agg, tmp_path):
+    chk, topic = kafka_agg
+    cfg = tmp_path / "streamctl.toml"
+    cfg.write_text(f'[pipelines.orders]\ncheckpoint = "{chk}"\n[pipelines.orders.kafka]\n'
+                   f'bootstrap = "{kafka_broker.bootstrap}"\n"client.id" = "ops"\n"sasl.plain.password" = "{SECRET}"\n')
+    r = cli("--config", str(cfg), "inspect", "kafka", "orders", "--json")
+    assert r.code == 0 and r.json()["bootstrap"] == kafka_broker.bootstrap, r
+    assert SECRET not in r.stdout + r.stderr
+    r = cli("inspect", "kafka", str(chk), "--json", env={"STREAMCTL_KAFKA_BOOTSTRAP": kafka_broker.bootstrap})
+    assert r.code == 0 and {p["topic"] for p in r.json()["partitions"]} == {topic}
+    # the flag beats the environment: a wrong port from the flag fails fast
+    r = cli("inspect", "kafka", str(chk), "--bootstrap", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "1",
+            env={"STREAMCTL_KAFKA_BOOTSTRAP": kafka_broker.bootstrap})
+    assert r.code == 3
+
+
 def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_agg, tmp_path):
     """Runs last in this module: it deletes the scenario's topic."""
     chk, topic = kafka_agg
