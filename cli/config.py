@@ -233,6 +233,7 @@ the wrong type there, while `STREAMCTL_KAFKA_TIMEOUT=10` is fine."""
 SETTINGS: dict[str, Converter] = {
     "format": to_format,
     "kafka_timeout": to_positive_float,
+    "quiet_period": to_float,
 }
 
 

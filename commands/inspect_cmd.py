@@ -66,10 +66,18 @@ def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id
     return out
 
 
+QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
+              "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
 SINK_KINDS = ("auto", "file", "delta", "coordinated")  # as streamctl.inspectors.sinks.SINK_KINDS
 SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
 SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
 APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
+
+
+def _quiet(flag: Optional[float], config: Any) -> float:
+    from streamctl.cli.config import setting
+
+    return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
 
 
 def exit_for_verdict(verdict: str) -> ExitCode:
@@ -95,6 +103,7 @@ def inspect_epochs(
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=kafka_cmd.BOOTSTRAP_HELP),
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
     kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -119,7 +128,7 @@ def inspect_epochs(
 
     config = _settings()
     output = _format(fmt, as_json, config)
-    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output)
+    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output, _quiet(quiet_period, config))
     if bootstrap or kafka_config or kafka_timeout is not None or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP"):
         queries = _with_kafka(queries, checkpoints, bootstrap, kafka_config, kafka_timeout, config)
     doc = epoch_report(queries)
@@ -153,6 +162,7 @@ def inspect_epochs(
 @handle_errors
 def inspect_state(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -176,7 +186,7 @@ def inspect_state(
     output = _format(fmt, as_json, config)
     location = _resolve([checkpoint], config)[0]
     with render.progress(output != "json") as tick:
-        q = inspect_checkpoint(location, progress=tick)
+        q = inspect_checkpoint(location, progress=tick, quiet_period_s=_quiet(quiet_period, config))
     doc = state_report(q)
     if output == "json":
         render.emit_json(doc)
@@ -212,7 +222,8 @@ def inspect_state(
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
 
 
-def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str) -> list[Any]:
+def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,
+                 quiet_period: float = 0.0) -> list[Any]:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     queries = []
@@ -220,7 +231,7 @@ def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], o
         for loc, sink, kind, app in targets:
             tick(f"inspecting {loc}")
             queries.append(inspect_checkpoint(loc, progress=lambda msg, loc=loc: tick(f"{loc}: {msg}"),
-                                              sink=sink, sink_kind=kind, app_id=app))
+                                              sink=sink, sink_kind=kind, app_id=app, quiet_period_s=quiet_period))
     return queries
 
 
@@ -287,6 +298,7 @@ def inspect_writers(
     sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
     sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
     app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -306,7 +318,7 @@ def inspect_writers(
 
     config = _settings()
     output = _format(fmt, as_json, config)
-    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output)
+    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output, _quiet(quiet_period, config))
     doc = writers_report(queries)
     if output == "json":
         render.emit_json(doc)
@@ -350,6 +362,7 @@ def inspect_kafka(
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
     kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
     group: Optional[str] = typer.Option(None, "--group", help="Also show this consumer group's offsets."),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -378,12 +391,12 @@ def inspect_kafka(
     assert ks is not None
     with render.progress(output != "json") as tick:
         tick(f"inspecting {location}")
-        q = inspect_checkpoint(location)
+        q = inspect_checkpoint(location, quiet_period_s=_quiet(quiet_period, config))
         tick(f"asking {ks.bootstrap}")
         with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
             q, rows = with_kafka(q, broker, group)
             group_offsets = broker.group_offsets(group) if group else {}
-    findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code == "UNREADABLE"]
+    findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code in ("UNREADABLE", "LIVE_QUERY")]
     doc = {
         "api_version": API_VERSION, "kind": "KafkaReport", "checkpoint": q.checkpoint, "query_id": q.query_id,
         "committed": q.committed, "planned": q.planned, "bootstrap": ks.bootstrap, "group": group,

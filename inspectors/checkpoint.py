@@ -173,13 +173,18 @@ Progress = Callable[[str], None]
 
 
 def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink: Optional[str] = None,
-                       sink_kind: str = "auto", app_id: Optional[str] = None) -> QueryInspection:
+                       sink_kind: str = "auto", app_id: Optional[str] = None,
+                       quiet_period_s: Optional[float] = None, now_ms: Optional[int] = None) -> QueryInspection:
     """Inspect the checkpoint at `location` (local path or URI), and with `sink` the sink it
     writes to (its epoch joins the positions, its writers the parallel-writer analysis; a Delta
-    sink's txn app id defaults to the checkpoint's query id). Never raises for bad input."""
+    sink's txn app id defaults to the checkpoint's query id). Never raises for bad input.
+
+    Liveness (LIVE_QUERY): with `quiet_period_s` (0 turns it off; a negative value means "derive
+    it from the trigger interval"), a newest offsets/commits file changed within the quiet period
+    means the query looks alive."""
     try:
         storage = Storage.open(location)
-        q = _Inspector(storage, progress).run()
+        q = _Inspector(storage, progress, quiet_period_s, now_ms).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
     if sink is None:
@@ -200,10 +205,13 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
 
 
 class _Inspector:
-    def __init__(self, storage: Storage, progress: Optional[Progress]) -> None:
+    def __init__(self, storage: Storage, progress: Optional[Progress], quiet_period_s: Optional[float] = None,
+                 now_ms: Optional[int] = None) -> None:
         self.st = storage
         self.findings: list[Finding] = []
         self.progress = progress or (lambda _msg: None)
+        self.quiet_period_s = quiet_period_s
+        self.now_ms = now_ms
 
     def unreadable(self, exc: StreamctlError) -> None:
         path = getattr(exc, "path", self.st.display)
@@ -253,6 +261,7 @@ class _Inspector:
 
         latest_offsets: Optional[OffsetEntry] = None
         committed_offsets: Optional[OffsetEntry] = None
+        prev: Optional[OffsetEntry] = None
         if planned is not None:
             latest_offsets = self.read(f"offsets/{planned}", lambda d, p: parse_offsets(d, p, planned))
             if planned - 1 in offsets.batch_ids:
@@ -294,6 +303,8 @@ class _Inspector:
                         self.unreadable(exc)
 
         self._log_findings(offsets, commits, async_progress)
+        if self.quiet_period_s:
+            self._liveness(planned, committed, latest_offsets, prev)
         if committed is not None:
             required: Optional[int] = committed + 1
         elif planned is not None:
@@ -327,6 +338,38 @@ class _Inspector:
         )
 
     # -----------------------------------------------------------------------------------
+    def _liveness(self, planned: Optional[int], committed: Optional[int], latest: Optional[OffsetEntry],
+                  prev: Optional[OffsetEntry]) -> None:
+        """LIVE_QUERY when the newest log file changed within the quiet period. A negative quiet
+        period is derived: three trigger intervals (from the two newest batchTimestampMs), at
+        least 10 s and at most 10 min; 60 s when unknown."""
+        import time
+
+        quiet = float(self.quiet_period_s or 0)
+        if quiet < 0:
+            interval = None
+            if latest is not None and prev is not None:
+                a, b = latest.metadata.get("batchTimestampMs"), prev.metadata.get("batchTimestampMs")
+                if isinstance(a, int) and isinstance(b, int) and a > b:
+                    interval = (a - b) / 1000.0
+            quiet = 60.0 if interval is None else min(max(3 * interval, 10.0), 600.0)
+        newest = None
+        for rel in ([f"offsets/{planned}"] if planned is not None else []) + \
+                   ([f"commits/{committed}"] if committed is not None else []):
+            entry = self.st.lookup(rel)
+            if entry is not None and entry.mtime_ns is not None:
+                newest = entry.mtime_ns if newest is None else max(newest, entry.mtime_ns)
+        if newest is None:
+            return
+        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+        age = max(now_ms - newest // 1_000_000, 0) / 1000.0
+        if age < quiet:
+            self.findings.append(Finding(
+                "LIVE_QUERY",
+                f"the query looks alive: its newest log file changed {age:.1f} s ago, within the quiet period of "
+                f"{quiet:g} s; mutating commands refuse",
+                details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None}))
+
     def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool) -> None:
         P, C = offsets.latest, commits.latest
         if P is None and C is None:

@@ -63,6 +63,9 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactor
     monkeypatch.delenv("STREAMCTL_CONFIG", raising=False)
     monkeypatch.delenv("STREAMCTL_FORMAT", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
+    # Checkpoints built by the tests are seconds old: without this every inspection would
+    # report LIVE_QUERY. Tests of liveness pass --quiet-period themselves.
+    monkeypatch.setenv("STREAMCTL_QUIET_PERIOD", "0")
     monkeypatch.setenv("COLUMNS", "200")
 
     def run(*args: str, env: dict[str, str] | None = None) -> CliResult:

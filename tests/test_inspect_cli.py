@@ -382,3 +382,24 @@ def test_file_uri_and_unsupported_scheme(cli, tmp_path):
     assert r.code == 3 and "unsupported URI scheme 'ftp'" in r.stdout
     r = cli("inspect", "epochs", "file://otherhost/chk")
     assert r.code == 3 and "file:// URIs must name a local path" in r.stdout
+
+
+def test_live_query_from_recent_files(cli, tmp_path):
+    """A newest log file younger than the quiet period: LIVE_QUERY (info, verdict unchanged)."""
+    chk = build(tmp_path / "chk", state=healthy_state())
+    r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "300")
+    (f,) = r.json()["queries"][0]["findings"]
+    assert r.code == 0 and f["code"] == "LIVE_QUERY" and f["severity"] == "info" and f["quiet_period_s"] == 300
+    old = 1_000_000_000  # 2001: long quiet
+    for d in ("offsets", "commits"):
+        for p in (chk / d).iterdir():
+            os.utime(p, (old, old))
+    r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "300")
+    assert r.json()["queries"][0]["findings"] == []
+    # the default derives the period from the trigger interval (here unknown: 60 s)
+    (chk / "commits/3").touch()
+    r = cli("inspect", "epochs", str(chk), "--json", env={"STREAMCTL_QUIET_PERIOD": ""})
+    (f,) = r.json()["queries"][0]["findings"]
+    assert f["code"] == "LIVE_QUERY" and f["quiet_period_s"] == 60.0
+    r = cli("inspect", "state", str(chk), "--json", "--quiet-period", "300")
+    assert [f["code"] for f in r.json()["findings"]] == ["LIVE_QUERY"]

@@ -1,0 +1,143 @@
+"""The streamctl agent's lease and stop request, as found in a checkpoint's `_streamctl/` folder.
+
+A pure reader: bytes in, frozen dataclasses out, `LogParseError` (one-line reason) for a file
+that exists but cannot be understood. Works on every file system `Storage` can open.
+
+Files (written atomically by `streamctl.pipeline.agent` and `streamctl stop`; Spark ignores
+unknown folders in a checkpoint root)::
+
+    <checkpoint>/_streamctl/lease.json   {"version": 1, "query_id", "run_id", "name", "host", "pid",
+                                          "started_at_ms", "heartbeat_ms", "expires_at_ms",
+                                          "last_batch", "state": "running"|"stopping"|"released",
+                                          "released_at_ms", "stop_request_ms"}
+    <checkpoint>/_streamctl/stop.json    {"version": 1, "requested_at_ms",
+                                          "requested_by": {"host", "pid", "user"}, "reason"}
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+from streamctl.inspectors.logs import LogParseError
+from streamctl.inspectors.storage import Storage
+
+FOLDER = "_streamctl"
+LEASE_FILE = f"{FOLDER}/lease.json"
+STOP_FILE = f"{FOLDER}/stop.json"
+LEASE_VERSION = 1
+STOP_VERSION = 1
+STATES = ("running", "stopping", "released")
+_MAX_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    version: int
+    query_id: str
+    run_id: str
+    name: Optional[str]
+    host: str
+    pid: int
+    started_at_ms: int
+    heartbeat_ms: int
+    expires_at_ms: int
+    last_batch: Optional[int]
+    state: str
+    released_at_ms: Optional[int]
+    stop_request_ms: Optional[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    version: int
+    requested_at_ms: int
+    requested_by: dict[str, Any]
+    reason: Optional[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "requested_at_ms": self.requested_at_ms,
+                "requested_by": dict(self.requested_by), "reason": self.reason}
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _load(storage: Storage, rel: str) -> Optional[dict[str, Any]]:
+    if storage.lookup(rel) is None:
+        return None
+    path = storage.uri(rel)
+    data = storage.read(rel, max_bytes=_MAX_BYTES)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LogParseError(path, "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise LogParseError(path, f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(doc, dict):
+        raise LogParseError(path, "expected a JSON object")
+    return doc
+
+
+def _check(doc: dict[str, Any], path: str, spec: dict[str, tuple[str, bool]]) -> None:
+    """spec: key -> (type name, nullable)."""
+    for key, (kind, nullable) in spec.items():
+        if key not in doc:
+            raise LogParseError(path, f"missing key {key!r}")
+        value = doc[key]
+        if value is None:
+            if nullable:
+                continue
+            raise LogParseError(path, f"{key!r} must not be null")
+        ok = {"int": _int(value), "str": isinstance(value, str), "dict": isinstance(value, dict)}[kind]
+        if not ok:
+            raise LogParseError(path, f"{key!r} must be {'an int' if kind == 'int' else 'a ' + {'str': 'string', 'dict': 'JSON object'}[kind]}")
+
+
+_LEASE_SPEC = {
+    "version": ("int", False), "query_id": ("str", False), "run_id": ("str", False), "name": ("str", True),
+    "host": ("str", False), "pid": ("int", False), "started_at_ms": ("int", False),
+    "heartbeat_ms": ("int", False), "expires_at_ms": ("int", False), "last_batch": ("int", True),
+    "state": ("str", False), "released_at_ms": ("int", True), "stop_request_ms": ("int", True),
+}
+_STOP_SPEC = {"version": ("int", False), "requested_at_ms": ("int", False), "requested_by": ("dict", False),
+              "reason": ("str", True)}
+
+
+def read_lease(storage: Storage) -> Optional[Lease]:
+    """The lease in `<checkpoint>/_streamctl/lease.json`, None when there is none.
+    StorageError when it cannot be read; LogParseError when it is malformed."""
+    doc = _load(storage, LEASE_FILE)
+    if doc is None:
+        return None
+    path = storage.uri(LEASE_FILE)
+    if _int(doc.get("version")) and doc["version"] > LEASE_VERSION:
+        raise LogParseError(path, f"unsupported lease version {doc['version']} (this streamctl reads {LEASE_VERSION})")
+    _check(doc, path, _LEASE_SPEC)
+    if doc["state"] not in STATES:
+        raise LogParseError(path, f"'state' must be one of {', '.join(STATES)}")
+    return Lease(**{k: doc[k] for k in _LEASE_SPEC})
+
+
+def read_stop_request(storage: Storage) -> Optional[StopRequest]:
+    """The stop request in `<checkpoint>/_streamctl/stop.json`, None when there is none."""
+    doc = _load(storage, STOP_FILE)
+    if doc is None:
+        return None
+    path = storage.uri(STOP_FILE)
+    if _int(doc.get("version")) and doc["version"] > STOP_VERSION:
+        raise LogParseError(path, f"unsupported stop request version {doc['version']} (this streamctl reads {STOP_VERSION})")
+    _check(doc, path, _STOP_SPEC)
+    return StopRequest(**{k: doc[k] for k in _STOP_SPEC})
+
+
+def lease_status(lease: Lease, now_ms: int) -> str:
+    """`live` (running or stopping, not expired), `stale` (running or stopping but expired: the
+    driver died without releasing it) or `released`."""
+    if lease.state in ("running", "stopping"):
+        return "live" if now_ms < lease.expires_at_ms else "stale"
+    return "released"
