@@ -217,3 +217,19 @@ def test_cli_sink_kinds_match_the_readers():
     from streamctl.inspectors.sinks import READERS, SINK_KINDS
 
     assert CLI_KINDS == SINK_KINDS == ("auto", *READERS)
+
+
+def test_delta_txn_survives_a_checkpoint_and_log_cleanup(cli, tmp_path):
+    """The txn version comes from the Delta checkpoint once the JSON commits before it are gone
+    (the deltalake package reads checkpoints; streamctl does not hand-parse the log)."""
+    from deltalake import DeltaTable
+
+    sink = tmp_path / "table"
+    delta_table(sink, QID, range(0, 4))
+    DeltaTable(str(sink)).create_checkpoint()
+    delta_table(sink, "someone-else", range(0, 2))
+    for v in range(0, 3):  # commits covered by the checkpoint at version 3
+        (sink / "_delta_log" / f"{v:020d}.json").unlink()
+    assert any(p.name.endswith(".checkpoint.parquet") for p in (sink / "_delta_log").iterdir())
+    code, q = epochs(cli, checkpoint(tmp_path / "a", 3, 3), sink)
+    assert code == 0 and q["sink"]["epoch"] == 3
