@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as stat_mod
-from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Optional, TypeVar
 from urllib.parse import urlparse
 
 from streamctl.inspectors.errors import StorageError
@@ -28,6 +28,7 @@ from streamctl.inspectors.errors import StorageError
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow.fs
 
+T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az")
 DEFAULT_MAX_READ = 64 * 1024 * 1024
 
@@ -135,19 +136,27 @@ class Storage:
         return f"{self._fs_root}/{rel}" if rel else self._fs_root
 
     # -- listing ------------------------------------------------------------------------
+    def _local_call(self, rel: str, call: "Callable[[str], T]") -> Optional[T]:
+        """Run `call(path)` on a local path: None when the path does not exist, StorageError
+        (naming the path, one line) for any other OS error."""
+        path = self._local(rel)
+        try:
+            return call(path)
+        except FileNotFoundError:
+            if os.path.islink(path):
+                raise StorageError(self.uri(rel), "dangling symlink") from None
+            return None
+        except OSError as exc:
+            raise StorageError(self.uri(rel), _os_reason(exc)) from None
+
     def list_dir(self, rel: str = "") -> Optional[list[Entry]]:
         """List one folder. None when it does not exist; StorageError when it cannot be listed."""
         if self._local_root is not None:
-            path = self._local(rel)
-            try:
+            def scan(path: str) -> list[Entry]:
                 with os.scandir(path) as it:
                     return [Entry(de.name, _is_dir(de)) for de in it]
-            except FileNotFoundError:
-                if os.path.islink(path):
-                    raise StorageError(self.uri(rel), "dangling symlink") from None
-                return None
-            except OSError as exc:
-                raise StorageError(self.uri(rel), _os_reason(exc)) from None
+
+            return self._local_call(rel, scan)
         return self._list_remote(rel)
 
     def _list_remote(self, rel: str) -> Optional[list[Entry]]:
@@ -190,12 +199,9 @@ class Storage:
             entries = self.list_dir(rel) or []
             return [e.name for e in entries if not e.is_dir], [e.name for e in entries if e.is_dir]
         path = self._local(rel)
-        try:
-            names = os.listdir(path)
-        except FileNotFoundError:
+        names = self._local_call(rel, os.listdir)
+        if names is None:
             return [], []
-        except OSError as exc:
-            raise StorageError(self.uri(rel), _os_reason(exc)) from None
         dirs = [n for n in names if "." not in n and os.path.isdir(os.path.join(path, n))]
         if not dirs:
             return names, []
@@ -238,15 +244,9 @@ class Storage:
         """The entry at `rel` (with size and mtime), None when missing; StorageError when it
         cannot be asked (permission denied, a dangling symlink, an unreachable endpoint)."""
         if self._local_root is not None:
-            path = self._local(rel)
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                if os.path.islink(path):
-                    raise StorageError(self.uri(rel), "dangling symlink") from None
+            st = self._local_call(rel, os.stat)
+            if st is None:
                 return None
-            except OSError as exc:
-                raise StorageError(self.uri(rel), _os_reason(exc)) from None
             return Entry(rel.rsplit("/", 1)[-1], stat_mod.S_ISDIR(st.st_mode), st.st_size, st.st_mtime_ns)
         import pyarrow.fs as pafs
 
