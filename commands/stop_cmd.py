@@ -1,0 +1,149 @@
+"""`streamctl stop`: ask a query running under the streamctl agent to stop between batches."""
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import context, render
+from streamctl.cli.errors import fail, handle_errors
+from streamctl.cli.exit_codes import ExitCode
+
+POLL_S = 0.2
+
+
+def _age(ms: Optional[int], now: int) -> str:
+    return "-" if ms is None else f"{max(0, now - ms) / 1000:.1f}s ago"
+
+
+def _describe(lease: Any, status: str, now: int) -> str:
+    batch = "none yet" if lease.last_batch is None else lease.last_batch
+    return (f"lease {lease.state} ({status}): query {lease.query_id} run {lease.run_id} on {lease.host} pid {lease.pid}, "
+            f"last batch {batch}, heartbeat {_age(lease.heartbeat_ms, now)}")
+
+
+@handle_errors
+def stop(
+    checkpoint: str = typer.Argument(..., help="A checkpoint path, file:// URI or pipeline name."),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the agent has stopped the query (default)."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds to wait before giving up (exit 4). Default 60."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why; recorded in the stop request."),
+    as_json: bool = typer.Option(False, "--json", help="A StopResult JSON document instead of text."),
+) -> None:
+    """Stop a query gracefully: the streamctl agent in its driver finishes the micro-batch in
+    flight, stops the query between batches (the newest offsets/N has its commits/N) and
+    releases its lease.
+
+    Writes CHECKPOINT/_streamctl/stop.json and, with --wait (the default), watches the agent's
+    lease until it is released. Needs a query started with streamctl.pipeline.agent.attach and
+    a local checkpoint. Refuses (exit 4, and takes its request back) when there is no lease, when
+    the lease is stale (the driver died) or when the timeout passes. A query whose lease is
+    already released is reported as stopped (exit 0).
+
+    Examples:
+
+    \b
+      streamctl stop /data/chk/orders
+      streamctl stop orders --reason "deploy 2.3" --timeout 120
+      streamctl stop /data/chk/orders --no-wait --json
+    """
+    import getpass
+    import os
+    import socket
+
+    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.lease import FOLDER, STOP_FILE, STOP_VERSION, lease_status, read_lease
+    from streamctl.inspectors.storage import Storage
+    from streamctl.pipeline.agent import now_ms, write_json_atomic
+
+    if timeout < 0:
+        raise UsageError("invalid value for --timeout: must be >= 0")
+    config = load_config(context.CONFIG_PATH)
+    location, _pipeline = resolve_checkpoint(checkpoint, config)
+    from urllib.parse import urlparse
+
+    if urlparse(location).scheme.lower() not in ("", "file") and not (len(urlparse(location).scheme) == 1 and os.name == "nt"):
+        raise UsageError(f"{location}: streamctl stop writes stop requests to local checkpoints only (a path or file:// URI)")
+    st = Storage.open(location)
+    if not st.is_local:  # pragma: no cover - caught above
+        raise UsageError(f"{location}: streamctl stop writes stop requests to local checkpoints only")
+    kind = st.kind()
+    if kind != "dir":
+        raise StorageError(location, "does not exist" if kind == "missing" else "is a file, expected a checkpoint folder")
+    stop_path = os.path.join(st.display, STOP_FILE)
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        if not as_json:
+            render.emit_lines([line], "plain")
+
+    def finish(stopped: bool, lease: Any, why: Optional[str], code: int) -> None:
+        now = now_ms()
+        doc = {"api_version": "streamctl/v1", "kind": "StopResult", "checkpoint": st.display,
+               "query_id": lease.query_id if lease is not None else None, "stopped": stopped,
+               "lease": dict(lease.to_json(), status=lease_status(lease, now)) if lease is not None else None,
+               "waited_s": round(time.monotonic() - started, 3), "reason_not_stopped": why}
+        if as_json:
+            render.emit_json(doc)
+        if why is not None and code != 0:
+            raise fail(f"{st.display}: not stopped: {why}", ExitCode(code))
+        raise typer.Exit(code)
+
+    def withdraw() -> None:
+        try:
+            os.unlink(stop_path)
+        except FileNotFoundError:
+            pass
+
+    lease = read_lease(st)  # a malformed lease: exit 3 before anything is written
+    if lease is None:
+        finish(False, None, "no agent lease: the query is not running under the streamctl agent (or never started it)", 4)
+    status = lease_status(lease, now_ms())
+    if status == "stale":
+        finish(False, lease, f"lease is stale: the driver died without releasing it; nothing to stop "
+               f"(last heartbeat {_age(lease.heartbeat_ms, now_ms())})", 4)
+    if status == "released":
+        say(f"{st.display}: already stopped: " + _describe(lease, status, now_ms()))
+        finish(True, lease, None, 0)
+
+    request = {"version": STOP_VERSION, "requested_at_ms": now_ms(),
+               "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
+               "reason": reason}
+    write_json_atomic(os.path.join(st.display, FOLDER), "stop.json", request)
+    say(f"{st.display}: stop requested ({stop_path})")
+    say(_describe(lease, status, now_ms()))
+    if not wait:
+        finish(False, lease, None, 0)
+
+    seen = (lease.state, lease.last_batch)
+    deadline = started + timeout
+    try:
+        while True:
+            try:
+                lease = read_lease(st) or lease
+            except StorageError:
+                pass  # a read racing a replace on an odd file system: try again
+            now = now_ms()
+            status = lease_status(lease, now)
+            if (lease.state, lease.last_batch) != seen:
+                seen = (lease.state, lease.last_batch)
+                say(_describe(lease, status, now))
+            if status == "released":
+                withdraw()
+                say(f"stopped after {time.monotonic() - started:.1f}s; last batch "
+                    f"{'none' if lease.last_batch is None else lease.last_batch}")
+                finish(True, lease, None, 0)
+            if status == "stale":
+                withdraw()
+                finish(False, lease, "lease is stale: the driver died without releasing it; nothing to stop", 4)
+            if time.monotonic() >= deadline:
+                withdraw()
+                finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
+                       f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now)}); "
+                       "the stop request was withdrawn", 4)
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        withdraw()
+        raise

@@ -1,0 +1,387 @@
+"""The streamctl agent: a lease that says "this query is alive", and a graceful stop on request.
+
+A pipeline adds one line after ``start()``::
+
+    from streamctl.pipeline.agent import attach
+    query = df.writeStream.option("checkpointLocation", "/data/chk/orders").start()
+    agent = attach(query, "/data/chk/orders")
+
+The agent then
+
+* writes ``<checkpoint>/_streamctl/lease.json`` (state ``running``: query id, run id, host, pid,
+  heartbeat, expiry, last batch) and refreshes it every ``heartbeat_s`` and on every progress
+  event, so ``streamctl`` can tell a live query (fresh lease) from a dead driver (expired lease);
+* watches for ``<checkpoint>/_streamctl/stop.json`` (written by ``streamctl stop``). On a request
+  newer than this run it sets the lease to ``stopping``, lets the micro-batch in flight finish and
+  stops the query *between* batches, so that the newest ``offsets/N`` has its ``commits/N``
+  (nothing for a restart to replay); then it releases the lease (``released``,
+  ``stop_request_ms``) and deletes ``stop.json``. Once stopping has begun it completes even if
+  the request is withdrawn;
+* releases the lease when the query terminates for any other reason (user code calling
+  ``query.stop()``, an error, an ``availableNow`` run that finished).
+
+Why not just ``query.stop()``: observed with PySpark 4.1.1, ``stop()`` during a batch cancels
+the batch's Spark job (``WriteToDataSourceV2Exec: ... is aborting``) and interrupts the stream
+thread, leaving ``offsets/N`` without ``commits/N`` (an in-flight epoch that the next run replays).
+The agent instead flips the query's internal state to TERMINATED without interrupting it
+(``StreamExecution.state``, reached through py4j): the micro-batch loop checks that state only
+between triggers, so the running batch completes and commits, and the loop then exits normally
+(terminated event, no exception). Where that internal is not reachable (Spark Connect, another
+Spark version), the agent falls back to waiting until no trigger is active and the newest
+offsets and commits files agree, then calls ``query.stop()`` - a narrow race remains in that mode
+(a trigger starting in the same few milliseconds).
+
+Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
+``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
+URIs, because the lease is written with ``os.replace``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, read_stop_request
+from streamctl.inspectors.storage import Storage
+
+__all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
+
+log = logging.getLogger("streamctl.agent")
+
+_TERMINATED_CLASSES = (
+    "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$",  # Spark 4.1
+    "org.apache.spark.sql.execution.streaming.TERMINATED$",  # Spark 3.x / 4.0
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def write_json_atomic(folder: str, name: str, doc: dict[str, Any]) -> None:
+    """Write ``folder/name`` atomically: a temp file ``.<name>.<uuid>.tmp`` in the same folder,
+    flushed and fsynced, then ``os.replace``."""
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(doc, sort_keys=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, os.path.join(folder, name))
+    finally:
+        if os.path.exists(tmp):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _newest(folder: str) -> Optional[int]:
+    try:
+        ids = [int(n) for n in os.listdir(folder) if n.isascii() and n.isdigit()]
+    except FileNotFoundError:
+        return None
+    return max(ids) if ids else None
+
+
+def _local_root(checkpoint: "str | Path") -> str:
+    st = Storage.open(str(checkpoint))
+    if not st.is_local:
+        raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")
+    return st.display
+
+
+class Agent:
+    """The lease writer and stop-request watcher of one running query. Create it with `attach`."""
+
+    def __init__(self, query: Any, checkpoint: "str | Path", *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
+                 name: Optional[str] = None, poll_s: float = 0.5, spark: Any = None) -> None:
+        if heartbeat_s <= 0 or ttl_s <= 0 or poll_s <= 0:
+            raise ValueError("heartbeat_s, ttl_s and poll_s must be positive")
+        self.query = query
+        self.checkpoint = _local_root(checkpoint)
+        self.folder = os.path.join(self.checkpoint, FOLDER)
+        self.heartbeat_s = float(heartbeat_s)
+        self.ttl_ms = int(ttl_s * 1000)
+        self.poll_s = min(float(poll_s), self.heartbeat_s)
+        self.query_id = str(query.id)
+        self.run_id = str(query.runId)
+        self._spark = spark
+        self._lock = threading.RLock()
+        self._stop_event = threading.Event()
+        self._terminated = threading.Event()
+        self._listener: Any = None
+        self._thread: Optional[threading.Thread] = None
+        started = now_ms()
+        qname = name if name is not None else getattr(query, "name", None)
+        self._lease: dict[str, Any] = {
+            "version": LEASE_VERSION, "query_id": self.query_id, "run_id": self.run_id,
+            "name": qname, "host": socket.gethostname(), "pid": os.getpid(),
+            "started_at_ms": started, "heartbeat_ms": started, "expires_at_ms": started + self.ttl_ms,
+            "last_batch": None, "state": "running", "released_at_ms": None, "stop_request_ms": None,
+        }
+        #: how the last requested stop went: None, "graceful" or "fallback"; and whether offsets == commits after it
+        self.stop_mode: Optional[str] = None
+        self.stopped_clean: Optional[bool] = None
+
+    # -- the lease ------------------------------------------------------------------------
+    @property
+    def lease(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._lease)
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            return str(self._lease["state"])
+
+    def _write(self, **changes: Any) -> None:
+        with self._lock:
+            if self._lease["state"] == "released" and changes.get("state") != "released":
+                return  # never resurrect a released lease
+            self._lease.update(changes)
+            t = now_ms()
+            if self._lease["state"] != "released":
+                self._lease["heartbeat_ms"] = t
+                self._lease["expires_at_ms"] = t + self.ttl_ms
+            write_json_atomic(self.folder, "lease.json", self._lease)
+
+    def heartbeat(self, last_batch: Optional[int] = None) -> None:
+        """Refresh the lease now (called by the thread and on progress events)."""
+        with self._lock:
+            if self._lease["state"] == "released":
+                return
+            changes: dict[str, Any] = {}
+            if last_batch is not None and (self._lease["last_batch"] is None or last_batch >= self._lease["last_batch"]):
+                changes["last_batch"] = int(last_batch)
+            self._write(**changes)
+
+    def release(self) -> None:
+        """Mark the lease released (idempotent)."""
+        with self._lock:
+            if self._lease["state"] == "released":
+                return
+            self._write(state="released", released_at_ms=now_ms())
+
+    # -- wiring ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._write()
+        self._add_listener()
+        self._thread = threading.Thread(target=self._run, name=f"streamctl-agent-{self.query_id[:8]}", daemon=True)
+        self._thread.start()
+
+    def _session(self) -> Any:
+        if self._spark is not None:
+            return self._spark
+        from pyspark.sql import SparkSession
+
+        return SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+
+    def _add_listener(self) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        agent = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                try:
+                    p = event.progress
+                    if str(p.id) == agent.query_id and str(p.runId) == agent.run_id:
+                        agent.heartbeat(p.batchId)
+                except Exception:  # never break Spark's listener bus
+                    log.exception("streamctl agent: progress event")
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                try:
+                    if str(event.id) == agent.query_id and str(event.runId) == agent.run_id:
+                        agent._on_terminated()
+                except Exception:
+                    log.exception("streamctl agent: terminated event")
+
+        self._listener = _Listener()
+        self._session().streams.addListener(self._listener)
+
+    def detach(self) -> None:
+        """Remove the listener, stop the thread and release the lease (the query itself keeps
+        running; streamctl then no longer sees it as live through the lease)."""
+        self._stop_event.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=max(5.0, 2 * self.poll_s))
+        self._remove_listener()
+        self.release()
+
+    def _remove_listener(self) -> None:
+        if self._listener is None:
+            return
+        try:
+            self._session().streams.removeListener(self._listener)
+        except Exception:  # the session may already be gone
+            pass
+        self._listener = None
+
+    def _on_terminated(self) -> None:
+        self._terminated.set()
+        with self._lock:
+            stopping = self._lease["state"] == "stopping"
+        if not stopping:  # a stop we started releases the lease itself, after checking the files
+            self.release()
+
+    # -- the thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        last_beat = time.monotonic()
+        while not self._stop_event.wait(self.poll_s):
+            try:
+                if self.state == "released":
+                    return
+                try:
+                    active = bool(self.query.isActive)
+                except Exception:  # the session or the JVM is gone
+                    active = False
+                if not active:
+                    self.release()
+                    return
+                request = self._pending_request()
+                if request is not None:
+                    self._stop_gracefully(request)
+                    return
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    self.heartbeat()
+                    last_beat = time.monotonic()
+            except Exception:
+                log.exception("streamctl agent: heartbeat")
+
+    def _pending_request(self) -> Optional[int]:
+        """requested_at_ms of a stop request meant for this run, else None."""
+        try:
+            req = read_stop_request(Storage.open(self.checkpoint))
+        except Exception as exc:  # a malformed request is ignored (and logged), never fatal
+            log.warning("streamctl agent: ignoring stop request: %s", exc)
+            return None
+        if req is None or req.requested_at_ms < self._lease["started_at_ms"] - 1000:
+            return None
+        return req.requested_at_ms
+
+    def _terminate_between_batches(self) -> bool:
+        """Set StreamExecution.state ACTIVE -> TERMINATED without interrupting the stream thread.
+        True when done (the loop exits after the batch in flight commits)."""
+        try:
+            jvm = self.query._jsq.streamingQuery()  # StreamingQueryWrapper -> MicroBatchExecution
+            ref = jvm.state()
+            jlang = self._session()._jvm.java.lang
+            for cls in _TERMINATED_CLASSES:
+                try:
+                    terminated = jlang.Class.forName(cls).getField("MODULE$").get(None)
+                    break
+                except Exception:
+                    continue
+            else:
+                return False
+            current = ref.get()
+            if current.toString() != "ACTIVE":
+                return False
+            return bool(ref.compareAndSet(current, terminated))
+        except Exception:
+            return False
+
+    def _thread_done(self) -> bool:
+        """Whether the query's stream execution thread has exited (or the terminated event came)."""
+        if self._terminated.wait(self.poll_s):
+            return True
+        try:
+            return not bool(self.query._jsq.streamingQuery().queryExecutionThread().isAlive())
+        except Exception:  # the JVM is gone, or the field is not reachable: rely on the event
+            try:
+                return bool(self.query._jsq.streamingQuery().exception() is not None)
+            except Exception:
+                return True
+
+    def _idle_between_batches(self) -> bool:
+        try:
+            active = bool(self.query.status.get("isTriggerActive"))
+        except Exception:
+            return False
+        if active:
+            return False
+        return _newest(os.path.join(self.checkpoint, "offsets")) == _newest(os.path.join(self.checkpoint, "commits"))
+
+    def _stop_gracefully(self, requested_at_ms: int) -> None:
+        self._write(state="stopping", stop_request_ms=requested_at_ms)
+        last_beat = time.monotonic()
+        if self._terminate_between_batches():
+            self.stop_mode = "graceful"
+            # the stream thread finishes the batch in flight, then exits its loop
+            # (query.awaitTermination(t) cannot tell: it returns `not isActive`, already true.)
+            while not self._thread_done():
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    self.heartbeat()
+                    last_beat = time.monotonic()
+        else:
+            self.stop_mode = "fallback"
+            while not self._stop_event.is_set():
+                try:
+                    if not self.query.isActive:
+                        break
+                except Exception:
+                    break
+                if self._pending_request() is None:  # the request was withdrawn: keep running
+                    with self._lock:
+                        self._lease["stop_request_ms"] = None
+                    self._write(state="running")
+                    self._run_again()
+                    return
+                if self._idle_between_batches():
+                    break
+                if time.monotonic() - last_beat >= self.heartbeat_s:
+                    self.heartbeat()
+                    last_beat = time.monotonic()
+                time.sleep(0.01)
+        try:
+            self.query.stop()  # a no-op after a graceful exit; cleans up the query manager's entry
+        except Exception:
+            log.exception("streamctl agent: query.stop()")
+        committed = _newest(os.path.join(self.checkpoint, "commits"))
+        self.stopped_clean = _newest(os.path.join(self.checkpoint, "offsets")) == committed
+        if not self.stopped_clean:
+            log.warning("streamctl agent: the query stopped with an epoch in flight (Spark replays it on restart)")
+        with self._lock:  # the last progress event may still be on Spark's listener bus
+            if committed is not None and (self._lease["last_batch"] is None or committed > self._lease["last_batch"]):
+                self._lease["last_batch"] = committed
+        self.release()
+        try:
+            os.unlink(os.path.join(self.folder, "stop.json"))
+        except FileNotFoundError:
+            pass
+        self._remove_listener()
+
+    def _run_again(self) -> None:
+        self._run()
+
+    def __repr__(self) -> str:
+        return f"Agent(query_id={self.query_id!r}, checkpoint={self.checkpoint!r}, state={self.state!r})"
+
+
+def attach(query: Any, checkpoint: "str | Path", *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
+           name: Optional[str] = None, poll_s: float = 0.5, spark: Any = None) -> Agent:
+    """Attach the streamctl agent to a started query whose checkpoint is `checkpoint`.
+
+    Writes the lease (state ``running``) before returning, registers a StreamingQueryListener on
+    the query's session (``spark``, default: the active session) and starts a daemon thread that
+    refreshes the lease every `heartbeat_s` (expiry `ttl_s` after each refresh) and checks for a
+    stop request every `poll_s`. Call ``agent.detach()`` to remove it without stopping the query.
+    """
+    agent = Agent(query, checkpoint, heartbeat_s=heartbeat_s, ttl_s=ttl_s, name=name, poll_s=poll_s, spark=spark)
+    agent._start()
+    return agent
