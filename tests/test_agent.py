@@ -1,0 +1,304 @@
+"""The streamctl agent (lease + graceful stop), `inspectors.lease` and `streamctl stop`.
+
+Real Spark where it matters: a query on a file source (processingTime 500 ms,
+maxFilesPerTrigger=1, 200 input files) runs in the background of the session `spark`; the
+driver-kill test runs its own driver in a subprocess (a second JVM)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamctl.inspectors.lease import Lease, lease_status, read_lease, read_stop_request
+from streamctl.inspectors.logs import LogParseError
+from streamctl.inspectors.storage import Storage
+from streamctl.pipeline.agent import now_ms, write_json_atomic
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _lease(**kw: Any) -> dict[str, Any]:
+    doc = {"version": 1, "query_id": "q", "run_id": "r", "name": None, "host": "h", "pid": 1,
+           "started_at_ms": 1000, "heartbeat_ms": 2000, "expires_at_ms": 5000, "last_batch": 3,
+           "state": "running", "released_at_ms": None, "stop_request_ms": None}
+    doc.update(kw)
+    return doc
+
+
+def _put_lease(ckpt: Path, doc: dict[str, Any]) -> None:
+    write_json_atomic(str(ckpt / "_streamctl"), "lease.json", doc)
+
+
+def _newest(folder: Path) -> int | None:
+    ids = [int(n) for n in os.listdir(folder) if n.isdigit()] if folder.exists() else []
+    return max(ids) if ids else None
+
+
+def _wait_for(pred: Any, timeout: float, what: str, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# --------------------------------------------------------------------------- unit: lease_status and the reader
+
+
+def test_lease_status() -> None:
+    running = Lease(**_lease())
+    assert lease_status(running, 4999) == "live"
+    assert lease_status(running, 5000) == "stale"
+    stopping = Lease(**_lease(state="stopping"))
+    assert lease_status(stopping, 1) == "live"
+    assert lease_status(stopping, 10_000) == "stale"
+    released = Lease(**_lease(state="released", released_at_ms=4000))
+    assert lease_status(released, 1) == "released"
+    assert lease_status(released, 10_000) == "released"
+
+
+def test_read_lease_and_stop_request(tmp_path: Path) -> None:
+    st = Storage.open(str(tmp_path))
+    assert read_lease(st) is None and read_stop_request(st) is None
+    _put_lease(tmp_path, _lease())
+    lease = read_lease(st)
+    assert lease == Lease(**_lease())
+    assert lease is not None and lease.to_json() == _lease()
+    write_json_atomic(str(tmp_path / "_streamctl"), "stop.json",
+                      {"version": 1, "requested_at_ms": 7, "requested_by": {"host": "h", "pid": 2, "user": "u"}, "reason": None})
+    req = read_stop_request(st)
+    assert req is not None and req.requested_at_ms == 7 and req.requested_by["user"] == "u"
+    assert not [n for n in os.listdir(tmp_path / "_streamctl") if n.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("{not json", "invalid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (json.dumps({k: v for k, v in _lease().items() if k != "heartbeat_ms"}), "missing key 'heartbeat_ms'"),
+    (json.dumps(_lease(pid="12")), "'pid' must be an int"),
+    (json.dumps(_lease(state="zombie")), "'state' must be one of"),
+    (json.dumps(_lease(version=9)), "unsupported lease version 9"),
+])
+def test_malformed_lease(tmp_path: Path, text: str, reason: str) -> None:
+    (tmp_path / "_streamctl").mkdir()
+    (tmp_path / "_streamctl" / "lease.json").write_text(text)
+    with pytest.raises(LogParseError) as err:
+        read_lease(Storage.open(str(tmp_path)))
+    assert reason in err.value.reason and "\n" not in str(err.value)
+    assert err.value.path.endswith("_streamctl/lease.json")
+
+
+# --------------------------------------------------------------------------- CLI without Spark
+
+
+def test_stop_without_lease_refuses_and_leaves_no_request(tmp_path: Path, cli: Any) -> None:
+    r = cli("stop", str(tmp_path), "--timeout", "5")
+    assert r.code == 4, r
+    assert "no agent lease" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "_streamctl" / "stop.json").exists()
+    r = cli("stop", str(tmp_path), "--json")
+    assert r.code == 4, r
+    doc = r.json()
+    assert doc["kind"] == "StopResult" and doc["api_version"] == "streamctl/v1"
+    assert doc["stopped"] is False and doc["lease"] is None and "no agent lease" in doc["reason_not_stopped"]
+
+
+def test_stop_malformed_lease_is_exit_3(tmp_path: Path, cli: Any) -> None:
+    (tmp_path / "_streamctl").mkdir()
+    (tmp_path / "_streamctl" / "lease.json").write_text('{"version": 1, "query_id": ')
+    r = cli("stop", str(tmp_path))
+    assert r.code == 3, r
+    assert len(r.stderr.strip().splitlines()) == 1 and "_streamctl/lease.json" in r.stderr and "invalid JSON" in r.stderr
+    assert not (tmp_path / "_streamctl" / "stop.json").exists()
+
+
+def test_stop_stale_and_released_and_usage(tmp_path: Path, cli: Any) -> None:
+    t = now_ms()
+    _put_lease(tmp_path, _lease(heartbeat_ms=t - 40_000, expires_at_ms=t - 10_000))
+    r = cli("stop", str(tmp_path), "--json")
+    assert r.code == 4, r
+    assert "lease is stale" in r.json()["reason_not_stopped"] and r.json()["lease"]["status"] == "stale"
+    assert not (tmp_path / "_streamctl" / "stop.json").exists()
+    _put_lease(tmp_path, _lease(state="released", released_at_ms=t - 1000))
+    r = cli("stop", str(tmp_path))
+    assert r.code == 0, r
+    assert "already stopped" in r.stdout
+    assert cli("stop", "s3://bucket/chk").code == 2
+    assert cli("stop", str(tmp_path / "missing")).code == 3
+    assert cli("stop", str(tmp_path), "--timeout", "-1").code == 2
+
+
+def test_stop_times_out_and_withdraws(tmp_path: Path, cli: Any) -> None:
+    t = now_ms()
+    _put_lease(tmp_path, _lease(heartbeat_ms=t, expires_at_ms=t + 60_000))  # live, but nobody acts on it
+    t0 = time.monotonic()
+    r = cli("stop", str(tmp_path), "--timeout", "1", "--reason", "test")
+    assert r.code == 4, r
+    assert 1.0 <= time.monotonic() - t0 < 5
+    assert "timed out after 1s" in r.stderr and "withdrawn" in r.stderr
+    assert "stop requested" in r.stdout
+    assert not (tmp_path / "_streamctl" / "stop.json").exists()
+    r = cli("stop", str(tmp_path), "--no-wait", "--json", "--reason", "later")
+    assert r.code == 0, r
+    assert r.json()["stopped"] is False
+    req = read_stop_request(Storage.open(str(tmp_path)))
+    assert req is not None and req.reason == "later" and req.requested_by["pid"] == os.getpid()
+
+
+# --------------------------------------------------------------------------- real Spark
+
+
+def _start_query(spark: Any, root: Path, name: str) -> tuple[Any, Path, Path]:
+    from pyspark.sql import functions as F
+
+    from streamctl.pipeline.examples import write_input_files
+
+    inp, ckpt = root / "input", root / "checkpoint"
+    write_input_files(inp, 0, 200)
+    df = spark.readStream.schema("key STRING, value BIGINT, ts TIMESTAMP").option("maxFilesPerTrigger", 1).json(str(inp))
+    df = df.groupBy("key").agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+    q = (df.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(ckpt))
+         .queryName(name).trigger(processingTime="500 milliseconds").start())
+    return q, ckpt, inp
+
+
+@pytest.mark.spark
+def test_lease_appears_and_advances(spark: Any, tmp_path: Path) -> None:
+    from streamctl.pipeline.agent import attach
+
+    q, ckpt, _ = _start_query(spark, tmp_path, "agent_lease")
+    agent = None
+    try:
+        agent = attach(q, ckpt, heartbeat_s=0.5, ttl_s=5, spark=spark)
+        st = Storage.open(str(ckpt))
+        first = read_lease(st)
+        assert first is not None and first.state == "running" and first.query_id == str(q.id)
+        assert first.run_id == str(q.runId) and first.pid == os.getpid() and first.name == "agent_lease"
+        assert first.expires_at_ms == first.heartbeat_ms + 5000
+        assert lease_status(first, now_ms()) == "live"
+        later = _wait_for(lambda: (lambda l: l if l and l.last_batch is not None and l.last_batch >= 2 else None)(read_lease(st)),
+                          90, "last_batch >= 2")
+        assert later.heartbeat_ms > first.heartbeat_ms
+        b = later.last_batch
+        _wait_for(lambda: (read_lease(st).last_batch or 0) > b, 30, "last_batch to advance")
+        q.stop()  # user code stops the query: the agent releases the lease
+        gone = _wait_for(lambda: (lambda l: l if l.state == "released" else None)(read_lease(st)), 15, "release")
+        assert gone.released_at_ms is not None and gone.stop_request_ms is None
+        assert lease_status(gone, now_ms()) == "released"
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+
+
+@pytest.mark.spark
+def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any) -> None:
+    """Three runs, stop requested at different moments: every time exit 0, lease released,
+    and offsets/ and commits/ end at the same batch (nothing in flight)."""
+    import random
+
+    from streamctl.pipeline.agent import attach
+
+    rnd = random.Random(7)
+    for i in range(3):
+        q, ckpt, _ = _start_query(spark, tmp_path / f"run{i}", f"agent_stop_{i}")
+        agent = None
+        try:
+            agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
+            _wait_for(lambda: (_newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
+            time.sleep(rnd.uniform(0, 1.0))  # a different moment each time: mid-batch or idle
+            status = q.status
+            t0 = time.monotonic()
+            r = cli("stop", str(ckpt), "--timeout", "60", "--reason", f"test {i}", "--json")
+            took = time.monotonic() - t0
+            assert r.code == 0, r
+            doc = r.json()
+            assert doc["stopped"] is True and doc["reason_not_stopped"] is None and doc["query_id"] == str(q.id)
+            assert doc["lease"]["state"] == "released" and doc["lease"]["stop_request_ms"] is not None
+            assert took < 30, took
+            _wait_for(lambda: not q.isActive, 10, "query inactive")
+            assert q.exception() is None
+            assert _newest(ckpt / "offsets") == _newest(ckpt / "commits"), (i, agent.stop_mode, sorted(os.listdir(ckpt / "offsets")))
+            assert agent.stop_mode == "graceful" and agent.stopped_clean is True
+            assert not (ckpt / "_streamctl" / "stop.json").exists()
+            lease = read_lease(Storage.open(str(ckpt)))
+            assert lease is not None and lease.state == "released" and lease.last_batch == _newest(ckpt / "commits")
+            print(f"run {i}: requested while {status['message']!r} (trigger active: {status['isTriggerActive']}), "
+                  f"stopped in {took:.2f}s at batch {lease.last_batch}")
+        finally:
+            q.stop()
+            if agent is not None:
+                agent.detach()
+
+
+_DRIVER = """
+import os, sys, time
+from pathlib import Path
+from pyspark.sql import SparkSession
+from streamctl.pipeline.agent import attach
+from streamctl.pipeline.examples import write_input_files
+root = Path(sys.argv[1])
+spark = (SparkSession.builder.master("local[1]").appName("agent-kill")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.memory", "512m").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+write_input_files(root / "input", 0, 200)
+df = (spark.readStream.schema("key STRING, value BIGINT, ts TIMESTAMP").option("maxFilesPerTrigger", 1)
+      .json(str(root / "input")))
+q = (df.writeStream.format("noop").option("checkpointLocation", str(root / "checkpoint"))
+     .trigger(processingTime="500 milliseconds").start())
+attach(q, root / "checkpoint", heartbeat_s=0.5, ttl_s=3, spark=spark)
+q.awaitTermination()
+"""
+
+
+@pytest.mark.spark
+def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(_DRIVER))
+    ckpt = tmp_path / "checkpoint"
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    st = Storage.open(str(ckpt))
+    try:
+        def batch_seen() -> Any:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else proc.returncode
+            try:
+                lease = read_lease(st)
+            except LogParseError:
+                return None
+            return lease if lease is not None and lease.last_batch is not None else None
+
+        lease = _wait_for(batch_seen, 120, "the subprocess's lease to show a batch", step=0.2)
+        assert lease.pid == proc.pid
+    finally:
+        # SIGKILL the whole session: the Python driver and its JVM
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    killed_at = now_ms()
+    lease = read_lease(st)
+    assert lease is not None and lease.state == "running"
+    assert lease.expires_at_ms - lease.heartbeat_ms == 3000
+    assert lease.expires_at_ms > killed_at  # heartbeat every 0.5 s, ttl 3 s
+    assert lease_status(lease, killed_at) == "live"
+    _wait_for(lambda: now_ms() >= lease.expires_at_ms, 5, "expiry")
+    assert read_lease(st) == lease  # nobody refreshed it
+    assert lease_status(lease, now_ms()) == "stale"
+    t0 = time.monotonic()
+    r = cli("stop", str(ckpt))
+    assert r.code == 4, r
+    assert time.monotonic() - t0 < 2
+    assert "lease is stale" in r.stderr and "nothing to stop" in r.stderr
+    assert not (ckpt / "_streamctl" / "stop.json").exists()
