@@ -92,6 +92,11 @@ def _newest(folder: str) -> Optional[int]:
 
 
 def _local_root(checkpoint: "str | Path") -> str:
+    from urllib.parse import urlparse
+
+    scheme = urlparse(str(checkpoint)).scheme.lower()
+    if scheme not in ("", "file") and not (len(scheme) == 1 and os.name == "nt"):
+        raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")
     st = Storage.open(str(checkpoint))
     if not st.is_local:
         raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")

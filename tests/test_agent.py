@@ -219,6 +219,7 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
             _wait_for(lambda: (_newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
             time.sleep(rnd.uniform(0, 1.0))  # a different moment each time: mid-batch or idle
             status = q.status
+            planned_at_request = _newest(ckpt / "offsets")
             t0 = time.monotonic()
             r = cli("stop", str(ckpt), "--timeout", "60", "--reason", f"test {i}", "--json")
             took = time.monotonic() - t0
@@ -231,6 +232,8 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
             assert q.exception() is None
             assert _newest(ckpt / "offsets") == _newest(ckpt / "commits"), (i, agent.stop_mode, sorted(os.listdir(ckpt / "offsets")))
             assert agent.stop_mode == "graceful" and agent.stopped_clean is True
+            # the batch planned when the request came was finished and committed, not cancelled
+            assert (_newest(ckpt / "commits") or -1) >= (planned_at_request or -1)
             assert not (ckpt / "_streamctl" / "stop.json").exists()
             lease = read_lease(Storage.open(str(ckpt)))
             assert lease is not None and lease.state == "released" and lease.last_batch == _newest(ckpt / "commits")
@@ -302,3 +305,36 @@ def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any) -> None:
     assert time.monotonic() - t0 < 2
     assert "lease is stale" in r.stderr and "nothing to stop" in r.stderr
     assert not (ckpt / "_streamctl" / "stop.json").exists()
+
+
+class _FakeQuery:
+    id = "11111111-1111-1111-1111-111111111111"
+    runId = "22222222-2222-2222-2222-222222222222"
+    name = "fake"
+
+
+def test_agent_rejects_remote_and_ignores_old_requests(tmp_path: Path) -> None:
+    from streamctl.pipeline.agent import Agent
+
+    with pytest.raises(ValueError, match="local file-system checkpoints only"):
+        Agent(_FakeQuery(), "s3://bucket/chk")
+    agent = Agent(_FakeQuery(), f"file://{tmp_path}", ttl_s=3)
+    assert agent.checkpoint == str(tmp_path)
+    agent._write()  # what attach() writes first
+    lease = read_lease(Storage.open(str(tmp_path)))
+    assert lease is not None and lease.state == "running" and lease.name == "fake" and lease.query_id == _FakeQuery.id
+    assert lease.expires_at_ms == lease.heartbeat_ms + 3000
+    assert agent._pending_request() is None
+    folder = str(tmp_path / "_streamctl")
+    old = {"version": 1, "requested_at_ms": lease.started_at_ms - 5000, "requested_by": {"host": "h", "pid": 1, "user": "u"},
+           "reason": None}
+    write_json_atomic(folder, "stop.json", old)  # left over from an earlier run: ignored
+    assert agent._pending_request() is None
+    write_json_atomic(folder, "stop.json", dict(old, requested_at_ms=lease.started_at_ms - 500))
+    assert agent._pending_request() == lease.started_at_ms - 500
+    (tmp_path / "_streamctl" / "stop.json").write_text("garbage")  # malformed: ignored, never fatal
+    assert agent._pending_request() is None
+    agent.release()
+    agent.heartbeat(5)  # a released lease is never resurrected
+    gone = read_lease(Storage.open(str(tmp_path)))
+    assert gone is not None and gone.state == "released" and gone.last_batch is None and gone.released_at_ms is not None
