@@ -119,6 +119,7 @@ class QueryInspection:
     findings: tuple[Finding, ...]
     sink: "Optional[SinkLog]" = None
     kafka: Optional[dict[str, Any]] = None  # filled by inspectors.kafka.with_kafka
+    lease: Optional[dict[str, Any]] = None  # the agent's lease, when there is one
 
     @property
     def verdict(self) -> str:
@@ -148,6 +149,7 @@ class QueryInspection:
             "sources": [_source_record(s) for s in self.sources],
             "sink": None if self.sink is None else self.sink.position(),
             "kafka": self.kafka,
+            "lease": self.lease,
             "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
             "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
             "verdict": self.verdict,
@@ -212,6 +214,7 @@ class _Inspector:
         self.progress = progress or (lambda _msg: None)
         self.quiet_period_s = quiet_period_s
         self.now_ms = now_ms
+        self.lease_record: Optional[dict[str, Any]] = None
 
     def unreadable(self, exc: StreamctlError) -> None:
         path = getattr(exc, "path", self.st.display)
@@ -303,7 +306,8 @@ class _Inspector:
                         self.unreadable(exc)
 
         self._log_findings(offsets, commits, async_progress)
-        if self.quiet_period_s:
+        lease = self._lease() if "_streamctl" in root else None
+        if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
         if committed is not None:
             required: Optional[int] = committed + 1
@@ -335,9 +339,46 @@ class _Inspector:
             latest_offsets=latest_offsets,
             committed_offsets=committed_offsets,
             findings=tuple(self.findings),
+            lease=self.lease_record,
         )
 
     # -----------------------------------------------------------------------------------
+    def _lease(self) -> Optional[dict[str, Any]]:
+        """The agent's lease (streamctl.pipeline.agent): a live one is LIVE_QUERY, one left by a
+        driver that died without releasing it is STALE_LEASE."""
+        import time
+
+        from streamctl.inspectors.lease import LEASE_FILE, lease_status, read_lease
+
+        try:
+            lease = read_lease(self.st)
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return None
+        if lease is None:
+            return None
+        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+        status = lease_status(lease, now_ms)
+        record = {"status": status, "state": lease.state, "query_id": lease.query_id, "run_id": lease.run_id,
+                  "host": lease.host, "pid": lease.pid, "last_batch": lease.last_batch,
+                  "heartbeat_age_s": round(max(now_ms - lease.heartbeat_ms, 0) / 1000.0, 3),
+                  "expires_in_s": round((lease.expires_at_ms - now_ms) / 1000.0, 3)}
+        self.lease_record = record
+        where = f"run {lease.run_id} on {lease.host} (pid {lease.pid})"
+        if status == "live":
+            self.findings.append(Finding(
+                "LIVE_QUERY",
+                f"the query is running: {LEASE_FILE} is held by {where}, heartbeat {record['heartbeat_age_s']:g} s ago, "
+                f"last batch {lease.last_batch}; mutating commands refuse",
+                details={"lease": record, "last_change_age_s": None, "quiet_period_s": None}))
+        elif status == "stale":
+            self.findings.append(Finding(
+                "STALE_LEASE",
+                f"{LEASE_FILE} of {where} expired {-record['expires_in_s']:g} s ago without being released: "
+                f"the driver died (last batch {lease.last_batch}); nothing holds the query",
+                details={"lease": record}))
+        return record
+
     def _liveness(self, planned: Optional[int], committed: Optional[int], latest: Optional[OffsetEntry],
                   prev: Optional[OffsetEntry]) -> None:
         """LIVE_QUERY when the newest log file changed within the quiet period. A negative quiet

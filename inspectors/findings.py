@@ -28,6 +28,7 @@ CODES: dict[str, str] = {
     "STALE_CHECKSUM": ERROR,
     "SINK_WRITER_MISSING": ERROR,
     "SINK_ORPHANS": WARNING,
+    "STALE_LEASE": WARNING,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

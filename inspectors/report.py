@@ -39,7 +39,7 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
         required = q.committed + 1
     elif q.planned is not None:
         required = q.planned
-    state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "UNREADABLE", "LIVE_QUERY"}
+    state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
     findings = [f for f in q.findings if f.code in state_codes]
     return {
         "api_version": API_VERSION,

@@ -403,3 +403,34 @@ def test_live_query_from_recent_files(cli, tmp_path):
     assert f["code"] == "LIVE_QUERY" and f["quiet_period_s"] == 60.0
     r = cli("inspect", "state", str(chk), "--json", "--quiet-period", "300")
     assert [f["code"] for f in r.json()["findings"]] == ["LIVE_QUERY"]
+
+
+def _lease(chk: Path, state: str, heartbeat_ms: int, ttl_ms: int = 30_000) -> None:
+    (chk / "_streamctl").mkdir(exist_ok=True)
+    (chk / "_streamctl/lease.json").write_text(json.dumps({
+        "version": 1, "query_id": QID, "run_id": "r-1", "name": None, "host": "driver-1", "pid": 4242,
+        "started_at_ms": heartbeat_ms - 60_000, "heartbeat_ms": heartbeat_ms, "expires_at_ms": heartbeat_ms + ttl_ms,
+        "last_batch": 3, "state": state, "released_at_ms": None, "stop_request_ms": None}))
+
+
+def test_live_and_stale_leases(cli, tmp_path):
+    """The agent's lease (streamctl.pipeline.agent): live -> LIVE_QUERY, expired -> STALE_LEASE."""
+    import time
+
+    chk = build(tmp_path / "chk", state=healthy_state())
+    now = int(time.time() * 1000)
+    _lease(chk, "running", now)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    (f,) = q["findings"]
+    assert r.code == 0 and f["code"] == "LIVE_QUERY" and "driver-1 (pid 4242)" in f["message"]
+    assert q["lease"]["status"] == "live" and q["lease"]["last_batch"] == 3
+    _lease(chk, "running", now - 120_000)
+    q = cli("inspect", "epochs", str(chk), "--json").json()["queries"][0]
+    assert [f["code"] for f in q["findings"]] == ["STALE_LEASE"] and q["lease"]["status"] == "stale"
+    _lease(chk, "released", now - 120_000)
+    q = cli("inspect", "epochs", str(chk), "--json").json()["queries"][0]
+    assert q["findings"] == [] and q["lease"]["status"] == "released" and q["verdict"] == "aligned"
+    (chk / "_streamctl/lease.json").write_text("{not json")
+    r = cli("inspect", "epochs", str(chk), "--json")
+    assert r.code == 3 and "lease.json" in r.json()["queries"][0]["findings"][0]["path"]
