@@ -53,7 +53,7 @@ def stop(
     import socket
 
     from streamctl.cli.config import load_config, resolve_checkpoint
-    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
     from streamctl.inspectors.lease import FOLDER, STOP_FILE, STOP_VERSION, lease_status, read_lease
     from streamctl.inspectors.storage import Storage
     from streamctl.pipeline.agent import now_ms, write_json_atomic
@@ -144,6 +144,6 @@ def stop(
                        f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now)}); "
                        "the stop request was withdrawn", 4)
             time.sleep(POLL_S)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, StreamctlError):  # never leave a request behind that nobody watches
         withdraw()
         raise
