@@ -275,14 +275,15 @@ def _streamctl_cmd() -> list[str]:
 
 
 def _inspect(args: list[str], quiet_period: Optional[str] = "0") -> int:
-    """Run `streamctl ARGS` in a subprocess (its output goes straight to ours); its exit code."""
+    """Run `streamctl ARGS` in a subprocess (its stdout and stderr go straight to our stdout); its exit code."""
     shown = ["streamctl", *args]
     _out("$ " + " ".join(shown))
     env = dict(os.environ)
     if quiet_period is not None:  # the demo's checkpoints are seconds old, but nothing runs any more
         env["STREAMCTL_QUIET_PERIOD"] = quiet_period
     try:
-        code = subprocess.run(_streamctl_cmd() + args, env=env, stdin=subprocess.DEVNULL, timeout=300).returncode
+        code = subprocess.run(_streamctl_cmd() + args, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              timeout=300).returncode
     except (OSError, subprocess.SubprocessError) as exc:
         _out(f"(could not run: {exc})")
         return -1
@@ -429,7 +430,8 @@ def demo(
         from streamctl.pipeline.reference import create_topic, delivery_check, produce_events
 
         create_topic(bootstrap, topic)
-        with _Progress(f"producing {events} events to {topic} (3 partitions)", events) as bar:
+        _err(f"producing {events} events to topic {topic} (3 partitions), one record per request")
+        with _Progress("producing", events) as bar:
             produced = produce_events(bootstrap, topic, events, on_sent=bar.advance)
 
         _err("starting Spark (local[2]) ...")
@@ -468,6 +470,8 @@ def demo(
             _inspect(_epochs_args(root, bootstrap), quiet_period=None if fault == "stale-lease" else "0")
             if fault == "lost-state-file":
                 _inspect(["inspect", "state", str(root / "delta" / "checkpoint")])
+            if fault == "stale-lease":  # refuses (exit 4): the lease is stale, the driver is gone
+                _inspect(["stop", str(root / "delta" / "checkpoint"), "--timeout", "0"], quiet_period=None)
             if fault == "sink-ahead":
                 fs = root / "file_sink"
                 _inspect(["inspect", "writers", str(fs / "checkpoint"), "--sink", str(fs / "output")])
