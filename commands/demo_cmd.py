@@ -485,7 +485,7 @@ def demo(
             _out(f"  streamctl inspect kafka {ck['file_sink']} --bootstrap {bootstrap}")
             _out(f"  streamctl kafka commit-offsets {ck['file_sink']} --group demo-file-sink --bootstrap {bootstrap}")
         else:
-            _out(f"  streamctl demo --keep-broker   (keeps the broker up for inspect kafka / kafka commit-offsets)")
+            _out("  streamctl demo --keep-broker   (keeps the broker up for inspect kafka / kafka commit-offsets)")
         _out(f"  streamctl kafka starting-offsets {ck['file_sink']}")
         _out(f"  streamctl demo --fault sink-ahead   (also: {', '.join(n for n in names if n != 'sink-ahead')})")
         _err(f"demo finished in {time.monotonic() - t_start:.0f}s")
