@@ -345,7 +345,7 @@ def test_help_documents_exit_codes_and_every_command(cli):
     readme = (REPO / "README.md").read_text()
     for command in ("streamctl inspect epochs", "streamctl inspect state", "streamctl inspect sink",
                     "streamctl inspect kafka", "streamctl kafka commit-offsets", "streamctl kafka starting-offsets",
-                    "streamctl stop",
+                    "streamctl stop", "streamctl demo",
                     "streamctl inspect writers", "streamctl completion"):
         assert command in readme
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"):
