@@ -198,6 +198,7 @@ def read_state(storage: Storage) -> StateFiles:
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
     """
+    storage.prefetch("state")  # object stores: one recursive listing instead of one per folder
     top = storage.list_dir("state")
     result = StateFiles(exists=top is not None)
     if top is None:

@@ -117,7 +117,10 @@ class Storage:
     def uri(self, rel: str = "") -> str:
         """The user-facing location of `rel` (a local path, or the URI the user gave)."""
         rel = rel.strip("/")
-        return f"{self.display}/{rel}" if rel else self.display
+        if not rel:
+            return self.display
+        base, q, query = self.display.partition("?")  # s3://b/chk?endpoint_override=... keeps its options last
+        return f"{base.rstrip('/')}/{rel}{q}{query}"
 
     def child(self, rel: str) -> "Storage":
         """A Storage rooted at a sub-folder."""
@@ -159,10 +162,51 @@ class Storage:
             return self._local_call(rel, scan)
         return self._list_remote(rel)
 
+    def prefetch(self, rel: str) -> None:
+        """On object stores, list the whole subtree `rel` with one recursive (paged) listing and
+        answer later list_dir/list_names calls below it from memory: a state folder with hundreds
+        of partitions costs a few requests instead of one per folder. A no-op locally, where one
+        listing per folder is the cheapest way."""
+        if self._local_root is not None:
+            return
+        import pyarrow.fs as pafs
+
+        assert self._fs is not None
+        base = self._remote(rel)
+        try:
+            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        except Exception as exc:
+            raise StorageError(self.uri(rel), _one_line(exc)) from None
+        rel = rel.strip("/")
+        folders: dict[str, list[Entry]] = {rel: []}
+        for info in infos:
+            sub = info.path[len(base):].strip("/")
+            parent, _, _name = sub.rpartition("/")
+            parent_rel = f"{rel}/{parent}" if parent else rel
+            is_dir = info.type == pafs.FileType.Directory
+            folders.setdefault(parent_rel, []).append(Entry(
+                info.base_name, is_dir, None if is_dir else info.size, None if is_dir else info.mtime_ns))
+            if is_dir:
+                folders.setdefault(f"{rel}/{sub}", [])
+        if not infos:
+            return  # missing or empty: let the usual listing tell which
+        self._prefetched = getattr(self, "_prefetched", {})
+        self._prefetched[rel] = folders
+
+    def _from_prefetch(self, rel: str) -> Optional[tuple[bool, Optional[list[Entry]]]]:
+        """(hit, entries) when `rel` lies below a prefetched subtree; entries None = missing."""
+        for root, folders in getattr(self, "_prefetched", {}).items():
+            if rel == root or rel.startswith(root + "/"):
+                return True, folders.get(rel)
+        return None
+
     def _list_remote(self, rel: str) -> Optional[list[Entry]]:
         import pyarrow.fs as pafs
 
         assert self._fs is not None
+        cached = self._from_prefetch(rel.strip("/"))
+        if cached is not None:
+            return None if cached[1] is None else list(cached[1])
         path = self._remote(rel)
         try:
             infos = self._fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))

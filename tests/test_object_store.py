@@ -92,7 +92,7 @@ def test_s3_missing_prefix_and_corrupt_file(cli, s3):
     opts = f"?endpoint_override=127.0.0.1:{port}&scheme=http"
     r = cli("inspect", "epochs", f"s3://chk/bad{opts}", "--json")
     (f,) = [f for f in r.json()["queries"][0]["findings"] if f["code"] == "UNREADABLE"]
-    assert r.code == 3 and f["path"].endswith("commits/3")
+    assert r.code == 3 and f["path"] == f"s3://chk/bad/commits/3{opts}"
     r = cli("inspect", "epochs", f"s3://chk/nothing-here{opts}", "--json")
     assert r.code == 3 and "does not exist" in r.stdout
 
@@ -104,3 +104,86 @@ def test_unreachable_endpoint_is_exit_3_one_line(cli, s3):
     assert r.code == 3, r
     assert "Traceback" not in r.stdout + r.stderr
     assert time.time() - t0 < 60
+
+
+class _CountingProxy:
+    """A loopback HTTP proxy in front of the moto server that counts the S3 requests it forwards
+    (the real server still answers every one)."""
+
+    def __init__(self, target_port: int) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+        self.requests: list[tuple[str, str]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                proxy.requests.append((self.command, self.path))
+                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                # a HEAD answer carries the object's length, not the (empty) body's
+                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, s3):
+    """300 partition folders on S3: the request count stays bounded (one paged recursive listing
+    of state/, a listing each for the root, offsets/ and commits/, and the few small reads)."""
+    import pyarrow.fs as pafs
+
+    fs, port = s3
+    parts, versions = 300, 3
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"spark.sql.shuffle.partitions":"300"}}'
+    files = {"metadata": '{"id":"44444444-2222-3333-4444-555555555555"}',
+             "state/0/_metadata/metadata": 'v1\n{"operatorInfo":{"operatorId":0,"operatorName":"stateStoreSave"},'
+                                           '"stateStoreInfo":[{"storeName":"default","numColsPrefixKey":0,"numPartitions":300}]}'}
+    for b in range(versions):
+        files[f"offsets/{b}"] = f'v1\n{meta}\n{{"logOffset":{b}}}'
+        files[f"commits/{b}"] = 'v1\n{"nextBatchWatermarkMs":0}'
+    for p in range(parts):
+        for v in range(1, versions + 1):
+            files[f"state/0/{p}/{v}.delta"] = "x"
+    for rel, text in files.items():
+        with fs.open_output_stream(f"chk/many/{rel}") as out:
+            out.write(text.encode())
+    proxy = _CountingProxy(port)
+    try:
+        uri = f"s3://chk/many?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+        r = cli("inspect", "epochs", uri, "--json", "--quiet-period", "0")
+        q = r.json()["queries"][0]
+        assert r.code == 0 and q["verdict"] == "aligned" and q["state_epoch"] == versions - 1, r
+        assert len([w for w in q["writers"] if w["kind"] == "state_store"]) == parts
+        count = len(proxy.requests)
+        assert count <= 25, proxy.requests
+        print(f"[requests] inspect epochs on {len(files)} S3 objects ({parts} partitions): {count} requests")
+    finally:
+        proxy.close()
+    assert isinstance(fs, pafs.S3FileSystem)
