@@ -22,6 +22,7 @@ app = typer.Typer(
 FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
 
 
+
 def _settings() -> Any:
     from streamctl.cli.config import load_config
 
@@ -73,6 +74,14 @@ SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkp
 SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
 APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
 
+# Options shared by several inspect commands (one meaning per flag everywhere).
+SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
+SINK_KIND_OPT = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP)
+APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
+QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
+FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
+JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
+
 
 def _quiet(flag: Optional[float], config: Any) -> float:
     from streamctl.cli.config import setting
@@ -97,15 +106,15 @@ def _window(w: Optional[list[int]]) -> str:
 @handle_errors
 def inspect_epochs(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://) or pipeline names."),
-    sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
-    app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
+    sink: Optional[list[str]] = SINK_OPT,
+    sink_kind: str = SINK_KIND_OPT,
+    app_id: Optional[str] = APP_ID_OPT,
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=kafka_cmd.BOOTSTRAP_HELP),
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
     kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
-    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    quiet_period: Optional[float] = QUIET_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
@@ -162,9 +171,9 @@ def inspect_epochs(
 @handle_errors
 def inspect_state(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
-    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    quiet_period: Optional[float] = QUIET_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Show operator x partition x store: versions, snapshots, durable version, chain status.
 
@@ -239,10 +248,10 @@ def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], o
 @handle_errors
 def inspect_sink(
     sink: str = typer.Argument(..., help="The sink's path or URI, or a pipeline name."),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    sink_kind: str = SINK_KIND_OPT,
     app_id: Optional[str] = typer.Option(None, "--app-id", help="Delta txn app id (a query id); needed for the txn version of a Delta sink."),
-    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    fmt: Optional[str] = FORMAT_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Show a sink's commit log: kind, epochs present, files (and rows) per epoch, compactions.
 
@@ -295,12 +304,12 @@ def inspect_sink(
 @handle_errors
 def inspect_writers(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs or pipeline names."),
-    sink: Optional[list[str]] = typer.Option(None, "--sink", help=SINK_HELP),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
-    app_id: Optional[str] = typer.Option(None, "--app-id", help=APP_ID_HELP),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
-    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    sink: Optional[list[str]] = SINK_OPT,
+    sink_kind: str = SINK_KIND_OPT,
+    app_id: Optional[str] = APP_ID_OPT,
+    quiet_period: Optional[float] = QUIET_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Show every parallel writer, its restartable window, the common window, and who is ahead,
     behind or broken.
@@ -362,9 +371,9 @@ def inspect_kafka(
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
     kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=kafka_cmd.TIMEOUT_HELP),
     group: Optional[str] = typer.Option(None, "--group", help="Also show this consumer group's offsets."),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
-    fmt: Optional[str] = typer.Option(None, "--format", "-o", help=FORMAT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+    quiet_period: Optional[float] = QUIET_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    as_json: bool = JSON_OPT,
 ) -> None:
     """Show every Kafka topic-partition of the query: committed and planned offsets (from the
     checkpoint), earliest and latest (from the broker), lag and status, with totals per topic.

@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epo
     from streamctl.inspectors.sinks import SinkLog
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
 
 
 @dataclass(frozen=True, slots=True)

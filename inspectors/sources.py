@@ -2,7 +2,6 @@
 log format they share with the file sink's `_spark_metadata/` (FORMATS.md §2.4, §6)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -114,8 +113,3 @@ def read_source(storage: Storage, source_id: int) -> SourceInfo:
     latest_rel = f"{rel}/{latest_id}{'.compact' if latest_compact else ''}"
     parse_compactible(storage.read(latest_rel), storage.uri(latest_rel), latest_id, latest_compact)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches))
-
-
-def offset_json(raw: Optional[str]) -> Any:
-    """json.loads of an offset line (None for '-')."""
-    return None if raw is None else json.loads(raw)

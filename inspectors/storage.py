@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as stat_mod
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
 from urllib.parse import urlparse
 
 from streamctl.inspectors.errors import StorageError
@@ -121,13 +121,6 @@ class Storage:
             return self.display
         base, q, query = self.display.partition("?")  # s3://b/chk?endpoint_override=... keeps its options last
         return f"{base.rstrip('/')}/{rel}{q}{query}"
-
-    def child(self, rel: str) -> "Storage":
-        """A Storage rooted at a sub-folder."""
-        rel = rel.strip("/")
-        if self._local_root is not None:
-            return Storage(self.uri(rel), local_root=os.path.join(self._local_root, rel))
-        return Storage(self.uri(rel), fs=self._fs, fs_root=f"{self._fs_root}/{rel}")
 
     def _local(self, rel: str) -> str:
         assert self._local_root is not None
@@ -251,37 +244,6 @@ class Storage:
             return names, []
         dirset = set(dirs)
         return [n for n in names if n not in dirset], dirs
-
-    def walk(self, rel: str = "", max_depth: int = 8) -> Iterator[tuple[str, list[Entry]]]:
-        """Yield (relative folder, entries) for `rel` and every folder below it, one listing per
-        folder, depth-first. The depth bound keeps symlink loops finite; a loop inside the tree
-        is reported as StorageError by the OS (ELOOP) or stopped by the bound."""
-        stack = [(rel.strip("/"), 0)]
-        seen: set[tuple[int, int]] = set()
-        while stack:
-            folder, depth = stack.pop()
-            if self._local_root is not None:
-                try:
-                    st = os.stat(self._local(folder))
-                except OSError as exc:
-                    if exc.errno == errno.ENOENT and depth > 0:
-                        continue
-                    if exc.errno == errno.ENOENT:
-                        return
-                    raise StorageError(self.uri(folder), _os_reason(exc)) from None
-                key = (st.st_dev, st.st_ino)
-                if key in seen:
-                    raise StorageError(self.uri(folder), "symlink loop")
-                seen.add(key)
-            entries = self.list_dir(folder)
-            if entries is None:
-                continue
-            yield folder, entries
-            if depth >= max_depth:
-                continue
-            for e in entries:
-                if e.is_dir:
-                    stack.append((f"{folder}/{e.name}" if folder else e.name, depth + 1))
 
     # -- files --------------------------------------------------------------------------
     def lookup(self, rel: str = "") -> Optional[Entry]:

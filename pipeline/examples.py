@@ -512,22 +512,21 @@ def rerun_sink(
         _run(make(spark, name, Path(input_dir), Path(checkpoint), Path(output_dir), options), name, 3)
 
 
-def build_coordinated_sink(spark: "SparkSession", root: Path) -> Path:
-    """repartition(2) -> streamctl's coordinated sink (pipeline.coordinated_sink); 6 batches."""
-    name = "coordinated_sink"
+def _build_sink(spark: "SparkSession", root: Path, name: str) -> Path:
     ckpt, inp, out = _layout(Path(root), name)
     with _confs(spark, {}):
-        _two_runs(name, [(inp, 0)], _coordinated_writer(spark, name, inp, ckpt, out, {}), 3, 3)
+        _two_runs(name, [(inp, 0)], _SINK_WRITERS[name](spark, name, inp, ckpt, out, {}), 3, 3)
     return ckpt
+
+
+def build_coordinated_sink(spark: "SparkSession", root: Path) -> Path:
+    """repartition(2) -> streamctl's coordinated sink (pipeline.coordinated_sink); 6 batches."""
+    return _build_sink(spark, root, "coordinated_sink")
 
 
 def build_delta_foreach_batch(spark: "SparkSession", root: Path) -> Path:
     """Plain rows -> foreachBatch appending to a Delta table (deltalake) with txn(queryId, batchId)."""
-    name = "delta_foreach_batch"
-    ckpt, inp, out = _layout(Path(root), name)
-    with _confs(spark, {}):
-        _two_runs(name, [(inp, 0)], _delta_writer(spark, name, inp, ckpt, out, {}), 3, 3)
-    return ckpt
+    return _build_sink(spark, root, "delta_foreach_batch")
 
 
 # --------------------------------------------------------------------------- Kafka scenario
