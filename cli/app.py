@@ -13,7 +13,7 @@ from typer.completion import completion_init
 from streamctl.cli import context
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import completion_cmd, inspect_cmd, kafka_cmd, stop_cmd
-from streamctl.commands import demo_cmd
+from streamctl.commands import align_cmd, demo_cmd
 
 app = typer.Typer(
     name="streamctl",
@@ -59,6 +59,7 @@ app.add_typer(inspect_cmd.app, name="inspect")
 app.add_typer(kafka_cmd.app, name="kafka")
 app.command("completion")(completion_cmd.completion)
 app.command("stop")(stop_cmd.stop)
+app.command("align")(align_cmd.align)
 app.command("demo")(demo_cmd.demo)
 
 

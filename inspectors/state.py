@@ -283,6 +283,7 @@ class StoreStatus:
     missing: tuple[str, ...]  # files that would restore `required_version`
     orphans: tuple[str, ...]
     temp_files: tuple[str, ...]
+    restorable_versions: frozenset[int] = frozenset()  # every version <= planned + 1 that can be restored
 
     @property
     def chain(self) -> str:
@@ -421,6 +422,7 @@ def store_status(
         missing=tuple(missing),
         orphans=tuple(sorted(orphans, key=_version_sort_key)),
         temp_files=tuple(sorted(store.temp_files)),
+        restorable_versions=frozenset(v for v, ok in restorable.items() if ok),
     )
 
 

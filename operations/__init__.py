@@ -1,0 +1,3 @@
+"""The write side of streamctl: plans, the journal, backups, the lock, and the planners of the
+mutating commands (align). Every mutation follows DESIGN.md "Changing a checkpoint": inspect,
+plan, classify, execute under a lock with a backup and a journal, verify."""

@@ -1,0 +1,506 @@
+"""`streamctl align`: choose the epoch every writer can continue from, and plan the moves and
+writes that put the checkpoint (and the sink) there. DESIGN.md "Realignment".
+
+A target epoch X means: after the plan, `commits/X` is the newest commit and `offsets/X` the
+newest fully done batch; the planned batch X+1 is kept when `offsets/X+1` exists (Spark replays it
+with the same offsets; `--discard-in-flight` drops it); every state store restores version X+1
+and newer versions are moved away; the sink holds exactly epochs <= X (newer sink commits and the
+data files they list are moved away, so the replay rewrites them once).
+
+- X < C is a roll back: epochs X+1..C are replayed.
+- X > C is a roll forward ("complete the commit", the max rule): commits C+1..X are written
+  because the WAL, every state store and the sink already hold those epochs.
+- X == C keeps the commit log and only repairs around it (sink ahead/behind, gaps, orphans).
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from urllib.parse import unquote, urlparse
+
+from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
+from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, read_sink
+from streamctl.inspectors.sources import compactible_name, parse_compactible
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.files import crc_name, hadoop_crc
+from streamctl.operations.plan import DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Step, epochs_text
+
+ROLLBACK_SINKS = ("file", "coordinated")
+_STATE_MAIN = re.compile(r"^([0-9]+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
+
+
+class Refused(StreamctlError):
+    """The command will not act; `options` say what could be done instead."""
+
+    def __init__(self, message: str, options: Optional[list[Option]] = None, plan: Optional[Plan] = None) -> None:
+        super().__init__(message)
+        self.options = options or []
+        self.plan = plan
+
+
+@dataclass
+class AlignRequest:
+    checkpoint: str
+    sink: Optional[str] = None
+    sink_kind: str = "auto"
+    app_id: Optional[str] = None
+    to: str = "auto"  # auto | max | <epoch>
+    allow_duplicates: bool = False
+    allow_loss: bool = False
+    discard_in_flight: bool = False
+    quiet_period_s: float = 0.0
+
+
+def _base_name(name: str) -> str:
+    """The file a companion belongs to: `.5.delta.crc.crc` / `5.delta.crc` -> `5.delta`."""
+    while True:
+        if name.endswith(".crc") and not name.endswith(".tmp"):
+            stripped = name[:-4]
+            name = stripped[1:] if stripped.startswith(".") and name.startswith(".") else stripped
+            continue
+        return name[1:] if name.startswith(".") and _STATE_MAIN.match(name[1:]) else name
+
+
+def _state_version(name: str) -> Optional[int]:
+    m = _STATE_MAIN.match(_base_name(name))
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class _FileSinkLog:
+    """Everything needed to roll a file sink back: its log files and their entries."""
+
+    present: dict[int, bool]  # batch id -> is .compact
+    entries: dict[int, list[str]]  # batch id -> added paths (as written in the log)
+    hidden: set[str]
+    interval: Optional[int]
+
+
+class _Planner:
+    def __init__(self, req: AlignRequest) -> None:
+        self.req = req
+        self.st = Storage.open(req.checkpoint)
+        self.notes: list[str] = []
+
+    # -- evidence ----------------------------------------------------------------------------
+    def inspect(self) -> QueryInspection:
+        q = inspect_checkpoint(self.req.checkpoint, sink=self.req.sink, sink_kind=self.req.sink_kind,
+                               app_id=self.req.app_id, quiet_period_s=self.req.quiet_period_s)
+        bad = [f for f in q.findings if f.code == "UNREADABLE"]
+        if bad:
+            raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
+        live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+        if live:
+            raise Refused(f"{q.checkpoint}: {live[0].message}")
+        if q.planned is None:
+            raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
+        missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]
+        if missing_parts:
+            raise Refused(f"{q.checkpoint}: {missing_parts[0].message}: align cannot recreate a state partition")
+        return q
+
+    def offsets_entry(self, b: int) -> Any:
+        return parse_offsets(self.st.read(f"offsets/{b}"), self.st.uri(f"offsets/{b}"), b)
+
+    def commit_content(self, j: int, offsets_ids: set[int]) -> bytes:
+        """`commits/j` as Spark writes it (v1): the watermark of the next batch when its offsets
+        file is known, else the watermark batch j ran with (a lower bound, never too high)."""
+        source = j + 1 if j + 1 in offsets_ids else j
+        wm = self.offsets_entry(source).watermark_ms or 0
+        return ("v1\n" + json.dumps({"nextBatchWatermarkMs": wm}, separators=(",", ":"))).encode()
+
+    # -- the file sink -----------------------------------------------------------------------
+    def file_sink_log(self, sink: Storage) -> _FileSinkLog:
+        present: dict[int, bool] = {}
+        hidden: set[str] = set()
+        for e in sink.list_dir(FILE_SINK_LOG) or []:
+            p = compactible_name(e.name)
+            if p is not None and not e.is_dir:
+                present[p[0]] = p[1]
+            elif e.name.startswith(".") and e.name.endswith(".crc"):
+                hidden.add(e.name)
+        entries: dict[int, list[str]] = {}
+        for b, compact in present.items():
+            rel = f"{FILE_SINK_LOG}/{b}{'.compact' if compact else ''}"
+            parsed = parse_compactible(sink.read(rel), sink.uri(rel), b, compact)
+            entries[b] = [str(x.get("path")) for x in parsed.entries if x.get("action", "add") == "add"]
+        compacts = sorted(b for b, c in present.items() if c)
+        interval = None
+        if compacts:
+            plain = [b for b, c in present.items() if not c]
+            for d in range(2, compacts[0] + 2):
+                if all((c + 1) % d == 0 for c in compacts) and not any((b + 1) % d == 0 for b in plain):
+                    interval = d
+                    break
+        return _FileSinkLog(present, entries, hidden, interval)
+
+    def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int) -> tuple[list[Step], list[str]]:
+        """Steps that leave the file sink's log at batch x, with the data files of later batches
+        moved away. Returns (steps, reasons it cannot be done)."""
+        def chain(last: int) -> list[int]:
+            if log.interval is None:
+                return list(range(0, last + 1))
+            c = ((last + 1) // log.interval) * log.interval - 1
+            return ([c] if c >= 0 else []) + list(range(c + 1, last + 1))
+
+        newest = max(log.present)
+        if x >= newest:
+            return [], []
+        needed = chain(x)
+        missing = [b for b in needed if b not in log.present or log.present[b] != (log.interval is not None and (b + 1) % log.interval == 0)]
+        steps: list[Step] = []
+        kept_files: set[str] = set()
+        for b in needed:
+            if b not in missing:
+                kept_files.update(log.entries[b])
+        if missing:
+            # Attribute the files of the missing batches: the newest compaction above x minus
+            # what the kept files and the later batch files account for.
+            later_compacts = sorted(b for b, c in log.present.items() if c and b > x)
+            if not later_compacts:
+                return [], [f"{FILE_SINK_LOG}/ lacks batch file(s) {', '.join(map(str, missing))} needed to stop at batch {x}"]
+            k = later_compacts[0]
+            between = range(x + 1, k)
+            absent = [b for b in between if b not in log.present]
+            if absent or any(log.present.get(b) for b in missing if b in log.present):
+                return [], [f"{FILE_SINK_LOG}/{k}.compact merges batches up to {k} and the files of batch(es) "
+                            f"{epochs_text(absent or missing)} were deleted (fileSink.log.cleanupDelay), so the files of "
+                            f"the rolled-back batches cannot be told apart"]
+            attributed = set(log.entries[k]) - kept_files
+            for b in between:
+                attributed -= set(log.entries[b])
+            for i, b in enumerate(m for m in missing):
+                lines = ["v1"] + ([json.dumps({"path": p, "action": "add"}) for p in sorted(attributed)] if i == len(missing) - 1 else [])
+                content = "\n".join(lines).encode()
+                rel = f"{FILE_SINK_LOG}/{b}"
+                steps.append(Step("write", "sink", rel, f"rebuilt batch {b} from {k}.compact (files attributed by elimination)", content))
+                steps.append(Step("write", "sink", crc_name(rel), "its checksum", hadoop_crc(content)))
+            kept_files |= attributed
+        all_now: set[str] = set()
+        for b in chain(newest):
+            all_now.update(log.entries.get(b, []))
+        for b, compact in sorted(log.present.items()):
+            if b > x:
+                name = f"{b}.compact" if compact else str(b)
+                steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/{name}", f"sink commit of batch {b} > {x}"))
+                if f".{name}.crc" in log.hidden:
+                    steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/.{name}.crc", "its checksum"))
+        reasons = []
+        root = sink.display.rstrip("/")
+        for path in sorted(all_now - kept_files):
+            parsed = urlparse(path)
+            local = unquote(parsed.path) if parsed.scheme in ("file", "") else None
+            if local is None or not sink.is_local:
+                rel = path[len(root) + 1:] if path.startswith(root + "/") else None
+            else:
+                rel = posixpath.relpath(posixpath.normpath(local), root)
+                if rel.startswith(".."):
+                    rel = None
+            if rel is None:
+                reasons.append(f"{FILE_SINK_LOG} lists {path}, outside the sink root {root}: streamctl never touches it")
+                continue
+            steps.append(Step("move", "sink", rel, f"data file of a rolled-back batch"))
+            head, _, name = rel.rpartition("/")
+            hid = f"{head}/.{name}.crc" if head else f".{name}.crc"
+            if sink.lookup(hid) is not None:
+                steps.append(Step("move", "sink", hid, "its checksum"))
+        return steps, reasons
+
+    def coordinated_steps(self, sink: Storage, log: SinkLog, x: int) -> list[Step]:
+        steps = []
+        for e in log.epoch_ids:
+            if e > x:
+                steps.append(Step("move", "sink", f"_commits/{e}.json", f"sink commit record of epoch {e} > {x}"))
+        for d in sink.list_dir("data") or []:
+            if d.is_dir and d.name.startswith("epoch=") and d.name[6:].isdigit() and int(d.name[6:]) > x:
+                steps.append(Step("move", "sink", f"data/{d.name}", "data files of a rolled-back epoch"))
+        for d in sink.list_dir("_staging") or []:
+            if d.is_dir and d.name.isdigit() and int(d.name) > x:
+                steps.append(Step("move", "sink", f"_staging/{d.name}", "staged files of an uncommitted epoch"))
+        return steps
+
+
+def _rel_of(uri: str, base: str) -> Optional[str]:
+    base = base.rstrip("/")
+    b, _, _ = base.partition("?")
+    u, _, _ = uri.partition("?")
+    if u.startswith(b + "/"):
+        return u[len(b) + 1:]
+    return None
+
+
+def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
+    """The plan for `req`, or Refused (with the options) / StorageError."""
+    pl = _Planner(req)
+    q = pl.inspect()
+    st = pl.st
+    O = set(q.offsets.batch_ids)
+    K = set(q.commits.batch_ids)
+    P = q.planned
+    C = q.committed
+    c_ = -1 if C is None else C
+    stores = [s for op in q.operators for s in op.stores]
+    sink = q.sink
+    sink_st: Optional[Storage] = None
+    file_log: Optional[_FileSinkLog] = None
+    S: Optional[int] = None
+    rollbackable = False
+    missing_writer_epochs: list[int] = []
+    if sink is not None:
+        sink_st = Storage.open(req.sink)  # type: ignore[arg-type]
+        S = sink.epoch
+        rollbackable = sink.kind in ROLLBACK_SINKS
+        if sink.kind == "delta" and not sink.app_id:
+            raise Refused(f"{sink.uri}: the Delta txn app id is unknown; pass --app-id")
+        for f in sink.findings:
+            if f.code == "SINK_WRITER_MISSING":
+                missing_writer_epochs += list(f.details.get("epochs", []))
+        if sink.kind == "file":
+            file_log = pl.file_sink_log(sink_st)
+    s_ = -1 if S is None else S
+    fmt2 = q.checkpoint_format == 2 and bool(stores)
+
+    def fillable(j: int) -> bool:
+        return not fmt2 and j in O
+
+    def hard_reasons(x: int) -> list[str]:
+        r = []
+        if x > P:  # type: ignore[operator]
+            r.append(f"epoch {x} is above the newest planned epoch {P}")
+        if x not in O:
+            r.append(f"offsets/{x} is missing")
+        if x > 0 and x - 1 not in O:
+            r.append(f"offsets/{x - 1} is missing (Spark reads the two newest offsets files)")
+        if x <= c_:
+            if x not in K and not fillable(x):
+                r.append(f"commits/{x} is missing and cannot be rebuilt")
+        else:
+            if fmt2:
+                r.append("rolling forward needs commit entries naming state file ids (checkpoint format 2); streamctl does not invent them")
+            elif any(j not in O for j in range(c_ + 1, x + 1)):
+                r.append(f"offsets of epochs {c_ + 1}..{x} are incomplete")
+        bad = [s.path for s in stores if x + 1 not in s.restorable_versions]
+        if bad:
+            r.append(f"{len(bad)} state store(s) cannot restore version {x + 1} ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+        return r
+
+    def classify(x: int, keep_next: bool) -> Option:
+        dup: list[int] = []
+        loss: list[int] = []
+        why = []
+        if sink is None:
+            dup = list(range(x + 1, c_ + 1))
+            loss = list(range(c_ + 1, x + 1))
+            if dup:
+                why.append("no --sink given: the sink receives the replayed epochs again unless it skips them")
+            if loss:
+                why.append("no --sink given: nothing shows the sink holds the epochs this commits")
+        else:
+            loss = list(range(s_ + 1, x + 1))
+            if loss:
+                why.append(f"the sink's newest epoch is {S}: epochs {epochs_text(loss)} would be marked done without reaching it")
+            loss += [e for e in missing_writer_epochs if e <= x and e not in loss]
+            if not rollbackable and s_ > x and not (keep_next and s_ == x + 1):
+                extra = [e for e in range(x + 1, s_ + 1) if e not in loss]
+                loss += extra
+                why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
+                           f"{epochs_text(extra)} by batch id, whatever they now carry")
+        loss.sort()
+        cls = LOSS if loss else DUPLICATES if dup else EXACTLY_ONCE
+        strategy = "roll_forward" if x > c_ else "rollback" if (x < c_ or s_ > x) else "keep"
+        return Option(strategy, x, cls, dup, loss, "; ".join(why))
+
+    keep_next_of = lambda x: (x + 1 in O) and not req.discard_in_flight  # noqa: E731
+    candidates = sorted(O)
+    options: list[Option] = []
+    sink_reasons: dict[int, list[str]] = {}
+    for x in candidates:
+        reasons = hard_reasons(x)
+        if not reasons and file_log is not None and file_log.present and x < max(file_log.present):
+            _, sr = pl.file_sink_steps(sink_st, file_log, x)  # type: ignore[arg-type]
+            if sr:
+                reasons += sr
+                sink_reasons[x] = sr
+        opt = classify(x, keep_next_of(x))
+        if reasons:
+            opt.feasible = False
+            opt.why = "; ".join(reasons)
+        options.append(opt)
+    feasible = [o for o in options if o.feasible]
+
+    allowed = {EXACTLY_ONCE} | ({DUPLICATES} if req.allow_duplicates else set()) | ({LOSS} if req.allow_loss else set())
+    if req.to == "auto":
+        exact = [o for o in feasible if o.classification == EXACTLY_ONCE]
+        chosen = exact[-1] if exact else None
+        if chosen is None:
+            ok = [o for o in feasible if o.classification in allowed]
+            chosen = ok[-1] if ok else None
+        if chosen is None:
+            shown = [o for o in feasible] or options[-5:]
+            raise Refused(f"{q.checkpoint}: no exactly-once realignment exists; options: "
+                          + "; ".join(f"--to {o.target} ({o.strategy}, {o.classification}"
+                                      + (f" of epochs {epochs_text(o.loss or o.duplicates)}" if (o.loss or o.duplicates) else "")
+                                      + ")" for o in shown[-4:])
+                          + (". Pass --allow-duplicates or --allow-loss to accept one" if feasible else ""), options)
+    else:
+        if req.to == "max":
+            if not feasible:
+                raise Refused(f"{q.checkpoint}: no epoch can be restarted from: {options[-1].why if options else 'no offsets'}", options)
+            chosen = feasible[-1]
+        else:
+            x = int(req.to)
+            match = [o for o in options if o.target == x]
+            if not match:
+                raise Refused(f"{q.checkpoint}: --to {x}: offsets/{x} is not in the retained window "
+                              f"{q.offsets.oldest}..{q.offsets.latest}", options)
+            chosen = match[0]
+            if not chosen.feasible:
+                raise Refused(f"{q.checkpoint}: --to {x} is not possible: {chosen.why}", options)
+        if chosen.classification not in allowed:
+            flag = "--allow-loss" if chosen.classification == LOSS else "--allow-duplicates"
+            raise Refused(f"{q.checkpoint}: --to {chosen.target} is not exactly-once ({chosen.classification} of epochs "
+                          f"{epochs_text(chosen.loss or chosen.duplicates)}: {chosen.why}); pass {flag} to accept it", options)
+    if req.to == "auto" and chosen.classification != EXACTLY_ONCE and chosen.classification not in allowed:
+        raise Refused("unreachable", options)  # pragma: no cover
+
+    x = int(chosen.target)  # type: ignore[arg-type]
+    keep_next = keep_next_of(x)
+    new_p = x + 1 if keep_next else x
+    steps: list[Step] = []
+
+    # offsets/ and commits/: entries above the target, stale checksums, temp files
+    def log_steps(name: str, ids: set[int], above: int, listing: Any) -> None:
+        for b in sorted(ids):
+            if b > above:
+                steps.append(Step("move", "checkpoint", f"{name}/{b}", f"{name} entry {b} > {above}"))
+        for b in sorted(set(listing.crc_only) | {b for b in ids if b > above}):
+            if b > above or b in listing.crc_only:
+                rel = f"{name}/.{b}.crc"
+                if st.lookup(rel) is not None and not (name == "commits" and b <= above and b not in ids and fillable(b)):
+                    steps.append(Step("move", "checkpoint", rel, "checksum of a moved entry" if b in ids else "stale checksum (its file is gone)"))
+        for t in listing.temp_files:
+            steps.append(Step("move", "checkpoint", f"{name}/{t}", "temp file of an interrupted write"))
+
+    log_steps("offsets", O, new_p, q.offsets)
+    log_steps("commits", K, x, q.commits)
+    # gaps: rebuild missing commits at or below x when their offsets are known; otherwise narrow
+    # the retained window to start after the newest hole (Spark never reads below P-1).
+    writes = sorted(set(j for j in range(max(min(K) if K else 0, 0), x + 1) if j not in K and fillable(j))
+                    | set(range(c_ + 1, x + 1)))
+    for j in writes:
+        content = pl.commit_content(j, O)
+        steps.append(Step("write", "checkpoint", f"commits/{j}", "complete the commit" if j > c_ else "rebuild a missing commit", content))
+        steps.append(Step("write", "checkpoint", crc_name(f"commits/{j}"), "its checksum", hadoop_crc(content)))
+    holes = [b for b in range(min(O), x) if b not in O] + [b for b in range(min(K) if K else 0, x) if b not in K and b not in writes]
+    if holes:
+        cut = max(holes)
+        for name, ids in (("offsets", O), ("commits", K)):
+            for b in sorted(ids):
+                if b <= cut:
+                    steps.append(Step("move", "checkpoint", f"{name}/{b}", f"below the hole at {cut}: the retained window starts after it"))
+                    if st.lookup(f"{name}/.{b}.crc") is not None:
+                        steps.append(Step("move", "checkpoint", f"{name}/.{b}.crc", "its checksum"))
+        pl.notes.append(f"the retained window now starts at {cut + 1}: batch files up to the hole at {cut} moved away")
+
+    # state: versions above x+1, and what no restart uses
+    seen: set[str] = set()
+    for op in q.operators:
+        op_rel = f"state/{op.operator_id}"
+        for s in op.stores:
+            for e in st.list_dir(s.path) or []:
+                if e.is_dir:
+                    continue
+                v = _state_version(e.name)
+                if (v is not None and v > x + 1) or is_temp_name(e.name):
+                    rel = f"{s.path}/{e.name}"
+                    if rel not in seen:
+                        seen.add(rel)
+                        steps.append(Step("move", "checkpoint", rel, f"state version {v} > {x + 1}" if v is not None else "temp file"))
+        for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
+            b = batch_id_of(e.name.lstrip(".").removesuffix(".crc"))
+            if b is not None and b > x:
+                steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
+    for f in q.findings:
+        if f.code == "STATE_ORPHANS":
+            for uri in f.details.get("files", []):
+                rel = _rel_of(uri, st.display)
+                if rel and rel not in seen:
+                    seen.add(rel)
+                    steps.append(Step("move", "checkpoint", rel, "state file no restart uses"))
+                    base_head, _, base_name = rel.rpartition("/")
+                    for comp in (f"{base_head}/.{base_name}.crc", f"{base_head}/{base_name}.crc", f"{base_head}/.{base_name}.crc.crc"):
+                        if comp not in seen and st.lookup(comp) is not None:
+                            seen.add(comp)
+                            steps.append(Step("move", "checkpoint", comp, "its checksum"))
+
+    # the sink
+    new_s = S
+    if sink is not None and sink_st is not None:
+        if rollbackable and s_ > x:
+            if sink.kind == "file":
+                sink_steps, _ = pl.file_sink_steps(sink_st, file_log, x)  # type: ignore[arg-type]
+            else:
+                sink_steps = pl.coordinated_steps(sink_st, sink, x)
+            steps += sink_steps
+            new_s = x if s_ > x else S
+        for f in sink.findings:
+            if f.code == "SINK_ORPHANS":
+                for uri in f.details.get("files", []):
+                    rel = _rel_of(uri, sink_st.display)
+                    if rel and not any(rel.startswith(s.path + "/") or rel == s.path for s in steps if s.root == "sink"):
+                        steps.append(Step("move", "sink", rel, "sink file no commit names"))
+    if missing_writer_epochs and rollbackable:
+        pass  # covered: x is below the first epoch with a missing writer when exactly-once
+
+    # dedupe while keeping order (a file may be named twice: e.g. a stale crc above the target)
+    unique: list[Step] = []
+    keys: set[tuple[str, str]] = set()
+    for s in steps:
+        k = (s.root, s.path)
+        if k not in keys:
+            keys.add(k)
+            unique.append(s)
+    steps = unique
+
+    exp_errors = []
+    if sink is not None:
+        ns = -1 if new_s is None else new_s
+        if ns < x:
+            exp_errors.append("SINK_BEHIND")
+        elif ns > x and not (ns == new_p and new_p == x + 1):
+            exp_errors.append("SINK_AHEAD")
+    expected = "misaligned" if exp_errors else ("recoverable" if keep_next else "aligned")
+    strategy = chosen.strategy if steps else "none"
+    plan = Plan(
+        command="align",
+        roots={"checkpoint": st.display, **({"sink": sink_st.display} if sink_st is not None else {})},
+        strategy=strategy, target=x, classification=chosen.classification, steps=steps,
+        expected_verdict=expected, duplicates=chosen.duplicates, loss=chosen.loss,
+        before={"planned": P, "committed": C, "sink_epoch": S, "state_epoch": q.state_epoch, "verdict": q.verdict,
+                "findings": sorted({f.code for f in q.findings})},
+        after={"planned": new_p, "committed": x, "sink_epoch": new_s, "expected_errors": exp_errors},
+        options=options[-8:], notes=pl.notes,
+        settings={"sink_kind": sink.kind if sink is not None else None, "app_id": req.app_id or (sink.app_id if sink else None)},
+    )
+    if chosen.why and chosen.classification != EXACTLY_ONCE:
+        plan.notes.append(chosen.why)
+    return plan, q
+
+
+def verify_align(plan: Plan) -> tuple[bool, dict[str, Any]]:
+    """Inspect again: positions and verdict must be the promised ones."""
+    q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
+                           sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
+                           quiet_period_s=0)
+    got = {"planned": q.planned, "committed": q.committed,
+           "sink_epoch": q.sink.epoch if q.sink is not None else None, "verdict": q.verdict,
+           "findings": sorted({f.code for f in q.findings})}
+    want = plan.after
+    ok = (q.planned == want.get("planned") and q.committed == want.get("committed")
+          and (q.sink is None or got["sink_epoch"] == want.get("sink_epoch")) and q.verdict == plan.expected_verdict)
+    return ok, got

@@ -1,0 +1,299 @@
+"""Execute, resume and undo a plan: backup of every touched file (size and sha256 in a manifest),
+a journal entry before and after each step, idempotent steps.
+
+Backup folder layout (`--backup-dir`, by default `<checkpoint>/_streamctl/backups/<op id>`):
+
+    plan.json        the plan, steps and the contents of written files included
+    journal.jsonl    one JSON object per line: start, begin/done per step, finished, verified, undo
+    manifest.json    every file moved or replaced: root, path, backup path, size, sha256
+    files/<root>/<path>   the backed-up files, at their original relative paths
+    undone/<root>/<path>  files `--undo` took out again (files the operation had created)
+
+Test-only hooks (environment): STREAMCTL_TEST_CRASH_AFTER=N ends the process abruptly right after
+its N-th journal record; STREAMCTL_TEST_STEP_DELAY=S sleeps S seconds after each step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.operations.files import Root
+from streamctl.operations.plan import Plan, Step
+
+PLAN_FILE = "plan.json"
+JOURNAL_FILE = "journal.jsonl"
+MANIFEST_FILE = "manifest.json"
+CRASH_ENV = "STREAMCTL_TEST_CRASH_AFTER"
+DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
+CRASH_EXIT = 86
+
+
+class Conflict(StreamctlError):
+    """The files no longer look like the journal says: refuse rather than guess."""
+
+
+@dataclass
+class JournalState:
+    started: bool = False
+    begun: dict[int, dict[str, Any]] = field(default_factory=dict)  # first begin record per step
+    done: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finished: bool = False
+    verified: Optional[dict[str, Any]] = None
+    undone: set[int] = field(default_factory=set)
+    undo_finished: bool = False
+
+
+class Journal:
+    _writes = 0  # per process, for the crash hook
+
+    def __init__(self, backup: Root) -> None:
+        self.backup = backup
+
+    def path(self) -> str:
+        return self.backup.uri(JOURNAL_FILE)
+
+    def append(self, record: dict[str, Any]) -> None:
+        record = dict(record, time_ms=int(time.time() * 1000))
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        if self.backup.is_local:
+            path = self.backup.local(JOURNAL_FILE)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "ab") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        else:
+            old = self.backup.read_all(JOURNAL_FILE) if self.backup.exists(JOURNAL_FILE) else b""
+            self.backup.write_atomic(JOURNAL_FILE, old + line)
+        Journal._writes += 1
+        crash_after = os.environ.get(CRASH_ENV)
+        if crash_after and crash_after.isdigit() and Journal._writes >= int(crash_after):
+            os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
+
+    def read(self) -> JournalState:
+        state = JournalState()
+        if not self.backup.exists(JOURNAL_FILE):
+            return state
+        for line in self.backup.read_all(JOURNAL_FILE).decode("utf-8", "replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a torn last line of a crashed run
+            ev = rec.get("event")
+            if ev == "start":
+                state.started = True
+            elif ev == "begin":
+                state.begun.setdefault(int(rec["step"]), rec)
+            elif ev == "done":
+                state.done[int(rec["step"])] = rec
+            elif ev == "finished":
+                state.finished = True
+            elif ev == "verified":
+                state.verified = rec
+            elif ev == "undo_done":
+                state.undone.add(int(rec["step"]))
+            elif ev == "undone":
+                state.undo_finished = True
+        return state
+
+
+def backup_rel(step: Step) -> str:
+    return f"files/{step.root}/{step.path}"
+
+
+def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
+    return None if d is None else {"size": d[0], "sha256": d[1]}
+
+
+class Executor:
+    def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
+                 progress: Optional[Callable[[str], None]] = None) -> None:
+        self.plan = plan
+        self.roots = roots
+        self.backup = backup
+        self.journal = Journal(backup)
+        self.progress = progress or (lambda _m: None)
+        self.delay = float(os.environ.get(DELAY_ENV) or 0)
+
+    # -- plan file ----------------------------------------------------------------------------
+    def write_plan(self) -> None:
+        if self.backup.exists(PLAN_FILE):
+            raise Conflict(f"{self.backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
+                           "(use --resume with its journal, or another --backup-dir)")
+        self.backup.write_atomic(PLAN_FILE, (json.dumps(self.plan.to_record(), indent=2, sort_keys=True) + "\n").encode())
+
+    def _manifest(self, state: JournalState) -> None:
+        entries = []
+        for i in sorted(state.done):
+            m = state.done[i].get("manifest")
+            if m:
+                entries.append(m)
+        doc = {"op_id": self.plan.op_id, "command": self.plan.command, "roots": self.plan.roots, "files": entries}
+        self.backup.write_atomic(MANIFEST_FILE, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+
+    # -- run -----------------------------------------------------------------------------------
+    def run(self) -> JournalState:
+        """Run (or continue) every step not yet done. Steps are idempotent: a step begun but not
+        done by a crashed run is simply run again."""
+        state = self.journal.read()
+        if not state.started:
+            self.journal.append({"event": "start", "op_id": self.plan.op_id, "pid": os.getpid(),
+                                 "steps": len(self.plan.steps)})
+        for i, step in enumerate(self.plan.steps):
+            if i in state.done:
+                continue
+            root = self.roots[step.root]
+            pre = state.begun.get(i, {}).get("pre", "unknown") if i in state.begun else "unknown"
+            if i not in state.begun:
+                pre_d = _digest_record(root.digest(step.path)) if root.exists(step.path) else None
+                rec = {"event": "begin", "step": i, "action": step.action, "root": step.root, "path": step.path, "pre": pre_d}
+                self.journal.append(rec)
+                state.begun[i] = rec
+                pre = pre_d
+            self.progress(f"step {i + 1}/{len(self.plan.steps)}: {step.describe()}")
+            manifest = self._apply(step, pre)
+            rec = {"event": "done", "step": i, "manifest": manifest}
+            self.journal.append(rec)
+            state.done[i] = rec
+            self._manifest(state)
+            if self.delay:
+                time.sleep(self.delay)
+        if not state.finished:
+            self.journal.append({"event": "finished"})
+            state.finished = True
+        return state
+
+    def _apply(self, step: Step, pre: Any) -> Optional[dict[str, Any]]:
+        root = self.roots[step.root]
+        b = backup_rel(step)
+        base = {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": b}
+        if step.action == "move":
+            if root.exists(step.path):
+                if self.backup.exists(b):  # a copy-based move interrupted before its delete
+                    self.backup.delete(b)
+                size, sha = root.digest(step.path)
+                root.move_to(step.path, self.backup, b)
+                return dict(base, action="moved", size=size, sha256=sha)
+            if self.backup.exists(b):
+                size, sha = self.backup.digest(b)
+                return dict(base, action="moved", size=size, sha256=sha)
+            return dict(base, action="absent", size=None, sha256=None)
+        if step.action == "write":
+            assert step.content is not None
+            import hashlib
+
+            want = hashlib.sha256(step.content).hexdigest()
+            written = {"written_size": len(step.content), "written_sha256": want}
+            if root.exists(step.path):
+                size, sha = root.digest(step.path)
+                if sha == want:
+                    prev = self.backup.digest(b) if self.backup.exists(b) else None
+                    if prev is None and isinstance(pre, dict) and pre.get("sha256") == want:
+                        return dict(base, action="unchanged", size=size, sha256=sha, **written)
+                    return dict(base, action="replaced" if prev else "created",
+                                size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
+                if self.backup.exists(b):
+                    raise Conflict(f"{root.uri(step.path)} changed while the operation ran (its earlier content is "
+                                   f"already in {self.backup.uri(b)}); refusing to overwrite it")
+                root.move_to(step.path, self.backup, b)
+                root.write_atomic(step.path, step.content)
+                return dict(base, action="replaced", size=size, sha256=sha, **written)
+            prev = self.backup.digest(b) if self.backup.exists(b) else None
+            root.write_atomic(step.path, step.content)
+            return dict(base, action="replaced" if prev else "created",
+                        size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
+        raise StreamctlError(f"unknown step action {step.action!r} in the plan")
+
+    # -- undo ----------------------------------------------------------------------------------
+    def undo(self) -> list[str]:
+        """Put back every file the operation moved or replaced, take out every file it created;
+        exact bytes, checked against the manifest's sha256. Refuses (Conflict, nothing changed)
+        when a file was changed after the operation (for example Spark ran again)."""
+        state = self.journal.read()
+        todo = [i for i in sorted(state.begun, reverse=True) if i not in state.undone]
+        conflicts = []
+        for i in todo:
+            c = self._undo_conflict(i, state)
+            if c:
+                conflicts.append(c)
+        if conflicts:
+            raise Conflict("undo refused, files changed after the operation: " + "; ".join(conflicts[:5])
+                           + (f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""))
+        self.journal.append({"event": "undo_start", "steps": len(todo)})
+        restored = []
+        for i in todo:
+            step = self.plan.steps[i]
+            self.progress(f"undo step {i + 1}: {step.describe()}")
+            restored.extend(self._undo_step(i, state))
+            self.journal.append({"event": "undo_done", "step": i})
+        self.journal.append({"event": "undone"})
+        return restored
+
+    def _pre(self, i: int, state: JournalState) -> Optional[dict[str, Any]]:
+        pre = state.begun[i].get("pre")
+        return pre if isinstance(pre, dict) else None
+
+    def _undo_conflict(self, i: int, state: JournalState) -> Optional[str]:
+        step = self.plan.steps[i]
+        root = self.roots[step.root]
+        b = backup_rel(step)
+        if step.action == "move":
+            if self.backup.exists(b) and root.exists(step.path):
+                if root.digest(step.path) != self.backup.digest(b):
+                    return f"{root.uri(step.path)} exists again with other content"
+            return None
+        import hashlib
+
+        want = hashlib.sha256(step.content or b"").hexdigest()
+        pre = self._pre(i, state)
+        if root.exists(step.path):
+            _, sha = root.digest(step.path)
+            if sha != want and (pre is None or sha != pre.get("sha256")):
+                return f"{root.uri(step.path)} was changed after the operation"
+        return None
+
+    def _undo_step(self, i: int, state: JournalState) -> list[str]:
+        step = self.plan.steps[i]
+        root = self.roots[step.root]
+        b = backup_rel(step)
+        done: list[str] = []
+        if step.action == "move":
+            if self.backup.exists(b):
+                if root.exists(step.path):  # identical content is back already (checked): keep the backup copy
+                    return done
+                self.backup.move_to(b, root, step.path)
+                done.append(root.uri(step.path))
+            return done
+        import hashlib
+
+        want = hashlib.sha256(step.content or b"").hexdigest()
+        pre = self._pre(i, state)
+        if pre is not None and pre.get("sha256") == want:
+            return done  # the step changed nothing
+        if root.exists(step.path) and root.digest(step.path)[1] == want:
+            root.move_to(step.path, self.backup, f"undone/{step.root}/{step.path}")
+        if self.backup.exists(b):
+            self.backup.move_to(b, root, step.path)
+            done.append(root.uri(step.path))
+        return done
+
+
+def load(backup_location: str) -> tuple[Plan, Root]:
+    """The plan and backup root of an earlier operation, from its backup folder or journal path."""
+    loc = backup_location.rstrip("/")
+    if loc.endswith(JOURNAL_FILE) or loc.endswith(PLAN_FILE) or loc.endswith(MANIFEST_FILE):
+        loc = loc.rsplit("/", 1)[0]
+    backup = Root("backup", loc)
+    if not backup.exists(PLAN_FILE):
+        raise StorageError(backup.uri(PLAN_FILE), "does not exist: not a streamctl backup folder (give the folder "
+                                                  "that holds plan.json and journal.jsonl)")
+    try:
+        rec = json.loads(backup.read(PLAN_FILE))
+        plan = Plan.from_record(rec)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(backup.uri(PLAN_FILE), f"not a valid plan ({type(exc).__name__}: {exc})") from None
+    return plan, backup

@@ -1,0 +1,132 @@
+"""A plan: the ordered steps of one mutation and its classified effect on delivery.
+
+Steps are the only vocabulary the executor knows:
+- `move`: move a file or folder of a root into the backup (`files/<root>/<path>`);
+- `write`: write a whole file (the previous content, if any, is moved into the backup first).
+Contents of `write` steps are part of the plan, so a plan file fully describes what will happen.
+"""
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+EXACTLY_ONCE = "exactly-once"
+DUPLICATES = "duplicates"
+LOSS = "loss"
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Step:
+    action: str  # "move" | "write"
+    root: str  # "checkpoint" | "sink"
+    path: str  # relative to the root, "/"-separated
+    reason: str
+    content: Optional[bytes] = None  # for "write"
+
+    def to_record(self) -> dict[str, Any]:
+        rec: dict[str, Any] = {"action": self.action, "root": self.root, "path": self.path, "reason": self.reason}
+        if self.content is not None:
+            try:
+                rec["content"] = self.content.decode("utf-8")
+            except UnicodeDecodeError:
+                rec["content_base64"] = base64.b64encode(self.content).decode("ascii")
+        return rec
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> "Step":
+        content = None
+        if "content" in rec:
+            content = str(rec["content"]).encode("utf-8")
+        elif "content_base64" in rec:
+            content = base64.b64decode(rec["content_base64"])
+        return cls(str(rec["action"]), str(rec["root"]), str(rec["path"]), str(rec.get("reason", "")), content)
+
+    def describe(self) -> str:
+        if self.action == "move":
+            return f"move {self.root}:{self.path} to the backup ({self.reason})"
+        return f"write {self.root}:{self.path} ({self.reason})"
+
+
+@dataclass
+class Option:
+    """One way to realign, with its effect on delivery (shown when nothing is exactly-once)."""
+
+    strategy: str  # "rollback" | "roll_forward" | "keep" | "none"
+    target: Optional[int]
+    classification: str
+    duplicates: list[int] = field(default_factory=list)
+    loss: list[int] = field(default_factory=list)
+    why: str = ""
+    feasible: bool = True
+
+    def to_record(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "target": self.target, "classification": self.classification,
+                "duplicates": self.duplicates, "loss": self.loss, "feasible": self.feasible, "why": self.why}
+
+
+@dataclass
+class Plan:
+    command: str
+    roots: dict[str, str]  # root name -> location
+    strategy: str
+    target: Optional[int]
+    classification: str
+    steps: list[Step]
+    expected_verdict: str
+    duplicates: list[int] = field(default_factory=list)
+    loss: list[int] = field(default_factory=list)
+    before: dict[str, Any] = field(default_factory=dict)
+    after: dict[str, Any] = field(default_factory=dict)
+    options: list[Option] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)  # what verification needs (sink kind, app id)
+    op_id: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "plan_version": PLAN_VERSION,
+            "op_id": self.op_id,
+            "command": self.command,
+            "roots": dict(self.roots),
+            "strategy": self.strategy,
+            "target": self.target,
+            "classification": self.classification,
+            "duplicates": list(self.duplicates),
+            "loss": list(self.loss),
+            "expected_verdict": self.expected_verdict,
+            "before": self.before,
+            "after": self.after,
+            "options": [o.to_record() for o in self.options],
+            "notes": list(self.notes),
+            "settings": dict(self.settings),
+            "steps": [s.to_record() for s in self.steps],
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> "Plan":
+        return cls(
+            command=str(rec["command"]), roots=dict(rec["roots"]), strategy=str(rec["strategy"]),
+            target=rec.get("target"), classification=str(rec["classification"]),
+            steps=[Step.from_record(s) for s in rec["steps"]], expected_verdict=str(rec["expected_verdict"]),
+            duplicates=list(rec.get("duplicates") or []), loss=list(rec.get("loss") or []),
+            before=dict(rec.get("before") or {}), after=dict(rec.get("after") or {}),
+            options=[Option(**o) for o in rec.get("options") or []], notes=list(rec.get("notes") or []),
+            settings=dict(rec.get("settings") or {}), op_id=str(rec.get("op_id") or ""))
+
+
+def epochs_text(epochs: list[int]) -> str:
+    """[3, 4, 5, 9] -> "3..5, 9"."""
+    if not epochs:
+        return "none"
+    out: list[str] = []
+    start = prev = epochs[0]
+    for e in epochs[1:] + [None]:  # type: ignore[list-item]
+        if e is not None and e == prev + 1:
+            prev = e
+            continue
+        out.append(str(start) if start == prev else f"{start}..{prev}")
+        if e is not None:
+            start = prev = e
+    return ", ".join(out)
