@@ -1,0 +1,151 @@
+"""Real PySpark pipelines for the align/drop-sink delivery checks (loaded by path from tests).
+
+    p = Pipeline(root, "dedup_file", spark)       # root/dedup_file/{input,checkpoint,output}
+    p.add_input(0, 4); p.run()                    # availableNow, one input file per batch
+    ... damage the checkpoint / sink, run `streamctl align --execute` ...
+    p.add_input(4, 2); p.run()                    # restart of the same query with more input
+    assert p.delivery()["ok"]                      # every id exactly once in the sink
+
+Kinds (`KINDS`):
+* ``file``: stateless select -> JSON file sink (``_spark_metadata``); compaction every
+  ``COMPACT_INTERVAL`` batches (so tests cross compaction points quickly);
+* ``dedup_file``: ``dropDuplicates(["id"])`` (stateful; HDFS provider) -> JSON file sink; every
+  input file repeats the first id of the previous file, so state must remember it;
+* ``dedup_rocksdb``: the same with the RocksDB provider and changelog checkpointing;
+* ``coordinated``: stateless -> ``repartition(2)`` -> streamctl's coordinated sink (two writers).
+
+Input file i holds ids ``i*ROWS .. i*ROWS+ROWS-1`` (plus the repeat); the delivery check reads only
+what the sink's own log commits (pyarrow-free: JSON lines) and compares with every id written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROWS = 5
+COMPACT_INTERVAL = 3
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated")
+_CONFS = {
+    "file": {},
+    "dedup_file": {"spark.sql.streaming.stateStore.providerClass": HDFS},
+    "dedup_rocksdb": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+                      "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
+    "coordinated": {},
+}
+_BASE = {"spark.sql.streaming.fileSink.log.compactInterval": str(COMPACT_INTERVAL),
+         "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
+         "spark.sql.streaming.minBatchesToRetain": "100"}
+
+
+class Pipeline:
+    def __init__(self, root: Path, kind: str, spark: Any, name: str | None = None, extra_confs: dict[str, str] | None = None) -> None:
+        assert kind in KINDS, kind
+        self.kind = kind
+        self.spark = spark
+        self.base = Path(root) / (name or kind)
+        self.input = self.base / "input"
+        self.checkpoint = self.base / "checkpoint"
+        self.output = self.base / "output"
+        self.files = 0
+        self.extra = dict(extra_confs or {})
+
+    # -- input ------------------------------------------------------------------------------
+    def ids_of(self, i: int) -> list[int]:
+        return list(range(i * ROWS, i * ROWS + ROWS))
+
+    def add_input(self, start: int, count: int) -> None:
+        self.input.mkdir(parents=True, exist_ok=True)
+        base_mtime = time.time() - 3600
+        for i in range(start, start + count):
+            rows = [{"id": n, "key": f"k{n % 4}"} for n in self.ids_of(i)]
+            if i > 0 and self.kind.startswith("dedup"):
+                rows.append({"id": (i - 1) * ROWS, "key": f"k{((i - 1) * ROWS) % 4}"})  # a repeat
+            path = self.input / f"part-{i:05d}.json"
+            tmp = self.input / f".part-{i:05d}.json.tmp"
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            os.utime(tmp, (base_mtime + i, base_mtime + i))
+            tmp.rename(path)
+        self.files = max(self.files, start + count)
+
+    def expected_ids(self) -> list[int]:
+        return [n for i in range(self.files) for n in self.ids_of(i)]
+
+    # -- the query ----------------------------------------------------------------------------
+    def writer(self) -> Any:
+        spark = self.spark
+        df = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1).json(str(self.input))
+        if self.kind.startswith("dedup"):
+            df = df.dropDuplicates(["id"])
+        if self.kind == "coordinated":
+            from streamctl.pipeline.coordinated_sink import SHORT_NAME, register
+
+            register(spark)
+            w = df.repartition(2).writeStream.format(SHORT_NAME).outputMode("append").option("path", str(self.output))
+        else:
+            w = df.writeStream.format("json").outputMode("append").option("path", str(self.output))
+        return w.option("checkpointLocation", str(self.checkpoint)).queryName(f"align_{self.kind}").trigger(availableNow=True)
+
+    def run(self) -> None:
+        """Start the query (availableNow), wait until it has read every input file; raise what Spark raises."""
+        confs = dict(_BASE, **_CONFS[self.kind], **self.extra)
+        saved = {k: self.spark.conf.get(k, None) for k in confs}
+        try:
+            for k, v in confs.items():
+                self.spark.conf.set(k, v)
+            q = self.writer().start()
+            q.awaitTermination()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    self.spark.conf.unset(k)
+                else:
+                    self.spark.conf.set(k, v)
+
+    # -- the delivery check -------------------------------------------------------------------
+    def sink_ids(self) -> list[int]:
+        ids: list[int] = []
+        if self.kind == "coordinated":
+            for rec in sorted((self.output / "_commits").glob("*.json")):
+                if not rec.stem.isdigit():
+                    continue
+                for w in json.loads(rec.read_text())["writers"]:
+                    for rel in w["files"]:
+                        with open(self.output / rel) as fh:
+                            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+            return ids
+        from urllib.parse import unquote, urlparse
+
+        log = self.output / "_spark_metadata"
+        batches: dict[int, bool] = {}
+        for name in os.listdir(log):
+            stem, _, ext = name.partition(".")
+            if stem.isdigit() and ext in ("", "compact"):
+                batches[int(stem)] = ext == "compact"
+        compacts = [b for b, c in batches.items() if c]
+        first = max(compacts) if compacts else 0
+        files: dict[str, bool] = {}
+        for b in sorted(x for x in batches if x >= first):
+            lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
+            assert lines[0] == "v1", (b, lines[:1])
+            for line in lines[1:]:
+                if line.strip():
+                    files[json.loads(line)["path"]] = True
+        for uri in files:
+            with open(unquote(urlparse(uri).path)) as fh:
+                ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+        return ids
+
+    def delivery(self) -> dict[str, Any]:
+        got = Counter(self.sink_ids())
+        want = Counter(self.expected_ids())
+        missing = sorted(i for i in want if got[i] < want[i])
+        dupes = sorted(i for i in got if got[i] > 1)
+        unknown = sorted(i for i in got if i not in want)
+        return {"rows": sum(got.values()), "expected": sum(want.values()), "missing": missing, "duplicates": dupes,
+                "unexpected": unknown, "ok": not missing and not dupes and not unknown}
