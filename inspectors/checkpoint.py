@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epo
     from streamctl.inspectors.sinks import SinkLog
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+READ_WORKERS = 8  # concurrent reads of small files on object stores
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +215,7 @@ class _Inspector:
         self.quiet_period_s = quiet_period_s
         self.now_ms = now_ms
         self.lease_record: Optional[dict[str, Any]] = None
+        self.fetched: dict[str, Any] = {}  # rel -> bytes or the StreamctlError of its read
 
     def unreadable(self, exc: StreamctlError) -> None:
         path = getattr(exc, "path", self.st.display)
@@ -222,10 +224,43 @@ class _Inspector:
 
     def read(self, rel: str, parse: Callable[[bytes, str], Any]) -> Any:
         try:
-            return parse(self.st.read(rel), self.st.uri(rel))
+            data = self.fetched.get(rel)
+            if isinstance(data, StreamctlError):
+                raise data
+            if data is None:
+                data = self.st.read(rel)
+            return parse(data, self.st.uri(rel))
         except StreamctlError as exc:
             self.unreadable(exc)
             return None
+
+    def _try_read(self, rel: str) -> Any:
+        try:
+            return self.st.read(rel)
+        except StreamctlError as exc:
+            return exc
+
+    def concurrently(self, *calls: Callable[[], Any]) -> list[Any]:
+        """Run `calls` and return their results in order. On object stores they run at once on a
+        small thread pool (each request waits for a round trip); locally one after another, which
+        is faster. An exception is raised when its result is taken, in order, as sequential
+        calls would raise it."""
+        if self.st.is_local or len(calls) < 2:
+            return [call() for call in calls]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(READ_WORKERS, len(calls))) as pool:
+            futures = [pool.submit(call) for call in calls]
+            return [f.result() for f in futures]
+
+    def prefetch(self, rels: list[str]) -> None:
+        """On object stores, read the small files `rels` concurrently; `read` then parses them
+        in the usual order (same findings, same order). A no-op locally."""
+        todo = [r for r in dict.fromkeys(rels) if r not in self.fetched]
+        if self.st.is_local or len(todo) < 2:
+            return
+        results = self.concurrently(*[lambda r=r: self._try_read(r) for r in todo])
+        self.fetched.update(zip(todo, results))
 
     def log_listing(self, rel: str) -> LogListing:
         entries = self.st.list_dir(rel)
@@ -248,6 +283,12 @@ class _Inspector:
             if name in root and not root[name].is_dir:
                 raise StorageError(st.uri(name), "is a file, expected a folder")
 
+        self.progress("listing offsets/ and commits/")
+        if "metadata" in root:
+            self.fetched["metadata"], offsets, commits = self.concurrently(
+                lambda: self._try_read("metadata"), lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
+        else:
+            offsets, commits = self.concurrently(lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
         query_id = None
         if "metadata" in root:
             query_id = self.read("metadata", parse_query_metadata)
@@ -255,11 +296,10 @@ class _Inspector:
             self.findings.append(Finding(
                 "UNREADABLE", f"{st.uri('metadata')}: missing (the query id is lost; Spark would start a new query id)",
                 details={"path": st.uri("metadata"), "reason": "missing"}))
-
-        self.progress("listing offsets/ and commits/")
-        offsets = self.log_listing("offsets")
-        commits = self.log_listing("commits")
         planned, committed = offsets.latest, commits.latest
+        wanted = [f"offsets/{b}" for b in (planned, None if planned is None else planned - 1, committed)
+                  if b is not None and b in offsets.batch_ids]
+        self.prefetch(wanted + ([f"commits/{committed}"] if committed is not None else []))
 
         latest_offsets: Optional[OffsetEntry] = None
         committed_offsets: Optional[OffsetEntry] = None
@@ -287,6 +327,7 @@ class _Inspector:
         state = read_state(st) if "state" in root else StateFiles(exists=False)
         uses_ids = any(s.uses_unique_ids for op in state.operators.values() for s in op.stores())
         if uses_ids:
+            self.prefetch([f"commits/{b}" for b in commits.batch_ids if b not in commit_entries])
             for b in commits.batch_ids:
                 if b not in commit_entries:
                     entry = self.read(f"commits/{b}", lambda d, p, b=b: parse_commit(d, p, b))

@@ -110,13 +110,15 @@ class _CountingProxy:
     """A loopback HTTP proxy in front of the moto server that counts the S3 requests it forwards
     (the real server still answers every one)."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, delay: float = 0.0) -> None:
         import http.client
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         proxy = self
         self.requests: list[tuple[str, str]] = []
+        self.in_flight = self.max_in_flight = 0
+        lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -124,11 +126,19 @@ class _CountingProxy:
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
-                proxy.requests.append((self.command, self.path))
-                conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                conn.request(self.command, self.path, body=body, headers=dict(self.headers))
-                resp = conn.getresponse()
-                data = resp.read()
+                with lock:
+                    proxy.requests.append((self.command, self.path))
+                    proxy.in_flight += 1
+                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
+                try:
+                    time.sleep(delay)  # a round trip to a real object store
+                    conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
+                    conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    with lock:
+                        proxy.in_flight -= 1
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -187,3 +197,29 @@ def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, 
     finally:
         proxy.close()
     assert isinstance(fs, pafs.S3FileSystem)
+
+
+def test_small_files_are_read_concurrently_within_the_request_bound(cli, s3):
+    """The few small files of a checkpoint (metadata, offsets/P and P-1, commits/C) are read at
+    once on object stores: with a 100 ms round trip, requests overlap, their number does not
+    grow, and the findings are those of the local copy."""
+    fs, port = s3
+    upload(fs, FIXTURE, "overlap")
+    proxy = _CountingProxy(port, delay=0.1)
+    try:
+        uri = f"s3://chk/overlap?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+        remote = cli("inspect", "epochs", uri, "--json", "--quiet-period", "0")
+        count = len(proxy.requests)
+        reads = [p for m, p in proxy.requests if m == "GET" and "list-type" not in p and "prefix=" not in p]
+        print(f"[requests] inspect epochs of {FIXTURE.parent.name} on S3: {count} requests, "
+              f"{proxy.max_in_flight} at once, {len(reads)} reads")
+    finally:
+        proxy.close()
+    local = cli("inspect", "epochs", str(FIXTURE), "--json", "--quiet-period", "0")
+    assert remote.code == local.code == 0, remote
+    rq, lq = remote.json()["queries"][0], local.json()["queries"][0]
+    assert [(f["code"], f["severity"]) for f in rq["findings"]] == [(f["code"], f["severity"]) for f in lq["findings"]]
+    for key in ("query_id", "planned", "committed", "state_epoch", "common_window", "verdict", "retained"):
+        assert rq[key] == lq[key], key
+    assert count <= 25, proxy.requests
+    assert proxy.max_in_flight >= 3, proxy.requests  # metadata with the two listings, then the log files
