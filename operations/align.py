@@ -234,6 +234,14 @@ def _rel_of(uri: str, base: str) -> Optional[str]:
     return None
 
 
+def _option_text(o: Option) -> str:
+    if not o.feasible:
+        return f"--to {o.target}: not possible ({o.why})"
+    affected = o.loss or o.duplicates
+    return (f"--to {o.target} ({o.strategy}, {o.classification}"
+            + (f" of epochs {epochs_text(affected)}: {o.why}" if affected else "") + ")")
+
+
 def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     """The plan for `req`, or Refused (with the options) / StorageError."""
     pl = _Planner(req)
@@ -341,11 +349,9 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             ok = [o for o in feasible if o.classification in allowed]
             chosen = ok[-1] if ok else None
         if chosen is None:
-            shown = [o for o in feasible] or options[-5:]
+            shown = feasible[-4:] or options[-3:]
             raise Refused(f"{q.checkpoint}: no exactly-once realignment exists; options: "
-                          + "; ".join(f"--to {o.target} ({o.strategy}, {o.classification}"
-                                      + (f" of epochs {epochs_text(o.loss or o.duplicates)}" if (o.loss or o.duplicates) else "")
-                                      + ")" for o in shown[-4:])
+                          + "; ".join(_option_text(o) for o in shown)
                           + (". Pass --allow-duplicates or --allow-loss to accept one" if feasible else ""), options)
     else:
         if req.to == "max":
