@@ -1,0 +1,140 @@
+"""The write side without Spark: Root, the executor's idempotency, undo, the lock, Hadoop crc."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamctl.inspectors.errors import StorageError
+from streamctl.operations.executor import JOURNAL_FILE, MANIFEST_FILE, Conflict, Executor
+from streamctl.operations.files import Root, hadoop_crc
+from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
+from streamctl.operations.plan import Plan, Step
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _plan(steps: list[Step], roots: dict[str, str]) -> Plan:
+    return Plan("test", roots, "rollback", 1, "exactly-once", steps, "aligned", op_id="op-1")
+
+
+def _setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    ck, sink, backup = tmp_path / "ck", tmp_path / "sink", tmp_path / "backup"
+    (ck / "commits").mkdir(parents=True)
+    (ck / "commits" / "1").write_bytes(b"v1\n{}")
+    (ck / "commits" / "2").write_bytes(b"v1\n{\"nextBatchWatermarkMs\":0}")
+    (sink / "data").mkdir(parents=True)
+    (sink / "data" / "a.json").write_bytes(b"{}\n")
+    return ck, sink, backup
+
+
+def test_hadoop_crc_matches_a_sidecar_spark_wrote() -> None:
+    for rel in ("commits/0", "offsets/1", "metadata"):
+        data = (FIXTURE / rel).read_bytes()
+        head, _, name = rel.rpartition("/")
+        side = FIXTURE / head / f".{name}.crc" if head else FIXTURE / f".{name}.crc"
+        assert hadoop_crc(data) == side.read_bytes()
+
+
+def test_paths_cannot_leave_their_root(tmp_path: Path) -> None:
+    root = Root("checkpoint", str(tmp_path))
+    for bad in ("../x", "a/../../x", "/etc/passwd"):
+        with pytest.raises(StorageError, match="outside the root"):
+            root.local(bad)
+
+
+def test_run_twice_is_idempotent_and_undo_restores_exact_bytes(tmp_path: Path) -> None:
+    ck, sink, backup = _setup(tmp_path)
+    before = {**{f"ck/{k}": v for k, v in _tree(ck).items()}, **{f"sink/{k}": v for k, v in _tree(sink).items()}}
+    steps = [Step("move", "checkpoint", "commits/2", "above the target"),
+             Step("write", "checkpoint", "commits/1", "rewrite", b"v1\n{\"nextBatchWatermarkMs\":5}"),
+             Step("write", "checkpoint", "commits/.1.crc", "its checksum", hadoop_crc(b"v1\n{\"nextBatchWatermarkMs\":5}")),
+             Step("move", "sink", "data", "a folder"),
+             Step("move", "sink", "missing-file", "already gone")]
+    roots = {"checkpoint": Root("checkpoint", str(ck)), "sink": Root("sink", str(sink))}
+    ex = Executor(_plan(steps, {"checkpoint": str(ck), "sink": str(sink)}), roots, Root("backup", str(backup)))
+    ex.write_plan()
+    state = ex.run()
+    assert state.finished and sorted(state.done) == [0, 1, 2, 3, 4]
+    assert not (ck / "commits" / "2").exists() and (backup / "files/checkpoint/commits/2").read_bytes() == before["ck/commits/2"]
+    assert (ck / "commits" / "1").read_bytes().endswith(b":5}")
+    assert (backup / "files/sink/data/a.json").exists()
+    manifest = json.loads((backup / MANIFEST_FILE).read_text())
+    actions = {(m["root"], m["path"]): m["action"] for m in manifest["files"]}
+    assert actions == {("checkpoint", "commits/2"): "moved", ("checkpoint", "commits/1"): "replaced",
+                       ("checkpoint", "commits/.1.crc"): "created", ("sink", "data"): "moved",
+                       ("sink", "missing-file"): "absent"}
+    assert all(len(m["sha256"] or m["written_sha256"]) == 64 for m in manifest["files"] if m["action"] != "absent")
+    lines = (backup / JOURNAL_FILE).read_text().splitlines()
+    again = Executor(ex.plan, roots, Root("backup", str(backup))).run()  # nothing left to do
+    assert again.finished and (backup / JOURNAL_FILE).read_text().splitlines() == lines
+    with pytest.raises(Conflict, match="already exists"):
+        Executor(ex.plan, roots, Root("backup", str(backup))).write_plan()
+
+    ex.undo()
+    after = {**{f"ck/{k}": v for k, v in _tree(ck).items()}, **{f"sink/{k}": v for k, v in _tree(sink).items()}}
+    assert after == before
+
+
+def test_a_step_interrupted_between_its_journal_records_is_redone(tmp_path: Path) -> None:
+    ck, sink, backup = _setup(tmp_path)
+    content = b"v1\n{\"nextBatchWatermarkMs\":9}"
+    steps = [Step("write", "checkpoint", "commits/3", "complete the commit", content)]
+    roots = {"checkpoint": Root("checkpoint", str(ck))}
+    plan = _plan(steps, {"checkpoint": str(ck)})
+    env = dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="2")  # start, begin -> die before the write
+    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
+            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
+            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
+    Executor(plan, roots, Root("backup", str(backup))).write_plan()
+    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)], env=env)
+    assert proc.returncode == 86
+    assert not (ck / "commits" / "3").exists()
+    events = [json.loads(line)["event"] for line in (backup / JOURNAL_FILE).read_text().splitlines()]
+    assert events == ["start", "begin"]
+    state = Executor(plan, roots, Root("backup", str(backup))).run()
+    assert state.finished and (ck / "commits" / "3").read_bytes() == content
+    Executor(plan, roots, Root("backup", str(backup))).undo()  # created by the operation: taken out again
+    assert not (ck / "commits" / "3").exists() and (backup / "undone/checkpoint/commits/3").read_bytes() == content
+
+
+def test_undo_refuses_when_a_file_changed_after_the_operation(tmp_path: Path) -> None:
+    ck, sink, backup = _setup(tmp_path)
+    steps = [Step("move", "checkpoint", "commits/2", "above the target")]
+    roots = {"checkpoint": Root("checkpoint", str(ck))}
+    ex = Executor(_plan(steps, {"checkpoint": str(ck)}), roots, Root("backup", str(backup)))
+    ex.run()
+    (ck / "commits" / "2").write_bytes(b"v1\n{\"written by a restart\":1}")
+    with pytest.raises(Conflict, match="exists again"):
+        ex.undo()
+    assert (ck / "commits" / "2").read_bytes().startswith(b"v1\n{\"written by a restart")
+    assert (backup / "files/checkpoint/commits/2").exists()
+
+
+def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> None:
+    root = Root("checkpoint", str(tmp_path))
+    lock = Lock.acquire(root, "align", "op-a")
+    with pytest.raises(LockHeld, match=f"pid {os.getpid()}"):
+        Lock.acquire(root, "align", "op-b")
+    lock.release()
+    assert not (tmp_path / LOCK_FILE).exists()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"op_id": "op-dead", "command": "align", "host": socket.gethostname(),
+                                                  "pid": pid, "started_ms": 0}))
+    with pytest.raises(LockHeld, match="no longer running.*--break-lock"):
+        Lock.acquire(root, "align", "op-c")
+    taken = Lock.acquire(root, "align --resume", "op-dead", takeover_op="op-dead")  # resuming its own operation
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
+    taken.release()
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"op_id": "op-x", "host": socket.gethostname(), "pid": pid}))
+    Lock.acquire(root, "align", "op-d", break_lock=True).release()
