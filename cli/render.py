@@ -26,6 +26,12 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
+def emit_json_line(doc: Any) -> None:
+    """One JSON document on one line (a stream of documents, e.g. `--watch --json`)."""
+    sys.stdout.write(json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
@@ -54,6 +60,23 @@ def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, 
     text = tabulate([[_cell(v) for v in row] for row in rows], headers=list(headers),
                     tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
     sys.stdout.write(text + "\n")
+
+
+def epochs_renderable(headers: Sequence[str], rows: Sequence[Sequence[Any]], lines: Sequence[str],
+                      verdict: str, status: str) -> Any:
+    """What `emit_table` + `emit_lines` print, as one rich renderable (for rich.live)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_lines=False)
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*[Text(_cell(v)) for v in row])
+    findings = [Text(line, style="red" if line.startswith("error") else "yellow" if line.startswith("warning") else None)
+                for line in lines]
+    return Group(table, Text("Findings", style="bold"), *findings, Text(verdict), Text(status, style="dim"))
 
 
 def emit_lines(lines: Sequence[str], fmt: str, title: Optional[str] = None) -> None:

@@ -3,6 +3,7 @@ render, return the exit code the verdict implies."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional
 
 import typer
@@ -102,10 +103,17 @@ def _window(w: Optional[list[int]]) -> str:
     return "-" if not w else f"{w[0]}..{w[1]}"
 
 
+ENGINE_HELP = ("local (default): inspect in this process, several checkpoints on a thread pool; spark: one "
+               "Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
+WORKERS_HELP = "Threads of the local engine (default: min(32, 4 x CPUs)); 1 inspects one checkpoint after another."
+WATCH_HELP = "Redraw the table every --interval seconds until Ctrl-C (exit 130); with --metrics-file, rewrite it each time."
+
+
 @app.command("epochs")
 @handle_errors
 def inspect_epochs(
-    checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://) or pipeline names."),
+    checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://), "
+                                            "glob patterns of either ('/data/chk/*', 's3://b/chk/*') or pipeline names."),
     sink: Optional[list[str]] = SINK_OPT,
     sink_kind: str = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
@@ -115,12 +123,21 @@ def inspect_epochs(
     quiet_period: Optional[float] = QUIET_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     as_json: bool = JSON_OPT,
+    engine: str = typer.Option("local", "--engine", help=ENGINE_HELP),
+    master: str = typer.Option("local[2]", "--master", help="Spark master URL for --engine spark (default local[2])."),
+    workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    output_jsonl: Optional[str] = typer.Option(None, "--output-jsonl", help="Also write one JSON line per query (its queries[] record) to this file."),
+    output_parquet: Optional[str] = typer.Option(None, "--output-parquet", help="Also write one row per query to this Parquet file (flat columns plus record_json)."),
+    watch: bool = typer.Option(False, "--watch", help=WATCH_HELP),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes of --watch (default 5)."),
+    watch_count: Optional[int] = typer.Option(None, "--watch-count", hidden=True, help="Stop --watch after N refreshes."),
+    metrics_file: Optional[str] = typer.Option(None, "--metrics-file", help="Write Prometheus text-format metrics to this file (atomically), for node-exporter's textfile collector."),
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
     One row per query (query id, planned and committed epochs, state epoch, the common
     restartable window, verdict), then the findings. Several checkpoints at once also checks
-    cross-query invariants such as QUERY_ID_CLASH.
+    cross-query invariants such as QUERY_ID_CLASH. Glob patterns scan a fleet.
 
     Examples:
 
@@ -132,39 +149,161 @@ def inspect_epochs(
 
       # with the sink: is its commit log ahead of or behind the checkpoint?
       streamctl inspect epochs /data/chk/orders --sink /data/tables/orders
+
+      # a fleet, inside Spark tasks, one row per query into Parquet
+      streamctl inspect epochs 's3://bucket/chk/*' --engine spark --output-parquet fleet.parquet
+
+      # live, with metrics for node-exporter
+      streamctl inspect epochs '/data/chk/*' --watch --metrics-file /var/lib/node_exporter/streamctl.prom
     """
-    from streamctl.inspectors.report import epoch_report
+    import time
+
+    from streamctl.inspectors import fleet
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.inspectors.report import epoch_report_of_records
 
     config = _settings()
     output = _format(fmt, as_json, config)
-    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output, _quiet(quiet_period, config))
-    if bootstrap or kafka_config or kafka_timeout is not None or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP"):
-        queries = _with_kafka(queries, checkpoints, bootstrap, kafka_config, kafka_timeout, config)
-    doc = epoch_report(queries)
+    if engine not in fleet.ENGINES:
+        raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(fleet.ENGINES)})")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if interval <= 0 or (watch_count is not None and watch_count < 1):
+        raise UsageError("--interval must be positive and --watch-count at least 1")
+    for flag, path in (("--output-jsonl", output_jsonl), ("--output-parquet", output_parquet), ("--metrics-file", metrics_file)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(os.path.expanduser(path)))):
+            raise UsageError(f"{flag} {path}: its folder does not exist")
+    with_kafka = bool(bootstrap or kafka_config or kafka_timeout is not None or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP"))
+    if engine == "spark" and with_kafka:
+        raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
+                         "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
+    args = fleet.expand(checkpoints)
+    targets = [fleet.Target(*t) for t in _targets(args, sink, sink_kind, app_id, config)]
+    quiet = _quiet(quiet_period, config)
+    runner = fleet.SparkRunner(master) if engine == "spark" else None
+
+    def inspect_once() -> dict[str, Any]:
+        started = time.time()
+        if runner is not None:
+            records = runner.run(targets, quiet)
+        else:
+            with render.progress(output != "json" and not watch) as tick:
+                queries = fleet.run_local(targets, workers or fleet.default_workers(), quiet, tick)
+            if with_kafka:
+                queries = _with_kafka(queries, args, bootstrap, kafka_config, kafka_timeout, config)
+            records = [q.to_record() for q in queries]
+        doc = epoch_report_of_records(records)
+        _write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
+        return doc
+
+    try:
+        if watch:
+            doc = _watch_epochs(inspect_once, output, interval, watch_count)
+        else:
+            doc = inspect_once()
+            _emit_epochs(doc, output)
+    finally:
+        if runner is not None:
+            runner.close()
+    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+
+
+def _write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
+                   jsonl: Optional[str], parquet: Optional[str], metrics_file: Optional[str]) -> None:
+    from streamctl.inspectors import fleet
+    from streamctl.inspectors.errors import StreamctlError
+
+    try:
+        if jsonl:
+            fleet.write_jsonl(jsonl, records)
+        if parquet:
+            fleet.write_parquet(parquet, records)
+        if metrics_file:
+            from streamctl.inspectors.metrics import format_metrics
+
+            fleet.write_text_atomic(metrics_file, format_metrics(doc, started, duration))
+    except OSError as exc:
+        raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
+
+
+def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
+    """(headers, rows, finding lines) of `inspect epochs`."""
+    rows = []
+    lines = []
+    with_sink = any(q["sink"] for q in doc["queries"])
+    with_kafka = any(q["kafka"] for q in doc["queries"])
+    for q in doc["queries"]:
+        row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
+               q["state_epoch"] if q["stateful"] else "stateless"]
+        if with_sink:
+            row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
+                    if q["sink"] else "-"]
+        if with_kafka:
+            row += [q["kafka"]["lag"] if q["kafka"] else "-"]
+        rows.append(row + [_window(q["common_window"]), q["verdict"]])
+        lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
+    lines += [_finding_line(f) for f in doc["findings"]]
+    headers = (["query id", "checkpoint", "planned", "committed", "state epoch"]
+               + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
+               + ["common window", "verdict"])
+    return headers, rows, lines
+
+
+def _emit_epochs(doc: dict[str, Any], output: str) -> None:
     if output == "json":
         render.emit_json(doc)
-    else:
-        rows = []
-        lines = []
-        with_sink = any(q["sink"] for q in doc["queries"])
-        with_kafka = any(q["kafka"] for q in doc["queries"])
-        for q in doc["queries"]:
-            row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
-                   q["state_epoch"] if q["stateful"] else "stateless"]
-            if with_sink:
-                row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
-                        if q["sink"] else "-"]
-            if with_kafka:
-                row += [q["kafka"]["lag"] if q["kafka"] else "-"]
-            rows.append(row + [_window(q["common_window"]), q["verdict"]])
-            lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
-        lines += [_finding_line(f) for f in doc["findings"]]
-        render.emit_table(["query id", "checkpoint", "planned", "committed", "state epoch"]
-                          + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
-                          + ["common window", "verdict"], rows, output)
-        render.emit_lines(lines or ["none"], output, title="Findings")
-        render.emit_lines([f"verdict: {doc['verdict']}"], output)
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+        return
+    headers, rows, lines = _epoch_table(doc)
+    render.emit_table(headers, rows, output)
+    render.emit_lines(lines or ["none"], output, title="Findings")
+    render.emit_lines([f"verdict: {doc['verdict']}"], output)
+
+
+def _watch_epochs(inspect_once: Any, output: str, interval: float, count: Optional[int]) -> dict[str, Any]:
+    """Refresh until Ctrl-C (exit 130, no traceback) or `count` refreshes; the last report.
+    On a terminal the table is redrawn in place (rich.live); piped, each refresh is printed
+    after the previous one (JSON: one document per line)."""
+    import time
+    from datetime import datetime, timezone
+
+    def status(n: int) -> str:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"refresh {n} at {now}, every {interval:g} s; Ctrl-C to stop"
+
+    n = 0
+    doc: dict[str, Any] = {}
+    try:
+        if output == "table":
+            from rich.live import Live
+
+            with Live(None, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+                while True:
+                    doc = inspect_once()
+                    n += 1
+                    headers, rows, lines = _epoch_table(doc)
+                    live.update(render.epochs_renderable(headers, rows, lines or ["none"],
+                                                         f"verdict: {doc['verdict']}", status(n)), refresh=True)
+                    if count is not None and n >= count:
+                        break
+                    time.sleep(interval)
+        else:
+            while True:
+                doc = inspect_once()
+                n += 1
+                if output == "json":
+                    render.emit_json_line(doc)
+                else:
+                    _emit_epochs(doc, output)
+                    render.emit_lines([status(n)], output)
+                if count is not None and n >= count:
+                    break
+                if output != "json":
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    return doc
 
 
 @app.command("state")

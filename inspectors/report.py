@@ -4,7 +4,7 @@ Only built-in types come out of here; the CLI serialises them with sorted keys.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
 from streamctl.inspectors.findings import Finding, verdict_of, worst_verdict
@@ -18,15 +18,28 @@ API_VERSION = "streamctl/v1"
 def epoch_report(queries: list[QueryInspection]) -> dict[str, Any]:
     """`inspect epochs`: one record per query (sorted by checkpoint), cross-query findings,
     and the overall verdict (the worst of all)."""
-    cross = cross_query_findings(queries)
-    ordered = sorted(queries, key=lambda q: q.checkpoint)
-    verdicts = [q.verdict for q in ordered]
+    return epoch_report_of_records([q.to_record() for q in queries])
+
+
+class _Position(NamedTuple):
+    """What cross_query_findings needs of a query, taken from its record."""
+
+    checkpoint: str
+    query_id: Optional[str]
+
+
+def epoch_report_of_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`epoch_report` from `QueryInspection.to_record()` records (what a Spark task of a fleet
+    scan sends back): the same document."""
+    cross = cross_query_findings([_Position(r["checkpoint"], r["query_id"]) for r in records])  # type: ignore[misc]
+    ordered = sorted(records, key=lambda r: r["checkpoint"])
+    verdicts = [r["verdict"] for r in ordered]
     if cross:
         verdicts.append(verdict_of(cross))
     return {
         "api_version": API_VERSION,
         "kind": "EpochReport",
-        "queries": [q.to_record() for q in ordered],
+        "queries": ordered,
         "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
         "verdict": worst_verdict(verdicts),
     }

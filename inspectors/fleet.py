@@ -1,0 +1,273 @@
+"""Fleet scans: many checkpoints at once (`streamctl inspect epochs '/data/chk/*'`).
+
+- `expand` turns glob patterns into checkpoint locations: local patterns with `glob`, remote
+  URIs (`s3://bucket/chk/*/?endpoint_override=...`) by listing each wildcard segment through
+  `Storage` (the URI's options stay last on every match).
+- `run_local` inspects with a thread pool (`workers=1`: one after another); `SparkRunner` runs
+  the same inspector inside Spark tasks, one checkpoint per task. Both keep the input order.
+- `write_jsonl` and `write_parquet` write one record per query.
+
+PySpark and pyarrow are imported only by the functions that need them.
+"""
+from __future__ import annotations
+
+import fnmatch
+import glob
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from urllib.parse import urlparse
+
+from streamctl.inspectors.errors import UsageError
+from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from streamctl.inspectors.checkpoint import QueryInspection
+
+ENGINES = ("local", "spark")
+DEFAULT_MASTER = "local[2]"
+PARQUET_COLUMNS = ("checkpoint", "query_id", "planned", "committed", "state_epoch", "verdict", "sink_epoch",
+                   "findings_count", "error_codes", "record_json")
+
+
+def default_workers() -> int:
+    """Threads for the local engine: min(32, 4 x cpus) (I/O bound: most time is waiting for listings)."""
+    return min(32, 4 * (os.cpu_count() or 1))
+
+
+# ------------------------------------------------------------------------------------ globs
+
+def _has_magic(text: str) -> bool:
+    return glob.has_magic(text)
+
+
+def is_pattern(arg: str) -> bool:
+    """A glob pattern, as opposed to one path, URI or pipeline name. Remote URIs are patterns
+    when their path (not their `?options`) has a wildcard; a local path that exists as written
+    is never a pattern."""
+    parsed = urlparse(arg)
+    if parsed.scheme.lower() in REMOTE_SCHEMES:
+        return _has_magic(parsed.netloc + parsed.path)
+    if parsed.scheme.lower() == "file":
+        return _has_magic(parsed.path)
+    return _has_magic(arg) and not os.path.exists(arg)
+
+
+def expand(args: list[str]) -> list[str]:
+    """Each argument, or the folders its pattern matches (sorted), in argument order.
+    UsageError when a pattern matches no folder."""
+    out: list[str] = []
+    for arg in args:
+        if not is_pattern(arg):
+            out.append(arg)
+            continue
+        matches = _expand_remote(arg) if urlparse(arg).scheme.lower() in REMOTE_SCHEMES else _expand_local(arg)
+        if not matches:
+            raise UsageError(f"no checkpoint folder matches {arg}")
+        out.extend(matches)
+    return out
+
+
+def _expand_local(pattern: str) -> list[str]:
+    parsed = urlparse(pattern)
+    if parsed.scheme.lower() == "file":
+        return [f"file://{m}" for m in sorted(glob.glob(parsed.path)) if os.path.isdir(m)]
+    return [m.rstrip(os.sep) for m in sorted(glob.glob(os.path.expanduser(pattern))) if os.path.isdir(m)]
+
+
+def _expand_remote(pattern: str) -> list[str]:
+    """List each wildcard segment of the URI's path through Storage: `*` costs one listing per
+    folder it is matched against; literal segments cost nothing."""
+    base, q, options = pattern.partition("?")
+    suffix = f"{q}{options}"
+    parsed = urlparse(base)
+    if _has_magic(parsed.netloc):
+        raise UsageError(f"{pattern}: wildcards are allowed in the path, not in the bucket or host name")
+    segments = [s for s in parsed.path.split("/") if s]
+    first = next(i for i, s in enumerate(segments) if _has_magic(s))
+    root = f"{parsed.scheme}://{parsed.netloc}/{'/'.join(segments[:first])}".rstrip("/")
+    storage = Storage.open(root + suffix)
+    found: list[str] = [""]
+    for seg in segments[first:]:
+        nxt: list[str] = []
+        for rel in found:
+            if not _has_magic(seg):
+                nxt.append(f"{rel}/{seg}".strip("/"))
+                continue
+            entries = storage.list_dir(rel) or []
+            names = sorted(e.name for e in entries if e.is_dir and fnmatch.fnmatchcase(e.name, seg))
+            nxt.extend(f"{rel}/{n}".strip("/") for n in names)
+        found = nxt
+    if segments[-1:] and not _has_magic(segments[-1]):
+        found = [rel for rel in found if storage.kind(rel) == "dir"]
+    return [f"{root}/{rel}{suffix}" for rel in found]
+
+
+# ----------------------------------------------------------------------------------- targets
+
+@dataclass(frozen=True)
+class Target:
+    """One checkpoint to inspect, with its sink (picklable: it travels to Spark tasks)."""
+
+    checkpoint: str
+    sink: Optional[str] = None
+    sink_kind: str = "auto"
+    app_id: Optional[str] = None
+
+
+def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
+                   progress: Optional[Callable[[str], None]] = None) -> "QueryInspection":
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    return inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink, sink_kind=target.sink_kind,
+                              app_id=target.app_id, quiet_period_s=quiet_period_s)
+
+
+def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[float] = None,
+              progress: Optional[Callable[[str], None]] = None) -> list["QueryInspection"]:
+    """Inspect every target; results in input order. `workers` > 1 uses a thread pool."""
+    tick = progress or (lambda _msg: None)
+    if workers <= 1 or len(targets) <= 1:
+        out = []
+        for t in targets:
+            tick(f"inspecting {t.checkpoint}")
+            out.append(inspect_target(t, quiet_period_s, lambda msg, loc=t.checkpoint: tick(f"{loc}: {msg}")))
+        return out
+    done = [0]
+
+    def one(t: Target) -> "QueryInspection":
+        q = inspect_target(t, quiet_period_s)
+        done[0] += 1  # only a progress figure: an occasional lost increment is harmless
+        tick(f"inspected {done[0]}/{len(targets)} checkpoints")
+        return q
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(targets)), thread_name_prefix="streamctl-fleet") as pool:
+        return list(pool.map(one, targets))
+
+
+def _spark_task(quiet_period_s: Optional[float], target: Target) -> dict[str, Any]:
+    """Runs inside a Spark task (a Python worker): one checkpoint, its JSON record."""
+    return inspect_target(target, quiet_period_s).to_record()
+
+
+class SparkRunner:
+    """Inspect checkpoints inside Spark tasks, one checkpoint per task. Reuses the active
+    SparkSession when there is one (and then leaves it running); otherwise starts one on
+    `master` and stops it on close. The Python workers use this interpreter."""
+
+    def __init__(self, master: str = DEFAULT_MASTER, app_name: str = "streamctl-fleet") -> None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError:
+            raise UsageError("--engine spark needs PySpark: pip install 'streamctl[spark]'") from None
+
+        active = SparkSession.getActiveSession()
+        self.owned = active is None
+        if active is None:
+            active = (SparkSession.builder.master(master).appName(app_name)
+                      .config("spark.ui.enabled", "false")
+                      .config("spark.ui.showConsoleProgress", "false")
+                      .getOrCreate())
+            active.sparkContext.setLogLevel("ERROR")
+        self.spark = active
+
+    def run(self, targets: list[Target], quiet_period_s: Optional[float] = None) -> list[dict[str, Any]]:
+        """One record (`QueryInspection.to_record()`) per target, in input order."""
+        import functools
+
+        if not targets:
+            return []
+        sc = self.spark.sparkContext
+        task = functools.partial(_spark_task, quiet_period_s)
+        return sc.parallelize(targets, len(targets)).map(task).collect()
+
+    def close(self) -> None:
+        if self.owned:
+            self.spark.stop()
+
+    def __enter__(self) -> "SparkRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ----------------------------------------------------------------------------------- outputs
+
+def _atomic_write(path: str, write: Callable[[str], None]) -> None:
+    """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see
+    the old file or the new one, never half of one."""
+    path = os.path.abspath(os.path.expanduser(path))
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _atomic_write(path, write)
+
+
+def jsonl_lines(records: list[dict[str, Any]]) -> Iterator[str]:
+    for r in records:
+        yield json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_jsonl(path: str, records: list[dict[str, Any]]) -> None:
+    """One JSON line per query: the `queries[]` record of the EpochReport."""
+    write_text_atomic(path, "".join(jsonl_lines(records)))
+
+
+def flat_row(record: dict[str, Any]) -> dict[str, Any]:
+    """The flat Parquet columns of one query record."""
+    sink = record.get("sink") or {}
+    findings = record.get("findings") or []
+    return {
+        "checkpoint": record["checkpoint"],
+        "query_id": record["query_id"],
+        "planned": record["planned"],
+        "committed": record["committed"],
+        "state_epoch": record["state_epoch"],
+        "verdict": record["verdict"],
+        "sink_epoch": sink.get("epoch"),
+        "findings_count": len(findings),
+        "error_codes": sorted({f["code"] for f in findings if f.get("severity") == "error"}),
+        "record_json": json.dumps(record, sort_keys=True, ensure_ascii=False),
+    }
+
+
+def write_parquet(path: str, records: list[dict[str, Any]]) -> None:
+    """One row per query with flat columns (PARQUET_COLUMNS); the whole record in record_json."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([
+        ("checkpoint", pa.string()), ("query_id", pa.string()), ("planned", pa.int64()),
+        ("committed", pa.int64()), ("state_epoch", pa.int64()), ("verdict", pa.string()),
+        ("sink_epoch", pa.int64()), ("findings_count", pa.int64()), ("error_codes", pa.list_(pa.string())),
+        ("record_json", pa.string()),
+    ])
+    rows = [flat_row(r) for r in records]
+    table = pa.Table.from_pylist(rows, schema=schema)
+    _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
