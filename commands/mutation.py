@@ -124,7 +124,7 @@ def resume_or_undo(name: str, backup_location: str, undo: bool, break_lock: bool
         raise fail(f"{backup.uri('plan.json')}: a plan of `streamctl {plan.command}`, not of {name}", ExitCode.USAGE)
     roots = roots_of(plan)
     journal = Executor(plan, roots, backup).journal.read()
-    if journal.undo_finished or journal.undone:
+    if journal.undo_finished or (journal.undone and not undo):  # a crashed undo is simply undone again
         raise refused(Refused(f"{backup.location}: this operation was undone; plan a new one instead of "
                               f"{'undoing' if undo else 'resuming'} it"), as_json, f"{name.title()}Refusal")
     try:
