@@ -13,7 +13,8 @@ from typer.completion import completion_init
 from streamctl.cli import context
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import completion_cmd, inspect_cmd, kafka_cmd, stop_cmd
-from streamctl.commands import align_cmd, demo_cmd
+from streamctl.commands import align_cmd, demo_cmd, trim_cmd
+from streamctl.commands import drop_sink_cmd
 
 app = typer.Typer(
     name="streamctl",
@@ -60,6 +61,8 @@ app.add_typer(kafka_cmd.app, name="kafka")
 app.command("completion")(completion_cmd.completion)
 app.command("stop")(stop_cmd.stop)
 app.command("align")(align_cmd.align)
+app.command("drop-sink")(drop_sink_cmd.drop_sink)
+app.command("trim")(trim_cmd.trim)
 app.command("demo")(demo_cmd.demo)
 
 

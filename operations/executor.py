@@ -182,6 +182,14 @@ class Executor:
                 size, sha = self.backup.digest(b)
                 return dict(base, action="moved", size=size, sha256=sha)
             return dict(base, action="absent", size=None, sha256=None)
+        if step.action == "delete":  # --purge: no backup copy, the manifest keeps size and sha256
+            if root.exists(step.path):
+                size, sha = root.digest(step.path)
+                root.delete(step.path)
+                return dict(base, backup=None, action="deleted", size=size, sha256=sha)
+            if isinstance(pre, dict):
+                return dict(base, backup=None, action="deleted", size=pre.get("size"), sha256=pre.get("sha256"))
+            return dict(base, backup=None, action="absent", size=None, sha256=None)
         if step.action == "write":
             assert step.content is not None
             import hashlib
@@ -215,6 +223,10 @@ class Executor:
         when a file was changed after the operation (for example Spark ran again)."""
         state = self.journal.read()
         todo = [i for i in sorted(state.begun, reverse=True) if i not in state.undone]
+        purged = [self.plan.steps[i].path for i in todo if self.plan.steps[i].action == "delete"]
+        if purged:
+            raise Conflict(f"undo refused: {len(purged)} file(s) were deleted with --purge and cannot be restored "
+                           f"({', '.join(purged[:3])}{', ...' if len(purged) > 3 else ''})")
         conflicts = []
         for i in todo:
             c = self._undo_conflict(i, state)

@@ -19,7 +19,7 @@ PLAN_VERSION = 1
 
 @dataclass(frozen=True)
 class Step:
-    action: str  # "move" | "write"
+    action: str  # "move" | "write" | "delete" (only with --purge)
     root: str  # "checkpoint" | "sink"
     path: str  # relative to the root, "/"-separated
     reason: str
@@ -46,6 +46,8 @@ class Step:
     def describe(self) -> str:
         if self.action == "move":
             return f"move {self.root}:{self.path} to the backup ({self.reason})"
+        if self.action == "delete":
+            return f"delete {self.root}:{self.path} ({self.reason})"
         return f"write {self.root}:{self.path} ({self.reason})"
 
 

@@ -1,0 +1,105 @@
+"""`streamctl trim`: plan, and with --execute carry out, the removal of checkpoint and sink-log
+files no restart and no kept rollback needs. Same lock, journal, backup and undo as align."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli.errors import handle_errors
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)  # pragma: no cover
+
+
+def plan_lines(plan: Any, executed: bool = False) -> list[str]:
+    head = "Executed" if executed else "Plan (nothing changed; add --execute to carry it out)"
+    sizes = plan.after.get("reclaimable") or {}
+    total_f = sum(v["files"] for v in sizes.values())
+    total_b = sum(v["bytes"] for v in sizes.values())
+    lines = [f"{head}: trim {plan.roots['checkpoint']}" + (f" with sink {plan.roots['sink']}" if "sink" in plan.roots else ""),
+             f"  keeps restart and rollback points {plan.after.get('oldest_rollback')}..{plan.before.get('committed')}",
+             f"  reclaimable: {total_f} file(s), {_bytes(total_b)}"]
+    for cat, v in sizes.items():
+        if v["files"]:
+            lines.append(f"    {cat:<9} {v['files']:>7} file(s) {_bytes(v['bytes']):>12}")
+    for n in plan.notes[1:]:
+        lines.append(f"  note: {n}")
+    lines.append(f"  steps ({len(plan.steps)}):")
+    for i, s in enumerate(plan.steps, 1):
+        lines.append(f"    {i:>4}. {s.describe()}")
+    return lines
+
+
+@handle_errors
+def trim(
+    checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
+    sink: Optional[str] = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI)."),
+    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    app_id: Optional[str] = APP_ID_OPT,
+    keep_epochs: int = typer.Option(10, "--keep-epochs", help="Keep this many newest epochs as restart/rollback points (default 10)."),
+    keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
+    execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
+    purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
+    backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
+                                             "(default CHECKPOINT/_streamctl/backups/<operation id>)."),
+    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
+    undo: Optional[str] = typer.Option(None, "--undo", help="Put back what an earlier trim moved (its backup folder)."),
+    as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document."),
+) -> None:
+    """Reclaim checkpoint and sink-log space down to exactly what recovery needs.
+
+    Keeps every restart and rollback point from the oldest kept epoch to the newest commit:
+    offsets and commits entries, each state store's restore chains (snapshots/zips and the
+    deltas/changelogs after them), the SST files the kept RocksDB zips name, and the file sink's
+    log from the compaction at or below the oldest kept epoch. Plans the removal of everything
+    older (bytes and files per category), refuses a live or misaligned query.
+
+    Examples:
+
+    \b
+      streamctl trim /data/chk/orders --keep-epochs 20
+      streamctl trim /data/chk/orders --sink /data/out/orders --keep-rollback-to 1200 --execute
+      streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
+    """
+    from streamctl.commands import mutation
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.operations.align import Refused
+    from streamctl.operations.trim import TrimRequest, plan_trim, verify_trim
+
+    if resume and undo:
+        raise UsageError("--resume and --undo cannot be combined")
+    if (resume or undo) and checkpoint:
+        raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint")
+    if resume or undo:
+        mutation.resume_or_undo("trim", (resume or undo), bool(undo), break_lock, verify_trim, plan_lines, as_json)  # type: ignore[arg-type]
+        return
+    if not checkpoint:
+        raise UsageError("name a CHECKPOINT (or use --resume / --undo)")
+    config = _settings()
+    from streamctl.cli.config import resolve_checkpoint
+
+    location, pipeline = resolve_checkpoint(checkpoint, config)
+    if sink is None and pipeline is not None:
+        sink = pipeline.sink
+        if sink_kind == "auto" and pipeline.sink_kind:
+            sink_kind = pipeline.sink_kind
+        app_id = app_id or pipeline.app_id
+    req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, _quiet(quiet_period, config))
+    try:
+        plan, _sizes = plan_trim(req)
+    except Refused as exc:
+        raise mutation.refused(exc, as_json, "TrimRefusal") from None
+    doc = {"api_version": mutation.API_VERSION, "kind": "TrimPlan", "executed": False, "plan": plan.to_record()}
+    if not plan.steps or not execute:
+        mutation.emit(doc, as_json, plan_lines(plan))
+        return
+    mutation.execute("trim", location, lambda: plan_trim(req)[0], verify_trim, plan_lines, backup_dir, break_lock, as_json)

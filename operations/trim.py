@@ -1,0 +1,192 @@
+"""`streamctl trim`: reclaim checkpoint and sink-log space down to exactly what recovery needs.
+
+The floor: with `--keep-epochs N` (and/or `--keep-rollback-to E`) every epoch X from
+`min(C - N + 1, E)` to C must stay a restart point for `align --to X`. That needs `offsets/X-1..`,
+`commits/X..`, in every state store the restore chain (newest snapshot/zip at or below the version,
+then every delta/changelog) of each version X+1..C+1, the SST files the kept RocksDB zips name
+(read from the zip's `metadata`), and the file sink's log from the compaction at or below X.
+Everything older is planned for removal, per category, with sizes; staging of aborted epochs of a
+coordinated sink goes too. Never: files above the floor, versions the newest restorable version
+needs, anything while the query is live or misaligned (align first).
+"""
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG
+from streamctl.inspectors.sources import compactible_name
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.align import Refused, _base_name
+from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
+
+_MAIN = re.compile(r"^([0-9]+)(?:_([^.]+))?\.(delta|snapshot|zip|changelog)$")
+FULL = ("snapshot", "zip")
+CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
+
+
+@dataclass
+class TrimRequest:
+    checkpoint: str
+    sink: Optional[str] = None
+    sink_kind: str = "auto"
+    app_id: Optional[str] = None
+    keep_epochs: int = 10
+    keep_rollback_to: Optional[int] = None
+    purge: bool = False
+    quiet_period_s: float = 0.0
+
+
+def _size(st: Storage, rel: str) -> int:
+    e = st.lookup(rel)
+    return int(e.size or 0) if e is not None else 0
+
+
+def _zip_ssts(st: Storage, rel: str) -> set[str]:
+    """SST files a RocksDB checkpoint zip names (`metadata`: sstFiles[].dfsSstFileName)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(st.read(rel))) as zf:
+            text = zf.read("metadata").decode("utf-8")
+    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
+        raise StorageError(st.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
+    body = text.split("\n", 1)[1] if "\n" in text else "{}"
+    try:
+        meta = json.loads(body)
+    except ValueError:
+        raise StorageError(st.uri(rel), "zip metadata is not valid JSON") from None
+    return {str(f.get("dfsSstFileName")) for f in meta.get("sstFiles") or [] if isinstance(f, dict)}
+
+
+def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
+    q: QueryInspection = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
+                                            app_id=req.app_id, quiet_period_s=req.quiet_period_s)
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    if live:
+        raise Refused(f"{q.checkpoint}: {live[0].message}")
+    if q.verdict == "misaligned":
+        codes = sorted({f.code for f in q.findings if f.severity == "error"})
+        raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "
+                      "removes what a realignment may need")
+    if q.committed is None:
+        raise Refused(f"{q.checkpoint}: nothing committed yet: nothing to trim")
+    if req.keep_epochs < 1:
+        raise Refused("--keep-epochs must be at least 1 (the restart point itself)")
+    C = q.committed
+    P = q.planned if q.planned is not None else C
+    stores = [s for op in q.operators for s in op.stores]
+    low = C - req.keep_epochs + 1
+    if req.keep_rollback_to is not None:
+        if req.keep_rollback_to > C:
+            raise Refused(f"--keep-rollback-to {req.keep_rollback_to} is above the newest commit {C}")
+        low = min(low, req.keep_rollback_to)
+    low = max(low, q.commits.oldest or 0, (q.offsets.oldest or 0) + (1 if (q.offsets.oldest or 0) > 0 else 0))
+    # a kept rollback point needs every store to restore X+1
+    while stores and low < C and any(low + 1 not in s.restorable_versions for s in stores):
+        low += 1
+    st = Storage.open(req.checkpoint)
+    steps: list[Step] = []
+    sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
+    action = "delete" if req.purge else "move"
+
+    def add(root: str, storage: Storage, rel: str, category: str, reason: str) -> None:
+        steps.append(Step(action, root, rel, reason))
+        sizes[category]["files"] += 1
+        sizes[category]["bytes"] += _size(storage, rel)
+
+    for name, keep_from in (("offsets", low - 1), ("commits", low)):
+        for e in sorted(st.list_dir(name) or [], key=lambda e: e.name):
+            b = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+            if b.isdigit() and int(b) < keep_from:
+                add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})")
+
+    for s in stores:
+        listing = sorted((e for e in st.list_dir(s.path) or [] if not e.is_dir), key=lambda e: e.name)
+        full, incr = set(), set()
+        for e in listing:
+            m = _MAIN.match(e.name)
+            if m:
+                (full if m.group(3) in FULL else incr).add(int(m.group(1)))
+        # the oldest base any kept version restores from
+        floor = None
+        for v in range(low + 1, C + 2):
+            if v not in s.restorable_versions:
+                continue
+            base = max([f for f in full if f <= v] or [0])
+            while base > 0 and any(i not in incr for i in range(base + 1, v + 1)):
+                older = [f for f in full if f < base]
+                base = max(older) if older else 0
+            floor = base if floor is None else min(floor, base)
+        if floor is None or floor <= 0:
+            continue
+        kept_zips = []
+        for e in listing:
+            m = _MAIN.match(_base_name(e.name))
+            if not m:
+                continue
+            v = int(m.group(1))
+            if v < floor:
+                add("checkpoint", st, f"{s.path}/{e.name}", "state", f"version {v} below the oldest kept restore chain ({floor})")
+            elif _MAIN.match(e.name) and m.group(3) == "zip":
+                kept_zips.append(e.name)
+        if s.provider == "rocksdb" and kept_zips:
+            referenced: set[str] = set()
+            for z in kept_zips:
+                referenced |= _zip_ssts(st, f"{s.path}/{z}")
+            for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
+                base = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+                if base.endswith(".sst") and base not in referenced:
+                    add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names")
+
+    if q.sink is not None and req.sink:
+        sink_st = Storage.open(req.sink)
+        if q.sink.kind == "file":
+            present = {}
+            for e in sink_st.list_dir(FILE_SINK_LOG) or []:
+                p = compactible_name(e.name)
+                if p is not None:
+                    present[p[0]] = e.name
+            compacts = sorted(b for b, n in present.items() if n.endswith(".compact") and b <= low)
+            if compacts:
+                keep_from = compacts[-1]
+                for e in sorted(sink_st.list_dir(FILE_SINK_LOG) or [], key=lambda e: e.name):
+                    name = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+                    p = compactible_name(name)
+                    if p is not None and p[0] < keep_from:
+                        add("sink", sink_st, f"{FILE_SINK_LOG}/{e.name}", "sink_log",
+                            f"superseded by {keep_from}.compact")
+        elif q.sink.kind == "coordinated":
+            for e in sink_st.list_dir(COORD_STAGING) or []:
+                if e.is_dir and e.name.isdigit() and int(e.name) <= C:
+                    add("sink", sink_st, f"{COORD_STAGING}/{e.name}", "staging", "staging of an epoch that is committed or aborted")
+    plan = Plan(
+        command="trim",
+        roots={"checkpoint": st.display, **({"sink": Storage.open(req.sink).display} if req.sink else {})},
+        strategy="trim", target=low, classification=EXACTLY_ONCE, steps=steps, expected_verdict=q.verdict,
+        before={"planned": P, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
+                "state_epoch": q.state_epoch, "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
+        after={"planned": q.planned, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
+               "oldest_rollback": low, "reclaimable": sizes},
+        notes=[f"keeps every restart and rollback point {low}..{C}"] + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
+        settings={"sink_kind": q.sink.kind if q.sink else None, "app_id": req.app_id or (q.sink.app_id if q.sink else None)},
+    )
+    return plan, sizes
+
+
+def verify_trim(plan: Plan) -> tuple[bool, dict[str, Any]]:
+    q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
+                           sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
+                           quiet_period_s=0)
+    got = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None,
+           "verdict": q.verdict, "findings": sorted({f.code for f in q.findings}), "state_epoch": q.state_epoch}
+    ok = (q.planned == plan.after.get("planned") and q.committed == plan.after.get("committed")
+          and q.verdict == plan.expected_verdict and q.state_epoch == plan.before.get("state_epoch"))
+    return ok, got

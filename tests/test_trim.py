@@ -1,0 +1,103 @@
+"""`streamctl trim` with real Spark: trim, restart, delivery check; a kept rollback still works."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("streamctl_tests_align_pipeline_trim", Path(__file__).with_name("align_pipeline.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ap = _harness()
+
+
+def _settle(tree_snapshot, root: Path, quiet_s: float = 1.5) -> None:
+    """Wait until Spark's state maintenance thread (it outlives the query in this driver and
+    writes HDFS snapshots shortly after) has stopped changing the tree."""
+    import time
+
+    last, since = tree_snapshot(root), time.monotonic()
+    deadline = since + 30
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = tree_snapshot(root)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+
+
+def _backup_bytes(backup: Path) -> tuple[int, int]:
+    files = [p for p in (backup / "files").rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+@pytest.mark.parametrize("kind", ["dedup_rocksdb", "dedup_file", "file"])
+def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, tmp_path, tree_snapshot, kind):
+    p = ap.Pipeline(tmp_path, kind, spark)
+    p.add_input(0, 8)
+    p.run()
+    _settle(tree_snapshot, tmp_path)
+    args = [str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "3"]
+    before = tree_snapshot(tmp_path)
+    plan = cli("trim", *args, "--json")
+    assert plan.code == 0, plan.stderr
+    assert tree_snapshot(tmp_path) == before  # a plan changes nothing
+    doc = plan.json()["plan"]
+    sizes = doc["after"]["reclaimable"]
+    assert doc["after"]["oldest_rollback"] == 5
+    assert sizes["offsets"]["files"] > 0 and sizes["commits"]["files"] > 0
+    if kind != "file":
+        assert sizes["state"]["files"] > 0
+    if kind == "file":
+        assert sizes["sink_log"]["files"] > 0  # log history superseded by the compaction at 5
+
+    done = cli("trim", *args, "--execute", "--json")
+    assert done.code == 0, done.stderr
+    result = done.json()
+    assert result["verified"] is True
+    files, size = _backup_bytes(Path(result["backup"]))
+    assert files == sum(v["files"] for v in sizes.values())
+    assert size == sum(v["bytes"] for v in sizes.values())
+    assert not (p.checkpoint / "offsets" / "0").exists() and (p.checkpoint / "offsets" / "4").exists()
+
+    # every kept rollback point still works: roll back to the oldest kept epoch, restart
+    back = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "5", "--execute", "--json")
+    assert back.code == 0, back.stderr
+    assert back.json()["plan"]["classification"] == "exactly-once"
+    p.add_input(8, 2)
+    p.run()
+    report = p.delivery()
+    assert report["ok"], report
+    assert cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output)).code == 0
+
+
+def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_path, tree_snapshot):
+    p = ap.Pipeline(tmp_path, "dedup_file", spark)
+    p.add_input(0, 5)
+    p.run()
+    _settle(tree_snapshot, tmp_path)
+    done = cli("trim", str(p.checkpoint), "--keep-epochs", "2", "--execute", "--json")
+    assert done.code == 0, done.stderr
+    backup = done.json()["backup"]
+    undo = cli("trim", "--undo", backup, "--json")
+    assert undo.code == 0, undo.stderr
+    assert (p.checkpoint / "offsets" / "0").exists() and (p.checkpoint / "state" / "0" / "0" / "1.delta").exists()
+    (p.checkpoint / "commits" / "4").unlink()
+    (p.checkpoint / "offsets" / "4").unlink()  # P == C: still aligned; now break it
+    (p.checkpoint / "state" / "0" / "1" / "4.delta").unlink()
+    snap = tree_snapshot(tmp_path)
+    refused = cli("trim", str(p.checkpoint), "--execute")
+    assert refused.code == 4 and "align" in refused.stderr
+    assert tree_snapshot(tmp_path) == snap
