@@ -43,9 +43,11 @@ def _backup_bytes(backup: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-@pytest.mark.parametrize("kind", ["dedup_rocksdb", "dedup_file", "file"])
+@pytest.mark.parametrize("kind", ["dedup_rocksdb", "dedup_rocksdb_v2", "dedup_file", "file"])
 def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, tmp_path, tree_snapshot, kind):
-    p = ap.Pipeline(tmp_path, kind, spark)
+    v2 = kind.endswith("_v2")
+    p = ap.Pipeline(tmp_path, kind.removesuffix("_v2"), spark, name=kind,
+                    extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"} if v2 else None)
     p.add_input(0, 8)
     p.run()
     _settle(tree_snapshot, tmp_path)
