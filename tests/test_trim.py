@@ -103,3 +103,47 @@ def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_
     refused = cli("trim", str(p.checkpoint), "--execute")
     assert refused.code == 4 and "align" in refused.stderr
     assert tree_snapshot(tmp_path) == snap
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "_streamctl" not in p.parts}
+
+
+def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path):
+    """Crash injection (the test-only hook) after every journal record, then --resume: the
+    checkpoint ends byte-identical to an uninterrupted trim, and verified."""
+    import os
+    import shutil
+    import subprocess
+
+    exe = str(Path(sys.executable).with_name("streamctl"))
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    ref = tmp_path / "ref"
+    shutil.copytree(FIXTURE, ref)
+    out = subprocess.run([exe, "trim", str(ref), "--keep-epochs", "1", "--execute", "--json"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    records = len((Path(json.loads(out.stdout)["backup"]) / "journal.jsonl").read_text().splitlines())
+    expected = _files(ref)
+    assert records > 6
+    for n in sorted({1, 2, 3, records // 2, records - 2, records - 1} | set(range(1, records, 6))):
+        ck = tmp_path / f"crash-{n}"
+        shutil.copytree(FIXTURE, ck)
+        crashed = subprocess.run([exe, "trim", str(ck), "--keep-epochs", "1", "--execute"],
+                                 env=dict(env, STREAMCTL_TEST_CRASH_AFTER=str(n)), capture_output=True, text=True)
+        assert crashed.returncode == 86, (n, crashed.stderr)
+        (backup,) = (ck / "_streamctl" / "backups").iterdir()
+        assert (ck / "_streamctl" / "lock.json").exists()  # the crashed run's lock stays
+        if n == 1:
+            again = subprocess.run([exe, "trim", str(ck), "--keep-epochs", "1", "--execute"], env=env,
+                                   capture_output=True, text=True)
+            assert again.returncode == 4 and "--break-lock" in again.stderr
+        resumed = subprocess.run([exe, "trim", "--resume", str(backup), "--json"], env=env, capture_output=True, text=True)
+        assert resumed.returncode == 0, (n, resumed.stderr)
+        assert json.loads(resumed.stdout)["verified"] is True
+        assert _files(ck) == expected, n
+        assert not (ck / "_streamctl" / "lock.json").exists()
