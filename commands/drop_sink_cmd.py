@@ -1,0 +1,262 @@
+"""`streamctl drop-sink SINK --checkpoint CHECKPOINT --safe`: retire a sink and its query in the
+order DESIGN.md "Safe teardown" gives. Also `--resume JOURNAL`.
+Thin: the planner and the safety checks are streamctl.operations.teardown, the file moves run
+through streamctl.operations.executor."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import render
+from streamctl.cli.errors import fail, handle_errors
+from streamctl.cli.exit_codes import ExitCode
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
+
+API_VERSION = "streamctl/v1"
+
+
+def _emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        render.emit_json(doc)
+    else:
+        for line in lines:
+            sys.stdout.write(line + "\n")
+
+
+def _say(as_json: bool) -> Any:
+    def say(line: str) -> None:
+        if not as_json:
+            sys.stderr.write(line + "\n")
+    return say
+
+
+def plan_lines(plan: Any, executed: bool = False) -> list[str]:
+    b = plan.before
+    head = "Executed" if executed else "Plan (nothing changed; add --execute to carry it out)"
+    lines = [
+        f"{head}: drop-sink {plan.roots['sink']} of {plan.roots['checkpoint']}",
+        f"  before: planned {b.get('planned')}, committed {b.get('committed')}, sink epoch {b.get('sink_epoch')}, "
+        f"query {b.get('query_id')}",
+        f"  final epoch {plan.target}" + (f", in-flight epoch {plan.after.get('discarded_epoch')} discarded"
+                                          if plan.after.get("discarded_epoch") is not None else "")
+        + f"; archive {plan.roots['archive']}" + (" (copies purged at the end)" if plan.settings.get("purge") else ""),
+    ]
+    for n in plan.notes:
+        lines.append(f"  note: {n}")
+    lines.append(f"  steps ({len(plan.steps)}):")
+    for i, s in enumerate(plan.steps, 1):
+        text = s.describe().replace("to the backup", "to the archive")
+        lines.append(f"    {i:>4}. {text}")
+    return lines
+
+
+def _refused(exc: Any, as_json: bool) -> typer.Exit:
+    if as_json:
+        render.emit_json({"api_version": API_VERSION, "kind": "DropSinkRefusal", "reason": str(exc)})
+    return fail(str(exc), ExitCode.REFUSED)
+
+
+def _finish(plan: Any, archive: Any, executor: Any, lock: Any, as_json: bool, resumed: bool) -> None:
+    from streamctl.operations import teardown
+
+    roots = executor.roots
+    if plan.settings.get("purge"):
+        teardown.purge(plan, archive, executor.journal)
+    for rel in ("state", "offsets"):
+        if roots["checkpoint"].exists(rel) and not roots["checkpoint"].walk_files(rel):
+            roots["checkpoint"].remove_empty_dirs(rel)
+    ok, got = teardown.verify_teardown(plan, roots)
+    executor.journal.append({"event": "verified", "ok": ok, "got": got})
+    lock.release()
+    doc = {"api_version": API_VERSION, "kind": "DropSinkResult", "executed": True, "resumed": resumed,
+           "archive": archive.location, "journal": executor.journal.path(), "handoff": archive.uri(teardown.HANDOFF_FILE),
+           "final_epoch": plan.target, "plan": plan.to_record(), "verified": ok, "after": got}
+    lines = plan_lines(plan, executed=True) + [
+        f"archive and journal: {archive.location}",
+        f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
+        f"verified: {'yes' if ok else 'NO'}" + ("" if ok else " — " + "; ".join(got["problems"][:3]))]
+    _emit(doc, as_json, lines)
+    if not ok:
+        raise fail(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}", ExitCode.NOT_VERIFIED)
+
+
+@handle_errors
+def drop_sink(
+    sink: Optional[str] = typer.Argument(None, help="The sink to retire (path or URI), or a pipeline name."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The checkpoint of the query writing to SINK."),
+    safe: bool = typer.Option(False, "--safe", help="Stop the writer first (graceful stop through the agent's lease), "
+                              "then check it drained. Without it the command refuses unless --assume-stopped."),
+    archive: Optional[str] = typer.Option(None, "--archive", help="Where retired files, the hand-off manifest, the "
+                                          "plan and the journal go (default CHECKPOINT/_streamctl/retired/<operation id>)."),
+    execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
+    purge: bool = typer.Option(False, "--purge", help="Delete the archived copies once every step is done."),
+    purge_data: bool = typer.Option(False, "--purge-data", help="Also retire the data files the sink log lists "
+                                    "inside the sink root (never files outside it)."),
+    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
+    stop_timeout: float = typer.Option(60.0, "--stop-timeout", help="Seconds to wait for the agent to stop the query "
+                                       "(then exit 4, request withdrawn). Default 60."),
+    discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Drop a planned-but-uncommitted epoch "
+                                           "instead of refusing (its input goes to the successor)."),
+    assume_stopped: bool = typer.Option(False, "--assume-stopped", help="Without --safe: proceed when no lease is live "
+                                        "and nothing changed within the quiet period."),
+    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    app_id: Optional[str] = APP_ID_OPT,
+    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
+                                         "(the archive folder or its journal.jsonl)."),
+    as_json: bool = typer.Option(False, "--json", help="A DropSinkPlan / DropSinkResult JSON document."),
+) -> None:
+    """Retire a sink and the query writing to it, leaving a hand-off for a successor.
+
+    Order (each step journaled and checked before the next): lock; stop the writer (--safe: the
+    agent's graceful stop, then a quiet period); confirm it drained (planned == committed == sink
+    epoch); write ARCHIVE/handoff.json (final epoch, Kafka startingOffsets, processed files);
+    tombstone CHECKPOINT/metadata so a restart of the old query fails loudly; retire the state
+    stores, the checkpoint logs, the sink's commit log and, with --purge-data, its data files.
+    "Retire" moves into the archive; --purge deletes the archived copies at the end.
+
+    Examples:
+
+    \b
+      streamctl drop-sink /data/out/orders --checkpoint /data/chk/orders --safe
+      streamctl drop-sink /data/out/orders --checkpoint /data/chk/orders --safe --execute
+      streamctl drop-sink /data/out/orders --checkpoint /data/chk/orders --assume-stopped --execute --purge
+      streamctl drop-sink --resume /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
+    """
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.operations import teardown
+    from streamctl.operations.executor import Conflict, Executor, load
+    from streamctl.operations.files import Root
+    from streamctl.operations.lock import Lock, LockHeld
+
+    say = _say(as_json)
+    if resume:
+        if sink or checkpoint:
+            raise UsageError("--resume takes the operation's archive folder; do not also name a sink or checkpoint")
+        plan, backup = load(resume)
+        if plan.command != "drop-sink":
+            raise UsageError(f"{backup.location} holds a {plan.command} operation: resume it with streamctl {plan.command}")
+        roots = {name: Root(name, loc) for name, loc in plan.roots.items()}
+        try:
+            lock = Lock.acquire(roots["checkpoint"], "drop-sink --resume", plan.op_id, break_lock=break_lock,
+                                takeover_op=plan.op_id)
+        except LockHeld as exc:
+            raise _refused(exc, as_json) from None
+        executor = Executor(plan, roots, backup, progress=say)
+        why = teardown.moved_on(plan, executor.journal.read())
+        if why:
+            lock.release()
+            raise _refused(teardown.Refused(why), as_json)
+        try:
+            executor.run()
+        except Conflict as exc:
+            raise fail(str(exc), ExitCode.REFUSED) from None
+        _finish(plan, backup, executor, lock, as_json, resumed=True)
+        return
+
+    config = _settings()
+    if sink and not checkpoint and sink in config.pipelines:
+        p = config.pipelines[sink]
+        checkpoint, sink = p.checkpoint, p.sink
+        if sink_kind == "auto" and p.sink_kind:
+            sink_kind = p.sink_kind
+        app_id = app_id or p.app_id
+    if not sink or not checkpoint:
+        raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume)")
+    if stop_timeout < 0:
+        raise UsageError("invalid value for --stop-timeout: must be >= 0")
+    if not safe and not assume_stopped:
+        raise _refused(teardown.Refused(
+            f"{checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the writer, confirm "
+            "it drained) or, for a query you know is stopped, --assume-stopped"), as_json)
+    quiet = _quiet(quiet_period, config)
+    req = teardown.TeardownRequest(checkpoint, sink, sink_kind, app_id, archive, discard_in_flight, purge, purge_data)
+    ck_root, sink_root = Root("checkpoint", checkpoint), Root("sink", sink)
+    for r in (ck_root, sink_root):
+        what = r.storage.kind()
+        if what != "dir":
+            from streamctl.inspectors.errors import StorageError
+
+            raise StorageError(r.location, "does not exist" if what == "missing" else "is not a folder")
+
+    def inspect() -> Any:
+        from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+        return inspect_checkpoint(ck_root.location, sink=sink_root.location, sink_kind=sink_kind, app_id=app_id,
+                                  quiet_period_s=0)
+
+    def detail() -> Any:
+        if not purge_data:
+            return None
+        from streamctl.inspectors.sinks import read_sink
+
+        return read_sink(sink_root.location, sink_kind, app_id, detail=True)
+
+    import secrets
+    import time
+
+    op_id = f"drop-sink-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
+    archive_root = Root("archive", archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{op_id}"))
+
+    if not execute:
+        from streamctl.inspectors.lease import lease_status
+
+        lease = teardown._lease(ck_root.location)  # noqa: SLF001 - same feature
+        live = lease is not None and lease_status(lease, teardown._now_ms()) == "live"  # noqa: SLF001
+        if live and not safe:
+            raise _refused(teardown.Refused(f"{ck_root.location}: the query is running (live agent lease); use --safe"),
+                           as_json)
+        q = inspect()
+        notes = []
+        discarded = None
+        if live:
+            notes.append("the query is running: --execute first asks the agent to stop it, then checks it drained; "
+                         "the steps below are as of now")
+        else:
+            try:
+                discarded = teardown.check_drained(q, discard_in_flight)
+            except teardown.Refused as exc:
+                raise _refused(exc, as_json) from None
+        plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, "(assigned by --execute)", discarded,
+                                      detail())
+        plan.notes[:0] = notes
+        _emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
+              as_json, plan_lines(plan))
+        return
+
+    try:
+        lock = Lock.acquire(ck_root, "drop-sink", op_id, break_lock=break_lock)
+    except LockHeld as exc:
+        raise _refused(exc, as_json) from None
+    try:
+        stopped = teardown.stop_writer(ck_root.location, safe=safe, quiet_period_s=quiet, stop_timeout_s=stop_timeout,
+                                       say=say)
+        q = inspect()
+        discarded = teardown.check_drained(q, discard_in_flight)
+        plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
+    except teardown.Refused as exc:
+        lock.release()
+        raise _refused(exc, as_json) from None
+    except BaseException:
+        lock.release()
+        raise
+    roots = {"checkpoint": ck_root, "sink": sink_root, "archive": archive_root}
+    executor = Executor(plan, roots, archive_root, progress=say)
+    try:
+        executor.write_plan()
+    except Conflict as exc:
+        lock.release()
+        raise _refused(exc, as_json) from None
+    executor.journal.append({"event": "writer_stopped", **stopped})
+    executor.journal.append({"event": "drained", "planned": q.planned, "committed": q.committed,
+                             "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded})
+    try:
+        executor.run()
+    except Conflict as exc:
+        raise fail(f"{exc}; resume with: streamctl drop-sink --resume {archive_root.location}", ExitCode.REFUSED) from None
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; the lock is kept: resume with streamctl drop-sink --resume {archive_root.location}",
+                   ExitCode.INTERRUPTED) from None
+    _finish(plan, archive_root, executor, lock, as_json, resumed=False)

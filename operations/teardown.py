@@ -1,0 +1,423 @@
+"""Safe teardown (`streamctl drop-sink --safe`): stop the writer, confirm it drained, hand off its
+final position, then retire the checkpoint and the sink's commit log (DESIGN.md "Safe teardown").
+
+The planner (`plan_teardown`) is pure over an inspection and the roots' listings; the file moves
+run through `streamctl.operations.executor.Executor` (journal, backup, resume), which this module
+uses as is. What this module adds around it:
+
+* `stop_writer`: a graceful stop through the agent's lease (the request `streamctl stop` writes),
+  or, without a lease, proof of quiet (no live lease, no file change for the quiet period);
+* `check_drained`: planned == committed and sink epoch == committed (or, on request, the
+  uncommitted epoch is discarded);
+* `handoff_record`: the successor's starting point (final epoch, Kafka `startingOffsets`, ...);
+* `purge`: with `--purge`, the archived copies are deleted after the moves (journaled);
+* `verify_teardown`: what the finished operation must have left behind.
+
+Order of the steps, and why (each one journaled, each checked by the executor before the next):
+
+1. write `ARCHIVE/handoff.json` (nothing in the checkpoint changes yet);
+2. move `.metadata.crc`, then replace `metadata` by a *tombstone*: a JSON object without the query
+   `id`. From here on every restart of the old query against this checkpoint fails loudly in
+   `start()` (Spark cannot read its stream metadata) before it plans, reads or writes anything.
+   Before this step the checkpoint is untouched, so a restart simply continues exactly once.
+   (A crash between moving `metadata` away and writing the tombstone leaves `offsets/`,
+   `commits/`, state and the sink log intact: a restart continues exactly once with a new id.)
+3. with `--discard-in-flight`, move the uncommitted `offsets/P`;
+4. retire the state stores (`state/<operator>`, then `state/`);
+5. retire the remaining checkpoint logs (`commits/`, `offsets/`, `sources/`, the rest);
+6. retire the sink's commit log (`_spark_metadata/`; `_commits/` and `_staging/` of a coordinated
+   sink). A Delta table's log *is* the table and is never touched (the old query's `txn` app id
+   stays in it, harmless to a successor with a new query id);
+7. with `--purge-data` only, the data files the sink log lists *inside the sink root* (files
+   listed outside it are reported and never touched).
+
+The tombstone stays in the checkpoint folder (also with --purge): the folder keeps refusing a
+restart until an operator deletes it on purpose.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+from urllib.parse import unquote, urlparse
+
+from streamctl.inspectors.errors import StreamctlError
+from streamctl.operations.files import Root, crc_name
+from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
+
+HANDOFF_FILE = "handoff.json"
+RETIRED_DIR = "_streamctl/retired"
+KEEP = ("_streamctl", "metadata", ".metadata.crc")
+LOG_ORDER = ("commits", "offsets", "sources")
+SINK_LOGS = {"file": ("_spark_metadata",), "coordinated": ("_commits", "_staging"), "delta": ()}
+TOMBSTONE_KIND = "streamctl-retired-checkpoint"
+POLL_S = 0.2
+
+Say = Callable[[str], None]
+
+
+class Refused(StreamctlError):
+    """The teardown refuses; nothing in the checkpoint or the sink was changed."""
+
+
+@dataclass
+class TeardownRequest:
+    checkpoint: str
+    sink: str
+    sink_kind: str = "auto"
+    app_id: Optional[str] = None
+    archive: Optional[str] = None
+    discard_in_flight: bool = False
+    purge: bool = False
+    purge_data: bool = False
+
+
+# ------------------------------------------------------------------------------ stop the writer
+
+
+def _lease(location: str) -> Any:
+    from streamctl.inspectors.lease import read_lease
+    from streamctl.inspectors.storage import Storage
+
+    return read_lease(Storage.open(location))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeout_s: float,
+                reason: Optional[str] = None, say: Optional[Say] = None) -> dict[str, Any]:
+    """Make sure nothing writes to the checkpoint any more. With a live agent lease: `safe` writes
+    the stop request (`_streamctl/stop.json`, as `streamctl stop` does) and waits up to
+    `stop_timeout_s` for the lease to be released, then for the quiet period; without `safe` it
+    refuses. Without a live lease: refuses when a log file changed within the quiet period.
+    Returns what was observed (journaled by the caller)."""
+    import getpass
+    import socket
+
+    from streamctl.inspectors.lease import FOLDER, STOP_FILE, STOP_VERSION, lease_status
+
+    say = say or (lambda _m: None)
+    lease = _lease(location)
+    status = lease_status(lease, _now_ms()) if lease is not None else None
+    record: dict[str, Any] = {"lease": status, "stop_requested": False}
+    if status == "live":
+        if not safe:
+            raise Refused(f"{location}: the query is running ({FOLDER}/lease.json held by run "
+                          f"{lease.run_id} on {lease.host}, pid {lease.pid}); use --safe to stop it first")
+        from streamctl.pipeline.agent import write_json_atomic
+
+        if not Root("checkpoint", location).is_local:
+            raise Refused(f"{location}: stop requests can only be written to local checkpoints")
+        stop_path = os.path.join(location, STOP_FILE)
+        request = {"version": STOP_VERSION, "requested_at_ms": _now_ms(),
+                   "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
+                   "reason": reason or "streamctl drop-sink --safe"}
+        write_json_atomic(os.path.join(location, FOLDER), "stop.json", request)
+        record["stop_requested"] = True
+        say(f"{location}: stop requested ({stop_path}); waiting up to {stop_timeout_s:g}s for the lease to be released")
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    lease = _lease(location) or lease
+                except StreamctlError:
+                    pass
+                status = lease_status(lease, _now_ms())
+                if status == "released":
+                    break
+                if status == "stale":
+                    raise Refused(f"{location}: the lease went stale while stopping (the driver died); inspect the "
+                                  "checkpoint and rerun once it is quiet")
+                if time.monotonic() - started >= stop_timeout_s:
+                    raise Refused(f"{location}: not stopped within --stop-timeout {stop_timeout_s:g}s (lease "
+                                  f"{lease.state}, last batch {lease.last_batch}); the stop request was withdrawn")
+                time.sleep(POLL_S)
+        finally:
+            if status != "released":
+                try:
+                    os.unlink(stop_path)
+                except FileNotFoundError:
+                    pass
+        record.update(lease="released", stopped_after_s=round(time.monotonic() - started, 3),
+                      last_batch=lease.last_batch)
+        say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {lease.last_batch}")
+        _wait_quiet(location, quiet_period_s, quiet_period_s + stop_timeout_s, say)
+        return record
+    quiet = _quiet_finding(location, quiet_period_s)
+    if quiet is not None:
+        raise Refused(f"{location}: {quiet}")
+    record["quiet_period_s"] = quiet_period_s
+    return record
+
+
+def _quiet_finding(location: str, quiet_period_s: float) -> Optional[str]:
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    q = inspect_checkpoint(location, quiet_period_s=quiet_period_s)
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    return live[0].message if live else None
+
+
+def _wait_quiet(location: str, quiet_period_s: float, max_wait_s: float, say: Say) -> None:
+    """After a graceful stop: wait until no log file changed within the quiet period."""
+    if quiet_period_s == 0:
+        return
+    deadline = time.monotonic() + max(max_wait_s, 0)
+    said = False
+    while True:
+        live = _quiet_finding(location, quiet_period_s)
+        if live is None:
+            return
+        if time.monotonic() >= deadline:
+            raise Refused(f"{location}: still changing after the stop: {live}")
+        if not said:
+            say(f"waiting for the quiet period ({quiet_period_s:g}s without a change)")
+            said = True
+        time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------------ drained?
+
+
+def check_drained(q: Any, discard_in_flight: bool) -> Optional[int]:
+    """The epoch to discard (the in-flight one, with `discard_in_flight`), or None. Refused when
+    the query has not drained: P != C, or the sink epoch differs from C."""
+    where = q.checkpoint
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise Refused(f"{where}: cannot confirm the query drained: {bad[0].message}")
+    if q.sink is None or any(f.code == "UNREADABLE" for f in q.sink.findings):
+        why = next((f.message for f in (q.sink.findings if q.sink else ()) if f.code == "UNREADABLE"), "no sink")
+        raise Refused(f"{where}: cannot read the sink's commit log: {why}")
+    P, C, S = q.planned, q.committed, q.sink.epoch
+    discard = None
+    if P != C:
+        in_flight = P is not None and P == (C if C is not None else -1) + 1
+        if not in_flight:
+            raise Refused(f"{where}: the logs disagree (planned {P}, committed {C}): not a drained query; "
+                          "run streamctl align first")
+        if not discard_in_flight:
+            raise Refused(f"{where}: epoch {P} is in flight (planned, not committed): restart the query to finish "
+                          "it, or pass --discard-in-flight to drop it (its input goes to the successor)")
+        if S == P:
+            raise Refused(f"{where}: the sink already committed the in-flight epoch {P}: discarding it would hand "
+                          "its input to the successor a second time; restart the query to finish it, or run "
+                          "streamctl align")
+        discard = P
+    if S != C:
+        raise Refused(f"{where}: the sink epoch {S} differs from the committed epoch {C} (run streamctl inspect "
+                      "epochs --sink, then streamctl align)")
+    return discard
+
+
+# ------------------------------------------------------------------------------ hand-off
+
+
+def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> dict[str, Any]:
+    """Where a successor starts so that it continues exactly once: the final committed epoch,
+    and per source the position consumed through (Kafka: a ready `startingOffsets`)."""
+    from streamctl.inspectors.sources import read_compactible_log
+
+    C = q.committed
+    entry = q.committed_offsets if (q.committed_offsets is not None and q.committed_offsets.batch_id == C) else None
+    sources: list[dict[str, Any]] = []
+    kafka: list[str] = []
+    kinds = {s.source_id: s.kind for s in q.sources}
+    for so in (entry.sources if entry is not None else ()):
+        kind = kinds.get(so.source_id, "unknown")
+        rec: dict[str, Any] = {"source": so.source_id, "kind": kind, "offset": so.parsed()}
+        if kind == "kafka" and so.raw is not None:
+            starting = json.dumps(so.parsed(), sort_keys=True, separators=(",", ":"))
+            rec["startingOffsets"] = starting
+            kafka.append(starting)
+        elif kind == "file":
+            files: list[str] = []
+            for b in read_compactible_log(ck.storage, f"sources/{so.source_id}"):
+                if C is not None and b.batch_id <= C:
+                    if b.compact:
+                        files = []
+                    files.extend(str(e.get("path")) for e in b.entries)
+            rec["processed_files"] = len(set(files))
+            rec["processed"] = sorted(set(files))
+        sources.append(rec)
+    return {
+        "api_version": "streamctl/v1", "kind": "Handoff", "op_id": op_id, "query_id": q.query_id,
+        "checkpoint": q.checkpoint, "final_epoch": C, "sink": q.sink.position() if q.sink else None,
+        "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded,
+        "sources": sources, "kafka_starting_offsets": kafka[0] if len(kafka) == 1 else None,
+        "successor": ("start a new query with a new checkpoint reading from the positions above: for Kafka, "
+                      "option('startingOffsets', kafka_starting_offsets); for files, only files not in 'processed'"),
+    }
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+def tombstone(op_id: str, query_id: Optional[str], archive: str) -> bytes:
+    doc = {"streamctl": TOMBSTONE_KIND, "op_id": op_id, "query_id_was": query_id, "archive": archive,
+           "note": "this checkpoint was retired by streamctl drop-sink; it must not be restarted"}
+    return (json.dumps(doc, sort_keys=True) + "\n").encode()
+
+
+def _names(root: Root, rel: str = "") -> list[tuple[str, bool]]:
+    return sorted((e.name, e.is_dir) for e in (root.storage.list_dir(rel) or []))
+
+
+def _inside(sink: Root, path: str) -> Optional[str]:
+    """A path (a data file from a sink log, an archive location) relative to the root `sink`, or
+    None when it is outside it."""
+    if not sink.is_local:
+        base = sink.location.rstrip("/")
+        return path[len(base) + 1:] if path.startswith(base + "/") else None
+    parsed = urlparse(path)
+    local = unquote(parsed.path) if parsed.scheme in ("file",) else path
+    if not os.path.isabs(local):
+        local = os.path.join(sink.location, local)
+    real_root = os.path.realpath(sink.location)
+    real = os.path.realpath(local)
+    if os.path.commonpath([real_root, real]) != real_root or real == real_root:
+        return None
+    rel = os.path.relpath(real, real_root).replace(os.sep, "/")
+    return rel if not rel.startswith("..") else None
+
+
+def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: Root, op_id: str,
+                  discarded: Optional[int], sink_log_detail: Any = None) -> Plan:
+    """The ordered steps of a teardown (module docstring). Pure over the inspection `q` and the
+    roots' listings; `sink_log_detail` (a SinkLog read with detail) is needed for --purge-data."""
+    steps: list[Step] = []
+    notes: list[str] = []
+    handoff = handoff_record(q, ck, op_id, discarded)
+    steps.append(Step("write", "archive", HANDOFF_FILE, "hand-off manifest: where a successor starts",
+                      (json.dumps(handoff, indent=2, sort_keys=True) + "\n").encode()))
+    if ck.exists(".metadata.crc"):
+        steps.append(Step("move", "checkpoint", ".metadata.crc", "checksum of the metadata about to be tombstoned"))
+    steps.append(Step("write", "checkpoint", "metadata", "tombstone: from here on a restart of the old query fails "
+                      "loudly", tombstone(op_id, q.query_id, archive.location)))
+    if discarded is not None:
+        steps.append(Step("move", "checkpoint", f"offsets/{discarded}", f"discard the in-flight epoch {discarded}"))
+        if ck.exists(crc_name(f"offsets/{discarded}")):
+            steps.append(Step("move", "checkpoint", crc_name(f"offsets/{discarded}"), "checksum of a moved entry"))
+    top = dict(_names(ck))
+    skip = set(KEEP)
+    inner = _inside(ck, archive.location) if ck.is_local and archive.is_local else None
+    if inner is not None:
+        skip.add(inner.split("/")[0])  # an archive inside the checkpoint is never moved into itself
+    # One move per folder, never a folder after some of its children: the executor keeps each
+    # moved path at files/<root>/<path>, and a parent moved later would land on top of them.
+    if "state" in top and "state" not in skip:
+        for name, _is_dir in _names(ck, "state"):
+            steps.append(Step("move", "checkpoint", f"state/{name}", f"retire state of operator {name}"))
+    rest = [n for n in LOG_ORDER if n in top] + sorted(n for n in top if n not in LOG_ORDER and n != "state")
+    for name in rest:
+        if name in skip:
+            continue
+        if name == "offsets" and discarded is not None:
+            gone = {f"{discarded}", crc_name(str(discarded))}
+            for sub, _d in _names(ck, "offsets"):
+                if sub not in gone:
+                    steps.append(Step("move", "checkpoint", f"offsets/{sub}", "retire a checkpoint log entry"))
+            continue
+        steps.append(Step("move", "checkpoint", name, "retire a checkpoint log" if name in LOG_ORDER
+                          else "retire what remains of the checkpoint"))
+    kind = q.sink.kind if q.sink is not None else req.sink_kind
+    sink_names = dict(_names(sink))
+    for name in SINK_LOGS.get(kind, ()):
+        if name in sink_names:
+            steps.append(Step("move", "sink", name, f"retire the {kind} sink's commit log"))
+    if kind == "delta":
+        notes.append("a Delta table's _delta_log is the table itself and is not touched; the old query id's txn "
+                     "entries stay (a successor has a new query id)")
+    if req.purge_data:
+        if kind == "delta":
+            raise Refused(f"{sink.location}: --purge-data is not supported for Delta tables (drop the table with Delta "
+                          "tooling)")
+        outside: list[str] = []
+        seen: set[str] = set()
+        for ep in (sink_log_detail.epochs if sink_log_detail is not None else ()):
+            for path in ep.files:
+                rel = _inside(sink, path)
+                if rel is None:
+                    outside.append(path)
+                    continue
+                if rel in seen or any(rel == n or rel.startswith(n + "/") for n in SINK_LOGS.get(kind, ())):
+                    continue
+                seen.add(rel)
+                steps.append(Step("move", "sink", rel, f"data file of epoch {ep.epoch} (--purge-data)"))
+                crc = crc_name(rel)
+                if sink.exists(crc):
+                    steps.append(Step("move", "sink", crc, "checksum of a moved data file"))
+        if outside:
+            notes.append(f"{len(outside)} data file(s) the sink log lists outside the sink root are not touched "
+                         f"(e.g. {outside[0]})")
+    if req.purge:
+        notes.append("--purge: the archived copies (files/) are deleted once every step is done; handoff.json, "
+                     "plan.json, journal.jsonl and manifest.json stay")
+    roots = {"checkpoint": ck.location, "sink": sink.location, "archive": archive.location}
+    b = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None,
+         "query_id": q.query_id, "verdict": q.verdict}
+    return Plan(command="drop-sink", roots=roots, strategy="teardown", target=q.committed,
+                classification=EXACTLY_ONCE, steps=steps, expected_verdict="retired", before=b,
+                after={"final_epoch": q.committed, "discarded_epoch": discarded}, notes=notes,
+                settings={"sink_kind": kind, "app_id": req.app_id, "purge": req.purge, "purge_data": req.purge_data,
+                          "handoff": handoff}, op_id=op_id)
+
+
+# ------------------------------------------------------------------------------ purge and verify
+
+
+def purge(plan: Plan, archive: Root, journal: Any) -> None:
+    """--purge: delete the archived copies, journaled (idempotent: a resumed run deletes again)."""
+    for name in ("checkpoint", "sink"):
+        rel = f"files/{name}"
+        journal.append({"event": "purge_begin", "path": rel})
+        if archive.exists(rel):
+            archive.delete(rel)
+        journal.append({"event": "purge_done", "path": rel})
+    if archive.exists("files") and not archive.walk_files("files"):
+        archive.remove_empty_dirs("files")
+
+
+def _empty_dir(root: Root, rel: str) -> bool:
+    return root.kind(rel) == "dir" and not root.walk_files(rel)
+
+
+def verify_teardown(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str, Any]]:
+    """Every moved path is gone from its root (an empty folder a failed restart recreated is
+    tolerated), the tombstone and the hand-off are in place, and with --purge the copies are gone."""
+    problems: list[str] = []
+    for s in plan.steps:
+        root = roots[s.root]
+        if s.action == "move":
+            if root.exists(s.path) and not _empty_dir(root, s.path):
+                problems.append(f"{root.uri(s.path)} is still there")
+        elif not root.exists(s.path) or root.read_all(s.path) != s.content:
+            problems.append(f"{root.uri(s.path)} does not hold what the plan wrote")
+    if plan.settings.get("purge"):
+        for name in ("checkpoint", "sink"):
+            if roots["archive"].exists(f"files/{name}"):
+                problems.append(f"{roots['archive'].uri('files/' + name)} was not purged")
+    return not problems, {"problems": problems, "final_epoch": plan.target,
+                          "handoff": roots["archive"].uri(HANDOFF_FILE)}
+
+
+def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
+    """On --resume while the tombstone is not yet in place (a restart could still run the old
+    query): the reason to refuse when the query ran again after the crash (the hand-off in the plan
+    would be stale), else None."""
+    stone = next((i for i, s in enumerate(plan.steps) if s.root == "checkpoint" and s.path == "metadata"), None)
+    if stone is None or stone in journal_state.done:
+        return None
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    q = inspect_checkpoint(plan.roots["checkpoint"], quiet_period_s=0)
+    if (q.planned, q.committed) != (plan.before.get("planned"), plan.before.get("committed")):
+        return (f"{plan.roots['checkpoint']}: the query ran again after the crash (now planned {q.planned}, committed "
+                f"{q.committed}; the plan was made at planned {plan.before.get('planned')}, committed "
+                f"{plan.before.get('committed')}); the checkpoint was not retired: run drop-sink again (the "
+                f"interrupted operation's archive {plan.roots['archive']} may hold .metadata.crc)")
+    return None

@@ -1,0 +1,330 @@
+"""`streamctl drop-sink --safe`: stop, drain, hand off, retire — proven with real Spark.
+
+* a running query (file source -> JSON file sink, processingTime, under the streamctl agent, fed
+  new input files while it runs) is refused without --safe, then stopped, drained and retired
+  with --safe; a successor that reads only the files the hand-off does not list as processed
+  completes delivery: old sink + new sink hold every record exactly once;
+* a crash after every journal record (STREAMCTL_TEST_CRASH_AFTER=N, a subprocess), then a
+  restart attempt of the old query (real Spark) — it fails loudly, or it runs and delivery stays
+  exactly once — then `--resume`: exit 0 (or exit 4 when the restarted query moved on, and a
+  fresh drop-sink then finishes);
+* nothing outside the named roots is touched, also when the sink log names files outside it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from streamctl.pipeline.agent import now_ms, write_json_atomic
+
+
+def _load_pipeline() -> Any:
+    spec = importlib.util.spec_from_file_location("streamctl_tests_align_pipeline_drop", Path(__file__).with_name("align_pipeline.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ap = _load_pipeline()
+STREAMCTL = str(Path(sys.executable).parent / "streamctl")
+
+
+def _wait_for(pred: Any, timeout: float, what: str, step: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _newest(folder: Path) -> int | None:
+    ids = [int(n) for n in os.listdir(folder) if n.isdigit()] if folder.exists() else []
+    return max(ids) if ids else None
+
+
+def _sink_log_ids(log: Path) -> list[int]:
+    """Every id in the data files a file-sink log (possibly archived) commits."""
+    batches: dict[int, bool] = {}
+    for name in os.listdir(log):
+        stem, _, ext = name.partition(".")
+        if stem.isdigit() and ext in ("", "compact"):
+            batches[int(stem)] = ext == "compact"
+    compacts = [b for b, c in batches.items() if c]
+    first = max(compacts) if compacts else 0
+    files: dict[str, bool] = {}
+    for b in sorted(x for x in batches if x >= first):
+        for line in (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")[1:]:
+            if line.strip():
+                files[json.loads(line)["path"]] = True
+    ids: list[int] = []
+    for uri in files:
+        with open(unquote(urlparse(uri).path)) as fh:
+            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+    return ids
+
+
+def _write_input(folder: Path, i: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": n, "key": f"k{n % 4}"} for n in range(i * ap.ROWS, i * ap.ROWS + ap.ROWS)]
+    tmp = folder / f".part-{i:05d}.json.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = time.time() - 3600 + i
+    os.utime(tmp, (t, t))
+    tmp.rename(folder / f"part-{i:05d}.json")
+
+
+def _snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        if any(Path(dirpath) == s or s in Path(dirpath).parents for s in skip):
+            continue
+        for f in files:
+            p = Path(dirpath) / f
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _only_tombstone_left(ck: Path) -> None:
+    names = sorted(os.listdir(ck))
+    assert names == ["_streamctl", "metadata"], names
+    doc = json.loads((ck / "metadata").read_text())
+    assert doc["streamctl"] == "streamctl-retired-checkpoint" and "id" not in doc
+
+
+# ------------------------------------------------------------------------------ no Spark
+
+
+def test_refuses_without_safe_or_assume_stopped(tmp_path: Path, cli: Any, tree_snapshot: Any) -> None:
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    (ck / "offsets").mkdir(parents=True)
+    (out / "_spark_metadata").mkdir(parents=True)
+    before = tree_snapshot(tmp_path)
+    for extra in ((), ("--execute",)):
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), *extra)
+        assert r.code == 4, r
+        assert "--safe" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # --assume-stopped still checks quietness: a live lease refuses
+    t = now_ms()
+    write_json_atomic(str(ck / "_streamctl"), "lease.json", {
+        "version": 1, "query_id": "q", "run_id": "r", "name": None, "host": "h", "pid": 1, "started_at_ms": t,
+        "heartbeat_ms": t, "expires_at_ms": t + 60_000, "last_batch": 3, "state": "running", "released_at_ms": None,
+        "stop_request_ms": None})
+    before = tree_snapshot(tmp_path)
+    r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--assume-stopped", "--execute")
+    assert r.code == 4, r
+    assert "running" in r.stderr and "--safe" in r.stderr
+    assert tree_snapshot(tmp_path) == before
+    assert cli("drop-sink", str(out), "--checkpoint", str(tmp_path / "missing"), "--assume-stopped").code == 3
+    assert cli("drop-sink", "--resume", str(tmp_path / "nope")).code == 3
+    assert cli("drop-sink", str(out)).code == 2
+
+
+# ------------------------------------------------------------------------------ real Spark
+
+
+@pytest.mark.spark
+def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp_path: Path, cli: Any) -> None:
+    from streamctl.pipeline.agent import attach
+
+    inp, ck, out = tmp_path / "input", tmp_path / "checkpoint", tmp_path / "output"
+    for i in range(3):
+        _write_input(inp, i)
+    fed = [3]
+    stop_feeding = threading.Event()
+
+    def feed() -> None:
+        while not stop_feeding.wait(0.4) and fed[0] < 60:
+            _write_input(inp, fed[0])
+            fed[0] += 1
+
+    def writer(src: Path, ckpt: Path, dest: Path, available_now: bool = False) -> Any:
+        df = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1).json(str(src))
+        w = df.writeStream.format("json").outputMode("append").option("path", str(dest)).option("checkpointLocation", str(ckpt))
+        return w.trigger(availableNow=True) if available_now else w.trigger(processingTime="500 milliseconds")
+
+    q = writer(inp, ck, out).queryName("drop_sink_live").start()
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    agent = None
+    try:
+        agent = attach(q, ck, heartbeat_s=0.5, ttl_s=10, spark=spark, poll_s=0.1)
+        _wait_for(lambda: (_newest(ck / "commits") or -1) >= 2, 120, "3 committed batches")
+        # without --safe: refused, nothing of streamctl's left behind, the query still runs
+        for extra in ((), ("--execute",)):
+            r = cli("drop-sink", str(out), "--checkpoint", str(ck), *extra)
+            assert r.code == 4, r
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--assume-stopped", "--execute")
+        assert r.code == 4 and "running" in r.stderr, r
+        assert q.isActive and (out / "_spark_metadata").is_dir()
+        assert sorted(os.listdir(ck / "_streamctl")) == ["lease.json"]
+        # plan mode with --safe: shows the steps, changes nothing
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe")
+        assert r.code == 0, r
+        assert "tombstone" in r.stdout and "the query is running" in r.stdout
+        assert sorted(os.listdir(ck / "_streamctl")) == ["lease.json"]
+        # --safe --execute: stops the query through the agent, drains, retires
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe", "--execute", "--stop-timeout", "90",
+                "--quiet-period", "1", "--json")
+        assert r.code == 0, r
+        doc = r.json()
+        assert doc["kind"] == "DropSinkResult" and doc["verified"] is True
+        _wait_for(lambda: not q.isActive, 10, "query inactive")
+        assert q.exception() is None and agent.stop_mode == "graceful"
+    finally:
+        stop_feeding.set()
+        feeder.join(timeout=10)
+        q.stop()
+        if agent is not None:
+            agent.detach()
+    archive = Path(doc["archive"])
+    assert archive.parent == ck / "_streamctl" / "retired"
+    handoff = json.loads((archive / "handoff.json").read_text())
+    final = handoff["final_epoch"]
+    assert final == doc["final_epoch"] and final >= 2 and handoff["sink_epoch"] == final
+    assert handoff["query_id"] == str(q.id) and handoff["discarded_epoch"] is None
+    _only_tombstone_left(ck)
+    assert not (out / "_spark_metadata").exists()
+    old_log = archive / "files" / "sink" / "_spark_metadata"
+    assert old_log.is_dir() and (archive / "files" / "checkpoint" / "offsets" / str(final)).is_file()
+    assert _newest(archive / "files" / "checkpoint" / "commits") == final
+    journal = [json.loads(line) for line in (archive / "journal.jsonl").read_text().splitlines()]
+    assert journal[0]["event"] == "writer_stopped" and journal[0]["stop_requested"] is True
+    assert journal[1]["event"] == "drained" and journal[1]["planned"] == journal[1]["committed"] == final
+    # a restart of the old query against what remains fails loudly
+    with pytest.raises(Exception):
+        writer(inp, ck, out, available_now=True).start().awaitTermination()
+    # the successor: only the input files the hand-off does not list as processed
+    src = handoff["sources"][0]
+    assert src["kind"] == "file" and src["processed_files"] == final + 1
+    processed = {Path(unquote(urlparse(p).path)).name for p in src["processed"]}
+    inp2, ck2, out2 = tmp_path / "input2", tmp_path / "checkpoint2", tmp_path / "output2"
+    inp2.mkdir()
+    for f in sorted(inp.glob("part-*.json")):
+        if f.name not in processed:
+            shutil.copy2(f, inp2 / f.name)
+    assert len(list(inp2.iterdir())) == fed[0] - (final + 1)
+    writer(inp2, ck2, out2, available_now=True).start().awaitTermination()
+    got = Counter(_sink_log_ids(old_log)) + Counter(_sink_log_ids(out2 / "_spark_metadata"))
+    want = Counter(n for i in range(fed[0]) for n in range(i * ap.ROWS, i * ap.ROWS + ap.ROWS))
+    assert got == want, (sorted((got - want).items())[:10], sorted((want - got).items())[:10])
+
+
+def _run_cli(*args: str, crash: int | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    env.pop("STREAMCTL_TEST_CRASH_AFTER", None)
+    if crash is not None:
+        env["STREAMCTL_TEST_CRASH_AFTER"] = str(crash)
+    return subprocess.run([STREAMCTL, *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.spark
+def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: Any, tmp_path: Path) -> None:
+    p = ap.Pipeline(tmp_path, "dedup_file", spark)
+    p.add_input(0, 3)
+    p.run()
+    template = tmp_path / "template"
+    shutil.copytree(p.base, template, symlinks=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not streamctl's")
+    args = ("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--execute")
+
+    def restore() -> None:
+        shutil.rmtree(p.base)
+        shutil.copytree(template, p.base, symlinks=True)
+        p.files = 3
+
+    def archive_dir() -> Path:
+        found = list((p.checkpoint / "_streamctl" / "retired").iterdir())
+        assert len(found) == 1, found
+        return found[0]
+
+    # a full run: how many journal records there are
+    r = _run_cli(*args)
+    assert r.returncode == 0, r.stderr
+    records = (archive_dir() / "journal.jsonl").read_text().splitlines()
+    total = len(records)
+    assert total >= 15, records
+    _only_tombstone_left(p.checkpoint)
+    outcomes = []
+    for n in range(1, total):
+        restore()
+        r = _run_cli(*args, crash=n)
+        assert r.returncode == 86, (n, r.returncode, r.stderr)
+        arch = archive_dir()
+        last = json.loads((arch / "journal.jsonl").read_text().splitlines()[-1])
+        # restart the old query (real Spark) with one more input file
+        p.add_input(3, 1)
+        try:
+            p.run()
+            restarted = True
+        except Exception as exc:  # noqa: BLE001 - Spark's own error: it must fail loudly, before writing
+            restarted = False
+            assert "metadata" in str(exc).lower() or "id" in str(exc), (n, str(exc)[:500])
+        if restarted:
+            d = p.delivery()
+            assert d["ok"], (n, last, d)
+            r = _run_cli("drop-sink", "--resume", str(arch))
+            assert r.returncode == 4 and "ran again" in r.stderr, (n, r.returncode, r.stderr)
+            shutil.rmtree(arch)
+            assert not (p.checkpoint / "_streamctl" / "lock.json").exists()  # the refusal released it
+            r = _run_cli(*args)
+            assert r.returncode == 0, (n, r.stderr)
+        else:
+            r = _run_cli("drop-sink", "--resume", str(arch))
+            assert r.returncode == 0, (n, last, r.stderr)
+        _only_tombstone_left(p.checkpoint)
+        assert not (p.output / "_spark_metadata").exists() or not os.listdir(p.output / "_spark_metadata")
+        assert outside.read_text() == "not streamctl's"
+        outcomes.append((n, last.get("event"), last.get("path"), "restarted" if restarted else "failed loudly"))
+    print("\n".join(map(str, outcomes)))
+    # before the tombstone a restart continues exactly once; from the tombstone on it always fails
+    first_fail = next(i for i, o in enumerate(outcomes) if o[3] == "failed loudly")
+    assert all(o[3] == "failed loudly" for o in outcomes[first_fail:]), outcomes
+    assert any(o[3] == "restarted" for o in outcomes), outcomes
+
+
+@pytest.mark.spark
+def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_path: Path, cli: Any) -> None:
+    p = ap.Pipeline(tmp_path, "file", spark)
+    p.add_input(0, 2)
+    p.run()
+    # the sink log names a data file outside the sink root
+    stranger = tmp_path / "elsewhere" / "part-stranger.json"
+    stranger.parent.mkdir()
+    stranger.write_text('{"id": 999999, "key": "x"}\n')
+    newest = p.output / "_spark_metadata" / str(_newest(p.output / "_spark_metadata"))
+    with open(newest, "a") as fh:
+        fh.write("\n" + json.dumps({"path": stranger.as_uri(), "size": 27, "isDir": False, "modificationTime": 1,
+                                    "blockReplication": 1, "blockSize": 1, "action": "add"}))
+    before = _snapshot(tmp_path, (p.checkpoint, p.output))
+    r = cli("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--purge-data")
+    assert r.code == 0, r
+    assert "outside the sink root are not touched" in r.stdout and "part-stranger" not in r.stdout.split("steps")[1]
+    r = cli("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--purge-data",
+            "--purge", "--execute", "--json")
+    assert r.code == 0, r
+    doc = r.json()
+    assert doc["verified"] is True
+    assert _snapshot(tmp_path, (p.checkpoint, p.output)) == before
+    assert stranger.read_text() == '{"id": 999999, "key": "x"}\n'
+    assert not [f for f in os.listdir(p.output) if f.endswith(".json")], os.listdir(p.output)
+    archive = Path(doc["archive"])
+    assert sorted(os.listdir(archive)) == ["handoff.json", "journal.jsonl", "manifest.json", "plan.json"]
+    _only_tombstone_left(p.checkpoint)
