@@ -408,11 +408,20 @@ def test_stale_lock_after_crash_needs_break_lock(lab: Lab, run_cli: Cli) -> None
 
 
 def _start_live(p: Any) -> Any:
-    """The pipeline's query with a processing-time trigger (it keeps running)."""
+    """The pipeline's query with a processing-time trigger (it keeps running). The session is
+    shared: its confs are put back once the query has started."""
     confs = dict(ap._BASE, **ap._CONFS[p.kind])
-    for k, v in confs.items():
-        p.spark.conf.set(k, v)
-    return p.writer().trigger(processingTime="500 milliseconds").start()
+    saved = {k: p.spark.conf.get(k, None) for k in confs}
+    try:
+        for k, v in confs.items():
+            p.spark.conf.set(k, v)
+        return p.writer().trigger(processingTime="500 milliseconds").start()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                p.spark.conf.unset(k)
+            else:
+                p.spark.conf.set(k, v)
 
 
 @spark_mark
