@@ -149,3 +149,40 @@ class Pipeline:
         unknown = sorted(i for i in got if i not in want)
         return {"rows": sum(got.values()), "expected": sum(want.values()), "missing": missing, "duplicates": dupes,
                 "unexpected": unknown, "ok": not missing and not dupes and not unknown}
+
+
+# -- helpers for the delivery-check tests (appended) -------------------------------------------
+def settle(folder: Path, quiet_s: float = 0.6, timeout_s: float = 6.0) -> None:
+    """Wait until nothing below `folder` changes for `quiet_s` (the state store maintenance
+    thread, every 200 ms, may still write a snapshot right after the query stopped)."""
+    def listing() -> dict[str, tuple[int, int]]:
+        out = {}
+        for dirpath, _dirs, files in os.walk(folder):
+            for f in files:
+                try:
+                    st = os.lstat(os.path.join(dirpath, f))
+                except OSError:
+                    continue
+                out[os.path.join(dirpath, f)] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    deadline = time.monotonic() + timeout_s
+    last = listing()
+    while time.monotonic() < deadline:
+        time.sleep(quiet_s)
+        now = listing()
+        if now == last:
+            return
+        last = now
+
+
+def remove_with_companions(folder: Path, name: str) -> list[str]:
+    """Delete `name` in `folder` with its checksum companions (`.name.crc`, `name.crc`,
+    `.name.crc.crc`); returns the names deleted."""
+    gone = []
+    for n in (name, f".{name}.crc", f"{name}.crc", f".{name}.crc.crc"):
+        p = Path(folder) / n
+        if p.exists():
+            p.unlink()
+            gone.append(n)
+    return gone
