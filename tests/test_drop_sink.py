@@ -328,3 +328,87 @@ def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_pa
     archive = Path(doc["archive"])
     assert sorted(os.listdir(archive)) == ["handoff.json", "journal.jsonl", "manifest.json", "plan.json"]
     _only_tombstone_left(p.checkpoint)
+
+
+@pytest.mark.spark
+def test_discard_in_flight_epoch(spark: Any, tmp_path: Path, cli: Any) -> None:
+    """P == C + 1 with the sink at C: refused, unless --discard-in-flight (offsets/P goes first;
+    the hand-off's final epoch is C, so the successor gets P's input)."""
+    p = ap.Pipeline(tmp_path, "file", spark)
+    p.add_input(0, 2)
+    p.run()
+    last = _newest(p.checkpoint / "commits")
+    assert last == 1
+    # make epoch 1 in flight: no commit, nothing in the sink for it
+    (p.checkpoint / "commits" / "1").unlink()
+    (p.checkpoint / "commits" / ".1.crc").unlink(missing_ok=True)
+    batch1 = json.loads((p.output / "_spark_metadata" / "1").read_text().split("\n")[1])
+    (p.output / "_spark_metadata" / "1").unlink()
+    (p.output / "_spark_metadata" / ".1.crc").unlink(missing_ok=True)
+    os.unlink(unquote(urlparse(batch1["path"]).path))
+    args = ("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--execute")
+    r = cli(*args)
+    assert r.code == 4 and "in flight" in r.stderr and "--discard-in-flight" in r.stderr, r
+    assert sorted(os.listdir(p.checkpoint)) != ["_streamctl", "metadata"]
+    r = cli(*args, "--discard-in-flight", "--json")
+    assert r.code == 0, r
+    doc = r.json()
+    steps = doc["plan"]["steps"]
+    assert [s["path"] for s in steps[:4]] == ["handoff.json", ".metadata.crc", "metadata", "offsets/1"]
+    handoff = json.loads((Path(doc["archive"]) / "handoff.json").read_text())
+    assert handoff["final_epoch"] == 0 and handoff["discarded_epoch"] == 1
+    assert handoff["sources"][0]["processed_files"] == 1
+    _only_tombstone_left(p.checkpoint)
+
+
+@pytest.mark.spark
+def test_kafka_handoff_successor_continues_exactly_once(spark: Any, tmp_path: Path, cli: Any, kafka_broker: Any,
+                                                       kafka_topic: Any) -> None:
+    from streamctl.pipeline.agent import attach
+    from streamctl.pipeline.kafka_source import SHORT_NAME, register
+
+    register(spark)
+    topic = kafka_topic(partitions=2)
+    produced = [0]
+
+    def produce(n: int) -> None:
+        for i in range(produced[0], produced[0] + n):
+            kafka_broker.produce(topic, [str(i)], partition=i % 2)
+        produced[0] += n
+
+    produce(30)
+    opts = {"kafka.bootstrap.servers": kafka_broker.bootstrap, "subscribe": topic}
+
+    def query(ckpt: Path, out: Path, extra: dict[str, str], available_now: bool) -> Any:
+        df = spark.readStream.format(SHORT_NAME).options(**opts, **extra).load()
+        w = (df.selectExpr("CAST(CAST(value AS STRING) AS BIGINT) AS id").writeStream.format("json")
+             .option("path", str(out)).option("checkpointLocation", str(ckpt)))
+        return (w.trigger(availableNow=True) if available_now else w.trigger(processingTime="300 milliseconds")).start()
+
+    ck, out = tmp_path / "ck1", tmp_path / "out1"
+    q = query(ck, out, {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "4"}, False)
+    agent = None
+    try:
+        agent = attach(q, ck, heartbeat_s=0.5, ttl_s=10, spark=spark, poll_s=0.1)
+        _wait_for(lambda: (_newest(ck / "commits") or -1) >= 1, 120, "2 committed batches")
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe", "--execute", "--stop-timeout", "90", "--json")
+        assert r.code == 0, r
+        doc = r.json()
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+    handoff = json.loads((Path(doc["archive"]) / "handoff.json").read_text())
+    starting = handoff["kafka_starting_offsets"]
+    assert handoff["sources"][0]["kind"] == "kafka" and starting
+    consumed = sum(json.loads(starting)[topic].values())
+    assert 0 < consumed <= 30
+    produce(10)
+    q2 = query(tmp_path / "ck2", tmp_path / "out2", {"startingOffsets": starting}, True)
+    q2.awaitTermination(300)
+    assert not q2.isActive and q2.exception() is None
+    old = _sink_log_ids(Path(doc["archive"]) / "files" / "sink" / "_spark_metadata")
+    assert len(old) == consumed
+    got = Counter(old) + Counter(_sink_log_ids(tmp_path / "out2" / "_spark_metadata"))
+    assert got == Counter(range(produced[0])), (sorted((got - Counter(range(produced[0]))).items())[:10],
+                                                 sorted((Counter(range(produced[0])) - got).items())[:10])
