@@ -101,6 +101,9 @@ def align(
         app_id = app_id or pipeline.app_id
     req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
                        _quiet(quiet_period, config))
+    if execute:  # the lock first: the plan is made (and an empty one reported) only under it
+        mutation.execute("align", location, lambda: plan_align(req)[0], verify_align, plan_lines, backup_dir, break_lock, as_json)
+        return
     try:
         plan, _q = plan_align(req)
     except Refused as exc:
@@ -110,7 +113,4 @@ def align(
         mutation.emit(doc, as_json, [f"Nothing to do: {location} is {plan.before.get('verdict')} at epoch {plan.target}"
                                      f" (planned {plan.after.get('planned')}, sink epoch {plan.after.get('sink_epoch')})"])
         return
-    if not execute:
-        mutation.emit(doc, as_json, plan_lines(plan))
-        return
-    mutation.execute("align", location, lambda: plan_align(req)[0], verify_align, plan_lines, backup_dir, break_lock, as_json)
+    mutation.emit(doc, as_json, plan_lines(plan))

@@ -42,7 +42,7 @@ def live_by_lease(location: str) -> Optional[str]:
 
     q = inspect_checkpoint(location, quiet_period_s=0)
     live = [f for f in q.findings if f.code == "LIVE_QUERY"]
-    return live[0].message if live else None
+    return f"LIVE_QUERY: {live[0].message}" if live else None
 
 
 def roots_of(plan: Any) -> dict[str, Any]:
@@ -94,6 +94,11 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
     except BaseException:
         lock.release()
         raise
+    if not plan.steps:  # decided under the lock: not while another operation is half done
+        lock.release()
+        emit({"api_version": API_VERSION, "kind": f"{name.title()}Plan", "executed": False, "plan": plan.to_record()},
+             as_json, [f"Nothing to do: {location} is {plan.before.get('verdict')}; no step is needed"])
+        return
     plan.op_id = op_id
     backup = Root("backup", backup_dir or ck_root.uri(f"_streamctl/backups/{op_id}"))
     executor = Executor(plan, roots_of(plan), backup)

@@ -94,12 +94,12 @@ def trim(
             sink_kind = pipeline.sink_kind
         app_id = app_id or pipeline.app_id
     req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, _quiet(quiet_period, config))
+    if execute:
+        mutation.execute("trim", location, lambda: plan_trim(req)[0], verify_trim, plan_lines, backup_dir, break_lock, as_json)
+        return
     try:
         plan, _sizes = plan_trim(req)
     except Refused as exc:
         raise mutation.refused(exc, as_json, "TrimRefusal") from None
-    doc = {"api_version": mutation.API_VERSION, "kind": "TrimPlan", "executed": False, "plan": plan.to_record()}
-    if not plan.steps or not execute:
-        mutation.emit(doc, as_json, plan_lines(plan))
-        return
-    mutation.execute("trim", location, lambda: plan_trim(req)[0], verify_trim, plan_lines, backup_dir, break_lock, as_json)
+    mutation.emit({"api_version": mutation.API_VERSION, "kind": "TrimPlan", "executed": False, "plan": plan.to_record()},
+                  as_json, plan_lines(plan))

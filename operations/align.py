@@ -96,7 +96,7 @@ class _Planner:
             raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
         live = [f for f in q.findings if f.code == "LIVE_QUERY"]
         if live:
-            raise Refused(f"{q.checkpoint}: {live[0].message}")
+            raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
         if q.planned is None:
             raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
         missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]

@@ -71,7 +71,7 @@ def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
         raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
     live = [f for f in q.findings if f.code == "LIVE_QUERY"]
     if live:
-        raise Refused(f"{q.checkpoint}: {live[0].message}")
+        raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
     if q.verdict == "misaligned":
         codes = sorted({f.code for f in q.findings if f.severity == "error"})
         raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "
