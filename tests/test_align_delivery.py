@@ -237,16 +237,20 @@ CLEANUP = {"spark.sql.streaming.fileSink.log.cleanupDelay": "0",
            "spark.sql.streaming.minBatchesToRetain": "3"}
 
 
-def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path, tree_snapshot):
+@pytest.mark.parametrize("first,second", [(5, 4), (4, 5)], ids=["restored-at-4", "restored-at-3"])
+def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path, tree_snapshot, first, second):
     """cleanupDelay=0, minBatchesToRetain=3: compaction 8 deletes the sink log files of batches
-    below 5 (2.compact, 3, 4). The checkpoint restored at batch 4 needs 2.compact + 3 + 4; left are
-    5.compact (batches 0..5 merged), 6, 7 and 8.compact. The planner may rebuild the needed log
-    files by attribution (then the delivery check must pass) or refuse (exit 4, nothing changed)."""
-    p = build(tmp_path, "file", spark, 5, extra_confs=CLEANUP)  # batches 0..4
-    restore_older_checkpoint(p, tmp_path, 4)  # batches 5..8 in the sink
+    below 5 (2.compact, 3, 4). Left are 5.compact (batches 0..5 merged), 6, 7 and 8.compact.
+    Restored at 4 the checkpoint needs 2.compact + 3 + 4 (all gone; only batch 5's files would have
+    to be told apart inside 5.compact); restored at 3 it needs 2.compact + 3 while batch 4's log is
+    gone too. The planner may rebuild the needed log files by attribution (then the log must be
+    right and the delivery check must pass) or refuse (exit 4, a reason, nothing changed)."""
+    restored = first - 1
+    p = build(tmp_path, "file", spark, first, extra_confs=CLEANUP)  # batches 0..first-1
+    restore_older_checkpoint(p, tmp_path, second)  # the sink went on to batch 8
     assert sink_log_names(p) == ["5.compact", "6", "7", "8.compact"], sink_log_names(p)
     code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_AHEAD" in codes and q["committed"] == 4, q["findings"]
+    assert code == 1 and "SINK_AHEAD" in codes and q["committed"] == restored, q["findings"]
     before = tree_snapshot(p.base)
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json")
     assert "Traceback" not in r.stderr, r
@@ -254,21 +258,22 @@ def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path
     if r.code == 4:  # refused: says why, nothing changed
         doc = r.json()
         assert doc["kind"] == "AlignRefusal" and doc["reason"], doc
+        assert "_spark_metadata" in doc["reason"] or any("_spark_metadata" in o["why"] for o in doc["options"]), doc
         r2 = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
         assert r2.code == 4 and tree_snapshot(p.base) == before, r2
-        print("5d: the planner refused:", doc["reason"])
+        print(f"5d restored at {restored}: the planner refused:", doc["reason"])
         return
     assert r.code == 0, r
     pl = r.json()["plan"]
-    print("5d: the planner planned:", json.dumps([{k: v for k, v in s.items()} for s in pl["steps"]], indent=1)[:6000])
+    print(f"5d restored at {restored}: the planner planned:", json.dumps(pl["steps"], indent=1)[:6000])
     assert pl["classification"] == "exactly-once", pl
     execute(cli, p)
-    print("5d: sink log after align:", sink_log_names(p))
-    # Spark replays 5..: the log must name exactly the files of batches 0..4, in the layout Spark
-    # reads (batch 2 is a compaction batch: 2.compact)
     names = sink_log_names(p)
+    print(f"5d restored at {restored}: sink log after align:", names)
+    # Spark replays restored+1..: the log must name exactly the files of batches 0..restored, in
+    # the layout Spark reads (batch 2 is a compaction batch: 2.compact)
     plain_compactions = [n for n in names if n.isdigit() and (int(n) + 1) % ap.COMPACT_INTERVAL == 0]
-    want = sorted(n for i in range(5) for n in p.ids_of(i))
+    want = sorted(n for i in range(restored + 1) for n in p.ids_of(i))
     got = sorted(p.sink_ids())
     problems = {"compaction batches written as plain files (Spark reads <b>.compact)": plain_compactions,
                 "ids of rolled-back batches still named by the log": sorted(set(got) - set(want)),
