@@ -420,6 +420,9 @@ def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     q = inspect_checkpoint(plan.roots["checkpoint"], quiet_period_s=0)
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    if live:
+        return f"{plan.roots['checkpoint']}: the old query was restarted after the crash: {live[0].message}"
     if (q.planned, q.committed) != (plan.before.get("planned"), plan.before.get("committed")):
         return (f"{plan.roots['checkpoint']}: the query ran again after the crash (now planned {q.planned}, committed "
                 f"{q.committed}; the plan was made at planned {plan.before.get('planned')}, committed "
