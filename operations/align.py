@@ -159,28 +159,14 @@ class _Planner:
             if b not in missing:
                 kept_files.update(log.entries[b])
         if missing:
-            # Attribute the files of the missing batches: the newest compaction above x minus
-            # what the kept files and the later batch files account for.
-            later_compacts = sorted(b for b, c in log.present.items() if c and b > x)
-            if not later_compacts:
-                return [], [f"{FILE_SINK_LOG}/ lacks batch file(s) {', '.join(map(str, missing))} needed to stop at batch {x}"]
-            k = later_compacts[0]
-            between = range(x + 1, k)
-            absent = [b for b in between if b not in log.present]
-            if absent or any(log.present.get(b) for b in missing if b in log.present):
-                return [], [f"{FILE_SINK_LOG}/{k}.compact merges batches up to {k} and the files of batch(es) "
-                            f"{epochs_text(absent or missing)} were deleted (fileSink.log.cleanupDelay), so the files of "
-                            f"the rolled-back batches cannot be told apart"]
-            attributed = set(log.entries[k]) - kept_files
-            for b in between:
-                attributed -= set(log.entries[b])
-            for i, b in enumerate(m for m in missing):
-                lines = ["v1"] + ([json.dumps({"path": p, "action": "add"}) for p in sorted(attributed)] if i == len(missing) - 1 else [])
-                content = "\n".join(lines).encode()
-                rel = f"{FILE_SINK_LOG}/{b}"
-                steps.append(Step("write", "sink", rel, f"rebuilt batch {b} from {k}.compact (files attributed by elimination)", content))
-                steps.append(Step("write", "sink", crc_name(rel), "its checksum", hadoop_crc(content)))
-            kept_files |= attributed
+            # The only other record of those batches is a later compaction K, which merges them
+            # with batch K's own files: nothing tells the files of the kept batches from those of
+            # K, so the log cannot be rebuilt at x.
+            later = sorted(b for b, c in log.present.items() if c and b > x)
+            names = ", ".join(f"{b}.compact" if log.interval and (b + 1) % log.interval == 0 else str(b) for b in missing)
+            return [], [f"{FILE_SINK_LOG}/ lacks {names} needed to stop at batch {x}"
+                        + (f": Spark deleted them after {FILE_SINK_LOG}/{later[0]}.compact, which merges them with the "
+                           f"batches to roll back, so their files cannot be told apart" if later else "")]
         all_now: set[str] = set()
         for b in chain(newest):
             all_now.update(log.entries.get(b, []))
