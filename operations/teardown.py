@@ -296,9 +296,6 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     roots' listings; `sink_log_detail` (a SinkLog read with detail) is needed for --purge-data."""
     steps: list[Step] = []
     notes: list[str] = []
-    handoff = handoff_record(q, ck, op_id, discarded)
-    steps.append(Step("write", "archive", HANDOFF_FILE, "hand-off manifest: where a successor starts",
-                      (json.dumps(handoff, indent=2, sort_keys=True) + "\n").encode()))
     if ck.exists(".metadata.crc"):
         steps.append(Step("move", "checkpoint", ".metadata.crc", "checksum of the metadata about to be tombstoned"))
     steps.append(Step("write", "checkpoint", "metadata", "tombstone: from here on a restart of the old query fails "
@@ -362,6 +359,10 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     if req.purge:
         notes.append("--purge: the archived copies (files/) are deleted once every step is done; handoff.json, "
                      "plan.json, journal.jsonl and manifest.json stay")
+    handoff = handoff_record(q, ck, op_id, discarded)
+    handoff["retired_files"] = _file_counts(steps, {"checkpoint": ck, "sink": sink}, SINK_LOGS.get(kind, ()))
+    steps.insert(0, Step("write", "archive", HANDOFF_FILE, "hand-off manifest: where a successor starts",
+                         (json.dumps(handoff, indent=2, sort_keys=True) + "\n").encode()))
     roots = {"checkpoint": ck.location, "sink": sink.location, "archive": archive.location}
     b = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None,
          "query_id": q.query_id, "verdict": q.verdict}
@@ -370,6 +371,19 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
                 after={"final_epoch": q.committed, "discarded_epoch": discarded}, notes=notes,
                 settings={"sink_kind": kind, "app_id": req.app_id, "purge": req.purge, "purge_data": req.purge_data,
                           "handoff": handoff}, op_id=op_id)
+
+
+def _file_counts(steps: list[Step], roots: dict[str, Root], sink_logs: tuple[str, ...]) -> dict[str, int]:
+    """How many files the moves retire: checkpoint, sink commit log, sink data."""
+    out = {"checkpoint": 0, "sink_log": 0, "sink_data": 0}
+    for s in steps:
+        if s.action != "move":
+            continue
+        root = roots[s.root]
+        n = len(root.walk_files(s.path)) if root.kind(s.path) == "dir" else 1
+        key = "checkpoint" if s.root == "checkpoint" else ("sink_log" if s.path.split("/")[0] in sink_logs else "sink_data")
+        out[key] += n
+    return out
 
 
 # ------------------------------------------------------------------------------ purge and verify

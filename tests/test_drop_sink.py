@@ -199,6 +199,8 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
     final = handoff["final_epoch"]
     assert final == doc["final_epoch"] and final >= 2 and handoff["sink_epoch"] == final
     assert handoff["query_id"] == str(q.id) and handoff["discarded_epoch"] is None
+    counts = handoff["retired_files"]
+    assert counts["checkpoint"] > 2 * (final + 1) and counts["sink_log"] >= final + 1 and counts["sink_data"] == 0
     _only_tombstone_left(ck)
     assert not (out / "_spark_metadata").exists()
     old_log = archive / "files" / "sink" / "_spark_metadata"
