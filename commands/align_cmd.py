@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -79,26 +79,13 @@ def align(
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations.align import AlignRequest, Refused, plan_align, verify_align
 
-    if resume and undo:
-        raise UsageError("--resume and --undo cannot be combined")
-    if (resume or undo) and checkpoint:
-        raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint")
-    if resume or undo:
-        mutation.resume_or_undo("align", (resume or undo), bool(undo), break_lock, verify_align, plan_lines, as_json)  # type: ignore[arg-type]
-        return
-    if not checkpoint:
-        raise UsageError("name a CHECKPOINT (or use --resume / --undo)")
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
-    config = _settings()
-    from streamctl.cli.config import resolve_checkpoint
-
-    location, pipeline = resolve_checkpoint(checkpoint, config)
-    if sink is None and pipeline is not None:
-        sink = pipeline.sink
-        if sink_kind == "auto" and pipeline.sink_kind:
-            sink_kind = pipeline.sink_kind
-        app_id = app_id or pipeline.app_id
+    target = mutation.front("align", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, verify_align,
+                            plan_lines, as_json)
+    if target is None:
+        return
+    location, sink, sink_kind, app_id, config = target
     req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
                        _quiet(quiet_period, config))
     if execute:  # the lock first: the plan is made (and an empty one reported) only under it

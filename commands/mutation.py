@@ -20,6 +20,35 @@ Verifier = Callable[[Any], tuple[bool, dict[str, Any]]]
 Lines = Callable[[Any, bool], list[str]]
 
 
+def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: str, app_id: Optional[str],
+          resume: Optional[str], undo: Optional[str], break_lock: bool, verify: Verifier, lines: Lines,
+          as_json: bool) -> Optional[tuple[str, Optional[str], str, Optional[str], Any]]:
+    """The common front of a mutating command: `--resume` / `--undo` are run here (None is
+    returned); otherwise (checkpoint location, sink, sink kind, app id, config), a named
+    pipeline's sink filling in what the flags leave out."""
+    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.cli import context
+    from streamctl.inspectors.errors import UsageError
+
+    if resume and undo:
+        raise UsageError("--resume and --undo cannot be combined")
+    if (resume or undo) and checkpoint:
+        raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint")
+    if resume or undo:
+        resume_or_undo(name, (resume or undo), bool(undo), break_lock, verify, lines, as_json)  # type: ignore[arg-type]
+        return None
+    if not checkpoint:
+        raise UsageError("name a CHECKPOINT (or use --resume / --undo)")
+    config = load_config(context.CONFIG_PATH)
+    location, pipeline = resolve_checkpoint(checkpoint, config)
+    if sink is None and pipeline is not None:
+        sink = pipeline.sink
+        if sink_kind == "auto" and pipeline.sink_kind:
+            sink_kind = pipeline.sink_kind
+        app_id = app_id or pipeline.app_id
+    return location, sink, sink_kind, app_id, config
+
+
 def emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
     if as_json:
         render.emit_json(doc)

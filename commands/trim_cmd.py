@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet
 
 
 def _bytes(n: int) -> str:
@@ -71,28 +71,14 @@ def trim(
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
     """
     from streamctl.commands import mutation
-    from streamctl.inspectors.errors import UsageError
     from streamctl.operations.align import Refused
     from streamctl.operations.trim import TrimRequest, plan_trim, verify_trim
 
-    if resume and undo:
-        raise UsageError("--resume and --undo cannot be combined")
-    if (resume or undo) and checkpoint:
-        raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint")
-    if resume or undo:
-        mutation.resume_or_undo("trim", (resume or undo), bool(undo), break_lock, verify_trim, plan_lines, as_json)  # type: ignore[arg-type]
+    target = mutation.front("trim", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, verify_trim,
+                            plan_lines, as_json)
+    if target is None:
         return
-    if not checkpoint:
-        raise UsageError("name a CHECKPOINT (or use --resume / --undo)")
-    config = _settings()
-    from streamctl.cli.config import resolve_checkpoint
-
-    location, pipeline = resolve_checkpoint(checkpoint, config)
-    if sink is None and pipeline is not None:
-        sink = pipeline.sink
-        if sink_kind == "auto" and pipeline.sink_kind:
-            sink_kind = pipeline.sink_kind
-        app_id = app_id or pipeline.app_id
+    location, sink, sink_kind, app_id, config = target
     req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, _quiet(quiet_period, config))
     if execute:
         mutation.execute("trim", location, lambda: plan_trim(req)[0], verify_trim, plan_lines, backup_dir, break_lock, as_json)
