@@ -177,16 +177,9 @@ class _Planner:
                 if f".{name}.crc" in log.hidden:
                     steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/.{name}.crc", "its checksum"))
         reasons = []
-        root = sink.display.rstrip("/")
+        root = sink.display.partition("?")[0].rstrip("/")
         for path in sorted(all_now - kept_files):
-            parsed = urlparse(path)
-            local = unquote(parsed.path) if parsed.scheme in ("file", "") else None
-            if local is None or not sink.is_local:
-                rel = path[len(root) + 1:] if path.startswith(root + "/") else None
-            else:
-                rel = posixpath.relpath(posixpath.normpath(local), root)
-                if rel.startswith(".."):
-                    rel = None
+            rel = _sink_rel(path, root, sink.is_local)
             if rel is None:
                 reasons.append(f"{FILE_SINK_LOG} lists {path}, outside the sink root {root}: streamctl never touches it")
                 continue
@@ -209,6 +202,33 @@ class _Planner:
             if d.is_dir and d.name.isdigit() and int(d.name) > x:
                 steps.append(Step("move", "sink", f"_staging/{d.name}", "staged files of an uncommitted epoch"))
         return steps
+
+
+def _norm_uri(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    scheme = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme.lower())
+    return f"{scheme}://{rest}"
+
+
+def _sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
+    """The path of a file a sink log names, relative to the sink root; None when it lies outside."""
+    parsed = urlparse(path)
+    if local_root and parsed.scheme in ("file", ""):
+        target = posixpath.normpath(unquote(parsed.path))
+        base = posixpath.normpath(root)
+    elif not local_root and parsed.scheme not in ("file", ""):
+        target = _norm_uri(unquote(path.partition("?")[0]))
+        base = _norm_uri(root)
+        head, sep, tail = target.partition("://")
+        target = f"{head}{sep}{posixpath.normpath('/' + tail).lstrip('/')}"
+    else:
+        return None
+    if not target.startswith(base.rstrip("/") + "/"):
+        return None
+    rel = target[len(base.rstrip("/")) + 1:]
+    return None if not rel or rel.startswith("..") or "/../" in f"/{rel}/" else rel
 
 
 def _rel_of(uri: str, base: str) -> Optional[str]:

@@ -178,7 +178,40 @@ class Root:
                 fh.flush()
                 os.fsync(fh.fileno())
             return True
-        raise StorageError(self.uri(rel), "exclusive create (the lock) is only supported on local file systems")
+        if self.location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n"):
+            return self._s3_create_exclusive(rel, data)
+        raise StorageError(self.uri(rel), "exclusive create (the lock) is supported on local file systems and S3 only")
+
+    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
+        """S3 conditional write: PutObject with If-None-Match: * (412 when the key exists).
+        Needs boto3 (`pip install 'streamctl[s3]'`); endpoint and region come from the URI's
+        `endpoint_override`/`scheme`/`region` options or the usual AWS environment."""
+        from urllib.parse import parse_qsl, urlparse
+
+        try:
+            import boto3
+            from botocore.exceptions import ClientError
+        except ImportError:
+            raise StorageError(self.uri(rel), "changing files on S3 needs boto3 for the lock's conditional write "
+                                              "(pip install 'streamctl[s3]')") from None
+        parsed = urlparse(self.location)
+        opts = dict(parse_qsl(parsed.query))
+        endpoint = None
+        if "endpoint_override" in opts:
+            endpoint = f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}"
+        key_root = self._fs_root.split("/", 1)
+        bucket, prefix = key_root[0], (key_root[1] if len(key_root) > 1 else "")
+        key = f"{prefix}/{check_rel(rel, self.location)}" if prefix else check_rel(rel, self.location)
+        client = boto3.client("s3", endpoint_url=endpoint, region_name=opts.get("region") or None)
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                return False
+            raise StorageError(self.uri(rel), f"conditional write failed: {code or status}") from None
+        return True
 
     def delete(self, rel: str) -> None:
         if self.is_local:

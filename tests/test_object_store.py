@@ -12,60 +12,23 @@ from pathlib import Path
 
 import pytest
 
-moto_server = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+
+def _load_s3():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("streamctl_tests_s3_fixtures", Path(__file__).with_name("s3_fixtures.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_s3f = _load_s3()
+moto_server, s3, upload, _free_port = _s3f.moto_server, _s3f.s3, _s3f.upload, _s3f._free_port
 pytestmark = pytest.mark.skipif(moto_server is None, reason="moto[server] is installed by ./dev test")
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "spark-checkpoints"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen([moto_server, "-H", "127.0.0.1", "-p", str(port)], stdout=fh, stderr=fh)
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        import pyarrow.fs as pafs
-
-        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
-                               access_key="testing", secret_key="testing", allow_bucket_creation=True)
-        fs.create_dir("chk")
-        yield fs, port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def upload(fs, src: Path, prefix: str) -> str:
-    for dirpath, _dirs, files in os.walk(src):
-        for f in files:
-            p = Path(dirpath) / f
-            key = f"chk/{prefix}/{p.relative_to(src).as_posix()}"
-            with fs.open_output_stream(key) as out:
-                out.write(p.read_bytes())
-    return prefix
 
 
 def test_inspect_epochs_and_state_on_s3_match_local(cli, s3):
