@@ -213,3 +213,57 @@ def starting_offsets(
     else:
         for _sid, raw in raws:
             sys.stdout.write(raw + "\n")
+
+
+@app.command("retention-floor")
+@handle_errors
+def retention_floor(
+    checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
+    keep_epochs: int = typer.Option(10, "--keep-epochs", help="The newest epochs kept as restart/rollback points (as trim)."),
+    keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
+    fmt: Optional[str] = typer.Option(None, "--format", "-o", help="table, plain, markdown or json."),
+    as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
+) -> None:
+    """Print, per Kafka partition, the oldest offset a restart or any kept rollback may replay
+    from: the safe retention floor of the topic. Records below it may be deleted by retention;
+    records at or above it must stay for `streamctl align --to` within the kept window (the same
+    window `streamctl trim` keeps).
+
+    Examples:
+
+      streamctl kafka retention-floor /data/chk/orders --keep-epochs 20
+      streamctl kafka retention-floor orders --keep-rollback-to 1200 --json
+    """
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.operations.align import Refused
+    from streamctl.operations.trim import oldest_kept_epoch
+
+    config, _pipeline, location = _load(checkpoint)
+    from streamctl.cli.config import setting
+
+    output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+    q = inspect_checkpoint(location)
+    try:
+        low = oldest_kept_epoch(q, keep_epochs, keep_rollback_to)
+    except Refused as exc:
+        raise UsageError(str(exc)) from None
+    if low == 0:
+        sources = [s for s in q.sources if s.kafka_initial is not None]
+        if not sources:
+            raise UsageError(f"{location}: the oldest kept epoch is 0 and no Kafka initial offsets are recorded "
+                             "(sources/<n>/0): the floor is whatever the query started from")
+        floor = {(t, int(p)): off for s in sources for t, parts in s.kafka_initial.offsets.items()  # type: ignore[union-attr]
+                 for p, off in parts.items()}
+        source_epoch = None
+    else:
+        _q, source_epoch, floor, _raws = _epoch_offsets(location, str(low - 1))
+    rows = [{"topic": t, "partition": p, "floor": off} for (t, p), off in sorted(floor.items())]
+    doc = {"api_version": "streamctl/v1", "kind": "KafkaRetentionFloor", "checkpoint": q.checkpoint,
+           "query_id": q.query_id, "oldest_kept_epoch": low, "from_offsets_of": source_epoch,
+           "committed": q.committed, "partitions": rows}
+    if output == "json":
+        render.emit_json(doc)
+        return
+    render.emit_table(["topic", "partition", "retention floor"], [[r["topic"], r["partition"], r["floor"]] for r in rows],
+                      output, title=f"{q.checkpoint}: replays from epoch {low} (kept window {low}..{q.committed}) start here")

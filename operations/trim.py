@@ -63,6 +63,27 @@ def _zip_ssts(st: Storage, rel: str) -> set[str]:
     return {str(f.get("dfsSstFileName")) for f in meta.get("sstFiles") or [] if isinstance(f, dict)}
 
 
+def oldest_kept_epoch(q: QueryInspection, keep_epochs: int, keep_rollback_to: Optional[int] = None) -> int:
+    """The oldest epoch L that stays a restart point: min(C - keep_epochs + 1, keep_rollback_to),
+    raised to what the logs retain and until every state store can restore L+1."""
+    C = q.committed
+    if C is None:
+        raise Refused(f"{q.checkpoint}: nothing committed yet")
+    if keep_epochs < 1:
+        raise Refused("--keep-epochs must be at least 1 (the restart point itself)")
+    low = C - keep_epochs + 1
+    if keep_rollback_to is not None:
+        if keep_rollback_to > C:
+            raise Refused(f"--keep-rollback-to {keep_rollback_to} is above the newest commit {C}")
+        low = min(low, keep_rollback_to)
+    oldest = q.offsets.oldest or 0
+    low = max(low, q.commits.oldest or 0, oldest + (1 if oldest > 0 else 0))
+    stores = [s for op in q.operators for s in op.stores]
+    while stores and low < C and any(low + 1 not in s.restorable_versions for s in stores):
+        low += 1
+    return low
+
+
 def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
     q: QueryInspection = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
                                             app_id=req.app_id, quiet_period_s=req.quiet_period_s)
@@ -78,20 +99,10 @@ def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
                       "removes what a realignment may need")
     if q.committed is None:
         raise Refused(f"{q.checkpoint}: nothing committed yet: nothing to trim")
-    if req.keep_epochs < 1:
-        raise Refused("--keep-epochs must be at least 1 (the restart point itself)")
     C = q.committed
     P = q.planned if q.planned is not None else C
     stores = [s for op in q.operators for s in op.stores]
-    low = C - req.keep_epochs + 1
-    if req.keep_rollback_to is not None:
-        if req.keep_rollback_to > C:
-            raise Refused(f"--keep-rollback-to {req.keep_rollback_to} is above the newest commit {C}")
-        low = min(low, req.keep_rollback_to)
-    low = max(low, q.commits.oldest or 0, (q.offsets.oldest or 0) + (1 if (q.offsets.oldest or 0) > 0 else 0))
-    # a kept rollback point needs every store to restore X+1
-    while stores and low < C and any(low + 1 not in s.restorable_versions for s in stores):
-        low += 1
+    low = oldest_kept_epoch(q, req.keep_epochs, req.keep_rollback_to)
     st = Storage.open(req.checkpoint)
     steps: list[Step] = []
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}

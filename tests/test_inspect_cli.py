@@ -348,7 +348,8 @@ def test_help_documents_exit_codes_and_every_command(cli):
     readme = (REPO / "README.md").read_text()
     for command in ("streamctl inspect epochs", "streamctl inspect state", "streamctl inspect sink",
                     "streamctl inspect kafka", "streamctl kafka commit-offsets", "streamctl kafka starting-offsets",
-                    "streamctl stop", "streamctl demo",
+                    "streamctl stop", "streamctl demo", "streamctl align", "streamctl trim", "streamctl drop-sink",
+                    "streamctl kafka retention-floor",
                     "streamctl inspect writers", "streamctl completion"):
         assert command in readme
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |"):

@@ -187,3 +187,18 @@ def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_a
     assert f["code"] == "SOURCE_RESET" and len(f["partitions"]) == 3
     code, epochs = kafka(cli, "inspect", "epochs", str(copy), "--bootstrap", kafka_broker.bootstrap)
     assert code == 1 and "SOURCE_RESET" in [f["code"] for f in epochs["queries"][0]["findings"]]
+
+
+def test_retention_floor_is_the_start_of_the_oldest_kept_epoch(cli, kafka_agg):
+    chk, topic = kafka_agg
+    committed = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
+    code, doc = kafka(cli, "kafka", "retention-floor", str(chk), "--keep-epochs", "2")
+    assert code == 0 and doc["oldest_kept_epoch"] == committed - 1 and doc["from_offsets_of"] == committed - 2
+    start = json.loads((chk / "offsets" / str(committed - 2)).read_text().split("\n")[2])[topic]
+    assert {r["partition"]: r["floor"] for r in doc["partitions"]} == {int(p): off for p, off in start.items()}
+    code, doc = kafka(cli, "kafka", "retention-floor", str(chk), "--keep-epochs", "1", "--keep-rollback-to", "2")
+    assert code == 0 and doc["oldest_kept_epoch"] == 2 and doc["from_offsets_of"] == 1
+    r = cli("kafka", "retention-floor", str(chk), "--keep-epochs", "500")
+    assert r.code == 2 and "no Kafka initial offsets" in r.stderr  # the Python source records none at epoch 0
+    r = cli("kafka", "retention-floor", str(chk), "--keep-epochs", "2")
+    assert r.code == 0 and topic in r.stdout and "retention floor" in r.stdout
