@@ -110,3 +110,59 @@ def test_align_on_s3_delivers_exactly_once_after_the_restart(cli, spark, s3, tmp
     p.run()
     report = p.delivery()
     assert report["ok"], report
+
+
+@pytest.mark.spark
+def test_drop_sink_on_s3_retires_in_order_and_the_old_query_cannot_restart(cli, spark, s3, tmp_path):
+    import json
+
+    fs, port = s3
+    p = ap.Pipeline(tmp_path, "coordinated", spark)
+    p.add_input(0, 3)
+    p.run()
+    _s3f.upload(fs, p.checkpoint, "drop/checkpoint")
+    _s3f.upload(fs, p.output, "drop/output")
+    before_ck, before_out = _objects(fs, "drop/checkpoint"), _objects(fs, "drop/output")
+    ck, out = _s3f.s3_uri(port, "drop/checkpoint"), _s3f.s3_uri(port, "drop/output")
+
+    plan = cli("drop-sink", out, "--checkpoint", ck, "--safe", "--quiet-period", "0", "--json")
+    assert plan.code == 0, plan.stderr
+    assert _objects(fs, "drop/checkpoint") == before_ck and _objects(fs, "drop/output") == before_out
+    done = cli("drop-sink", out, "--checkpoint", ck, "--safe", "--execute", "--quiet-period", "0", "--json")
+    assert done.code == 0, done.stderr
+    doc = done.json()
+    assert doc["verified"] is True and doc["final_epoch"] == 2
+    archive = doc["archive"]
+    assert archive.startswith("s3://chk/drop/checkpoint/_streamctl/retired/")
+    prefix = archive.split("?")[0][len("s3://chk/"):]
+    kept = _objects(fs, "drop/checkpoint")
+    assert set(kept) == {"metadata"}  # only the tombstone is left (the archive is under _streamctl/)
+    assert "_commits/2.json" not in _objects(fs, "drop/output")
+    with fs.open_input_stream(f"chk/{prefix}/handoff.json") as fh:
+        handoff = json.loads(fh.read())
+    assert handoff["final_epoch"] == 2 and handoff["sink_epoch"] == 2
+    archived = _digests(fs, prefix)
+    # every retired object is in the archive byte for byte; the manifest has a sha256 per step
+    assert {f"files/checkpoint/{k}": v for k, v in before_ck.items()}.items() <= archived.items()
+    assert {f"files/sink/{k}": v for k, v in before_out.items() if k.startswith("_commits/")}.items() <= archived.items()
+    manifest = json.loads(_read(fs, f"chk/{prefix}/manifest.json"))
+    assert {(m["root"], m["path"]) for m in manifest["files"]} >= {("checkpoint", "offsets"), ("sink", "_commits")}
+    assert all(len(m["sha256"]) == 64 for m in manifest["files"] if m["action"] == "moved")
+
+    _s3f.download(fs, "drop/checkpoint", p.checkpoint)
+    shutil.rmtree(p.checkpoint / "_streamctl")
+    with pytest.raises(Exception):  # the tombstoned checkpoint: a restart of the old query fails loudly
+        p.add_input(3, 1)
+        p.run()
+
+
+def _read(fs, path: str) -> bytes:
+    with fs.open_input_stream(path) as fh:
+        return fh.read()
+
+
+def _digests(fs, prefix: str) -> dict[str, str]:
+    import pyarrow.fs as pafs
+
+    return {i.path[len(f"chk/{prefix}") + 1:]: hashlib.sha256(_read(fs, i.path)).hexdigest()
+            for i in fs.get_file_info(pafs.FileSelector(f"chk/{prefix}", recursive=True)) if i.type == pafs.FileType.File}
