@@ -103,9 +103,10 @@ def _window(w: Optional[list[int]]) -> str:
     return "-" if not w else f"{w[0]}..{w[1]}"
 
 
-ENGINE_HELP = ("local (default): inspect in this process, several checkpoints on a thread pool; spark: one "
-               "Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
-WORKERS_HELP = "Threads of the local engine (default: min(32, 4 x CPUs)); 1 inspects one checkpoint after another."
+ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
+               "one Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
+WORKERS_HELP = ("Threads of the local engine (default: min(32, 4 x CPUs) when a checkpoint is on an object store, "
+                "else 1: one checkpoint after another).")
 WATCH_HELP = "Redraw the table every --interval seconds until Ctrl-C (exit 130); with --metrics-file, rewrite it each time."
 
 
@@ -180,6 +181,7 @@ def inspect_epochs(
     args = fleet.expand(checkpoints)
     targets = [fleet.Target(*t) for t in _targets(args, sink, sink_kind, app_id, config)]
     quiet = _quiet(quiet_period, config)
+    default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None
 
     def inspect_once() -> dict[str, Any]:
@@ -188,7 +190,7 @@ def inspect_epochs(
             records = runner.run(targets, quiet)
         else:
             with render.progress(output != "json" and not watch) as tick:
-                queries = fleet.run_local(targets, workers or fleet.default_workers(), quiet, tick)
+                queries = fleet.run_local(targets, workers or default_workers, quiet, tick)
             if with_kafka:
                 queries = _with_kafka(queries, args, bootstrap, kafka_config, kafka_timeout, config)
             records = [q.to_record() for q in queries]

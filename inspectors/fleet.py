@@ -34,9 +34,16 @@ PARQUET_COLUMNS = ("checkpoint", "query_id", "planned", "committed", "state_epoc
                    "findings_count", "error_codes", "record_json")
 
 
-def default_workers() -> int:
-    """Threads for the local engine: min(32, 4 x cpus) (I/O bound: most time is waiting for listings)."""
-    return min(32, 4 * (os.cpu_count() or 1))
+def is_remote(location: str) -> bool:
+    return urlparse(location).scheme.lower() in REMOTE_SCHEMES
+
+
+def default_workers(remote: bool = True) -> int:
+    """Threads of the local engine. On object stores min(32, 4 x CPUs): an inspection mostly waits
+    for round trips. On local disks 1: inspecting is CPU-bound Python there, and threads only
+    contend for the GIL (1,000 checkpoints on 2 CPUs: 1 thread ~900/s, 8 threads ~420/s; see
+    BENCHMARKS.md)."""
+    return min(32, 4 * (os.cpu_count() or 1)) if remote else 1
 
 
 # ------------------------------------------------------------------------------------ globs
@@ -177,15 +184,18 @@ class SparkRunner:
             active.sparkContext.setLogLevel("ERROR")
         self.spark = active
 
-    def run(self, targets: list[Target], quiet_period_s: Optional[float] = None) -> list[dict[str, Any]]:
-        """One record (`QueryInspection.to_record()`) per target, in input order."""
+    def run(self, targets: list[Target], quiet_period_s: Optional[float] = None,
+            tasks: Optional[int] = None) -> list[dict[str, Any]]:
+        """One record (`QueryInspection.to_record()`) per target, in input order. One task per
+        checkpoint unless `tasks` says how many tasks share them (each task costs PySpark
+        0.1-0.3 s of overhead on a small machine: see BENCHMARKS.md)."""
         import functools
 
         if not targets:
             return []
         sc = self.spark.sparkContext
         task = functools.partial(_spark_task, quiet_period_s)
-        return sc.parallelize(targets, len(targets)).map(task).collect()
+        return sc.parallelize(targets, min(tasks or len(targets), len(targets))).map(task).collect()
 
     def close(self) -> None:
         if self.owned:

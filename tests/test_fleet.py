@@ -78,6 +78,8 @@ def test_threads_and_sequential_give_identical_records(cli, fleet_dir):
     one = cli("inspect", "epochs", f"{fleet_dir}/*", "--workers", "1", "--json")
     many = cli("inspect", "epochs", f"{fleet_dir}/*", "--workers", "16", "--json")
     assert one.code == many.code and one.stdout == many.stdout
+    # threads only pay off on object stores: local disks default to one checkpoint after another
+    assert fleet.default_workers(remote=False) == 1 and fleet.default_workers(remote=True) >= 4
     assert cli("inspect", "epochs", f"{fleet_dir}/*", "--workers", "0").code == 2
     assert cli("inspect", "epochs", f"{fleet_dir}/*", "--engine", "flink").code == 2
 
@@ -257,6 +259,7 @@ def test_spark_engine_gives_the_records_of_the_local_engine(cli, spark, fleet_di
     assert not runner.owned and runner.spark is spark
     records = runner.run([fleet.Target(f) for f in folders(fleet_dir)], quiet_period_s=0)
     assert records == [json.loads(line) for line in (tmp_path / "local.jsonl").read_text().splitlines()]
+    assert runner.run([fleet.Target(f) for f in folders(fleet_dir)], quiet_period_s=0, tasks=2) == records
 
 
 def test_spark_engine_refuses_kafka(cli):
