@@ -142,7 +142,7 @@ def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[
         out = []
         for t in targets:
             tick(f"inspecting {t.checkpoint}")
-            out.append(inspect_target(t, quiet_period_s, lambda msg, loc=t.checkpoint: tick(f"{loc}: {msg}")))
+            out.append(inspect_target(t, quiet_period_s, _prefixed(tick, t.checkpoint)))
         return out
     done = [0]
 
@@ -154,6 +154,10 @@ def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[
 
     with ThreadPoolExecutor(max_workers=min(workers, len(targets)), thread_name_prefix="streamctl-fleet") as pool:
         return list(pool.map(one, targets))
+
+
+def _prefixed(tick: Callable[[str], None], location: str) -> Callable[[str], None]:
+    return lambda msg: tick(f"{location}: {msg}")
 
 
 def _spark_task(quiet_period_s: Optional[float], target: Target) -> dict[str, Any]:
