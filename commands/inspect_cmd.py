@@ -133,6 +133,9 @@ def inspect_epochs(
     interval: float = typer.Option(5.0, "--interval", help="Seconds between refreshes of --watch (default 5)."),
     watch_count: Optional[int] = typer.Option(None, "--watch-count", hidden=True, help="Stop --watch after N refreshes."),
     metrics_file: Optional[str] = typer.Option(None, "--metrics-file", help="Write Prometheus text-format metrics to this file (atomically), for node-exporter's textfile collector."),
+    reclaimable: bool = typer.Option(False, "--reclaimable", help="Add the space `streamctl trim` would reclaim per query "
+                                     "(a column and the JSON field `reclaimable`; one more listing and a stat per reclaimable file)."),
+    keep_epochs: int = typer.Option(10, "--keep-epochs", help="With --reclaimable: the newest epochs kept as restart/rollback points (as trim)."),
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
@@ -194,6 +197,8 @@ def inspect_epochs(
             if with_kafka:
                 queries = _with_kafka(queries, args, bootstrap, kafka_config, kafka_timeout, config)
             records = [q.to_record() for q in queries]
+        if reclaimable:
+            records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets)]
         doc = epoch_report_of_records(records)
         _write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
         return doc
@@ -208,6 +213,21 @@ def inspect_epochs(
         if runner is not None:
             runner.close()
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+
+
+def _reclaimable(target: Any, keep_epochs: int, quiet: float) -> dict[str, Any]:
+    """What `streamctl trim --keep-epochs N` would reclaim (or why it would refuse)."""
+    from streamctl.inspectors.errors import StreamctlError
+    from streamctl.operations.trim import TrimRequest, plan_trim
+
+    try:
+        plan, sizes = plan_trim(TrimRequest(target.checkpoint, target.sink, target.sink_kind, target.app_id,
+                                            keep_epochs, None, False, quiet))
+    except StreamctlError as exc:
+        return {"keep_epochs": keep_epochs, "refused": str(exc)}
+    return {"keep_epochs": keep_epochs, "oldest_kept_epoch": plan.target,
+            "files": sum(v["files"] for v in sizes.values()), "bytes": sum(v["bytes"] for v in sizes.values()),
+            "by_category": sizes}
 
 
 def _write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
@@ -228,12 +248,22 @@ def _write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: 
         raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
 
 
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover
+
+
 def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
     """(headers, rows, finding lines) of `inspect epochs`."""
     rows = []
     lines = []
     with_sink = any(q["sink"] for q in doc["queries"])
     with_kafka = any(q["kafka"] for q in doc["queries"])
+    with_reclaim = any(q.get("reclaimable") for q in doc["queries"])
     for q in doc["queries"]:
         row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
                q["state_epoch"] if q["stateful"] else "stateless"]
@@ -242,12 +272,15 @@ def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[
                     if q["sink"] else "-"]
         if with_kafka:
             row += [q["kafka"]["lag"] if q["kafka"] else "-"]
+        if with_reclaim:
+            r = q.get("reclaimable") or {}
+            row += [f"{r['files']} files, {_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
         rows.append(row + [_window(q["common_window"]), q["verdict"]])
         lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
     lines += [_finding_line(f) for f in doc["findings"]]
     headers = (["query id", "checkpoint", "planned", "committed", "state epoch"]
                + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
-               + ["common window", "verdict"])
+               + (["reclaimable"] if with_reclaim else []) + ["common window", "verdict"])
     return headers, rows, lines
 
 

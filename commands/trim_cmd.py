@@ -7,15 +7,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet
-
-
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)  # pragma: no cover
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _bytes, _quiet
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:

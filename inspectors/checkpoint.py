@@ -153,6 +153,7 @@ class QueryInspection:
             "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
             "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
             "verdict": self.verdict,
+            "reclaimable": None,  # filled by `inspect epochs --reclaimable` (streamctl.operations.trim)
         }
 
 

@@ -65,6 +65,15 @@ def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, 
     if kind == "file":
         assert sizes["sink_log"]["files"] > 0  # log history superseded by the compaction at 5
 
+    seen = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--reclaimable", "--keep-epochs", "3", "--json")
+    assert seen.code == 0, seen.stderr
+    reclaim = seen.json()["queries"][0]["reclaimable"]
+    assert reclaim["by_category"] == sizes and reclaim["oldest_kept_epoch"] == 5
+    assert reclaim["bytes"] == sum(v["bytes"] for v in sizes.values()) > 0
+    table = cli("inspect", "epochs", str(p.checkpoint), "--reclaimable", "--keep-epochs", "3")
+    assert "reclaimable" in table.stdout and f"{reclaim['files'] - sizes['sink_log']['files']} files" in table.stdout
+    assert cli("inspect", "epochs", str(p.checkpoint), "--json").json()["queries"][0]["reclaimable"] is None
+
     done = cli("trim", *args, "--execute", "--json")
     assert done.code == 0, done.stderr
     result = done.json()
