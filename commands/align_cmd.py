@@ -26,12 +26,9 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
         + (f" (duplicates: epochs {epochs_text(plan.duplicates)})" if plan.duplicates else "")
         + (f" (loss: epochs {epochs_text(plan.loss)})" if plan.loss else ""),
     ]
-    for n in plan.notes:
-        lines.append(f"  note: {n}")
-    lines.append(f"  steps ({len(plan.steps)}):")
-    for i, s in enumerate(plan.steps, 1):
-        lines.append(f"    {i:>4}. {s.describe()}")
-    return lines
+    from streamctl.commands.mutation import step_lines
+
+    return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
 
 
 @handle_errors

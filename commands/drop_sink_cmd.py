@@ -9,7 +9,6 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import render
 from streamctl.cli.errors import fail, handle_errors
 from streamctl.cli.exit_codes import ExitCode
 from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
@@ -17,12 +16,10 @@ from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HEL
 API_VERSION = "streamctl/v1"
 
 
-def _emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        render.emit_json(doc)
-    else:
-        for line in lines:
-            sys.stdout.write(line + "\n")
+def _emit_doc(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    from streamctl.commands.mutation import emit
+
+    emit(doc, as_json, lines)
 
 
 def _say(as_json: bool) -> Any:
@@ -43,19 +40,15 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
                                           if plan.after.get("discarded_epoch") is not None else "")
         + f"; archive {plan.roots['archive']}" + (" (copies purged at the end)" if plan.settings.get("purge") else ""),
     ]
-    for n in plan.notes:
-        lines.append(f"  note: {n}")
-    lines.append(f"  steps ({len(plan.steps)}):")
-    for i, s in enumerate(plan.steps, 1):
-        text = s.describe().replace("to the backup", "to the archive")
-        lines.append(f"    {i:>4}. {text}")
-    return lines
+    from streamctl.commands.mutation import step_lines
+
+    return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan, "archive")
 
 
 def _refused(exc: Any, as_json: bool) -> typer.Exit:
-    if as_json:
-        render.emit_json({"api_version": API_VERSION, "kind": "DropSinkRefusal", "reason": str(exc)})
-    return fail(str(exc), ExitCode.REFUSED)
+    from streamctl.commands.mutation import refused
+
+    return refused(exc, as_json, "DropSinkRefusal")
 
 
 def _finish(plan: Any, archive: Any, executor: Any, lock: Any, as_json: bool, resumed: bool) -> None:
@@ -77,7 +70,7 @@ def _finish(plan: Any, archive: Any, executor: Any, lock: Any, as_json: bool, re
         f"archive and journal: {archive.location}",
         f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
         f"verified: {'yes' if ok else 'NO'}" + ("" if ok else " — " + "; ".join(got["problems"][:3]))]
-    _emit(doc, as_json, lines)
+    _emit_doc(doc, as_json, lines)
     if not ok:
         raise fail(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}", ExitCode.NOT_VERIFIED)
 
@@ -222,7 +215,7 @@ def drop_sink(
         plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, "(assigned by --execute)", discarded,
                                       detail())
         plan.notes[:0] = notes
-        _emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
+        _emit_doc({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
               as_json, plan_lines(plan))
         return
 

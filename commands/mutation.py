@@ -49,6 +49,14 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     return location, sink, sink_kind, app_id, config
 
 
+def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
+    """The numbered steps of a plan, every one of them (DESIGN.md: plans are shown in full)."""
+    lines = [f"  steps ({len(plan.steps)}):"]
+    for i, s in enumerate(plan.steps, 1):
+        lines.append(f"    {i:>4}. {s.describe().replace('to the backup', f'to the {backup_word}')}")
+    return lines
+
+
 def emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
     if as_json:
         render.emit_json(doc)

@@ -21,12 +21,9 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     for cat, v in sizes.items():
         if v["files"]:
             lines.append(f"    {cat:<9} {v['files']:>7} file(s) {_bytes(v['bytes']):>12}")
-    for n in plan.notes[1:]:
-        lines.append(f"  note: {n}")
-    lines.append(f"  steps ({len(plan.steps)}):")
-    for i, s in enumerate(plan.steps, 1):
-        lines.append(f"    {i:>4}. {s.describe()}")
-    return lines
+    from streamctl.commands.mutation import step_lines
+
+    return lines + [f"  note: {n}" for n in plan.notes[1:]] + step_lines(plan)
 
 
 @handle_errors

@@ -17,14 +17,14 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
-from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, read_sink
+from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog
 from streamctl.inspectors.sources import compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
@@ -183,7 +183,7 @@ class _Planner:
             if rel is None:
                 reasons.append(f"{FILE_SINK_LOG} lists {path}, outside the sink root {root}: streamctl never touches it")
                 continue
-            steps.append(Step("move", "sink", rel, f"data file of a rolled-back batch"))
+            steps.append(Step("move", "sink", rel, "data file of a rolled-back batch"))
             head, _, name = rel.rpartition("/")
             hid = f"{head}/.{name}.crc" if head else f".{name}.crc"
             if sink.lookup(hid) is not None:
@@ -440,8 +440,9 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     for f in q.findings:
         if f.code == "STATE_ORPHANS":
             for uri in f.details.get("files", []):
-                rel = _rel_of(uri, st.display)
-                if rel and rel not in seen:
+                orphan = _rel_of(uri, st.display)
+                if orphan and orphan not in seen:
+                    rel = orphan
                     seen.add(rel)
                     steps.append(Step("move", "checkpoint", rel, "state file no restart uses"))
                     base_head, _, base_name = rel.rpartition("/")
@@ -463,9 +464,9 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
         for f in sink.findings:
             if f.code == "SINK_ORPHANS":
                 for uri in f.details.get("files", []):
-                    rel = _rel_of(uri, sink_st.display)
-                    if rel and not any(rel.startswith(s.path + "/") or rel == s.path for s in steps if s.root == "sink"):
-                        steps.append(Step("move", "sink", rel, "sink file no commit names"))
+                    srel = _rel_of(uri, sink_st.display)
+                    if srel and not any(srel.startswith(s.path + "/") or srel == s.path for s in steps if s.root == "sink"):
+                        steps.append(Step("move", "sink", srel, "sink file no commit names"))
     if missing_writer_epochs and rollbackable:
         pass  # covered: x is below the first epoch with a missing writer when exactly-once
 

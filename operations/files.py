@@ -13,7 +13,7 @@ import os
 import shutil
 import struct
 import zlib
-from typing import Optional
+from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.storage import Storage
@@ -79,7 +79,7 @@ class Root:
     def kind(self, rel: str) -> str:
         if self.is_local:
             try:
-                st = os.lstat(self.local(rel))
+                os.lstat(self.local(rel))
             except FileNotFoundError:
                 return "missing"
             except OSError as exc:
@@ -106,28 +106,14 @@ class Root:
                 total += size
                 h.update(f"{sub}\0{size}\0{digest}\n".encode())
             return total, h.hexdigest()
-        h = hashlib.sha256()
-        size = 0
         if self.is_local:
             try:
                 with open(self.local(rel), "rb") as fh:
-                    while True:
-                        block = fh.read(CHUNK)
-                        if not block:
-                            break
-                        size += len(block)
-                        h.update(block)
+                    return _hash_stream(fh)
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
-        else:
-            with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-                while True:
-                    block = fh.read(CHUNK)
-                    if not block:
-                        break
-                    size += len(block)
-                    h.update(block)
-        return size, h.hexdigest()
+        with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
+            return _hash_stream(fh)
 
     def walk_files(self, rel: str) -> list[str]:
         """Files under folder `rel`, relative to it, sorted."""
@@ -278,6 +264,17 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
+
+
+def _hash_stream(fh: Any) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    while True:
+        block = fh.read(CHUNK)
+        if not block:
+            return size, h.hexdigest()
+        size += len(block)
+        h.update(block)
 
 
 def _fsync_dir(path: str) -> None:

@@ -121,7 +121,8 @@ def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
 
     for s in stores:
         listing = sorted((e for e in st.list_dir(s.path) or [] if not e.is_dir), key=lambda e: e.name)
-        full, incr = set(), set()
+        full: set[int] = set()
+        incr: set[int] = set()
         for e in listing:
             m = _MAIN.match(e.name)
             if m:
