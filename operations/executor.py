@@ -5,7 +5,8 @@ Backup folder layout (`--backup-dir`, by default `<checkpoint>/_streamctl/backup
 
     plan.json        the plan, steps and the contents of written files included
     journal.jsonl    one JSON object per line: start, begin/done per step, finished, verified, undo
-    manifest.json    every file moved or replaced: root, path, backup path, size, sha256
+    manifest.json    every file moved or replaced: root, path, backup path, size, sha256 (written when
+                     the steps are done; until then the journal's `done` records carry the same entries)
     files/<root>/<path>   the backed-up files, at their original relative paths
     undone/<root>/<path>  files `--undo` took out again (files the operation had created)
 
@@ -159,9 +160,9 @@ class Executor:
             rec = {"event": "done", "step": i, "manifest": manifest}
             self.journal.append(rec)
             state.done[i] = rec
-            self._manifest(state)
             if self.delay:
                 time.sleep(self.delay)
+        self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             self.journal.append({"event": "finished"})
             state.finished = True
