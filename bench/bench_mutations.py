@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Benchmark the mutating commands on the large synthetic checkpoint of bench_inspect.py.
+
+Run with `./dev bench-mutations` (see BENCHMARKS.md). Prints figures; not a test.
+
+The checkpoint (cached under .bench/, built by bench/bench_inspect.py: 100 retained batches, 3
+operators x 200 partitions x 100 HDFS state versions, about 132,000 files) is copied once per
+timed run, and one state file of the newest version is deleted in one partition (the fault of
+STATE_UNRESTORABLE). Timed, median of --runs (default 3), each on a fresh copy:
+
+a. `cp -a <chk> <backup>`: what an operator does by hand before editing a checkpoint (the baseline);
+b. `streamctl align <chk>` plan only (inspection + planning, nothing changed);
+c. `streamctl align <chk> --allow-duplicates --execute` (lock, backup of every touched file with
+   sha256, journal, re-inspection);
+d. `streamctl align --undo <backup>` of that run;
+e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _bench_inspect():
+    spec = importlib.util.spec_from_file_location("bench_inspect", HERE / "bench_inspect.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, env=env)
+    return time.perf_counter() - t0, r
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--dir", type=Path, default=None, help="the cached synthetic checkpoint (default: bench_inspect's)")
+    args = p.parse_args(argv)
+    bi = _bench_inspect()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    source = (args.dir or bi.DEFAULT_DIR).resolve()
+    info = bi.ensure_checkpoint(source, False, lambda m: print(m, file=sys.stderr))
+    exe = str(Path(sys.executable).with_name("streamctl"))
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    times: dict[str, list[float]] = {k: [] for k in ("cp -a (baseline)", "align plan", "align --execute",
+                                                      "align --undo", "trim plan", "trim --execute")}
+    steps: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(dir=source.parent) as tmp:
+        for i in range(args.runs):
+            ck = Path(tmp) / f"ck-{i}"
+            shutil.copytree(source, ck, symlinks=True)
+            newest = max(int(n.split(".")[0]) for n in os.listdir(ck / "state/0/0") if n.endswith(".delta"))
+            for name in os.listdir(ck / "state/0/7"):  # the newest version's delta and snapshot
+                if name.lstrip(".").startswith(f"{newest}."):
+                    os.remove(ck / "state/0/7" / name)
+            t, r = _run(["cp", "-a", str(ck), str(Path(tmp) / f"manual-{i}")], env)
+            times["cp -a (baseline)"].append(t)
+            t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--json"], env)
+            assert r.returncode == 0, r.stderr
+            steps["align"] = len(json.loads(r.stdout)["plan"]["steps"])
+            times["align plan"].append(t)
+            t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--execute", "--json"], env)
+            assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
+            times["align --execute"].append(t)
+            backup = json.loads(r.stdout)["backup"]
+            t, r = _run([exe, "align", "--undo", backup], env)
+            assert r.returncode == 0, r.stderr
+            times["align --undo"].append(t)
+            shutil.rmtree(ck)
+            shutil.copytree(source, ck, symlinks=True)
+            t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--json"], env)
+            assert r.returncode == 0, r.stderr
+            steps["trim"] = len(json.loads(r.stdout)["plan"]["steps"])
+            times["trim plan"].append(t)
+            t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--execute", "--json"], env)
+            assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
+            times["trim --execute"].append(t)
+            shutil.rmtree(ck)
+            shutil.rmtree(Path(tmp) / f"manual-{i}")
+    base = statistics.median(times["cp -a (baseline)"])
+    print(f"checkpoint: {info['files']} files; align plan: {steps['align']} steps; trim plan: {steps['trim']} steps; "
+          f"{os.cpu_count()} CPUs; median of {args.runs}")
+    print(f"{'operation':<20} {'median s':>9} {'best s':>8} {'vs cp -a':>9}")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:<20} {med:>9.2f} {min(ts):>8.2f} {med / base:>8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
