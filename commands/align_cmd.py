@@ -74,7 +74,8 @@ def align(
     """
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
-    from streamctl.operations.align import AlignRequest, Refused, plan_align, verify_align
+    from streamctl.operations.align import AlignRequest, plan_align, verify_align
+    from streamctl.operations.plan import Refused
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")

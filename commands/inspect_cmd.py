@@ -191,14 +191,17 @@ def inspect_epochs(
         started = time.time()
         if runner is not None:
             records = runner.run(targets, quiet)
+            if reclaimable:
+                records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets)]
         else:
             with render.progress(output != "json" and not watch) as tick:
                 queries = fleet.run_local(targets, workers or default_workers, quiet, tick)
             if with_kafka:
                 queries = _with_kafka(queries, args, bootstrap, kafka_config, kafka_timeout, config)
             records = [q.to_record() for q in queries]
-        if reclaimable:
-            records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets)]
+            if reclaimable:  # from the inspection just made: no second one
+                records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet, q))
+                           for r, t, q in zip(records, targets, queries)]
         doc = epoch_report_of_records(records)
         _write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
         return doc
@@ -215,14 +218,14 @@ def inspect_epochs(
     raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
 
 
-def _reclaimable(target: Any, keep_epochs: int, quiet: float) -> dict[str, Any]:
+def _reclaimable(target: Any, keep_epochs: int, quiet: float, inspection: Any = None) -> dict[str, Any]:
     """What `streamctl trim --keep-epochs N` would reclaim (or why it would refuse)."""
     from streamctl.inspectors.errors import StreamctlError
     from streamctl.operations.trim import TrimRequest, plan_trim
 
     try:
         plan, sizes = plan_trim(TrimRequest(target.checkpoint, target.sink, target.sink_kind, target.app_id,
-                                            keep_epochs, None, False, quiet))
+                                            keep_epochs, None, False, quiet), inspection)
     except StreamctlError as exc:
         return {"keep_epochs": keep_epochs, "refused": str(exc)}
     return {"keep_epochs": keep_epochs, "oldest_kept_epoch": plan.target,

@@ -236,7 +236,7 @@ def retention_floor(
     """
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import UsageError
-    from streamctl.operations.align import Refused
+    from streamctl.operations.plan import Refused
     from streamctl.operations.trim import oldest_kept_epoch
 
     config, _pipeline, location = _load(checkpoint)

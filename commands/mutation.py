@@ -112,7 +112,7 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
     import secrets
     import time
 
-    from streamctl.operations.align import Refused
+    from streamctl.operations.plan import Refused
     from streamctl.operations.executor import Conflict, Executor
     from streamctl.operations.files import Root
     from streamctl.operations.lock import Lock, LockHeld
@@ -157,7 +157,7 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
 def resume_or_undo(name: str, backup_location: str, undo: bool, break_lock: bool, verify: Verifier, lines: Lines,
                    as_json: bool) -> None:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.operations.align import Refused
+    from streamctl.operations.plan import Refused
     from streamctl.operations.executor import Conflict, Executor, load
     from streamctl.operations.lock import Lock, LockHeld
 

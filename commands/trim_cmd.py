@@ -60,7 +60,7 @@ def trim(
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
     """
     from streamctl.commands import mutation
-    from streamctl.operations.align import Refused
+    from streamctl.operations.plan import Refused
     from streamctl.operations.trim import TrimRequest, plan_trim, verify_trim
 
     target = mutation.front("trim", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, verify_trim,

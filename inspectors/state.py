@@ -174,6 +174,21 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path)
 
 
+def state_file(name: str) -> Optional[tuple[int, Optional[str], str, bool]]:
+    """(version, unique id, extension, is a companion) of a state file name, also for its
+    checksum companions (`5.delta.crc`, `.5.delta.crc`, `.5.delta.crc.crc`); None otherwise."""
+    base = name
+    while base.endswith(".crc"):
+        base = base[:-4]
+    companion = base != name
+    if base.startswith(".") and companion:
+        base = base[1:]
+    m = _STATE_FILE_RE.match(base)
+    if m is None:
+        return None
+    return int(m.group(1)), m.group(2), m.group(3), companion
+
+
 def _digits(name: str) -> Optional[int]:
     return int(name) if name.isascii() and name.isdigit() else None
 

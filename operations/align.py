@@ -16,31 +16,21 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
-from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog
 from streamctl.inspectors.sources import compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
-from streamctl.operations.plan import DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Step, epochs_text
+from streamctl.inspectors.state import state_file
+from streamctl.operations.plan import DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Refused, Step, epochs_text
 
 ROLLBACK_SINKS = ("file", "coordinated")
-_STATE_MAIN = re.compile(r"^([0-9]+)(?:_[^.]+)?\.(delta|snapshot|zip|changelog)$")
-
-
-class Refused(StreamctlError):
-    """The command will not act; `options` say what could be done instead."""
-
-    def __init__(self, message: str, options: Optional[list[Option]] = None, plan: Optional[Plan] = None) -> None:
-        super().__init__(message)
-        self.options = options or []
-        self.plan = plan
 
 
 @dataclass
@@ -54,21 +44,6 @@ class AlignRequest:
     allow_loss: bool = False
     discard_in_flight: bool = False
     quiet_period_s: float = 0.0
-
-
-def _base_name(name: str) -> str:
-    """The file a companion belongs to: `.5.delta.crc.crc` / `5.delta.crc` -> `5.delta`."""
-    while True:
-        if name.endswith(".crc") and not name.endswith(".tmp"):
-            stripped = name[:-4]
-            name = stripped[1:] if stripped.startswith(".") and name.startswith(".") else stripped
-            continue
-        return name[1:] if name.startswith(".") and _STATE_MAIN.match(name[1:]) else name
-
-
-def _state_version(name: str) -> Optional[int]:
-    m = _STATE_MAIN.match(_base_name(name))
-    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -139,9 +114,11 @@ class _Planner:
                     break
         return _FileSinkLog(present, entries, hidden, interval)
 
-    def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int) -> tuple[list[Step], list[str]]:
+    def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int,
+                        check_only: bool = False) -> tuple[list[Step], list[str]]:
         """Steps that leave the file sink's log at batch x, with the data files of later batches
-        moved away. Returns (steps, reasons it cannot be done)."""
+        moved away. Returns (steps, reasons it cannot be done); `check_only` returns the reasons
+        alone, without asking the storage anything (it runs once per candidate epoch)."""
         def chain(last: int) -> list[int]:
             if log.interval is None:
                 return list(range(0, last + 1))
@@ -179,9 +156,11 @@ class _Planner:
         reasons = []
         root = sink.display.partition("?")[0].rstrip("/")
         for path in sorted(all_now - kept_files):
-            rel = _sink_rel(path, root, sink.is_local)
+            rel = sink_rel(path, root, sink.is_local)
             if rel is None:
                 reasons.append(f"{FILE_SINK_LOG} lists {path}, outside the sink root {root}: streamctl never touches it")
+                continue
+            if check_only:
                 continue
             steps.append(Step("move", "sink", rel, "data file of a rolled-back batch"))
             head, _, name = rel.rpartition("/")
@@ -212,7 +191,7 @@ def _norm_uri(uri: str) -> str:
     return f"{scheme}://{rest}"
 
 
-def _sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
+def sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
     """The path of a file a sink log names, relative to the sink root; None when it lies outside."""
     parsed = urlparse(path)
     if local_root and parsed.scheme in ("file", ""):
@@ -336,7 +315,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     for x in candidates:
         reasons = hard_reasons(x)
         if not reasons and file_log is not None and file_log.present and x < max(file_log.present):
-            _, sr = pl.file_sink_steps(sink_st, file_log, x)  # type: ignore[arg-type]
+            _, sr = pl.file_sink_steps(sink_st, file_log, x, check_only=True)  # type: ignore[arg-type]
             if sr:
                 reasons += sr
                 sink_reasons[x] = sr
@@ -377,9 +356,6 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             flag = "--allow-loss" if chosen.classification == LOSS else "--allow-duplicates"
             raise Refused(f"{q.checkpoint}: --to {chosen.target} is not exactly-once ({chosen.classification} of epochs "
                           f"{epochs_text(chosen.loss or chosen.duplicates)}: {chosen.why}); pass {flag} to accept it", options)
-    if req.to == "auto" and chosen.classification != EXACTLY_ONCE and chosen.classification not in allowed:
-        raise Refused("unreachable", options)  # pragma: no cover
-
     x = int(chosen.target)  # type: ignore[arg-type]
     keep_next = keep_next_of(x)
     new_p = x + 1 if keep_next else x
@@ -427,7 +403,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             for e in st.list_dir(s.path) or []:
                 if e.is_dir:
                     continue
-                v = _state_version(e.name)
+                parsed = state_file(e.name)
+                v = parsed[0] if parsed else None
                 if (v is not None and v > x + 1) or is_temp_name(e.name):
                     rel = f"{s.path}/{e.name}"
                     if rel not in seen:
@@ -467,9 +444,6 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
                     srel = _rel_of(uri, sink_st.display)
                     if srel and not any(srel.startswith(s.path + "/") or srel == s.path for s in steps if s.root == "sink"):
                         steps.append(Step("move", "sink", srel, "sink file no commit names"))
-    if missing_writer_epochs and rollbackable:
-        pass  # covered: x is below the first epoch with a missing writer when exactly-once
-
     # dedupe while keeping order (a file may be named twice: e.g. a stale crc above the target)
     unique: list[Step] = []
     keys: set[tuple[str, str]] = set()

@@ -15,6 +15,7 @@ its N-th journal record; STREAMCTL_TEST_STEP_DELAY=S sleeps S seconds after each
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -148,8 +149,9 @@ class Executor:
             if i in state.done:
                 continue
             root = self.roots[step.root]
-            pre = state.begun.get(i, {}).get("pre", "unknown") if i in state.begun else "unknown"
-            if i not in state.begun:
+            if i in state.begun:  # begun by a crashed run: what was there before it is in its record
+                pre = state.begun[i].get("pre")
+            else:
                 pre_d = _digest_record(root.digest(step.path)) if root.exists(step.path) else None
                 rec = {"event": "begin", "step": i, "action": step.action, "root": step.root, "path": step.path, "pre": pre_d}
                 self.journal.append(rec)
@@ -176,7 +178,8 @@ class Executor:
             if root.exists(step.path):
                 if self.backup.exists(b):  # a copy-based move interrupted before its delete
                     self.backup.delete(b)
-                size, sha = root.digest(step.path)
+                # the begin record hashed it already (the file is only moved after that record)
+                size, sha = (pre["size"], pre["sha256"]) if isinstance(pre, dict) else root.digest(step.path)
                 root.move_to(step.path, self.backup, b)
                 return dict(base, action="moved", size=size, sha256=sha)
             if self.backup.exists(b):
@@ -193,8 +196,6 @@ class Executor:
             return dict(base, backup=None, action="absent", size=None, sha256=None)
         if step.action == "write":
             assert step.content is not None
-            import hashlib
-
             want = hashlib.sha256(step.content).hexdigest()
             written = {"written_size": len(step.content), "written_sha256": want}
             if root.exists(step.path):
@@ -259,8 +260,6 @@ class Executor:
                 if root.digest(step.path) != self.backup.digest(b):
                     return f"{root.uri(step.path)} exists again with other content"
             return None
-        import hashlib
-
         want = hashlib.sha256(step.content or b"").hexdigest()
         pre = self._pre(i, state)
         if root.exists(step.path):
@@ -281,8 +280,6 @@ class Executor:
                 self.backup.move_to(b, root, step.path)
                 done.append(root.uri(step.path))
             return done
-        import hashlib
-
         want = hashlib.sha256(step.content or b"").hexdigest()
         pre = self._pre(i, state)
         if pre is not None and pre.get("sha256") == want:

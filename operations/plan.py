@@ -11,6 +11,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from streamctl.inspectors.errors import StreamctlError
+
 EXACTLY_ONCE = "exactly-once"
 DUPLICATES = "duplicates"
 LOSS = "loss"
@@ -116,6 +118,15 @@ class Plan:
             before=dict(rec.get("before") or {}), after=dict(rec.get("after") or {}),
             options=[Option(**o) for o in rec.get("options") or []], notes=list(rec.get("notes") or []),
             settings=dict(rec.get("settings") or {}), op_id=str(rec.get("op_id") or ""))
+
+
+class Refused(StreamctlError):
+    """A mutating command will not act (exit 4, nothing changed); `options` say what could be
+    done instead."""
+
+    def __init__(self, message: str, options: Optional[list[Option]] = None) -> None:
+        super().__init__(message)
+        self.options = options or []
 
 
 def epochs_text(epochs: list[int]) -> str:

@@ -276,9 +276,9 @@ def _inside(sink: Root, path: str) -> Optional[str]:
     """A path (a data file from a sink log, an archive location) relative to the root `sink`, or
     None when it is outside it."""
     if not sink.is_local:
-        from streamctl.operations.align import _sink_rel
+        from streamctl.operations.align import sink_rel
 
-        return _sink_rel(path, sink.location.partition("?")[0], False)
+        return sink_rel(path, sink.location.partition("?")[0], False)
     parsed = urlparse(path)
     local = unquote(parsed.path) if parsed.scheme in ("file",) else path
     if not os.path.isabs(local):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -23,10 +22,9 @@ from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG
 from streamctl.inspectors.sources import compactible_name
 from streamctl.inspectors.storage import Storage
-from streamctl.operations.align import Refused, _base_name
-from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
+from streamctl.inspectors.state import state_file
+from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step
 
-_MAIN = re.compile(r"^([0-9]+)(?:_([^.]+))?\.(delta|snapshot|zip|changelog)$")
 FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
 
@@ -84,9 +82,12 @@ def oldest_kept_epoch(q: QueryInspection, keep_epochs: int, keep_rollback_to: Op
     return low
 
 
-def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
-    q: QueryInspection = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
-                                            app_id=req.app_id, quiet_period_s=req.quiet_period_s)
+def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Plan, dict[str, dict[str, int]]]:
+    """The trim plan and the reclaimable files/bytes per category. `q`: an inspection of the same
+    checkpoint, sink and quiet period already made (inspect epochs --reclaimable); else one is made."""
+    if q is None:
+        q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
+                               app_id=req.app_id, quiet_period_s=req.quiet_period_s)
     bad = [f for f in q.findings if f.code == "UNREADABLE"]
     if bad:
         raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
@@ -120,13 +121,13 @@ def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})")
 
     for s in stores:
-        listing = sorted((e for e in st.list_dir(s.path) or [] if not e.is_dir), key=lambda e: e.name)
+        listing = [(e.name, state_file(e.name)) for e in sorted(st.list_dir(s.path) or [], key=lambda e: e.name)
+                   if not e.is_dir]
         full: set[int] = set()
         incr: set[int] = set()
-        for e in listing:
-            m = _MAIN.match(e.name)
-            if m:
-                (full if m.group(3) in FULL else incr).add(int(m.group(1)))
+        for _name, f in listing:
+            if f is not None and not f[3]:
+                (full if f[2] in FULL else incr).add(f[0])
         # the oldest base any kept version restores from
         floor = None
         for v in range(low + 1, C + 2):
@@ -140,15 +141,13 @@ def plan_trim(req: TrimRequest) -> tuple[Plan, dict[str, dict[str, int]]]:
         if floor is None or floor <= 0:
             continue
         kept_zips = []
-        for e in listing:
-            m = _MAIN.match(_base_name(e.name))
-            if not m:
+        for name, f in listing:
+            if f is None:
                 continue
-            v = int(m.group(1))
-            if v < floor:
-                add("checkpoint", st, f"{s.path}/{e.name}", "state", f"version {v} below the oldest kept restore chain ({floor})")
-            elif _MAIN.match(e.name) and m.group(3) == "zip":
-                kept_zips.append(e.name)
+            if f[0] < floor:
+                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f[0]} below the oldest kept restore chain ({floor})")
+            elif f[2] == "zip" and not f[3]:
+                kept_zips.append(name)
         if s.provider == "rocksdb" and kept_zips:
             referenced: set[str] = set()
             for z in kept_zips:
