@@ -79,6 +79,19 @@ def epochs_renderable(headers: Sequence[str], rows: Sequence[Sequence[Any]], lin
     return Group(table, Text("Findings", style="bold"), *findings, Text(verdict), Text(status, style="dim"))
 
 
+def emit_chart(record: Any, title: str) -> None:
+    """`inspect writers` on a terminal: each writer's window on one epoch axis (cli/writers_chart.py)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from streamctl.cli.writers_chart import writers_chart
+
+    console = Console()
+    console.print(Text(title, style="bold"))
+    console.print(writers_chart(record, console.width))
+    console.print()
+
+
 def emit_lines(lines: Sequence[str], fmt: str, title: Optional[str] = None) -> None:
     """A list of findings or notes after a table."""
     if not lines and not title:

@@ -510,6 +510,8 @@ def inspect_writers(
         render.emit_json(doc)
     else:
         for q in doc["queries"]:
+            if output == "table":  # on a terminal: the picture first, the table below it
+                render.emit_chart(q, f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
             rows = [[w["writer"], w["kind"], w["first"], w["last"], w["status"]] for w in q["writers"]]
             render.emit_table(["writer", "kind", "first", "last", "status"], rows, output,
                               title=f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
