@@ -1,0 +1,100 @@
+"""The project's own documentation under docs/ stays true to the code and reachable from it:
+
+- every relative link and #anchor in docs/ and README.md resolves;
+- every finding code of inspectors/findings.py is in docs/model.md's findings table with its
+  default severity (the code is the source of truth);
+- every `docs/<page>.md#<anchor>` cited in a Python file resolves.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from streamctl.inspectors.findings import CODES
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SKIP_DIRS = {".venv", ".git", "build", "dist", "node_modules"}
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@lru_cache(maxsize=None)
+def _anchors(path: Path) -> frozenset[str]:
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    fenced = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        m = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = _slug(m.group(1))
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            found.add(slug if n == 0 else f"{slug}-{n}")
+    return frozenset(found)
+
+
+def _markdown_files() -> list[Path]:
+    return sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+
+
+def _python_files() -> list[Path]:
+    out = []
+    for path in ROOT.rglob("*.py"):
+        if not SKIP_DIRS.intersection(path.relative_to(ROOT).parts):
+            out.append(path)
+    return sorted(out)
+
+
+def test_docs_exist_with_an_index() -> None:
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if p.name != "README.md" or p.parent != DOCS)
+    assert pages, "docs/ holds no pages"
+    assert [p for p in pages if p not in index] == [], "pages missing from docs/README.md"
+
+
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_links_and_anchors_resolve(path: Path) -> None:
+    broken = []
+    for target in _LINK.findall(path.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):  # http:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target}: no heading with that anchor")
+    assert broken == [], broken
+
+
+def test_every_finding_code_is_documented_with_its_severity() -> None:
+    text = (DOCS / "model.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([a-z]+)", text, re.M))
+    assert set(rows) == set(CODES), {"undocumented": sorted(set(CODES) - set(rows)), "unknown": sorted(set(rows) - set(CODES))}
+    assert {c: rows[c] for c in CODES if rows[c] != CODES[c]} == {}, "docs/model.md shows another default severity"
+
+
+def test_code_cites_docs_that_exist() -> None:
+    broken = []
+    for path in _python_files():
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(ROOT).as_posix()
+        for page, anchor in _CITATION.findall(text):
+            dest = DOCS / page
+            if not dest.is_file():
+                broken.append(f"{rel}: docs/{page}")
+            elif anchor and anchor not in _anchors(dest):
+                broken.append(f"{rel}: docs/{page}#{anchor}")
+    assert broken == [], broken
