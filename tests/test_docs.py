@@ -1,8 +1,8 @@
 """The project's own documentation under docs/ stays true to the code and reachable from it:
 
 - every relative link and #anchor in docs/ and README.md resolves;
-- every finding code of inspectors/findings.py is in docs/model.md's findings table with its
-  default severity (the code is the source of truth);
+- every finding code of inspectors/findings.py is in the findings tables of docs/model.md and of
+  README.md with its default severity (the code is the source of truth);
 - every `docs/<page>.md#<anchor>` cited in a Python file resolves.
 """
 from __future__ import annotations
@@ -79,11 +79,12 @@ def test_links_and_anchors_resolve(path: Path) -> None:
     assert broken == [], broken
 
 
-def test_every_finding_code_is_documented_with_its_severity() -> None:
-    text = (DOCS / "model.md").read_text(encoding="utf-8")
+@pytest.mark.parametrize("doc", ["docs/model.md", "README.md"])
+def test_every_finding_code_is_documented_with_its_severity(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([a-z]+)", text, re.M))
     assert set(rows) == set(CODES), {"undocumented": sorted(set(CODES) - set(rows)), "unknown": sorted(set(rows) - set(CODES))}
-    assert {c: rows[c] for c in CODES if rows[c] != CODES[c]} == {}, "docs/model.md shows another default severity"
+    assert {c: rows[c] for c in CODES if rows[c] != CODES[c]} == {}, f"{doc} shows another default severity"
 
 
 def test_code_cites_docs_that_exist() -> None:
