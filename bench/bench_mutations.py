@@ -13,7 +13,9 @@ b. `streamctl align <chk>` plan only (inspection + planning, nothing changed);
 c. `streamctl align <chk> --allow-duplicates --execute` (lock, backup of every touched file with
    sha256, journal, re-inspection);
 d. `streamctl align --undo <backup>` of that run;
-e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy).
+e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy);
+g. the floor of that trim: plain renames (`os.rename`, folders made as needed, nothing else) of the
+   same files into a backup tree, in one Python process, on another fresh copy.
 """
 from __future__ import annotations
 
@@ -45,6 +47,16 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
     return time.perf_counter() - t0, r
 
 
+RENAME_FLOOR = """
+import json, os, sys
+ck, dest = sys.argv[1], sys.argv[2]
+for rel in json.load(open(sys.argv[3])):
+    dst = os.path.join(dest, rel)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    os.rename(os.path.join(ck, rel), dst)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
@@ -57,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
     times: dict[str, list[float]] = {k: [] for k in ("cp -a (baseline)", "align plan", "align --execute",
-                                                      "align --undo", "trim plan", "trim --execute")}
+                                                      "align --undo", "trim plan", "trim --execute",
+                                                      "renames (trim floor)")}
     steps: dict[str, int] = {}
     with tempfile.TemporaryDirectory(dir=source.parent) as tmp:
         for i in range(args.runs):
@@ -84,20 +97,31 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(source, ck, symlinks=True)
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--json"], env)
             assert r.returncode == 0, r.stderr
-            steps["trim"] = len(json.loads(r.stdout)["plan"]["steps"])
+            trim_paths = [s["path"] for s in json.loads(r.stdout)["plan"]["steps"]]
+            steps["trim"] = len(trim_paths)
             times["trim plan"].append(t)
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--execute", "--json"], env)
             assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
             times["trim --execute"].append(t)
             shutil.rmtree(ck)
+            shutil.copytree(source, ck, symlinks=True)
+            paths_file = Path(tmp) / "trim-paths.json"
+            paths_file.write_text(json.dumps(trim_paths))
+            t, r = _run([sys.executable, "-c", RENAME_FLOOR, str(ck), str(Path(tmp) / f"renamed-{i}"), str(paths_file)], env)
+            assert r.returncode == 0, r.stderr
+            times["renames (trim floor)"].append(t)
+            shutil.rmtree(ck)
+            shutil.rmtree(Path(tmp) / f"renamed-{i}")
             shutil.rmtree(Path(tmp) / f"manual-{i}")
     base = statistics.median(times["cp -a (baseline)"])
     print(f"checkpoint: {info['files']} files; align plan: {steps['align']} steps; trim plan: {steps['trim']} steps; "
           f"{os.cpu_count()} CPUs; median of {args.runs}")
-    print(f"{'operation':<20} {'median s':>9} {'best s':>8} {'vs cp -a':>9}")
+    floor = statistics.median(times["renames (trim floor)"])
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'operation':<22} {'median s':>9} {'best s':>8} {'vs cp -a':>9} {'vs renames':>11}")
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:<20} {med:>9.2f} {min(ts):>8.2f} {med / base:>8.2f}x")
+        print(f"{name:<22} {med:>9.2f} {min(ts):>8.2f} {med / base:>8.2f}x {med / floor:>10.2f}x")
     return 0
 
 

@@ -21,8 +21,14 @@ def effective_format(fmt: str) -> str:
     return fmt
 
 
+PRETTY_LIMIT = 1 << 20  # larger documents (a 100,000-step plan) are printed compact: json's indenting encoder is pure Python
+
+
 def emit_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(doc, sort_keys=True, ensure_ascii=False)
+    if len(text) <= PRETTY_LIMIT:
+        text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

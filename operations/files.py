@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shutil
+import stat
 import struct
 import zlib
 from typing import Any, Optional
@@ -19,6 +21,7 @@ from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.storage import Storage
 
 CHUNK = 1 << 20
+_NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
 
 
 def hadoop_crc(data: bytes, bytes_per_checksum: int = 512) -> bytes:
@@ -38,6 +41,8 @@ def crc_name(rel: str) -> str:
 
 def check_rel(rel: str, where: str) -> str:
     """A relative, normalised path that cannot leave its root."""
+    if rel and _NOT_NORMAL.search(rel) is None:  # already normal: the usual case, fast
+        return rel
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or any(p == ".." for p in parts) or rel.startswith("/"):
         raise StorageError(f"{where}/{rel}", "refusing a path outside the root")
@@ -53,6 +58,7 @@ class Root:
         self.location = self.storage.display
         self._fs = None
         self._fs_root = ""
+        self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
         if not self.storage.is_local:
             self._fs = self.storage._fs  # noqa: SLF001 - same package family, one opener
             self._fs_root = self.storage._fs_root  # noqa: SLF001
@@ -66,6 +72,8 @@ class Root:
 
     def local(self, rel: str) -> str:
         rel = check_rel(rel, self.location)
+        if os.sep == "/":
+            return f"{self.location.rstrip('/')}/{rel}" if self.location != "/" else f"/{rel}"
         return os.path.join(self.location, *rel.split("/"))
 
     def _remote(self, rel: str) -> str:
@@ -78,13 +86,16 @@ class Root:
 
     def kind(self, rel: str) -> str:
         if self.is_local:
+            path = self.local(rel)
             try:
-                os.lstat(self.local(rel))
+                mode = os.lstat(path).st_mode
             except FileNotFoundError:
                 return "missing"
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
-            return "dir" if os.path.isdir(self.local(rel)) else "file"
+            if stat.S_ISLNK(mode):
+                return "dir" if os.path.isdir(path) else "file"
+            return "dir" if stat.S_ISDIR(mode) else "file"
         import pyarrow.fs as pafs
 
         info = self._fs.get_file_info(self._remote(rel))  # type: ignore[union-attr]
@@ -95,6 +106,39 @@ class Root:
     def read(self, rel: str) -> bytes:
         check_rel(rel, self.location)
         return self.storage.read(rel)
+
+    def digest_if_exists(self, rel: str) -> Optional[tuple[int, str]]:
+        """(size, sha256) of a file or folder, None when nothing is there; a local file costs one
+        open (no separate existence check)."""
+        if self.is_local:
+            try:
+                with open(self.local(rel), "rb") as fh:
+                    return _hash_stream(fh)
+            except FileNotFoundError:
+                return None
+            except IsADirectoryError:
+                pass
+            except OSError as exc:
+                raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
+        return self.digest(rel) if self.exists(rel) else None
+
+    def sync_parents(self, rels: "list[str] | set[str]") -> None:
+        """Make renames, creates and deletes of these paths durable: fsync each distinct parent
+        folder and its ancestors up to the root (local only; object-store calls are durable when
+        they return)."""
+        if not self.is_local:
+            return
+        top = os.path.normpath(self.location)
+        dirs: set[str] = set()
+        for rel in rels:
+            d = os.path.dirname(self.local(rel))
+            while d not in dirs and len(d) >= len(top):
+                dirs.add(d)
+                if os.path.normpath(d) == top:
+                    break
+                d = os.path.dirname(d)
+        for d in sorted(dirs):
+            _fsync_dir(d)
 
     def digest(self, rel: str) -> tuple[int, str]:
         """(size, sha256 hex) of a file, or of a folder (over its sorted relative names and file digests)."""
@@ -220,9 +264,18 @@ class Root:
         system, else copy -> fsync -> verify -> delete. Remote: copy -> verify -> delete."""
         if self.is_local and dest.is_local:
             src, dst = self.local(rel), dest.local(dest_rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            parent = os.path.dirname(dst)
+            if parent not in dest._made:  # one makedirs per folder, not per file
+                os.makedirs(parent, exist_ok=True)
+                dest._made.add(parent)
             try:
-                os.rename(src, dst)
+                try:
+                    os.rename(src, dst)
+                except FileNotFoundError:
+                    if not os.path.lexists(src):
+                        raise
+                    os.makedirs(parent, exist_ok=True)  # the folder went away since (undo, cleanup)
+                    os.rename(src, dst)
                 return
             except OSError as exc:
                 if exc.errno != errno.EXDEV:

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
-from streamctl.inspectors.errors import StreamctlError
+from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 
@@ -425,6 +425,14 @@ def verify_teardown(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str,
                           "handoff": roots["archive"].uri(HANDOFF_FILE)}
 
 
+def _in_place(plan: Plan, step: Step) -> bool:
+    root = Root(step.root, plan.roots[step.root])
+    try:
+        return root.exists(step.path) and root.read(step.path) == step.content
+    except StorageError:
+        return False
+
+
 def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
     """On --resume while the tombstone is not yet in place (a restart could still run the old
     query): the reason to refuse when the query ran again after the crash (the hand-off in the plan
@@ -432,6 +440,8 @@ def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
     stone = next((i for i, s in enumerate(plan.steps) if s.root == "checkpoint" and s.path == "metadata"), None)
     if stone is None or stone in journal_state.done:
         return None
+    if stone in journal_state.begun and _in_place(plan, plan.steps[stone]):
+        return None  # the tombstone acted before the crash (its done record was still to be group-committed)
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     q = inspect_checkpoint(plan.roots["checkpoint"], quiet_period_s=0)
