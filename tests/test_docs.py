@@ -17,7 +17,7 @@ from streamctl.inspectors.findings import CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SKIP_DIRS = {".venv", ".git", "build", "dist", "node_modules"}
+SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}  # and every hidden folder (.venv*, .git)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
 
@@ -52,7 +52,8 @@ def _markdown_files() -> list[Path]:
 def _python_files() -> list[Path]:
     out = []
     for path in ROOT.rglob("*.py"):
-        if not SKIP_DIRS.intersection(path.relative_to(ROOT).parts):
+        parts = path.relative_to(ROOT).parts
+        if not SKIP_DIRS.intersection(parts) and not any(part.startswith(".") for part in parts):
             out.append(path)
     return sorted(out)
 
