@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +18,7 @@ from streamctl.inspectors.findings import CODES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}  # and every hidden folder (.venv*, .git)
+SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
 
@@ -51,10 +52,9 @@ def _markdown_files() -> list[Path]:
 
 def _python_files() -> list[Path]:
     out = []
-    for path in ROOT.rglob("*.py"):
-        parts = path.relative_to(ROOT).parts
-        if not SKIP_DIRS.intersection(parts) and not any(part.startswith(".") for part in parts):
-            out.append(path)
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]  # .venv*, .git
+        out += [Path(folder, f) for f in files if f.endswith(".py")]
     return sorted(out)
 
 
