@@ -13,12 +13,15 @@ Fixtures:
 * ``spark`` (session): a small local SparkSession from ``get_spark()``; stopped at session end.
 * ``spark_checkpoints`` (session): builds every example scenario once and returns
   ``{name: checkpoint Path}``; each checkpoint sits at ``<root>/<name>/checkpoint`` next to its
-  ``input/`` and ``output/`` folders.
+  ``input/`` and ``output/`` folders. On PySpark 3.5 (the `./dev test-spark35` leg) only the
+  scenarios 3.5 can run (``SPARK35_SCENARIOS``: no checkpoint format 2, no Python data source,
+  no ``DataFrame.toArrow``).
 * ``fresh_copy`` (function): returns ``copy(name) -> Path``, copying a built scenario (checkpoint
   plus sibling input/output) into a fresh tmp dir, so a test may damage it freely. The copy keeps
   the ``<dir>/<name>/checkpoint`` layout; the returned Path is the copied checkpoint.
 
-Every test using these fixtures should be marked ``@pytest.mark.spark``.
+Every test using these fixtures should be marked ``@pytest.mark.spark``; those that also hold
+on PySpark 3.5 ``@pytest.mark.spark_lines`` (and ``spark4`` on the cases that need Spark 4).
 """
 from __future__ import annotations
 
@@ -30,7 +33,18 @@ from typing import Callable, Iterator
 
 import pytest
 
-__all__ = ["spark", "spark_checkpoints", "fresh_copy"]
+__all__ = ["spark", "spark_checkpoints", "fresh_copy", "SPARK35_SCENARIOS", "spark_major"]
+
+#: The example scenarios PySpark 3.5 can run (streamctl.pipeline.examples.SCENARIOS minus
+#: agg_rocksdb_v2, coordinated_sink and delta_foreach_batch).
+SPARK35_SCENARIOS = ("stateless_file_sink", "agg_hdfs", "agg_rocksdb", "join_hdfs", "dedup_rocksdb")
+
+
+def spark_major() -> int:
+    """The major version of the installed PySpark."""
+    import pyspark
+
+    return int(pyspark.__version__.split(".", 1)[0])
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +66,7 @@ def spark_checkpoints(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     from streamctl.pipeline.examples import build_all
 
     root = tmp_path_factory.mktemp("spark-examples")
-    return build_all(spark, root)
+    return build_all(spark, root, None if spark_major() >= 4 else list(SPARK35_SCENARIOS))
 
 
 @pytest.fixture

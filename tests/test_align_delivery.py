@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
 def _load(name: str) -> Any:
@@ -216,6 +216,7 @@ def test_file_sink_ahead_across_a_compaction(cli, spark, tmp_path, tree_snapshot
     restart(p, 1)
 
 
+@pytest.mark.spark4
 def test_coordinated_sink_ahead_after_restore(cli, spark, tmp_path, tree_snapshot):
     p = build(tmp_path, "coordinated", spark, 3)
     restore_older_checkpoint(p, tmp_path, 2)
@@ -308,6 +309,7 @@ def test_file_sink_behind_rolls_back(cli, spark, tmp_path, tree_snapshot):
 
 
 # -- 7. a coordinated sink's writers misaligned -----------------------------------------------------
+@pytest.mark.spark4
 def test_coordinated_writer_missing_rolls_back(cli, spark, tmp_path, tree_snapshot):
     p = build(tmp_path, "coordinated", spark, 5)
     rec = json.loads((p.output / "_commits/3.json").read_text())
@@ -322,7 +324,7 @@ def test_coordinated_writer_missing_rolls_back(cli, spark, tmp_path, tree_snapsh
 
 
 # -- 8. orphans ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kind", ["dedup_file", "coordinated"])
+@pytest.mark.parametrize("kind", ["dedup_file", pytest.param("coordinated", marks=pytest.mark.spark4)])
 def test_orphans_are_moved_to_the_backup(cli, spark, tmp_path, tree_snapshot, kind):
     p = build(tmp_path, kind, spark, 5)  # P = C = 4
     planted: dict[str, tuple[str, Path]] = {}  # what -> (root, path)
@@ -370,6 +372,7 @@ def test_orphans_are_moved_to_the_backup(cli, spark, tmp_path, tree_snapshot, ki
 
 
 # -- a Delta sink cannot be rolled back ------------------------------------------------------------
+@pytest.mark.spark4
 def test_delta_sink_ahead_refuses(cli, spark, tmp_path, tree_snapshot):
     from streamctl.pipeline.examples import build_delta_foreach_batch
 

@@ -140,6 +140,7 @@ def test_refuses_without_safe_or_assume_stopped(tmp_path: Path, cli: Any, tree_s
 
 
 @pytest.mark.spark
+@pytest.mark.spark_lines
 def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp_path: Path, cli: Any) -> None:
     from streamctl.pipeline.agent import attach
 
@@ -237,6 +238,7 @@ def _run_cli(*args: str, crash: int | None = None) -> subprocess.CompletedProces
 
 
 @pytest.mark.spark
+@pytest.mark.spark_lines
 def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: Any, tmp_path: Path) -> None:
     p = ap.Pipeline(tmp_path, "dedup_file", spark)
     p.add_input(0, 3)
@@ -303,6 +305,7 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
 
 
 @pytest.mark.spark
+@pytest.mark.spark_lines
 def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_path: Path, cli: Any) -> None:
     p = ap.Pipeline(tmp_path, "file", spark)
     p.add_input(0, 2)
@@ -333,6 +336,7 @@ def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_pa
 
 
 @pytest.mark.spark
+@pytest.mark.spark_lines
 def test_discard_in_flight_epoch(spark: Any, tmp_path: Path, cli: Any) -> None:
     """P == C + 1 with the sink at C: refused, unless --discard-in-flight (offsets/P goes first;
     the hand-off's final epoch is C, so the successor gets P's input)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 STATEFUL = ("agg_hdfs", "agg_rocksdb", "agg_rocksdb_v2", "join_hdfs", "dedup_rocksdb")
 
@@ -52,6 +52,7 @@ def test_every_real_checkpoint_is_aligned(cli, spark_checkpoints):
             assert q["stateful"] is False and q["state_epoch"] is None
 
 
+@pytest.mark.spark4
 def test_real_state_layouts(cli, spark_checkpoints):
     docs = {}
     for name in STATEFUL:
@@ -71,7 +72,7 @@ def test_real_state_layouts(cli, spark_checkpoints):
                                         "right-keyToNumValues", "right-keyWithIndexToValue"}
 
 
-@pytest.mark.parametrize("name", ["agg_hdfs", "agg_rocksdb", "agg_rocksdb_v2", "join_hdfs"])
+@pytest.mark.parametrize("name", ["agg_hdfs", "agg_rocksdb", pytest.param("agg_rocksdb_v2", marks=pytest.mark.spark4), "join_hdfs"])
 def test_deleting_a_state_file_the_restart_needs(cli, fresh_copy, name):
     chk = fresh_copy(name)
     store = "left-keyWithIndexToValue" if name == "join_hdfs" else None
@@ -134,6 +135,7 @@ def test_temp_files_and_stray_versions_are_orphans(cli, fresh_copy):
     assert sorted(Path(p).name for p in f["files"]) == [".9.delta.3f1e2d4c-0000-1111-2222-333344445555.tmp", "12.delta"]
 
 
+@pytest.mark.spark4
 def test_unnamed_unique_id_is_an_orphan_and_named_one_is_required(cli, fresh_copy):
     chk = fresh_copy("agg_rocksdb_v2")
     named = [f for f in state_files(chk, 0, 1, 8) if f.name.endswith(".changelog")]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
 def _harness():
@@ -43,7 +43,7 @@ def _backup_bytes(backup: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
-@pytest.mark.parametrize("kind", ["dedup_rocksdb", "dedup_rocksdb_v2", "dedup_file", "file"])
+@pytest.mark.parametrize("kind", ["dedup_rocksdb", pytest.param("dedup_rocksdb_v2", marks=pytest.mark.spark4), "dedup_file", "file"])
 def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, tmp_path, tree_snapshot, kind):
     v2 = kind.endswith("_v2")
     p = ap.Pipeline(tmp_path, kind.removesuffix("_v2"), spark, name=kind,
