@@ -105,6 +105,8 @@ def _window(w: Optional[list[int]]) -> str:
 
 ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
                "one Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
+SPARK_TASKS_HELP = ("Spark tasks that share the checkpoints with --engine spark (default: two per core of the "
+                    "cluster, at most 500 checkpoints per task).")
 WORKERS_HELP = ("Threads of the local engine (default: min(32, 4 x CPUs) when a checkpoint is on an object store, "
                 "else 1: one checkpoint after another).")
 WATCH_HELP = "Redraw the table every --interval seconds until Ctrl-C (exit 130); with --metrics-file, rewrite it each time."
@@ -127,6 +129,7 @@ def inspect_epochs(
     engine: str = typer.Option("local", "--engine", help=ENGINE_HELP),
     master: str = typer.Option("local[2]", "--master", help="Spark master URL for --engine spark (default local[2])."),
     workers: Optional[int] = typer.Option(None, "--workers", help=WORKERS_HELP),
+    spark_tasks: Optional[int] = typer.Option(None, "--spark-tasks", min=1, help=SPARK_TASKS_HELP),
     output_jsonl: Optional[str] = typer.Option(None, "--output-jsonl", help="Also write one JSON line per query (its queries[] record) to this file."),
     output_parquet: Optional[str] = typer.Option(None, "--output-parquet", help="Also write one row per query to this Parquet file (flat columns plus record_json)."),
     watch: bool = typer.Option(False, "--watch", help=WATCH_HELP),
@@ -190,7 +193,7 @@ def inspect_epochs(
     def inspect_once() -> dict[str, Any]:
         started = time.time()
         if runner is not None:
-            records = runner.run(targets, quiet)
+            records = runner.run(targets, quiet, tasks=spark_tasks)
             if reclaimable:
                 records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets)]
         else:

@@ -138,14 +138,15 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
         return
     plan.op_id = op_id
     backup = Root("backup", backup_dir or ck_root.uri(f"_streamctl/backups/{op_id}"))
-    executor = Executor(plan, roots_of(plan), backup)
     try:
-        executor.write_plan()
+        Executor(plan, roots_of(plan), backup).write_plan()
     except Conflict as exc:
         lock.release()
         raise refused(exc, as_json, f"{name.title()}Refusal") from None
     try:
-        executor.run()
+        with render.progress(not as_json) as tick:  # files, bytes, rate, eta on a terminal's stderr
+            executor = Executor(plan, roots_of(plan), backup, meter=tick)
+            executor.run()
     except Conflict as exc:
         raise fail(f"{exc}; resume with: streamctl {name} --resume {backup.location}", ExitCode.REFUSED) from None
     except KeyboardInterrupt:
@@ -178,16 +179,18 @@ def resume_or_undo(name: str, backup_location: str, undo: bool, break_lock: bool
     if live:
         lock.release()
         raise refused(Refused(f"{plan.roots['checkpoint']}: {live}"), as_json, f"{name.title()}Refusal")
-    executor = Executor(plan, roots, backup)
     if not undo:
         try:
-            executor.run()
+            with render.progress(not as_json) as tick:
+                executor = Executor(plan, roots, backup, meter=tick)
+                executor.run()
         except Conflict as exc:
             raise fail(str(exc), ExitCode.REFUSED) from None
         finish(plan, backup, executor, lock, as_json, True, verify, lines, name)
         return
     try:
-        restored = executor.undo()
+        with render.progress(not as_json) as tick:
+            restored = Executor(plan, roots, backup, meter=tick).undo()
     except Conflict as exc:
         lock.release()
         raise refused(exc, as_json, f"{name.title()}Refusal") from None

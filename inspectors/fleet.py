@@ -4,7 +4,7 @@
   URIs (`s3://bucket/chk/*/?endpoint_override=...`) by listing each wildcard segment through
   `Storage` (the URI's options stay last on every match).
 - `run_local` inspects with a thread pool (`workers=1`: one after another); `SparkRunner` runs
-  the same inspector inside Spark tasks, one checkpoint per task. Both keep the input order.
+  the same inspector inside Spark tasks, checkpoints grouped into tasks. Both keep the input order.
 - `write_jsonl` and `write_parquet` write one record per query.
 
 PySpark and pyarrow are imported only by the functions that need them.
@@ -165,8 +165,19 @@ def _spark_task(quiet_period_s: Optional[float], target: Target) -> dict[str, An
     return inspect_target(target, quiet_period_s).to_record()
 
 
+TASK_SLOTS_FACTOR = 2  # tasks per core: a slow checkpoint delays one of several tasks, not the job
+CHECKPOINTS_PER_TASK = 500  # beyond that, more tasks (a retried task redoes at most this many)
+
+
+def default_tasks(checkpoints: int, parallelism: int) -> int:
+    """How many Spark tasks inspect a fleet: two per core of the cluster, more for very large
+    fleets (at most CHECKPOINTS_PER_TASK checkpoints each), never more than checkpoints."""
+    want = max(TASK_SLOTS_FACTOR * max(parallelism, 1), -(-checkpoints // CHECKPOINTS_PER_TASK))
+    return max(1, min(checkpoints, want))
+
+
 class SparkRunner:
-    """Inspect checkpoints inside Spark tasks, one checkpoint per task. Reuses the active
+    """Inspect checkpoints inside Spark tasks, several checkpoints per task. Reuses the active
     SparkSession when there is one (and then leaves it running); otherwise starts one on
     `master` and stops it on close. The Python workers use this interpreter."""
 
@@ -190,16 +201,17 @@ class SparkRunner:
 
     def run(self, targets: list[Target], quiet_period_s: Optional[float] = None,
             tasks: Optional[int] = None) -> list[dict[str, Any]]:
-        """One record (`QueryInspection.to_record()`) per target, in input order. One task per
-        checkpoint unless `tasks` says how many tasks share them (each task costs PySpark
-        0.1-0.3 s of overhead on a small machine: see BENCHMARKS.md)."""
+        """One record (`QueryInspection.to_record()`) per target, in input order. The checkpoints
+        are grouped into `tasks` tasks, by default `default_tasks` of the fleet size and the
+        cluster's parallelism (each task costs PySpark 0.1-0.3 s of overhead: see BENCHMARKS.md)."""
         import functools
 
         if not targets:
             return []
         sc = self.spark.sparkContext
+        n = default_tasks(len(targets), sc.defaultParallelism) if tasks is None else max(1, min(tasks, len(targets)))
         task = functools.partial(_spark_task, quiet_period_s)
-        return sc.parallelize(targets, min(tasks or len(targets), len(targets))).map(task).collect()
+        return sc.parallelize(targets, n).map(task).collect()
 
     def close(self) -> None:
         if self.owned:

@@ -21,7 +21,7 @@ import errno
 import os
 import stat as stat_mod
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlparse
 
 from streamctl.inspectors.errors import StorageError
 
@@ -71,6 +71,37 @@ def _os_reason(exc: OSError) -> str:
     return _one_line(exc)
 
 
+AZURE_SCHEMES = ("abfs", "abfss", "az")
+AZURE_KEY_ENV = "AZURE_STORAGE_ACCOUNT_KEY"  # the account key stays in the environment, never in a URI
+
+
+def azure_location(uri: str) -> dict[str, str]:
+    """The parts of `abfs[s]://<container>@<account>.dfs.core.windows.net/<path>[?blob_storage_authority=
+    host:port&dfs_storage_authority=host:port&enable_tls=false]` (the last options reach an emulator)."""
+    parsed = urlparse(uri)
+    opts = dict(parse_qsl(parsed.query))
+    container, _, host = parsed.netloc.rpartition("@")
+    account = host.split(".", 1)[0]
+    if not container or not account:
+        raise ValueError("expected abfs[s]://<container>@<account>.dfs.core.windows.net/<path>")
+    tls = parsed.scheme.lower() == "abfss" or opts.get("enable_tls", "true").lower() not in ("false", "0")
+    return {"account": account, "container": container, "path": parsed.path.strip("/"),
+            "scheme": "https" if tls else "http", "blob_authority": opts.get("blob_storage_authority", ""),
+            "dfs_authority": opts.get("dfs_storage_authority", opts.get("blob_storage_authority", ""))}
+
+
+def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
+    """An Azure file system authenticated by the account key in AZURE_STORAGE_ACCOUNT_KEY."""
+    import pyarrow.fs as pafs
+
+    loc = azure_location(uri)
+    kwargs: dict[str, str] = {"blob_storage_scheme": loc["scheme"], "dfs_storage_scheme": loc["scheme"]}
+    if loc["blob_authority"]:
+        kwargs.update(blob_storage_authority=loc["blob_authority"], dfs_storage_authority=loc["dfs_authority"])
+    fs = pafs.AzureFileSystem(loc["account"], account_key=os.environ[AZURE_KEY_ENV], **kwargs)
+    return fs, f"{loc['container']}/{loc['path']}".rstrip("/")
+
+
 class Storage:
     """A read-only view of one root folder. Paths passed to methods are relative, `/`-separated."""
 
@@ -105,7 +136,10 @@ class Storage:
         try:
             import pyarrow.fs as pafs
 
-            fs, root = pafs.FileSystem.from_uri(uri)
+            if scheme in AZURE_SCHEMES and os.environ.get(AZURE_KEY_ENV):
+                fs, root = _azure_with_key(uri)
+            else:
+                fs, root = pafs.FileSystem.from_uri(uri)
         except Exception as exc:  # pyarrow raises ArrowInvalid/OSError with long texts
             raise StorageError(location, f"cannot open file system: {_one_line(exc)}") from None
         return cls(display=location, fs=fs, fs_root=root)

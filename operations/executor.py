@@ -34,6 +34,7 @@ DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
 CRASH_EXIT = 86
 BATCH_STEPS = 1000  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
+METER_SECONDS = 0.2
 
 
 class Conflict(StreamctlError):
@@ -135,18 +136,50 @@ def backup_rel(step: Step) -> str:
     return f"files/{step.root}/{step.path}"
 
 
+def _entry_base(step: Step, root: Root) -> dict[str, Any]:
+    """The manifest entry's common keys of a step."""
+    return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": backup_rel(step)}
+
+
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
     return None if d is None else {"size": d[0], "sha256": d[1]}
 
 
+class Meter:
+    """Files done, bytes, rate and eta of a running operation, at most every METER_SECONDS."""
+
+    def __init__(self, total: int, out: Optional[Callable[[str], None]]) -> None:
+        self.total, self.out = total, out
+        self.files = self.bytes = 0
+        self.t0 = self.last = time.monotonic()
+
+    def tick(self, size: int) -> None:
+        if self.out is None:
+            return
+        self.files += 1
+        self.bytes += int(size)
+        now = time.monotonic()
+        if now - self.last < METER_SECONDS and self.files < self.total:
+            return
+        self.last = now
+        rate = self.files / max(now - self.t0, 1e-6)
+        eta = max(self.total - self.files, 0) / rate if rate else 0.0
+        self.out(f"{self.files:,}/{self.total:,} files, {self.bytes / 1e6:,.1f} MB, {rate:,.0f} files/s, "
+                 f"eta {eta:,.0f} s")
+
+
 class Executor:
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
-                 progress: Optional[Callable[[str], None]] = None) -> None:
+                 progress: Optional[Callable[[str], None]] = None,
+                 meter: Optional[Callable[[str], None]] = None) -> None:
+        """`progress` gets one line per step; `meter` a throttled status (files done, bytes, rate,
+        eta) for a terminal."""
         self.plan = plan
         self.roots = roots
         self.backup = backup
         self.journal = Journal(backup)
         self.progress = progress or (lambda _m: None)
+        self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
 
     # -- plan file ----------------------------------------------------------------------------
@@ -185,22 +218,30 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         for start in range(0, len(todo), BATCH_STEPS):
             batch = todo[start:start + BATCH_STEPS]
-            for i in batch:
-                if i not in state.begun:
-                    step = self.plan.steps[i]
-                    pre = _digest_record(self.roots[step.root].digest_if_exists(step.path))
-                    rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
-                           "path": step.path, "pre": pre}
-                    pending.append(rec)
-                    state.begun[i] = rec
+            new = [i for i in batch if i not in state.begun]
+            pres = self._pre_images(new)
+            for i in new:
+                step = self.plan.steps[i]
+                rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
+                       "path": step.path, "pre": pres[i]}
+                pending.append(rec)
+                state.begun[i] = rec
             self.journal.append_many(pending)
             pending = []
             touched: list[Step] = []
+            deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
             t0 = time.monotonic()
             for i in batch:
                 step = self.plan.steps[i]
+                if step.action == "delete" and not self.roots[step.root].is_local:
+                    deletes.append(i)
+                    continue
+                self._delete_remote(deletes, state, pending, touched)
+                deletes = []
                 self.progress(f"step {i + 1}/{len(self.plan.steps)}: {step.describe()}")
-                rec = {"event": "done", "step": i, "manifest": self._apply(step, state.begun[i].get("pre"))}
+                pre = state.begun[i].get("pre")
+                rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
+                self.meter.tick(pre.get("size") or 0 if isinstance(pre, dict) else 0)
                 pending.append(rec)
                 state.done[i] = rec
                 touched.append(step)
@@ -209,6 +250,7 @@ class Executor:
                 if time.monotonic() - t0 > BATCH_SECONDS:
                     self._commit_done(touched, pending)
                     pending, touched, t0 = [], [], time.monotonic()
+            self._delete_remote(deletes, state, pending, touched)
             self._sync(touched)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
@@ -216,6 +258,48 @@ class Executor:
             state.finished = True
         self.journal.append_many(pending)
         return state
+
+    def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
+        """What each step's file is before it acts (size, sha256), for its begin record. Files a
+        --purge deletes on an object store get their size from one listing per folder, no read
+        (no undo can use a digest of a purged file)."""
+        pres: dict[int, Optional[dict[str, Any]]] = {}
+        listed: dict[str, list[int]] = {}
+        for i in indices:
+            step = self.plan.steps[i]
+            root = self.roots[step.root]
+            if step.action == "delete" and not root.is_local:
+                listed.setdefault(step.root, []).append(i)
+            else:
+                pres[i] = _digest_record(root.digest_if_exists(step.path))
+        for name, idx in listed.items():
+            sizes = self.roots[name].listed_sizes([self.plan.steps[i].path for i in idx])
+            for i in idx:
+                size = sizes[self.plan.steps[i].path]
+                pres[i] = None if size is None else {"size": size, "sha256": None}
+        return pres
+
+    def _delete_remote(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
+                       touched: list[Step]) -> None:
+        """Run the --purge deletes of these steps on object stores in batched requests."""
+        by_root: dict[str, list[str]] = {}
+        for i in indices:
+            step = self.plan.steps[i]
+            by_root.setdefault(step.root, []).append(step.path)
+        for name, paths in by_root.items():
+            self.roots[name].delete_many(paths)
+        for i in indices:
+            step = self.plan.steps[i]
+            pre = state.begun[i].get("pre")
+            size = pre.get("size") if isinstance(pre, dict) else None
+            entry = dict(_entry_base(step, self.roots[step.root]), backup=None,
+                         action="absent" if pre is None else "deleted", size=size,
+                         sha256=pre.get("sha256") if isinstance(pre, dict) else None)
+            rec = {"event": "done", "step": i, "manifest": entry}
+            pending.append(rec)
+            state.done[i] = rec
+            touched.append(step)
+            self.meter.tick(size or 0)
 
     def _sync(self, steps: list[Step]) -> None:
         """Make the effects of these steps durable (their folders, in the roots and the backup)."""
@@ -234,7 +318,7 @@ class Executor:
     def _apply(self, step: Step, pre: Any) -> Optional[dict[str, Any]]:
         root = self.roots[step.root]
         b = backup_rel(step)
-        base = {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": b}
+        base = _entry_base(step, root)
         if step.action == "move":
             if root.exists(step.path):
                 if self.backup.exists(b):  # a copy-based move interrupted before its delete
@@ -306,6 +390,7 @@ class Executor:
             step = self.plan.steps[i]
             self.progress(f"undo step {i + 1}: {step.describe()}")
             restored.extend(self._undo_step(i, state))
+            self.meter.tick(0)
             pending.append({"event": "undo_done", "step": i})
             touched.append(step)
             if len(touched) >= BATCH_STEPS or time.monotonic() - t0 > BATCH_SECONDS:

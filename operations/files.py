@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -18,9 +19,12 @@ import zlib
 from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location
 
 CHUNK = 1 << 20
+S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
+AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
+DELETE_THREADS = 8
 _NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
 
 
@@ -53,6 +57,9 @@ class Root:
     """One writable root folder (local path or URI)."""
 
     def __init__(self, name: str, location: str) -> None:
+        if location.split("://", 1)[0].lower() in ("hdfs", "viewfs") and "://" in location:
+            raise StorageError(location, "changes on HDFS are refused: no HDFS runs in the tests to prove the lock's "
+                                         "exclusive create, backup and undo on it (inspections work)")
         self.name = name
         self.storage = Storage.open(location)
         self.location = self.storage.display
@@ -141,15 +148,12 @@ class Root:
             _fsync_dir(d)
 
     def digest(self, rel: str) -> tuple[int, str]:
-        """(size, sha256 hex) of a file, or of a folder (over its sorted relative names and file digests)."""
-        if self.kind(rel) == "dir":
-            h = hashlib.sha256()
-            total = 0
-            for sub in self.walk_files(rel):
-                size, digest = self.digest(f"{rel}/{sub}")
-                total += size
-                h.update(f"{sub}\0{size}\0{digest}\n".encode())
-            return total, h.hexdigest()
+        """(size, sha256 hex) of a file, or of a folder (over its sorted relative names and file digests).
+        On object stores a folder may exist only as the prefix of its objects (no marker object), which
+        some stores' emulators do not report as a folder: such a prefix counts as a folder too."""
+        kind = self.kind(rel)
+        if kind == "dir" or (kind == "missing" and not self.is_local and self.walk_files(rel)):
+            return self.tree_digest(rel)
         if self.is_local:
             try:
                 with open(self.local(rel), "rb") as fh:
@@ -158,6 +162,17 @@ class Root:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             return _hash_stream(fh)
+
+    def tree_digest(self, rel: str) -> tuple[int, str]:
+        """(total size, sha256 over sorted relative names and file digests) of the files below `rel`;
+        an empty or absent folder gives the digest of nothing (object stores keep no empty folders)."""
+        h = hashlib.sha256()
+        total = 0
+        for sub in self.walk_files(rel):
+            size, digest = self.digest(f"{rel}/{sub}")
+            total += size
+            h.update(f"{sub}\0{size}\0{digest}\n".encode())
+        return total, h.hexdigest()
 
     def walk_files(self, rel: str) -> list[str]:
         """Files under folder `rel`, relative to it, sorted."""
@@ -208,31 +223,117 @@ class Root:
                 fh.flush()
                 os.fsync(fh.fileno())
             return True
-        if self.location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n"):
+        scheme = self.location.split("://", 1)[0].lower()
+        if scheme in ("s3", "s3a", "s3n"):
             return self._s3_create_exclusive(rel, data)
-        raise StorageError(self.uri(rel), "exclusive create (the lock) is supported on local file systems and S3 only")
+        if scheme in ("gs", "gcs"):
+            return self._gcs_create_exclusive(rel, data)
+        if scheme in AZURE_SCHEMES:
+            return self._azure_create_exclusive(rel, data)
+        raise StorageError(self.uri(rel), "exclusive create (the lock) is supported on local file systems, S3, GCS "
+                                          "and Azure Blob only")
 
-    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """S3 conditional write: PutObject with If-None-Match: * (412 when the key exists).
-        Needs boto3 (`pip install 'streamctl[s3]'`); endpoint and region come from the URI's
+    def _key(self, rel: str) -> tuple[str, str]:
+        """(bucket or container, object key) of `rel` on an object store."""
+        head, _, prefix = self._fs_root.partition("/")
+        rel = check_rel(rel, self.location)
+        return head, f"{prefix}/{rel}" if prefix else rel
+
+    def _gcs_create_exclusive(self, rel: str, data: bytes) -> bool:
+        """GCS conditional create: a multipart upload with ifGenerationMatch=0 (412 when the object
+        exists), over plain HTTP. The endpoint comes from the URI's `endpoint_override`/`scheme`
+        options; `gs://anonymous@bucket/...` sends no credentials (an emulator), else the token
+        of Google's default credentials (needs google-auth: `pip install 'streamctl[gcs]'`)."""
+        import urllib.error
+        import urllib.request
+        from urllib.parse import parse_qsl, quote, urlparse
+
+        parsed = urlparse(self.location)
+        opts = dict(parse_qsl(parsed.query))
+        base = (f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}" if "endpoint_override" in opts
+                else "https://storage.googleapis.com")
+        bucket, key = self._key(rel)
+        url = f"{base}/upload/storage/v1/b/{quote(bucket, safe='')}/o?uploadType=multipart&ifGenerationMatch=0"
+        boundary = f"streamctl-{os.urandom(8).hex()}"
+        body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}\r\n"
+                f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+        headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
+        if parsed.username != "anonymous":
+            headers["Authorization"] = f"Bearer {_gcs_token(self.uri(rel))}"
+        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 412:
+                return False
+            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.code}") from None
+        except OSError as exc:
+            raise StorageError(self.uri(rel), f"conditional create failed: {exc}") from None
+        return True
+
+    def _azure_create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Azure Blob conditional create: Put Blob with If-None-Match: * (409/412 when the blob
+        exists). Needs azure-storage-blob (`pip install 'streamctl[azure]'`); the account key comes
+        from AZURE_STORAGE_ACCOUNT_KEY, else azure-identity's default credential."""
+        try:
+            from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError
+            from azure.storage.blob import BlobClient
+        except ImportError:
+            raise StorageError(self.uri(rel), "changing files on Azure needs azure-storage-blob for the lock's "
+                                              "conditional create (pip install 'streamctl[azure]')") from None
+        account_url, credential = self._azure_service(rel)
+        container, blob = self._key(rel)
+        client = BlobClient(account_url, container, blob, credential=credential)
+        try:
+            client.upload_blob(data, overwrite=False)  # Put Blob with If-None-Match: *
+        except (ResourceExistsError, ResourceModifiedError):
+            return False
+        except HttpResponseError as exc:
+            if exc.status_code in (409, 412):
+                return False
+            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.status_code}") from None
+        return True
+
+    def _azure_service(self, rel: str) -> tuple[str, Any]:
+        """The blob service URL and credential of this Azure root (key from AZURE_STORAGE_ACCOUNT_KEY,
+        else azure-identity's default credential)."""
+        loc = azure_location(self.location)
+        account_url = (f"{loc['scheme']}://{loc['blob_authority']}/{loc['account']}" if loc["blob_authority"]
+                       else f"{loc['scheme']}://{loc['account']}.blob.core.windows.net")
+        key = os.environ.get(AZURE_KEY_ENV)
+        if key:
+            return account_url, {"account_name": loc["account"], "account_key": key}
+        try:
+            from azure.identity import DefaultAzureCredential
+        except ImportError:
+            raise StorageError(self.uri(rel), f"no Azure credential: set {AZURE_KEY_ENV} or install "
+                                              "azure-identity") from None
+        return account_url, DefaultAzureCredential()
+
+    def _s3_client(self, rel: str) -> Any:
+        """A boto3 S3 client for this root; endpoint and region come from the URI's
         `endpoint_override`/`scheme`/`region` options or the usual AWS environment."""
         from urllib.parse import parse_qsl, urlparse
 
         try:
             import boto3
-            from botocore.exceptions import ClientError
         except ImportError:
             raise StorageError(self.uri(rel), "changing files on S3 needs boto3 for the lock's conditional write "
                                               "(pip install 'streamctl[s3]')") from None
-        parsed = urlparse(self.location)
-        opts = dict(parse_qsl(parsed.query))
+        opts = dict(parse_qsl(urlparse(self.location).query))
         endpoint = None
         if "endpoint_override" in opts:
             endpoint = f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}"
-        key_root = self._fs_root.split("/", 1)
-        bucket, prefix = key_root[0], (key_root[1] if len(key_root) > 1 else "")
-        key = f"{prefix}/{check_rel(rel, self.location)}" if prefix else check_rel(rel, self.location)
-        client = boto3.client("s3", endpoint_url=endpoint, region_name=opts.get("region") or None)
+        return boto3.client("s3", endpoint_url=endpoint, region_name=opts.get("region") or None)
+
+    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
+        """S3 conditional write: PutObject with If-None-Match: * (412 when the key exists).
+        Needs boto3 (`pip install 'streamctl[s3]'`)."""
+        from botocore.exceptions import ClientError
+
+        client = self._s3_client(rel)
+        bucket, key = self._key(rel)
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
         except ClientError as exc:
@@ -242,6 +343,71 @@ class Root:
                 return False
             raise StorageError(self.uri(rel), f"conditional write failed: {code or status}") from None
         return True
+
+    def listed_sizes(self, rels: list[str]) -> dict[str, Optional[int]]:
+        """Size of each file (None when it is not there) from one listing per distinct folder:
+        what a purge on an object store records instead of reading every object."""
+        by_dir: dict[str, list[str]] = {}
+        for rel in rels:
+            by_dir.setdefault(check_rel(rel, self.location).rpartition("/")[0], []).append(rel)
+        out: dict[str, Optional[int]] = {}
+        for head, members in by_dir.items():
+            entries = {e.name: e for e in (self.storage.list_dir(head) or [])}
+            for rel in members:
+                e = entries.get(rel.rpartition("/")[2])
+                out[rel] = None if e is None or e.is_dir else int(e.size or 0)
+        return out
+
+    def delete_many(self, rels: list[str]) -> None:
+        """Delete files, absent ones included, in as few requests as the store allows: S3
+        DeleteObjects (1,000 keys a request), Azure Blob batch delete (256), else one request
+        per file on a few threads (GCS)."""
+        if not rels:
+            return
+        if self.is_local:
+            for rel in rels:
+                self.delete(rel)
+            return
+        scheme = self.location.split("://", 1)[0].lower()
+        if scheme in ("s3", "s3a", "s3n"):
+            self._s3_delete_many(rels)
+        elif scheme in AZURE_SCHEMES:
+            self._azure_delete_many(rels)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(rels))) as pool:
+                list(pool.map(self._delete_file, rels))
+
+    def _delete_file(self, rel: str) -> None:
+        try:
+            self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
+        except FileNotFoundError:
+            pass
+
+    def _s3_delete_many(self, rels: list[str]) -> None:
+        client = self._s3_client(rels[0])
+        keys = [self._key(rel) for rel in rels]
+        for i in range(0, len(keys), S3_DELETE_BATCH):
+            chunk = keys[i:i + S3_DELETE_BATCH]
+            resp = client.delete_objects(Bucket=chunk[0][0], Delete={"Objects": [{"Key": k} for _b, k in chunk],
+                                                                    "Quiet": True})
+            errors = [e for e in resp.get("Errors") or [] if e.get("Code") != "NoSuchKey"]
+            if errors:
+                raise StorageError(self.uri(rels[0]), f"DeleteObjects failed for {len(errors)} key(s): "
+                                                      f"{errors[0].get('Key')}: {errors[0].get('Code')}")
+
+    def _azure_delete_many(self, rels: list[str]) -> None:
+        from azure.storage.blob import ContainerClient
+
+        account_url, credential = self._azure_service(rels[0])
+        keys = [self._key(rel) for rel in rels]
+        client = ContainerClient(account_url, keys[0][0], credential=credential)
+        for i in range(0, len(keys), AZURE_DELETE_BATCH):
+            chunk = [k for _c, k in keys[i:i + AZURE_DELETE_BATCH]]
+            for resp in client.delete_blobs(*chunk, raise_on_any_failure=False):
+                if resp.status_code not in (200, 202, 404):
+                    raise StorageError(self.uri(rels[0]), f"batch delete failed: HTTP {resp.status_code}")
 
     def delete(self, rel: str) -> None:
         if self.is_local:
@@ -281,7 +447,9 @@ class Root:
                 if exc.errno != errno.EXDEV:
                     raise StorageError(self.uri(rel), f"cannot move to {dst}: {exc.strerror}") from None
         self.copy_to(rel, dest, dest_rel)
-        if self.digest(rel) != dest.digest(dest_rel):
+        same = (self.tree_digest(rel) == dest.tree_digest(dest_rel) if self.kind(rel) == "dir"
+                else self.digest(rel) == dest.digest(dest_rel))
+        if not same:
             raise StorageError(dest.uri(dest_rel), "copy differs from its source; source kept")
         self.delete(rel)
 
@@ -317,6 +485,21 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
+
+
+def _gcs_token(where: str) -> str:
+    try:
+        import google.auth
+        import google.auth.transport.requests
+    except ImportError:
+        raise StorageError(where, "changing files on GCS needs google-auth for the lock's conditional create "
+                                  "(pip install 'streamctl[gcs]'), or gs://anonymous@... for an emulator") from None
+    try:
+        creds, _project = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
+        creds.refresh(google.auth.transport.requests.Request())
+    except Exception as exc:  # noqa: BLE001 - google-auth raises several kinds
+        raise StorageError(where, f"no Google credentials for the lock's conditional create ({type(exc).__name__})") from None
+    return str(creds.token)
 
 
 def _hash_stream(fh: Any) -> tuple[int, str]:

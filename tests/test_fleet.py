@@ -309,3 +309,18 @@ def test_glob_over_s3(cli, s3):
             assert q[key] == local[q["query_id"]][key], key
     r = cli("inspect", "epochs", f"s3://chk/fleet/none-*{opts}")
     assert r.code == 2 and r.stderr == f"streamctl: no checkpoint folder matches s3://chk/fleet/none-*{opts}\n"
+
+
+def test_spark_tasks_default_groups_checkpoints_by_the_clusters_parallelism():
+    from streamctl.inspectors.fleet import default_tasks
+
+    assert default_tasks(1000, 2) == 4  # local[2]: two tasks per core, 250 checkpoints each
+    assert default_tasks(1000, 64) == 128  # grows with the executors
+    assert default_tasks(3, 64) == 3  # never more tasks than checkpoints
+    assert default_tasks(100_000, 2) == 200  # at most 500 checkpoints per task
+    assert default_tasks(1, 0) == 1
+
+
+def test_spark_tasks_below_one_is_a_usage_error(cli, tmp_path):
+    r = cli("inspect", "epochs", str(tmp_path), "--engine", "spark", "--spark-tasks", "0")
+    assert r.code == 2, r

@@ -1,18 +1,23 @@
-"""Mutations on a real S3 API server (moto, server mode, loopback): the lock is a conditional
-write, moves are copy -> verify -> delete under the journal.
+"""Mutations on real object-store API servers on loopback — S3 (moto, server mode), GCS
+(fake-gcs-server) and Azure Blob (Azurite), every test once per store: the lock is the store's
+conditional create (S3 If-None-Match: *, GCS ifGenerationMatch=0, Azure If-None-Match: *), moves
+are copy -> verify -> delete under the journal.
 
-Spark cannot reach S3 here (no hadoop-aws jars), so the delivery checks move the pipeline folder
-to S3 and back: the real query runs locally, is damaged locally, is uploaded; `streamctl align`
-/ `trim` run against the s3:// URIs only; what they left on the S3 server is downloaded over the
+Spark cannot reach these stores here (no hadoop-aws/gcs/azure jars), so the delivery checks move
+the pipeline folder to the store and back: the real query runs locally, is damaged locally, is uploaded; `streamctl align`
+/ `trim` run against the store URIs only; what they left on the server is downloaded over the
 local folder and the same real query restarts on it. The coordinated sink keeps relative paths in
 its commit records, so nothing is rewritten on the way."""
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import urlparse
 
 import pytest
 
@@ -26,9 +31,42 @@ def _load(name: str):
 
 
 _s3f = _load("s3_fixtures")
+_cf = _load("cloud_fixtures")
 ap = _load("align_pipeline")
-s3 = _s3f.s3
-pytestmark = pytest.mark.skipif(_s3f.moto_server is None, reason="moto[server] is installed by ./dev test")
+s3, gcs, azure = _s3f.s3, _cf.gcs, _cf.azure
+URIS = {"s3": _s3f.s3_uri, "gcs": _cf.gcs_uri, "azure": _cf.azure_uri}
+
+
+class Store(NamedTuple):
+    name: str
+    fs: Any
+    port: int
+
+    def uri(self, prefix: str) -> str:
+        return URIS[self.name](self.port, prefix)
+
+
+@pytest.fixture(scope="module", params=["s3", "gcs", "azure"])
+def store(request) -> Store:
+    fs, port = request.getfixturevalue(request.param)
+    return Store(request.param, fs, port)
+
+
+def _upload(store: Store, src: Path, prefix: str) -> None:
+    """Upload a local folder. On GCS also the folder placeholder objects (`<folder>/`) that
+    Hadoop's GCS connector writes: fake-gcs-server answers a delimited listing without the
+    common prefixes real GCS returns, so without them no sub-folder would be listed."""
+    _s3f.upload(store.fs, src, prefix)
+    if store.name == "gcs":
+        store.fs.create_dir(f"chk/{prefix}")
+        for dirpath, dirs, _files in os.walk(src):
+            for d in dirs:
+                store.fs.create_dir(f"chk/{prefix}/{(Path(dirpath) / d).relative_to(src).as_posix()}")
+
+
+def _prefix(uri: str) -> str:
+    """The object prefix of a store URI, below the bucket/container chk."""
+    return urlparse(uri).path.strip("/")
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
 
 
@@ -44,31 +82,39 @@ def _objects(fs, prefix: str) -> dict[str, str]:
     return out
 
 
-def test_the_lock_is_a_conditional_write_on_s3(s3):
+def test_the_lock_is_the_stores_conditional_create(store):
     from streamctl.operations.files import Root
     from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
 
-    fs, port = s3
-    root = Root("checkpoint", _s3f.s3_uri(port, "locked"))
+    root = Root("checkpoint", store.uri("locked"))
     lock = Lock.acquire(root, "align", "op-1")
     assert root.exists(LOCK_FILE)
-    assert not root.create_exclusive(LOCK_FILE, b"{}")  # If-None-Match: * -> 412 from the server
+    assert not root.create_exclusive(LOCK_FILE, b"{}")  # the server answers 412 (409 on Azure)
     with pytest.raises(LockHeld, match="held by align"):
-        Lock.acquire(Root("checkpoint", _s3f.s3_uri(port, "locked")), "align", "op-2")
+        Lock.acquire(Root("checkpoint", store.uri("locked")), "align", "op-2")
     lock.release()
     assert not root.exists(LOCK_FILE)
     Lock.acquire(root, "trim", "op-3").release()
 
 
-def test_trim_on_s3_then_undo_restores_every_object(cli, s3):
-    fs, port = s3
-    _s3f.upload(fs, FIXTURE, "trim")
+def test_hdfs_stays_refused_for_changes_with_one_line():
+    from streamctl.inspectors.errors import StorageError
+    from streamctl.operations.files import Root
+
+    with pytest.raises(StorageError, match="changes on HDFS are refused") as exc:
+        Root("checkpoint", "hdfs://namenode:8020/chk")  # refused before any connection is tried
+    assert "\n" not in str(exc.value)
+
+
+def test_trim_then_undo_restores_every_object(cli, store):
+    fs = store.fs
+    _upload(store, FIXTURE, "trim")
     before = _objects(fs, "trim")
-    uri = _s3f.s3_uri(port, "trim")
+    uri = store.uri("trim")
     done = cli("trim", uri, "--keep-epochs", "1", "--execute", "--json")
     assert done.code == 0, done.stderr
     result = done.json()
-    assert result["verified"] is True and result["backup"].startswith("s3://chk/trim/_streamctl/backups/")
+    assert result["verified"] is True and _prefix(result["backup"]).startswith("trim/_streamctl/backups/")
     after = _objects(fs, "trim")
     removed = set(before) - set(after)
     assert "offsets/0" in removed and "state/0/0/1.changelog" in removed and "offsets/3" in after
@@ -78,8 +124,8 @@ def test_trim_on_s3_then_undo_restores_every_object(cli, s3):
 
 
 @pytest.mark.spark
-def test_align_on_s3_delivers_exactly_once_after_the_restart(cli, spark, s3, tmp_path):
-    fs, port = s3
+def test_align_delivers_exactly_once_after_the_restart(cli, spark, store, tmp_path):
+    fs = store.fs
     p = ap.Pipeline(tmp_path, "coordinated", spark)
     p.add_input(0, 3)
     p.run()
@@ -89,9 +135,9 @@ def test_align_on_s3_delivers_exactly_once_after_the_restart(cli, spark, s3, tmp
     p.run()
     shutil.rmtree(p.checkpoint)
     shutil.copytree(saved, p.checkpoint)  # a checkpoint restored from an older copy: the sink is ahead
-    _s3f.upload(fs, p.checkpoint, "coord/checkpoint")
-    _s3f.upload(fs, p.output, "coord/output")
-    ck, out = _s3f.s3_uri(port, "coord/checkpoint"), _s3f.s3_uri(port, "coord/output")
+    _upload(store, p.checkpoint, "coord/checkpoint")
+    _upload(store, p.output, "coord/output")
+    ck, out = store.uri("coord/checkpoint"), store.uri("coord/output")
 
     seen = cli("inspect", "epochs", ck, "--sink", out, "--json")
     assert "SINK_AHEAD" in {f["code"] for q in seen.json()["queries"] for f in q["findings"]}
@@ -105,7 +151,7 @@ def test_align_on_s3_delivers_exactly_once_after_the_restart(cli, spark, s3, tmp
 
     _s3f.download(fs, "coord/checkpoint", p.checkpoint)
     _s3f.download(fs, "coord/output", p.output)
-    shutil.rmtree(p.checkpoint / "_streamctl")  # the backup stays on S3; Spark ignores the folder anyway
+    shutil.rmtree(p.checkpoint / "_streamctl")  # the backup stays on the store; Spark ignores the folder anyway
     p.add_input(5, 2)
     p.run()
     report = p.delivery()
@@ -113,17 +159,17 @@ def test_align_on_s3_delivers_exactly_once_after_the_restart(cli, spark, s3, tmp
 
 
 @pytest.mark.spark
-def test_drop_sink_on_s3_retires_in_order_and_the_old_query_cannot_restart(cli, spark, s3, tmp_path):
+def test_drop_sink_retires_in_order_and_the_old_query_cannot_restart(cli, spark, store, tmp_path):
     import json
 
-    fs, port = s3
+    fs = store.fs
     p = ap.Pipeline(tmp_path, "coordinated", spark)
     p.add_input(0, 3)
     p.run()
-    _s3f.upload(fs, p.checkpoint, "drop/checkpoint")
-    _s3f.upload(fs, p.output, "drop/output")
+    _upload(store, p.checkpoint, "drop/checkpoint")
+    _upload(store, p.output, "drop/output")
     before_ck, before_out = _objects(fs, "drop/checkpoint"), _objects(fs, "drop/output")
-    ck, out = _s3f.s3_uri(port, "drop/checkpoint"), _s3f.s3_uri(port, "drop/output")
+    ck, out = store.uri("drop/checkpoint"), store.uri("drop/output")
 
     plan = cli("drop-sink", out, "--checkpoint", ck, "--safe", "--quiet-period", "0", "--json")
     assert plan.code == 0, plan.stderr
@@ -133,8 +179,8 @@ def test_drop_sink_on_s3_retires_in_order_and_the_old_query_cannot_restart(cli, 
     doc = done.json()
     assert doc["verified"] is True and doc["final_epoch"] == 2
     archive = doc["archive"]
-    assert archive.startswith("s3://chk/drop/checkpoint/_streamctl/retired/")
-    prefix = archive.split("?")[0][len("s3://chk/"):]
+    prefix = _prefix(archive)
+    assert prefix.startswith("drop/checkpoint/_streamctl/retired/")
     kept = _objects(fs, "drop/checkpoint")
     assert set(kept) == {"metadata"}  # only the tombstone is left (the archive is under _streamctl/)
     assert "_commits/2.json" not in _objects(fs, "drop/output")
@@ -166,3 +212,63 @@ def _digests(fs, prefix: str) -> dict[str, str]:
 
     return {i.path[len(f"chk/{prefix}") + 1:]: hashlib.sha256(_read(fs, i.path)).hexdigest()
             for i in fs.get_file_info(pafs.FileSelector(f"chk/{prefix}", recursive=True)) if i.type == pafs.FileType.File}
+
+
+def _many_epochs(fs, prefix: str, epochs: int) -> int:
+    """A stateless checkpoint with `epochs` offsets and commits (2 x epochs objects)."""
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"spark.sql.shuffle.partitions":"1"}}'
+    files = {"metadata": '{"id":"44444444-2222-3333-4444-555555555555"}'}
+    for b in range(epochs):
+        files[f"offsets/{b}"] = f'v1\n{meta}\n{{"logOffset":{b}}}'
+        files[f"commits/{b}"] = 'v1\n{"nextBatchWatermarkMs":0}'
+    from concurrent.futures import ThreadPoolExecutor
+
+    def put(item: tuple[str, str]) -> None:
+        with fs.open_output_stream(f"chk/{prefix}/{item[0]}") as out:
+            out.write(item[1].encode())
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(put, files.items()))
+    return len(files)
+
+
+def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
+    """Counted by a proxy in front of the real S3 server: a --purge costs one DeleteObjects
+    request per 1,000 files plus the listing (no per-object read or delete); a move is copy ->
+    verify -> delete, a few requests per file (printed for BENCHMARKS.md)."""
+    _osf = _load("test_object_store")
+    fs, port = s3
+    counts = {}
+    for mode, epochs in (("purge", 1050), ("move", 60)):
+        prefix = f"many-{mode}"
+        _many_epochs(fs, prefix, epochs)
+        proxy = _osf._CountingProxy(port)
+        try:
+            uri = f"s3://chk/{prefix}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+            backup = _s3f.s3_uri(port, f"{prefix}-backup")  # plan and journal straight to the server, not counted
+            r = cli("trim", uri, "--keep-epochs", "1", "--execute", "--json", "--backup-dir", backup,
+                    *(["--purge"] if mode == "purge" else []))
+            assert r.code == 0, r.stderr
+            steps = len(r.json()["plan"]["steps"])
+            reqs = list(proxy.requests)
+        finally:
+            proxy.close()
+        left = {i.path.rsplit("/", 1)[1] for i in fs.get_file_info(_fs_selector(f"chk/{prefix}/offsets"))}
+        assert left == {str(epochs - 2), str(epochs - 1)}, sorted(left)[:5]
+        counts[mode] = (steps, reqs)
+    steps, reqs = counts["purge"]
+    batch_deletes = [p for m, p in reqs if m == "POST" and "delete" in p]
+    assert steps > 2000 and len(batch_deletes) == -(-steps // 1000), batch_deletes
+    assert not [p for m, p in reqs if m == "DELETE" and not p.endswith("/lock.json")], "no per-object delete"
+    assert not [p for m, p in reqs if m in ("GET", "HEAD") and "/offsets/" in p.split("?")[0]], "no per-object read"
+    assert len(reqs) <= 60, reqs  # listings, the few small reads of the inspections, the lock
+    msteps, mreqs = counts["move"]
+    print(f"[requests] trim --purge of {steps} S3 objects: {len(reqs)} requests ({len(batch_deletes)} DeleteObjects), "
+          f"{len(reqs) / steps:.3f} per purged file; trim (move) of {msteps}: {len(mreqs)} requests, "
+          f"{len(mreqs) / msteps:.1f} per moved file")
+
+
+def _fs_selector(path: str):
+    import pyarrow.fs as pafs
+
+    return pafs.FileSelector(path, recursive=False)
