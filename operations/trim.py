@@ -109,20 +109,21 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
     action = "delete" if req.purge else "move"
 
-    def add(root: str, storage: Storage, rel: str, category: str, reason: str) -> None:
+    def add(root: str, storage: Storage, rel: str, category: str, reason: str, size: Optional[int] = None) -> None:
+        """A step; `size` from the folder listing when it has one (no request per file on object stores)."""
         steps.append(Step(action, root, rel, reason))
         sizes[category]["files"] += 1
-        sizes[category]["bytes"] += _size(storage, rel)
+        sizes[category]["bytes"] += int(size) if size is not None else _size(storage, rel)
 
     for name, keep_from in (("offsets", low - 1), ("commits", low)):
         for e in sorted(st.list_dir(name) or [], key=lambda e: e.name):
             b = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
             if b.isdigit() and int(b) < keep_from:
-                add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})")
+                add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
     for s in stores:
-        listing = [(e.name, state_file(e.name)) for e in sorted(st.list_dir(s.path) or [], key=lambda e: e.name)
-                   if not e.is_dir]
+        entries = {e.name: e for e in st.list_dir(s.path) or [] if not e.is_dir}
+        listing = [(name, state_file(name)) for name in sorted(entries)]
         full: set[int] = set()
         incr: set[int] = set()
         for _name, f in listing:
@@ -145,7 +146,8 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             if f is None:
                 continue
             if f[0] < floor:
-                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f[0]} below the oldest kept restore chain ({floor})")
+                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f[0]} below the oldest kept restore chain ({floor})",
+                    entries[name].size)
             elif f[2] == "zip" and not f[3]:
                 kept_zips.append(name)
         if s.provider == "rocksdb" and kept_zips:
@@ -155,7 +157,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
                 base = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
                 if base.endswith(".sst") and base not in referenced:
-                    add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names")
+                    add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names", e.size)
 
     if q.sink is not None and req.sink:
         sink_st = Storage.open(req.sink)
