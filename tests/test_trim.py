@@ -168,49 +168,30 @@ def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path
         assert not (ck / "_streamctl" / "lock.json").exists()
 
 
-def _stderr_of(argv: list[str], env: dict[str, str], tty: bool) -> tuple[int, str, str]:
-    """Run argv with stderr on a pseudo-terminal (as an operator sees it) or on a pipe."""
-    import os
-    import pty
-    import subprocess
-
-    if not tty:
-        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-        return p.returncode, p.stdout, p.stderr
-    master, slave = pty.openpty()
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    out = p.stdout.read() if p.stdout else ""
-    code = p.wait(timeout=120)
-    os.close(master)
-    return code, out, b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path):
     """The throttled meter (files done, bytes, rate, eta) goes to stderr when it is a terminal;
     piped or with --json nothing is shown."""
     import os
     import shutil
+    import subprocess
 
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "STREAMCTL_TEST_CRASH_AFTER")}
     env.update(STREAMCTL_QUIET_PERIOD="0", STREAMCTL_TEST_STEP_DELAY="0.05", TERM="xterm", COLUMNS="200")
+    spec = importlib.util.spec_from_file_location("streamctl_tests_writers_chart_trim", Path(__file__).with_name("test_writers_chart.py"))
+    chart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chart)  # its _run_in_pty: stdout and stderr on one pseudo-terminal
     seen = {}
     for mode in ("tty", "pipe", "tty-json"):
         ck = tmp_path / mode
         shutil.copytree(FIXTURE, ck)
         argv = [exe, "trim", str(ck), "--keep-epochs", "1", "--execute"] + (["--json"] if mode == "tty-json" else [])
-        code, out, err = _stderr_of(argv, env, tty=mode != "pipe")
-        assert code == 0, (mode, err[-2000:])
-        seen[mode] = err
+        if mode == "pipe":
+            p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+            assert p.returncode == 0, p.stderr[-2000:]
+            seen[mode] = p.stderr
+        else:
+            seen[mode] = chart._run_in_pty(argv, env, timeout=120)
+        assert (ck / "_streamctl" / "backups").is_dir() and not (ck / "offsets" / "0").exists(), (mode, seen[mode][-2000:])
     assert "files/s" in seen["tty"] and "eta" in seen["tty"] and " MB" in seen["tty"], seen["tty"][-2000:]
     assert "files/s" not in seen["pipe"] and "files/s" not in seen["tty-json"]
