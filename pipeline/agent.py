@@ -31,6 +31,15 @@ Spark version), the agent falls back to waiting until no trigger is active and t
 offsets and commits files agree, then calls ``query.stop()`` - a narrow race remains in that mode
 (a trigger starting in the same few milliseconds).
 
+Spark 4.2 and newer (checked on 4.3.0): ``MicroBatchExecution.runBatch`` interrupts its own thread
+when the state is no longer ACTIVE as the batch starts (after ``offsets/N`` is written), so a
+TERMINATED set while a batch is being planned leaves ``offsets/N`` without ``commits/N``. There
+the agent first waits, as in the fallback, until no trigger is active and offsets and commits
+agree, or until a Spark job of this run (job group = run id) is active, i.e. the batch is past that
+check and executing, and only then sets TERMINATED: the next trigger sees it before planning
+anything, or the executing batch commits and the loop exits. (A batch whose planning itself runs
+Spark jobs, e.g. a parallel file listing, can still be caught before the check.)
+
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
 URIs, because the lease is written with ``os.replace``.
@@ -322,10 +331,57 @@ class Agent:
             return False
         return _newest(os.path.join(self.checkpoint, "offsets")) == _newest(os.path.join(self.checkpoint, "commits"))
 
+    def _interrupts_planned_batches(self) -> bool:
+        """Whether this Spark interrupts a batch that starts after the state left ACTIVE (4.2+)."""
+        try:
+            major, minor = (int(x) for x in str(self._session().version).split(".")[:2])
+        except Exception:
+            return True  # unknown: waiting for an idle moment is safe on every version
+        return (major, minor) >= (4, 2)
+
+    def _running_a_job(self) -> bool:
+        """Whether a Spark job of this run (StreamExecution's job group is the run id) is active."""
+        try:
+            tracker = self._session().sparkContext.statusTracker()
+            active = set(tracker.getActiveJobsIds())
+            return bool(active) and bool(active & set(tracker.getJobIdsForGroup(self.run_id)))
+        except Exception:
+            return False
+
+    def _wait_until_idle(self, last_beat: float, or_executing: bool = False) -> Optional[str]:
+        """Wait until no trigger is active and offsets and commits agree, or (`or_executing`) a
+        job of this run is active (heartbeating meanwhile). Returns None then, "inactive" when the
+        query ended, "withdrawn" when the request was withdrawn (the lease is back to running),
+        "detached" when the agent is detached."""
+        while not self._stop_event.is_set():
+            try:
+                if not self.query.isActive:
+                    return "inactive"
+            except Exception:
+                return "inactive"
+            if self._pending_request() is None:  # the request was withdrawn: keep running
+                with self._lock:
+                    self._lease["stop_request_ms"] = None
+                self._write(state="running")
+                return "withdrawn"
+            if self._idle_between_batches() or (or_executing and self._running_a_job()):
+                return None
+            if time.monotonic() - last_beat >= self.heartbeat_s:
+                self.heartbeat()
+                last_beat = time.monotonic()
+            time.sleep(0.01)
+        return "detached"
+
     def _stop_gracefully(self, requested_at_ms: int) -> None:
         self._write(state="stopping", stop_request_ms=requested_at_ms)
         last_beat = time.monotonic()
-        if self._terminate_between_batches():
+        waited = None
+        if self._interrupts_planned_batches():
+            waited = self._wait_until_idle(last_beat, or_executing=True)
+            if waited == "withdrawn":
+                self._run_again()
+                return
+        if waited is None and self._terminate_between_batches():
             self.stop_mode = "graceful"
             # the stream thread finishes the batch in flight, then exits its loop
             # (query.awaitTermination(t) cannot tell: it returns `not isActive`, already true.)
@@ -333,26 +389,11 @@ class Agent:
                 if time.monotonic() - last_beat >= self.heartbeat_s:
                     self.heartbeat()
                     last_beat = time.monotonic()
-        else:
+        elif waited is None:
             self.stop_mode = "fallback"
-            while not self._stop_event.is_set():
-                try:
-                    if not self.query.isActive:
-                        break
-                except Exception:
-                    break
-                if self._pending_request() is None:  # the request was withdrawn: keep running
-                    with self._lock:
-                        self._lease["stop_request_ms"] = None
-                    self._write(state="running")
-                    self._run_again()
-                    return
-                if self._idle_between_batches():
-                    break
-                if time.monotonic() - last_beat >= self.heartbeat_s:
-                    self.heartbeat()
-                    last_beat = time.monotonic()
-                time.sleep(0.01)
+            if self._wait_until_idle(last_beat) == "withdrawn":
+                self._run_again()
+                return
         try:
             self.query.stop()  # a no-op after a graceful exit; cleans up the query manager's entry
         except Exception:
