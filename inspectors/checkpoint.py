@@ -197,7 +197,7 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id)
-    findings = q.findings + log.findings + tuple(compare_sink(log, q.planned, q.committed))
+    findings = q.findings + log.findings + tuple(_repartition_sink(log, compare_sink(log, q.planned, q.committed), q.findings))
     reference = q.committed if q.committed is not None else q.planned
     extra = [Writer("sink", "sink_log", log.first_epoch, log.epoch, _status(log.first_epoch, log.epoch, reference))]
     for w in log.writers:
@@ -205,6 +205,29 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
         extra.append(Writer(w.name, "sink_writer", w.first, w.last, _status(w.first, w.last, reference, broken)))
     writers = q.writers + tuple(extra)
     return replace(q, findings=findings, sink=log, writers=writers, common_window=_common_window(list(writers)))
+
+
+def _repartition_sink(sink: "SinkLog", found: list[Finding], checkpoint: tuple[Finding, ...]) -> list[Finding]:
+    """A repartition batch reads no input and writes nothing to the sink. SINK_BEHIND by exactly
+    the repartition batches is, for a file sink, SINK_REPARTITION_HOLE: its log has no entry for
+    the batch, Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query
+    dies at the log's next compaction. Delta (txn version per batch, no contiguity) and the
+    coordinated sink (one commit record per epoch, no compaction) hold every record: no finding."""
+    repartitions = {int(f.details["epoch"]) for f in checkpoint if f.code == "REPARTITION_BATCH"}
+    out = []
+    for f in found:
+        missing = set(f.details.get("missing", ())) if f.code == "SINK_BEHIND" else set()
+        if not missing or not missing <= repartitions:
+            out.append(f)
+        elif sink.kind == "file":
+            epochs = sorted(missing)
+            out.append(Finding(
+                "SINK_REPARTITION_HOLE",
+                f"the file sink's log has no entry for repartition batch(es) {summarize([str(e) for e in epochs])}: "
+                f"Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query dies at the log's "
+                f"next compaction; `streamctl align` writes the empty entry (the batch read nothing)",
+                details={"sink_epoch": sink.epoch, "missing": epochs}))
+    return out
 
 
 class _Inspector:
@@ -321,7 +344,14 @@ class _Inspector:
             if entry is not None:
                 commit_entries[committed] = entry
 
+        before_prev: Optional[OffsetEntry] = None
+        if prev is not None and planned is not None and planned - 2 in offsets.batch_ids:
+            before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
+        unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
+        # the layout a restart reads: the newest batch's conf; an unfinished repartition's conf is
+        # not (Spark refuses to start from it, align goes back to the committed batch)
+        state_conf = dict(committed_offsets.conf) if unfinished and committed_offsets is not None else conf
         async_progress = any("asyncprogresstracking" in k.lower() and str(v).lower() == "true" for k, v in conf.items())
 
         self.progress("listing state/")
@@ -346,7 +376,7 @@ class _Inspector:
                     except StreamctlError as exc:
                         self.unreadable(exc)
 
-        self._log_findings(offsets, commits, async_progress)
+        self._log_findings(offsets, commits, async_progress, unfinished)
         lease = self._lease() if "_streamctl" in root else None
         if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
@@ -356,7 +386,7 @@ class _Inspector:
             required = planned
         else:
             required = None
-        operators = self._state_findings(state, conf, required, planned, commit_entries)
+        operators = self._state_findings(state, state_conf, required, planned, commit_entries)
 
         stores = [s for op in operators for s in op.stores]
         state_epoch = None
@@ -452,12 +482,45 @@ class _Inspector:
                 f"{quiet:g} s; mutating commands refuse",
                 details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None}))
 
-    def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool) -> None:
+    def _repartition_findings(self, planned: Optional[int], committed: Optional[int],
+                              newest: list[Optional[OffsetEntry]]) -> bool:
+        """REPARTITION_BATCH / REPARTITION_UNFINISHED for the newest two batches; True when the
+        newest batch is an unfinished repartition. Spark tells a repartition batch the way
+        `OfflineStateRepartitionUtils.isRepartitionBatch` does: batch b > 0 whose offsets conf
+        `spark.sql.shuffle.partitions` differs from batch b-1's (the runner copies the last
+        committed batch's offsets with only that key changed, and commits it with a copy of the
+        last commit; the batch reads no input)."""
+        unfinished = False
+        for i, entry in enumerate(newest[:2]):
+            older = newest[i + 1] if i + 1 < len(newest) else None
+            change = repartition_change(entry, older)
+            if entry is None or change is None:
+                continue
+            b, (old, new) = entry.batch_id, change
+            details = {"epoch": b, "from_partitions": old, "to_partitions": new}
+            if committed is not None and b <= committed:
+                self.findings.append(Finding(
+                    "REPARTITION_BATCH",
+                    f"batch {b} is Spark's offline state repartition from {old} to {new} partitions "
+                    f"(offsets/{b} conf {SHUFFLE_PARTITIONS}={new}, batch {b - 1} had {old}); it read no input "
+                    f"and a restart resumes with {new} state partitions", details=details))
+            elif b == planned:
+                unfinished = True
+                self.findings.append(Finding(
+                    "REPARTITION_UNFINISHED",
+                    f"offsets/{b} is an unfinished state repartition from {old} to {new} partitions (planned, no "
+                    f"commits/{b}): Spark refuses to start (STREAMING_UNFINISHED_REPARTITION_DETECTED). "
+                    f"`streamctl align` goes back to batch {committed}; or run the repartition again with "
+                    f"spark._streamingCheckpointManager.repartition(checkpoint, {new})", details=details))
+        return unfinished
+
+    def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool,
+                      unfinished_repartition: bool = False) -> None:
         P, C = offsets.latest, commits.latest
         if P is None and C is None:
             return
         c = -1 if C is None else C
-        if P is not None and P == c + 1:
+        if P is not None and P == c + 1 and not unfinished_repartition:
             self.findings.append(Finding(
                 "IN_FLIGHT", f"batch {P} is planned in offsets/{P} but not committed; Spark replays it on restart",
                 details={"epoch": P}))
@@ -511,11 +574,8 @@ class _Inspector:
             op = state.operators[op_id]
             if op.metadata_error is not None:
                 self.unreadable(op.metadata_error)
-            num, source = None, None
-            if op.metadata is not None and op.metadata.stores:
-                num, source = max(n for _, n in op.metadata.stores), "operator_metadata"
-            elif conf_parts is not None and str(conf_parts).isdigit():
-                num, source = int(conf_parts), "offsets_conf"
+            layout = _layout_sources(op, conf_parts, commits)
+            num, source = _layout_count(layout)
             names = op.store_names()
             valid = _valid_ids(op, commits)
             statuses: list[StoreStatus] = []
@@ -552,7 +612,11 @@ class _Inspector:
                              for p, stores in op.partitions.items() for store in stores.values() for n in store.orphan_crc]
             orphan_files += [f"state/{op_id}/{n}" for n in op.temp_files]
             if num is not None:
-                orphan_files += [f"state/{op_id}/{p}" for p in sorted(op.partitions) if p >= num]
+                beyond = [p for p in sorted(op.partitions) if p >= num]
+                contested = [p for p in beyond if any(p < n for n in layout.values())]
+                orphan_files += [f"state/{op_id}/{p}" for p in beyond if p not in contested]
+                if contested:
+                    self._layout_conflict(op_id, layout, contested)
             if orphan_files:
                 orphan_files.sort()
                 self.findings.append(Finding(
@@ -562,6 +626,62 @@ class _Inspector:
                     f"{summarize(orphan_files, 3)}",
                     details={"operator": op_id, "files": [st.uri(f) for f in orphan_files]}))
         return reports
+
+
+    def _layout_conflict(self, op_id: int, layout: dict[str, int], contested: list[int]) -> None:
+        sources = ", ".join(f"{k} says {v}" for k, v in layout.items())
+        folders = [f"state/{op_id}/{p}" for p in contested]
+        self.findings.append(Finding(
+            "STATE_LAYOUT_CONFLICT",
+            f"operator {op_id}: the sources of the partition count disagree ({sources}): "
+            f"{summarize(folders, 3)} may be read by a restart; align and trim refuse (exit 4) rather than move them",
+            details={"operator": op_id, "sources": layout, "partitions": contested,
+                     "files": [self.st.uri(f) for f in folders]}))
+
+
+def repartition_change(entry: Optional[OffsetEntry], older: Optional[OffsetEntry]) -> Optional[tuple[int, int]]:
+    """(old, new) partition counts when `entry` is a repartition batch against `older` (its
+    predecessor), the test of Spark's `OfflineStateRepartitionUtils.isRepartitionBatch`."""
+    if entry is None or older is None or entry.batch_id == 0 or older.batch_id != entry.batch_id - 1:
+        return None
+    new, old = _conf_count(entry.conf), _conf_count(older.conf)
+    if new is None or old is None or new == old:
+        return None
+    return old, new
+
+
+def _conf_count(conf: Any) -> Optional[int]:
+    value = conf.get(SHUFFLE_PARTITIONS) if conf else None
+    return int(value) if value is not None and str(value).isdigit() else None
+
+
+def _layout_sources(op: OperatorFiles, conf_parts: Any, commits: dict[int, CommitEntry]) -> dict[str, int]:
+    """Every source of an operator's partition count a restart may follow, newest evidence:
+    the newest offsets conf, the newest commit's stateUniqueIds (format 2) and the operator
+    metadata (v1, or the newest v2 version)."""
+    out: dict[str, int] = {}
+    n = _conf_count({SHUFFLE_PARTITIONS: conf_parts})
+    if n is not None:
+        out["offsets_conf"] = n
+    if commits:
+        newest = commits[max(commits)]
+        ids = (newest.state_unique_ids or {}).get(str(op.operator_id))
+        if ids:
+            out[f"commits/{newest.batch_id} stateUniqueIds"] = len(ids)
+    if op.metadata is not None and op.metadata.stores:
+        out["operator_metadata"] = max(n for _, n in op.metadata.stores)
+    return out
+
+
+def _layout_count(layout: dict[str, int]) -> tuple[Optional[int], Optional[str]]:
+    """The partition count a restart uses: the newest offsets conf (Spark restores it into the
+    session before planning), else the operator metadata; the label names operator_metadata
+    whenever it agrees."""
+    meta = layout.get("operator_metadata")
+    num = layout.get("offsets_conf", meta)
+    if num is None:
+        return None, None
+    return num, "operator_metadata" if meta == num else "offsets_conf"
 
 
 def _valid_ids(op: OperatorFiles, commits: dict[int, CommitEntry]) -> dict[tuple[int, str], dict[int, str]]:

@@ -29,6 +29,12 @@ CODES: dict[str, str] = {
     "SINK_WRITER_MISSING": ERROR,
     "SINK_ORPHANS": WARNING,
     "STALE_LEASE": WARNING,
+    # Spark's own checkpoint operations (offline state repartition, PySpark 4.2+)
+    "REPARTITION_BATCH": INFO,
+    "REPARTITION_UNFINISHED": ERROR,
+    "SINK_REPARTITION_HOLE": ERROR,
+    # never repair what a restart reads: the sources of the state layout disagree
+    "STATE_LAYOUT_CONFLICT": WARNING,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -28,7 +28,8 @@ from streamctl.inspectors.sources import compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Refused, Step, epochs_text
+from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Refused, Step, epochs_text,
+                                       refuse_layout_conflict)
 
 ROLLBACK_SINKS = ("file", "coordinated")
 
@@ -74,6 +75,7 @@ class _Planner:
             raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
         if q.planned is None:
             raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
+        refuse_layout_conflict(q)
         missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]
         if missing_parts:
             raise Refused(f"{q.checkpoint}: {missing_parts[0].message}: align cannot recreate a state partition")
@@ -255,6 +257,13 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
                 missing_writer_epochs += list(f.details.get("epochs", []))
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)
+    unfinished = _unfinished_repartition(q)
+    S_before = S
+    sink_holes = _repartition_holes(q, file_log)
+    if sink_holes:  # the repartition batches read nothing: their empty sink entries make the sink whole
+        S = max(sink_holes)
+        pl.notes.append(f"{FILE_SINK_LOG}/ gets the empty entry of repartition batch(es) {epochs_text(sink_holes)} "
+                        "(v1, no files): exactly-once, the batch read no input")
     s_ = -1 if S is None else S
     fmt2 = q.checkpoint_format == 2 and bool(stores)
 
@@ -308,8 +317,14 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
         strategy = "roll_forward" if x > c_ else "rollback" if (x < c_ or s_ > x) else "keep"
         return Option(strategy, x, cls, dup, loss, "; ".join(why))
 
-    keep_next_of = lambda x: (x + 1 in O) and not req.discard_in_flight  # noqa: E731
-    candidates = sorted(O)
+    keep_next_of = lambda x: (x + 1 in O) and not req.discard_in_flight and x + 1 != unfinished  # noqa: E731
+    candidates = sorted(b for b in O if b != unfinished)
+    if unfinished is not None:
+        pl.notes.append(
+            f"offsets/{unfinished} is an unfinished state repartition: the plan goes back to batch {unfinished - 1}, "
+            f"the checkpoint Spark starts from, and moves the repartition's planned batch and what it wrote; "
+            f"the other choice is to run the repartition again: "
+            f"spark._streamingCheckpointManager.repartition({q.checkpoint!r}, {_repartition_target(q)})")
     options: list[Option] = []
     sink_reasons: dict[int, list[str]] = {}
     for x in candidates:
@@ -430,6 +445,10 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
 
     # the sink
     new_s = S
+    for b in sink_holes:
+        rel = f"{FILE_SINK_LOG}/{b}"
+        steps.append(Step("write", "sink", rel, f"the empty sink-log entry of repartition batch {b}", EMPTY_SINK_ENTRY))
+        steps.append(Step("write", "sink", crc_name(rel), "its checksum", hadoop_crc(EMPTY_SINK_ENTRY)))
     if sink is not None and sink_st is not None:
         if rollbackable and s_ > x:
             if sink.kind == "file":
@@ -468,7 +487,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
         roots={"checkpoint": st.display, **({"sink": sink_st.display} if sink_st is not None else {})},
         strategy=strategy, target=x, classification=chosen.classification, steps=steps,
         expected_verdict=expected, duplicates=chosen.duplicates, loss=chosen.loss,
-        before={"planned": P, "committed": C, "sink_epoch": S, "state_epoch": q.state_epoch, "verdict": q.verdict,
+        before={"planned": P, "committed": C, "sink_epoch": S_before, "state_epoch": q.state_epoch, "verdict": q.verdict,
                 "findings": sorted({f.code for f in q.findings})},
         after={"planned": new_p, "committed": x, "sink_epoch": new_s, "expected_errors": exp_errors},
         options=options[-8:], notes=pl.notes,
@@ -477,6 +496,35 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     if chosen.why and chosen.classification != EXACTLY_ONCE:
         plan.notes.append(chosen.why)
     return plan, q
+
+
+EMPTY_SINK_ENTRY = b"v1"  # FileStreamSinkLog of a batch that wrote no file: the version line alone
+
+
+def _unfinished_repartition(q: QueryInspection) -> Optional[int]:
+    found = [int(f.details["epoch"]) for f in q.findings if f.code == "REPARTITION_UNFINISHED"]
+    return found[0] if found else None
+
+
+def _repartition_target(q: QueryInspection) -> Any:
+    found = [f.details.get("to_partitions") for f in q.findings if f.code == "REPARTITION_UNFINISHED"]
+    return found[0] if found else "N"
+
+
+def _repartition_holes(q: QueryInspection, log: Optional[_FileSinkLog]) -> list[int]:
+    """Repartition batches the file sink's log lacks (SINK_REPARTITION_HOLE). A hole on a
+    compaction batch would need a `.compact` file merging the earlier entries: refused."""
+    holes = sorted({int(e) for f in q.findings if f.code == "SINK_REPARTITION_HOLE" for e in f.details.get("missing", [])})
+    if not holes or log is None:
+        return holes
+    if log.interval is None:
+        raise Refused(f"{q.checkpoint}: the compaction interval of {FILE_SINK_LOG}/ is unknown (no .compact file yet): "
+                      f"streamctl cannot tell whether repartition batch {holes[0]} needs a plain or a .compact entry")
+    compacting = [b for b in holes if (b + 1) % log.interval == 0]
+    if compacting:
+        raise Refused(f"{q.checkpoint}: repartition batch {compacting[0]} falls on a compaction of {FILE_SINK_LOG}/ "
+                      f"(interval {log.interval}): streamctl does not write compact files")
+    return holes
 
 
 def verify_align(plan: Plan) -> tuple[bool, dict[str, Any]]:

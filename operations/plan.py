@@ -143,3 +143,13 @@ def epochs_text(epochs: list[int]) -> str:
         if e is not None:
             start = prev = e
     return ", ".join(out)
+
+
+def refuse_layout_conflict(q: Any) -> None:
+    """Never repair what a restart reads: when the sources of a state layout disagree
+    (STATE_LAYOUT_CONFLICT), no mutation may move state; refuse naming the sources."""
+    for f in q.findings:
+        if f.code == "STATE_LAYOUT_CONFLICT":
+            sources = ", ".join(f"{k} says {v}" for k, v in f.details.get("sources", {}).items())
+            raise Refused(f"{q.checkpoint}: STATE_LAYOUT_CONFLICT: operator {f.details.get('operator')}: the partition "
+                          f"count's sources disagree ({sources}); streamctl moves no state a restart may read")

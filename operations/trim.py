@@ -23,7 +23,7 @@ from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG
 from streamctl.inspectors.sources import compactible_name
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step
+from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step, refuse_layout_conflict
 
 FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
@@ -94,6 +94,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     live = [f for f in q.findings if f.code == "LIVE_QUERY"]
     if live:
         raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
+    refuse_layout_conflict(q)
     if q.verdict == "misaligned":
         codes = sorted({f.code for f in q.findings if f.severity == "error"})
         raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "
