@@ -6,7 +6,7 @@ never fails because a target is missed (it exits 0 unless it cannot build the ch
 
 What it does:
 
-1. Builds, once, a synthetic checkpoint with Spark's exact file layout (FORMATS.md sections 1-5):
+1. Builds, once, a synthetic checkpoint with Spark's exact file layout (docs/formats/checkpoint.md, docs/formats/state.md):
    `metadata`, the last 100 retained `offsets/<n>` and `commits/<n>` (batches 400..499), and an
    HDFS-backed state store for 3 operators x 200 partitions x 100 retained versions (401..500,
    `<v>.delta` plus a `<v>.snapshot` every 10 versions), operator metadata v1 and a schema file
@@ -130,7 +130,7 @@ def operator_metadata_v1(op: int) -> bytes:
 
 
 def schema_file_v2() -> bytes:
-    """A small, well-formed state schema file, format v2 (FORMATS.md 5.6)."""
+    """A small, well-formed state schema file, format v2 (docs/formats/state.md#state-schema-files)."""
     key = {"type": "struct", "fields": [{"name": "key", "type": "string", "nullable": True, "metadata": {}}]}
     value = {"type": "struct", "fields": [{"name": "count", "type": "long", "nullable": True, "metadata": {}}]}
     out = java_write_utf("v2")

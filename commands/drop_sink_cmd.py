@@ -1,5 +1,5 @@
 """`streamctl drop-sink SINK --checkpoint CHECKPOINT --safe`: retire a sink and its query in the
-order DESIGN.md "Safe teardown" gives. Also `--resume JOURNAL`.
+order docs/model.md#drop-sink gives. Also `--resume JOURNAL`.
 Thin: the planner and the safety checks are streamctl.operations.teardown, the file moves run
 through streamctl.operations.executor."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The execution path every mutating command shares (DESIGN.md "Changing a checkpoint"): lock,
+"""The execution path every mutating command shares (docs/model.md#the-mutation-path): lock,
 plan again under the lock, write the plan, run the journaled steps, verify; and `--resume` /
 `--undo` of an earlier operation from its backup folder. Commands supply the planner, the
 verifier and how to print a plan."""
@@ -50,7 +50,7 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
 
 
 def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
-    """The numbered steps of a plan, every one of them (DESIGN.md: plans are shown in full)."""
+    """The numbered steps of a plan, every one of them (docs/model.md#the-mutation-path: plans are shown in full)."""
     lines = [f"  steps ({len(plan.steps)}):"]
     for i, s in enumerate(plan.steps, 1):
         lines.append(f"    {i:>4}. {s.describe().replace('to the backup', f'to the {backup_word}')}")

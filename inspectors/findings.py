@@ -1,4 +1,4 @@
-"""Findings and verdicts (DESIGN.md "Invariants and findings"). Codes are a public contract."""
+"""Findings and verdicts (docs/model.md#findings). Codes are a public contract."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ CODES: dict[str, str] = {
     "QUERY_ID_CLASH": ERROR,
     "LIVE_QUERY": INFO,
     "UNREADABLE": ERROR,
-    # beyond DESIGN.md's minimum set
+    # beyond the original minimum set (docs/model.md#findings)
     "STALE_CHECKSUM": ERROR,
     "SINK_WRITER_MISSING": ERROR,
     "SINK_ORPHANS": WARNING,

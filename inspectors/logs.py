@@ -2,7 +2,7 @@
 
 Pure parsers: bytes in, frozen dataclasses out, `LogParseError` for anything Spark itself would
 refuse. Offset strings are kept byte-exact (Spark compares offsets by their JSON text).
-See FORMATS.md §1–§3.
+See docs/formats/checkpoint.md.
 """
 from __future__ import annotations
 

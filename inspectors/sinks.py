@@ -1,13 +1,13 @@
 """Sink commit logs behind one small interface: what each sink kind has durably committed.
 
 A reader turns a sink location into a `SinkLog`: the newest committed epoch (the sink epoch `S`
-of DESIGN.md), the epochs present, per epoch the files (and rows where known), compaction points,
+of docs/model.md#positions), the epochs present, per epoch the files (and rows where known), compaction points,
 the sink's parallel writers (coordinated sink) and findings about the sink alone. The analysis
 against a checkpoint (SINK_AHEAD, SINK_BEHIND) lives in `compare_sink`, which never looks at a
 sink kind: a new kind is a new reader in `READERS`, nothing else.
 
 Kinds:
-- `file`: Spark's file sink, `<path>/_spark_metadata/` (FORMATS.md §6.1);
+- `file`: Spark's file sink, `<path>/_spark_metadata/` (docs/formats/sinks.md#file-sink);
 - `delta`: a Delta table's `txn` version for an app id, read with the `deltalake` package
   (checkpoints, multi-part checkpoints and log compaction are the library's business);
 - `coordinated`: streamctl's coordinated sink (`streamctl.pipeline.coordinated_sink`), whose
@@ -322,7 +322,7 @@ def read_sink(location: str, kind: str = "auto", app_id: Optional[str] = None, d
 
 
 def compare_sink(sink: SinkLog, planned: Optional[int], committed: Optional[int]) -> list[Finding]:
-    """SINK_AHEAD / SINK_BEHIND (DESIGN.md): S > C is an error except the in-flight case
+    """SINK_AHEAD / SINK_BEHIND (docs/model.md#findings): S > C is an error except the in-flight case
     S == P == C + 1 (Spark replays P and the sink skips it as already written); S < C means
     epochs S+1..C are committed in the checkpoint but missing from the sink."""
     if any(f.code == "UNREADABLE" for f in sink.findings):

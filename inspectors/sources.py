@@ -1,5 +1,5 @@
 """`sources/<n>/`: the Kafka initial-offset file and the file-source log, plus the compactible
-log format they share with the file sink's `_spark_metadata/` (FORMATS.md §2.4, §6)."""
+log format they share with the file sink's `_spark_metadata/` (docs/formats/checkpoint.md#sources)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

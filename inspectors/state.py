@@ -1,6 +1,6 @@
 """State stores under `state/`: which files each store has, and which versions can be restored.
 
-Layout (FORMATS.md §5): `state/<op>/<partition>[/<storeName>]/` holding
+Layout (docs/formats/state.md): `state/<op>/<partition>[/<storeName>]/` holding
 - HDFS provider: `<v>.delta`, `<v>.snapshot`;
 - RocksDB provider: `<v>.zip` (full), `<v>.changelog` (incremental), `SSTs/`, `logs/`;
 - checkpoint format 2: `<v>_<uniqueId>.zip|.changelog` — only the ids the commit log names count;

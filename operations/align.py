@@ -1,5 +1,5 @@
 """`streamctl align`: choose the epoch every writer can continue from, and plan the moves and
-writes that put the checkpoint (and the sink) there. DESIGN.md "Realignment".
+writes that put the checkpoint (and the sink) there. docs/model.md#align.
 
 A target epoch X means: after the plan, `commits/X` is the newest commit and `offsets/X` the
 newest fully done batch; the planned batch X+1 is kept when `offsets/X+1` exists (Spark replays it

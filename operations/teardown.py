@@ -1,5 +1,5 @@
 """Safe teardown (`streamctl drop-sink --safe`): stop the writer, confirm it drained, hand off its
-final position, then retire the checkpoint and the sink's commit log (DESIGN.md "Safe teardown").
+final position, then retire the checkpoint and the sink's commit log (docs/model.md#drop-sink).
 
 The planner (`plan_teardown`) is pure over an inspection and the roots' listings; the file moves
 run through `streamctl.operations.executor.Executor` (journal, backup, resume), which this module

@@ -443,7 +443,7 @@ def _coordinated_writer(spark: "SparkSession", name: str, inp: Path, ckpt: Path,
 def _delta_batch_fn(ckpt: Path, out: Path) -> Callable[["DataFrame", int], None]:
     """foreachBatch function: append the batch to the Delta table at `out` with a
     ``txn(appId=<query id>, version=<batch id>)``, skipping batches the table already has
-    (what Delta's txnAppId/txnVersion writer options do, FORMATS.md §7)."""
+    (what Delta's txnAppId/txnVersion writer options do, docs/formats/sinks.md#delta)."""
 
     def write_batch(batch_df: "DataFrame", batch_id: int) -> None:
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake

@@ -20,10 +20,10 @@ Offsets
 -------
 
 Every offset (``initialOffset``, ``latestOffset``, the ``end`` of each batch) is Spark's Kafka
-offset JSON (FORMATS.md §2.4): ``{"<topic>": {"<partition>": <next offset to read>, ...}, ...}``,
+offset JSON (docs/formats/checkpoint.md#kafka-offset-json): ``{"<topic>": {"<partition>": <next offset to read>, ...}, ...}``,
 topics sorted by name, partitions sorted by number (as JSON strings), each value the exclusive
 end: the batch read offsets ``start`` .. ``end - 1``. The Python worker serialises it with
-``json.dumps`` defaults (FORMATS.md §8), so ``offsets/<batch>`` holds exactly e.g.
+``json.dumps`` defaults (docs/formats/checkpoint.md#python-data-source-offsets), so ``offsets/<batch>`` holds exactly e.g.
 ``{"orders": {"0": 23, "1": 57, "2": 40}}`` (a space after every ``:`` and ``,``). Offsets are
 concrete: ``-1``/``-2`` never appear there.
 

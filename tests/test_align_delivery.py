@@ -1,4 +1,4 @@
-"""The delivery check of `streamctl align` (DESIGN.md "Delivery check") for every fault family of
+"""The delivery check of `streamctl align` (docs/model.md#the-delivery-check) for every fault family of
 issue #6: each test runs a real PySpark query (tests/align_pipeline.py), damages its checkpoint or
 sink the way the fault happens in production, checks that `inspect epochs` names the fault, that
 the plan changes nothing and is exactly-once, executes it (verified), then restarts the same query

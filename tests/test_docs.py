@@ -3,7 +3,8 @@
 - every relative link and #anchor in docs/ and README.md resolves;
 - every finding code of inspectors/findings.py is in the findings tables of docs/model.md and of
   README.md with its default severity (the code is the source of truth);
-- every `docs/<page>.md#<anchor>` cited in a Python file resolves.
+- every `docs/<page>.md#<anchor>` cited in a Python file resolves, and no Python file cites the
+  reference documents that live outside the repository (DESIGN.md, FORMATS.md, STYLE.md).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ DOCS = ROOT / "docs"
 SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
+_OUTSIDE = re.compile(r"\b(DESIGN|FORMATS|STYLE)\.md\b")  # reference documents outside the repository
 
 
 def _slug(heading: str) -> str:
@@ -63,6 +65,7 @@ def test_docs_exist_with_an_index() -> None:
     pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if p.name != "README.md" or p.parent != DOCS)
     assert pages, "docs/ holds no pages"
     assert [p for p in pages if p not in index] == [], "pages missing from docs/README.md"
+    assert "(docs/README.md)" in (ROOT / "README.md").read_text(encoding="utf-8"), "README.md does not link docs/"
 
 
 @pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -89,10 +92,12 @@ def test_every_finding_code_is_documented_with_its_severity(doc: str) -> None:
 
 
 def test_code_cites_docs_that_exist() -> None:
-    broken = []
+    broken, outside = [], []
     for path in _python_files():
         text = path.read_text(encoding="utf-8")
         rel = path.relative_to(ROOT).as_posix()
+        if rel != "tests/test_docs.py" and _OUTSIDE.search(text):
+            outside.append(rel)
         for page, anchor in _CITATION.findall(text):
             dest = DOCS / page
             if not dest.is_file():
@@ -100,3 +105,4 @@ def test_code_cites_docs_that_exist() -> None:
             elif anchor and anchor not in _anchors(dest):
                 broken.append(f"{rel}: docs/{page}#{anchor}")
     assert broken == [], broken
+    assert outside == [], f"cite docs/ instead of documents outside the repository: {outside}"

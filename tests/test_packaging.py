@@ -1,4 +1,4 @@
-"""Guardrails for the root-folder layout installed as `streamctl.*` (STYLE.md C.3, B.1, B.9).
+"""Guardrails for the root-folder layout installed as `streamctl.*` (docs/development.md#packaging, #layers).
 
 - every import goes through `streamctl.` (a bare `import cli` loads a second copy);
 - inspectors/ stays free of the presentation layer (no typer/rich/tabulate, no printing);
@@ -237,7 +237,7 @@ def discovered_packages() -> tuple[set[str], list[str]]:
 def test_every_mapped_root_exists() -> None:
     missing = [f"{package} -> {folder}/" for package, folder in PACKAGE_DIR.items() if not (ROOT / folder).is_dir()]
     assert not missing, f"package-dir maps to missing folders: {missing}"
-    assert not (ROOT / "__init__.py").exists(), "the repo root must not be a package (STYLE.md C.2)"
+    assert not (ROOT / "__init__.py").exists(), "the repo root must not be a package (docs/development.md#packaging)"
 
 
 def test_package_dir_keys_are_the_top_packages_listed() -> None:
@@ -333,7 +333,7 @@ def test_help_does_not_import_pyspark_or_kafka(tmp_path: Path, capsys: pytest.Ca
 def copy_source(dest: Path) -> None:
     """What a clean checkout would build from: pyproject, top-level docs, the mapped roots.
     Building from a copy also keeps build/ and *.egg-info out of the working tree, where a
-    stale build/ once masked a missing package (STYLE.md C.3)."""
+    stale build/ once masked a missing package (docs/development.md#packaging)."""
     dest.mkdir(parents=True)
     for name in ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in"):
         if (ROOT / name).is_file():

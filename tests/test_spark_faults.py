@@ -1,5 +1,5 @@
 """Real PySpark 4.1 checkpoints (see streamctl.pipeline.examples), inspected as written and then
-damaged the way operators and crashes damage them (DESIGN.md findings)."""
+damaged the way operators and crashes damage them (docs/model.md#findings)."""
 from __future__ import annotations
 
 import json
