@@ -597,6 +597,7 @@ class _Inspector:
                         f"state/{op_id}: {len(missing_parts)} of {num} partition folders missing "
                         f"({summarize([str(p) for p in missing_parts])})",
                         details={"operator": op_id, "num_partitions": num, "missing_partitions": missing_parts}))
+            self._schema_findings(op)
             bad = [s for s in statuses if not s.restorable_required]
             if bad:
                 parts = [f"{s.path} (missing {', '.join(s.missing)})" for s in bad]
@@ -637,6 +638,32 @@ class _Inspector:
             f"{summarize(folders, 3)} may be read by a restart; align and trim refuse (exit 4) rather than move them",
             details={"operator": op_id, "sources": layout, "partitions": contested,
                      "files": [self.st.uri(f) for f in folders]}))
+
+
+    def _schema_findings(self, op: OperatorFiles) -> None:
+        """State schema v3 (transformWithState, Spark 4.0+): a restart reads the newest
+        `_metadata/v2/<batch>` and every schema file it names (OperatorStateMetadataV2Reader,
+        StateSchemaCompatibilityChecker); without them it fails before loading any state."""
+        rel = f"state/{op.operator_id}"
+        if op.metadata_error is not None:
+            return
+        v3_schemas = [f for f in op.schema_files if f.count("/") >= 2]
+        if v3_schemas and not op.v2_metadata_batches:
+            self.findings.append(Finding(
+                "STATE_METADATA_MISSING",
+                f"{rel}: state schema files ({summarize(v3_schemas, 2)}) but no operator metadata "
+                f"{rel}/_metadata/v2/<batch>: Spark's restart fails (STDS_FAILED_TO_READ_OPERATOR_METADATA)",
+                details={"operator": op.operator_id, "path": self.st.uri(f"{rel}/_metadata/v2")}))
+        if op.metadata is None or op.metadata.version < 2:
+            return
+        present = set(op.schema_files)
+        missing = [p for p in op.metadata.schema_paths if p not in present]
+        if missing:
+            self.findings.append(Finding(
+                "STATE_SCHEMA_MISSING",
+                f"{op.metadata.path} names state schema file(s) that do not exist: "
+                f"{summarize([f'{rel}/{m}' for m in missing], 2)}: Spark's restart fails (file does not exist)",
+                details={"operator": op.operator_id, "files": [self.st.uri(f"{rel}/{m}") for m in missing]}))
 
 
 def repartition_change(entry: Optional[OffsetEntry], older: Optional[OffsetEntry]) -> Optional[tuple[int, int]]:

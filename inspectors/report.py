@@ -52,7 +52,8 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
         required = q.committed + 1
     elif q.planned is not None:
         required = q.planned
-    state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
+    state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "STATE_SCHEMA_MISSING",
+                   "STATE_METADATA_MISSING", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
     findings = [f for f in q.findings if f.code in state_codes]
     return {
         "api_version": API_VERSION,

@@ -5,8 +5,13 @@ Layout (docs/formats/state.md): `state/<op>/<partition>[/<storeName>]/` holding
 - RocksDB provider: `<v>.zip` (full), `<v>.changelog` (incremental), `SSTs/`, `logs/`;
 - checkpoint format 2: `<v>_<uniqueId>.zip|.changelog` — only the ids the commit log names count;
 - 4.1+ visible checksum companions `<file>.crc`, Hadoop hidden `.<file>.crc`, temp files;
-- `state/<op>/_metadata/metadata` (operator metadata v1), `_metadata/v2/<batch>` (v2),
-  `state/<op>/_stateSchema/...`, `<partition>/[<store>/]_metadata/schema`.
+- `state/<op>/_metadata/metadata` (operator metadata v1), `_metadata/v2/<batch>` (v2, written at
+  the first batch of every run; `stateStoreInfo[].stateSchemaFilePaths` name the schema files by
+  absolute URI), `state/<op>/_stateSchema/<storeName>/<batch>_<uuid>` (state schema v3: one
+  schema per column family), `<partition>/[<store>/]_metadata/schema`.
+- transformWithState keeps every state variable (value, list, map state, their `$ttl_*` indexes,
+  `$procTimers_*`/`$eventTimers_*` timers) as a virtual column family of the one RocksDB store
+  `default`: a version is one `<v>.changelog`/`<v>.zip` for all of them (Spark 4.3).
 
 Version v holds the state after epoch v-1; version 0 is the empty store and has no file.
 Restoring v needs a full file at some s <= v and every incremental file s+1..v.
@@ -121,6 +126,7 @@ class OperatorMetadata:
     operator_name: Optional[str]
     stores: tuple[tuple[str, int], ...]  # (storeName, numPartitions)
     path: str
+    schema_paths: tuple[str, ...] = ()  # v2: stateSchemaFilePaths, as `_stateSchema/...` of the operator
 
 
 @dataclass(slots=True)
@@ -171,7 +177,15 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
             raise LogParseError(path, "stateStoreInfo entry without numPartitions")
         stores.append((str(s.get("storeName", DEFAULT_STORE)), int(s["numPartitions"])))
     name = info.get("operatorName") if isinstance(info, dict) else None
-    return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path)
+    schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in s.get("stateSchemaFilePaths") or [])
+    return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path, schema_paths)
+
+
+def _schema_rel(uri: str) -> str:
+    """`file:/…/state/0/_stateSchema/default/0_<uuid>` -> `_stateSchema/default/0_<uuid>`: the
+    metadata names the file by absolute URI; streamctl looks for it in the inspected checkpoint."""
+    head, sep, tail = uri.rpartition("/_stateSchema/")
+    return f"_stateSchema/{tail}" if sep else uri
 
 
 def state_file(name: str) -> Optional[tuple[int, Optional[str], str, bool]]:
@@ -233,7 +247,12 @@ def read_state(storage: Storage) -> StateFiles:
                 _read_operator_metadata(storage, op_rel, op)
             elif pe.name == "_stateSchema" and pe.is_dir:
                 for se in storage.list_dir(f"{op_rel}/_stateSchema") or []:
-                    op.schema_files.append(f"_stateSchema/{se.name}")
+                    if not se.is_dir:  # state schema v3: one folder per store name
+                        op.schema_files.append(f"_stateSchema/{se.name}")
+                        continue
+                    for fe in storage.list_dir(f"{op_rel}/_stateSchema/{se.name}") or []:
+                        if not fe.is_dir and not is_hadoop_crc(fe.name):
+                            op.schema_files.append(f"_stateSchema/{se.name}/{fe.name}")
             elif part is not None and pe.is_dir:
                 part_rel = f"{op_rel}/{part}"
                 default = StoreFiles(op_id, part, DEFAULT_STORE)

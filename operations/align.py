@@ -233,6 +233,10 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     """The plan for `req`, or Refused (with the options) / StorageError."""
     pl = _Planner(req)
     q = pl.inspect()
+    unfixable = [f for f in q.findings if f.code in ("STATE_SCHEMA_MISSING", "STATE_METADATA_MISSING")]
+    if unfixable:  # every epoch's restart reads them: no choice of epoch brings them back
+        raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
+                      "state schema or operator metadata files: put them back from a copy of the checkpoint")
     st = pl.st
     O = set(q.offsets.batch_ids)
     K = set(q.commits.batch_ids)

@@ -12,7 +12,14 @@ Kinds (`KINDS`):
 * ``dedup_file``: ``dropDuplicates(["id"])`` (stateful; HDFS provider) -> JSON file sink; every
   input file repeats the first id of the previous file, so state must remember it;
 * ``dedup_rocksdb``: the same with the RocksDB provider and changelog checkpointing;
-* ``coordinated``: stateless -> ``repartition(2)`` -> streamctl's coordinated sink (two writers).
+* ``coordinated``: stateless -> ``repartition(2)`` -> streamctl's coordinated sink (two writers);
+* ``tws``: ``transformWithState`` (streamctl.pipeline.state_features: map, list and value state,
+  TTL, processing-time timers; RocksDB with changelog checkpointing) deduplicating the repeats ->
+  JSON file sink; ``tws_v2``: the same with checkpoint format 2 (state unique ids in commits/).
+  In processing-time mode the operator always asks for another (no-data) batch, so availableNow
+  never ends (Spark 4.3); these kinds run one `once` trigger per new input file instead, files
+  waiting in ``pending/`` until their run (with none pending: one `once` run, which replays one
+  rolled-back epoch).
 
 Input file i holds ids ``i*ROWS .. i*ROWS+ROWS-1`` (plus the repeat); the delivery check reads only
 what the sink's own log commits (pyarrow-free: JSON lines) and compares with every id written.
@@ -30,13 +37,18 @@ ROWS = 5
 COMPACT_INTERVAL = 3
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated")
+KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2")
 _CONFS = {
     "file": {},
     "dedup_file": {"spark.sql.streaming.stateStore.providerClass": HDFS},
     "dedup_rocksdb": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
                       "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
     "coordinated": {},
+    "tws": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
+    "tws_v2": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+               "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+               "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
 }
 _BASE = {"spark.sql.streaming.fileSink.log.compactInterval": str(COMPACT_INTERVAL),
          "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
@@ -61,13 +73,15 @@ class Pipeline:
 
     def add_input(self, start: int, count: int) -> None:
         self.input.mkdir(parents=True, exist_ok=True)
+        folder = self.base / "pending" if self.kind.startswith("tws") else self.input
+        folder.mkdir(parents=True, exist_ok=True)
         base_mtime = time.time() - 3600
         for i in range(start, start + count):
             rows = [{"id": n, "key": f"k{n % 4}"} for n in self.ids_of(i)]
-            if i > 0 and self.kind.startswith("dedup"):
+            if i > 0 and self.kind.startswith(("dedup", "tws")):
                 rows.append({"id": (i - 1) * ROWS, "key": f"k{((i - 1) * ROWS) % 4}"})  # a repeat
-            path = self.input / f"part-{i:05d}.json"
-            tmp = self.input / f".part-{i:05d}.json.tmp"
+            path = folder / f"part-{i:05d}.json"
+            tmp = folder / f".part-{i:05d}.json.tmp"
             tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
             os.utime(tmp, (base_mtime + i, base_mtime + i))
             tmp.rename(path)
@@ -82,6 +96,10 @@ class Pipeline:
         df = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1).json(str(self.input))
         if self.kind.startswith("dedup"):
             df = df.dropDuplicates(["id"])
+        elif self.kind.startswith("tws"):
+            from streamctl.pipeline.state_features import tws_dedup
+
+            df = tws_dedup(df)
         if self.kind == "coordinated":
             from streamctl.pipeline.coordinated_sink import SHORT_NAME, register
 
@@ -89,7 +107,8 @@ class Pipeline:
             w = df.repartition(2).writeStream.format(SHORT_NAME).outputMode("append").option("path", str(self.output))
         else:
             w = df.writeStream.format("json").outputMode("append").option("path", str(self.output))
-        return w.option("checkpointLocation", str(self.checkpoint)).queryName(f"align_{self.kind}").trigger(availableNow=True)
+        w = w.option("checkpointLocation", str(self.checkpoint)).queryName(f"align_{self.kind}")
+        return w.trigger(once=True) if self.kind.startswith("tws") else w.trigger(availableNow=True)
 
     def run(self) -> None:
         """Start the query (availableNow), wait until it has read every input file; raise what Spark raises."""
@@ -98,8 +117,15 @@ class Pipeline:
         try:
             for k, v in confs.items():
                 self.spark.conf.set(k, v)
-            q = self.writer().start()
-            q.awaitTermination()
+            if not self.kind.startswith("tws"):
+                self.writer().start().awaitTermination()
+                return
+            pending = sorted((self.base / "pending").glob("part-*.json"))
+            for path in pending:
+                path.rename(self.input / path.name)
+                self.writer().start().awaitTermination()
+            if not pending:  # one batch: a replay after a rollback reads one epoch's files per start
+                self.writer().start().awaitTermination()
         finally:
             for k, v in saved.items():
                 if v is None:

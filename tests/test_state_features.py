@@ -1,0 +1,191 @@
+"""Newer state features on the newest PySpark (issue 13 item 4): `transformWithState` with map,
+list and value state, TTL and processing-time timers (streamctl.pipeline.state_features), on the
+RocksDB provider with changelog checkpointing, in checkpoint format 1 (`tws`) and 2 (`tws_v2`,
+state unique ids in commits/). Layout: state schema v3 files `state/0/_stateSchema/default/…` and
+operator metadata v2 `state/0/_metadata/v2/<batch>` naming them.
+
+Each kind is built once per session (six batches, one per input file) and kept pristine; a test
+restores it in place (the file source log and the operator metadata hold absolute paths, so a copy
+elsewhere would not restart), then:
+- damage -> `inspect` names what Spark's real restart then fails on;
+- clean -> `align` plans nothing, `trim` plans no schema/metadata file and nothing a kept
+  restart reads, and a real restart after `trim --execute` / `align --to --execute` delivers
+  every id exactly once (a lost `seen` map-state entry would let a repeated id through).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+FILES = 6
+
+
+def _load(name: str) -> Any:
+    key = f"streamctl_tests_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ap = _load("align_pipeline")
+
+
+@pytest.fixture(scope="session")
+def tws_built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("pandas")
+    root = tmp_path_factory.mktemp("tws")
+    out = {}
+    for kind in ("tws", "tws_v2"):
+        p = ap.Pipeline(root / "work", kind, spark)
+        p.add_input(0, FILES)
+        p.run()
+        ap.settle(p.base)
+        assert p.delivery()["ok"], p.delivery()
+        shutil.copytree(p.base, root / "pristine" / kind, symlinks=True)
+        out[kind] = root
+    return out
+
+
+@pytest.fixture
+def tws(spark: Any, tws_built: dict[str, Path]) -> Callable[[str], Any]:
+    """tws(kind) -> the session's pipeline of `kind`, restored to its pristine files."""
+    def restore(kind: str) -> Any:
+        root = tws_built[kind]
+        p = ap.Pipeline(root / "work", kind, spark)
+        shutil.rmtree(p.base)
+        shutil.copytree(root / "pristine" / kind, p.base, symlinks=True)
+        p.files = FILES
+        return p
+
+    return restore
+
+
+def inspect(cli: Any, p: Any) -> tuple[int, dict, set[str]]:
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--json")
+    assert "Traceback" not in r.stderr, r
+    q = r.json()["queries"][0]
+    return r.code, q, {f["code"] for f in q["findings"]}
+
+
+def restart_error(p: Any) -> str:
+    p.add_input(p.files, 1)
+    with pytest.raises(Exception) as exc:
+        p.run()
+    return str(exc.value)
+
+
+def restart_delivers(p: Any) -> None:
+    p.add_input(p.files, 1)
+    p.run()
+    got = p.delivery()
+    assert got["ok"], got
+
+
+def schema_files(p: Any) -> list[Path]:
+    return sorted((p.checkpoint / "state/0/_stateSchema").rglob("*"))
+
+
+def test_layout_is_read(cli: Any, tws: Callable[[str], Any]) -> None:
+    for kind in ("tws", "tws_v2"):
+        p = tws(kind)
+        code, q, codes = inspect(cli, p)
+        assert code == 0 and q["verdict"] == "aligned" and not codes, q["findings"]
+        r = cli("inspect", "state", str(p.checkpoint), "--json")
+        assert r.code == 0 and r.json()["verdict"] == "aligned", r
+        assert r.json()["checkpoint_format"] == (2 if kind == "tws_v2" else 1), r
+        op = r.json()["operators"][0]
+        assert op["metadata_version"] == 2 and op["num_partitions"] == 4, op
+        assert (q["committed"], q["state_epoch"]) == (FILES - 1, FILES - 1), q
+        meta = json.loads((p.checkpoint / "state/0/_metadata/v2/0").read_text().split("\n", 1)[1])
+        props = json.loads(meta["operatorPropertiesJson"])
+        kinds = {v["stateVariableType"] for v in props["stateVariables"]}
+        assert {"ValueState", "ListState", "MapState", "TimerState"} <= kinds, props
+        assert any(v["ttlEnabled"] for v in props["stateVariables"]), props
+        assert [f for f in schema_files(p) if f.is_file()], "no state schema v3 file"
+
+
+@pytest.mark.parametrize("kind", ["tws", "tws_v2"])
+def test_trim_keeps_what_restart_reads(cli: Any, tws: Callable[[str], Any], kind: str) -> None:
+    p = tws(kind)
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json")
+    assert r.code == 0 and not r.json()["plan"]["steps"], r
+    r = cli("trim", str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "2", "--json")
+    assert r.code == 0, r
+    steps = [s["path"] for s in r.json()["plan"]["steps"] if s["root"] == "checkpoint"]
+    assert any(s.startswith("state/0/0/") for s in steps), steps  # it does reclaim old versions
+    assert not [s for s in steps if "_stateSchema" in s or "_metadata" in s], steps
+    schemas = schema_files(p)
+    r = cli("trim", str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "2", "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    assert schema_files(p) == schemas
+    restart_delivers(p)
+    code, q, codes = inspect(cli, p)
+    assert code == 0 and q["committed"] == FILES, q["findings"]
+
+
+def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], Any]) -> None:
+    p = tws("tws_v2")
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "3", "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    moved = [s["path"] for s in r.json()["plan"]["steps"] if s["root"] == "checkpoint"]
+    assert "state/0/_metadata/v2/3" not in moved and "state/0/_metadata/v2/4" in moved, moved
+    assert not [s for s in moved if "_stateSchema" in s], moved
+    p.run()  # a `once` start replays one epoch: 4, then 5 (their files are in sources/0/4, 5)
+    p.run()
+    restart_delivers(p)
+
+
+def _drop_changelog(p: Any) -> None:
+    ap.remove_with_companions(p.checkpoint / "state/0/0", f"{FILES}.changelog")
+
+
+def _commit_names_absent_id(p: Any) -> None:
+    c = p.checkpoint / f"commits/{FILES - 1}"
+    head, body = c.read_text().split("\n", 1)
+    obj = json.loads(body)
+    obj["stateUniqueIds"]["0"][0] = ["00000000-0000-0000-0000-000000000000"]
+    (p.checkpoint / f"commits/.{FILES - 1}.crc").unlink(missing_ok=True)
+    c.write_text(f"{head}\n{json.dumps(obj)}")
+
+
+def _drop_schema(p: Any) -> None:
+    for f in schema_files(p):
+        if f.is_file():
+            f.unlink()
+
+
+def _drop_operator_metadata(p: Any) -> None:
+    shutil.rmtree(p.checkpoint / "state/0/_metadata")
+
+
+@pytest.mark.parametrize("kind, damage, code, spark_says", [
+    ("tws", _drop_changelog, "STATE_UNRESTORABLE", "CANNOT_READ_STREAMING_STATE_FILE"),
+    ("tws_v2", _commit_names_absent_id, "STATE_UNRESTORABLE", "6_00000000-0000-0000-0000-000000000000.changelog does not exist"),
+    ("tws", _drop_schema, "STATE_SCHEMA_MISSING", "_stateSchema/default/"),
+    ("tws", _drop_operator_metadata, "STATE_METADATA_MISSING", "STDS_FAILED_TO_READ_OPERATOR_METADATA"),
+], ids=["changelog", "format2-commit-id", "schema-file", "operator-metadata"])
+def test_damage_matches_restart(cli: Any, tws: Callable[[str], Any], kind: str, damage: Any, code: str,
+                                spark_says: str) -> None:
+    p = tws(kind)
+    damage(p)
+    rc, q, codes = inspect(cli, p)
+    assert rc == 1 and q["verdict"] == "misaligned" and code in codes, q["findings"]
+    r = cli("inspect", "state", str(p.checkpoint), "--json")
+    assert r.code == 1 and code in {f["code"] for f in r.json()["findings"]}, r
+    if code != "STATE_UNRESTORABLE":  # no epoch brings a schema or metadata file back
+        r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json")
+        assert r.code == 4 and code in r.stderr + r.stdout, r
+    assert spark_says in restart_error(p)
