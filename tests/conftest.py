@@ -33,6 +33,8 @@ collect_ignore = [] if _has_python_data_sources() else ["test_coordinated_sink.p
 
 
 def _load(name: str) -> Any:
+    if f"streamctl_tests_{name}" in sys.modules:  # test modules load helpers under the same key
+        return sys.modules[f"streamctl_tests_{name}"]
     spec = importlib.util.spec_from_file_location(f"streamctl_tests_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -45,6 +47,12 @@ _spark = _load("spark_fixtures")
 spark = _spark.spark
 spark_checkpoints = _spark.spark_checkpoints
 fresh_copy = _spark.fresh_copy
+
+@pytest.fixture(scope="session")
+def align_pipeline() -> Any:
+    """tests/align_pipeline.py (real PySpark pipelines and their delivery check), loaded by path."""
+    return _load("align_pipeline")
+
 
 _kafka = _load("kafka_fixtures")
 kafka_broker = _kafka.kafka_broker

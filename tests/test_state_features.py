@@ -14,10 +14,8 @@ elsewhere would not restart), then:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,24 +26,10 @@ pytestmark = pytest.mark.spark
 FILES = 6
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
-
-
 @pytest.fixture(scope="session")
-def tws_built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def tws_built(spark: Any, align_pipeline: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("pandas")
+    ap = align_pipeline
     root = tmp_path_factory.mktemp("tws")
     out = {}
     for kind in ("tws", "tws_v2"):
@@ -60,8 +44,10 @@ def tws_built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
 
 
 @pytest.fixture
-def tws(spark: Any, tws_built: dict[str, Path]) -> Callable[[str], Any]:
+def tws(spark: Any, align_pipeline: Any, tws_built: dict[str, Path]) -> Callable[[str], Any]:
     """tws(kind) -> the session's pipeline of `kind`, restored to its pristine files."""
+    ap = align_pipeline
+
     def restore(kind: str) -> Any:
         root = tws_built[kind]
         p = ap.Pipeline(root / "work", kind, spark)
@@ -149,7 +135,8 @@ def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], 
 
 
 def _drop_changelog(p: Any) -> None:
-    ap.remove_with_companions(p.checkpoint / "state/0/0", f"{FILES}.changelog")
+    for n in (f"{FILES}.changelog", f".{FILES}.changelog.crc", f"{FILES}.changelog.crc"):
+        (p.checkpoint / "state/0/0" / n).unlink(missing_ok=True)
 
 
 def _commit_names_absent_id(p: Any) -> None:
