@@ -48,6 +48,7 @@ spark = _spark.spark
 spark_checkpoints = _spark.spark_checkpoints
 fresh_copy = _spark.fresh_copy
 
+
 @pytest.fixture(scope="session")
 def align_pipeline() -> Any:
     """tests/align_pipeline.py (real PySpark pipelines and their delivery check), loaded by path."""

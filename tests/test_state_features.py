@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.spark4]  # transformWithState: Spark 4.0+
 
 FILES = 6
 
