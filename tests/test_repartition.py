@@ -11,7 +11,6 @@ the suite builds and checks that neither plans to move anything a restart reads.
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +19,6 @@ import pytest
 pytestmark = [pytest.mark.spark]
 
 
-def _pipeline_module() -> Any:
-    spec = importlib.util.spec_from_file_location("streamctl_tests_align_pipeline_repartition",
-                                                  Path(__file__).with_name("align_pipeline.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _pipeline_module()
 
 
 def _needs_repartition(spark: Any) -> None:
@@ -64,7 +53,8 @@ def _state_steps(plan: dict) -> list[str]:
 
 
 @pytest.mark.spark4
-def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Path) -> None:
+def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any) -> None:
+    ap = align_pipeline
     _needs_repartition(spark)
     p = ap.Pipeline(tmp_path, "dedup_rocksdb", spark)
     p.add_input(0, 3)  # batches 0, 1, 2 (2.compact: compactInterval 3)
@@ -116,7 +106,8 @@ def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Pat
 
 
 @pytest.mark.spark4
-def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path) -> None:
+def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any) -> None:
+    ap = align_pipeline
     _needs_repartition(spark)
     p = ap.Pipeline(tmp_path, "dedup_file", spark)  # HDFS provider: Spark's repartition fails
     p.add_input(0, 2)
