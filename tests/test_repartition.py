@@ -178,6 +178,7 @@ def test_align_and_trim_never_move_what_a_restart_reads(spark_checkpoints: dict[
 
 
 @pytest.mark.spark_lines
+@pytest.mark.spark4  # edits the operator metadata, which Spark writes from 4.0 on
 def test_disagreeing_layout_sources_refuse(fresh_copy: Any, cli: Any, tree_snapshot: Any) -> None:
     """A partition folder beyond the offsets conf's count that the operator metadata still counts:
     the sources disagree, so the folder is not STATE_ORPHANS and align/trim refuse (exit 4),
