@@ -13,15 +13,25 @@ from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _table() -> list[tuple[type[BaseException], ExitCode]]:
+    """THE table from exception types to exit codes (README "Exit codes"); the first match wins,
+    so subclasses come before their bases. Every command reaches its exit code through it."""
+    from streamctl.operations.plan import NotVerified, Refused
+
+    return [
+        (UsageError, ExitCode.USAGE),
+        (Refused, ExitCode.REFUSED),  # also the lock held, an executor Conflict, a teardown refusal
+        (NotVerified, ExitCode.NOT_VERIFIED),
+        (StorageError, ExitCode.UNREADABLE),
+        (StreamctlError, ExitCode.UNREADABLE),
+        (KeyboardInterrupt, ExitCode.INTERRUPTED),
+    ]
+
+
 def exit_code_for(exc: BaseException) -> ExitCode:
-    if isinstance(exc, UsageError):
-        return ExitCode.USAGE
-    if isinstance(exc, StorageError):
-        return ExitCode.UNREADABLE
-    if isinstance(exc, StreamctlError):
-        return ExitCode.UNREADABLE
-    if isinstance(exc, KeyboardInterrupt):
-        return ExitCode.INTERRUPTED
+    for kind, code in _table():
+        if isinstance(exc, kind):
+            return code
     return ExitCode.INTERNAL
 
 

@@ -190,8 +190,14 @@ def drop_sink(
     import secrets
     import time
 
+    from streamctl.operations.runner import check_backup_target, check_plan
+
     op_id = f"drop-sink-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
-    archive_root = Root("archive", archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{op_id}"))
+    try:  # validated before the lock (and in plan mode too): a named archive is new or empty
+        archive_root = check_backup_target(archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{op_id}"), "--archive")
+    except teardown.Refused as exc:
+        raise _refused(exc, as_json) from None
+    archive_root = Root("archive", archive_root.location)
 
     if not execute:
         from streamctl.inspectors.lease import lease_status
@@ -229,19 +235,16 @@ def drop_sink(
         q = inspect()
         discarded = teardown.check_drained(q, discard_in_flight)
         plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
-    except teardown.Refused as exc:
+        roots = {"checkpoint": ck_root, "sink": sink_root, "archive": archive_root}
+        check_plan(plan, roots)
+        executor = Executor(plan, roots, archive_root, progress=say)
+        executor.write_plan()
+    except (teardown.Refused, Conflict) as exc:
         lock.release()
         raise _refused(exc, as_json) from None
     except BaseException:
         lock.release()
         raise
-    roots = {"checkpoint": ck_root, "sink": sink_root, "archive": archive_root}
-    executor = Executor(plan, roots, archive_root, progress=say)
-    try:
-        executor.write_plan()
-    except Conflict as exc:
-        lock.release()
-        raise _refused(exc, as_json) from None
     executor.journal.append({"event": "writer_stopped", **stopped})
     executor.journal.append({"event": "drained", "planned": q.planned, "committed": q.committed,
                              "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded})

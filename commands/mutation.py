@@ -116,16 +116,22 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
     from streamctl.operations.executor import Conflict, Executor
     from streamctl.operations.files import Root
     from streamctl.operations.lock import Lock, LockHeld
+    from streamctl.operations.runner import check_backup_target, check_plan
 
     op_id = f"{name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
     ck_root = Root("checkpoint", location)
-    try:
+    try:  # validated before the lock: an early failure leaves no lock behind
+        backup = check_backup_target(backup_dir or ck_root.uri(f"_streamctl/backups/{op_id}"))
         lock = Lock.acquire(ck_root, name, op_id, break_lock=break_lock)
-    except LockHeld as exc:
+    except (LockHeld, Refused) as exc:
         raise refused(exc, as_json, f"{name.title()}Refusal") from None
-    try:
+    try:  # until the first step runs, every failure releases the lock
         plan = planner()
-    except Refused as exc:
+        if plan.steps:
+            plan.op_id = op_id
+            check_plan(plan, roots_of(plan))
+            Executor(plan, roots_of(plan), backup).write_plan()
+    except (Refused, Conflict) as exc:
         lock.release()
         raise refused(exc, as_json, f"{name.title()}Refusal") from None
     except BaseException:
@@ -136,13 +142,6 @@ def execute(name: str, location: str, planner: Planner, verify: Verifier, lines:
         emit({"api_version": API_VERSION, "kind": f"{name.title()}Plan", "executed": False, "plan": plan.to_record()},
              as_json, [f"Nothing to do: {location} is {plan.before.get('verdict')}; no step is needed"])
         return
-    plan.op_id = op_id
-    backup = Root("backup", backup_dir or ck_root.uri(f"_streamctl/backups/{op_id}"))
-    try:
-        Executor(plan, roots_of(plan), backup).write_plan()
-    except Conflict as exc:
-        lock.release()
-        raise refused(exc, as_json, f"{name.title()}Refusal") from None
     try:
         with render.progress(not as_json) as tick:  # files, bytes, rate, eta on a terminal's stderr
             executor = Executor(plan, roots_of(plan), backup, meter=tick)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.operations.files import Root
-from streamctl.operations.plan import Plan, Step
+from streamctl.operations.plan import Plan, Refused, Step
 
 PLAN_FILE = "plan.json"
 JOURNAL_FILE = "journal.jsonl"
@@ -37,8 +37,8 @@ BATCH_SECONDS = 1.0  # and done records durable at the latest this long after th
 METER_SECONDS = 0.2
 
 
-class Conflict(StreamctlError):
-    """The files no longer look like the journal says: refuse rather than guess."""
+class Conflict(Refused):
+    """The files no longer look like the journal says: refuse rather than guess (exit 4)."""
 
 
 @dataclass
@@ -321,10 +321,15 @@ class Executor:
         base = _entry_base(step, root)
         if step.action == "move":
             if root.exists(step.path):
-                if self.backup.exists(b):  # a copy-based move interrupted before its delete
-                    self.backup.delete(b)
                 # the begin record hashed it already (the file is only moved after that record)
                 size, sha = (pre["size"], pre["sha256"]) if isinstance(pre, dict) else root.digest(step.path)
+                if self.backup.exists(b):  # a copy-based move interrupted before its delete:
+                    # never delete at a backup path; the source goes only when the copy is whole
+                    if self.backup.digest(b) != (size, sha) or root.digest(step.path) != (size, sha):
+                        raise Conflict(f"{self.backup.uri(b)} already holds other content than "
+                                       f"{root.uri(step.path)}; refusing to overwrite a backed-up file")
+                    root.delete(step.path)
+                    return dict(base, action="moved", size=size, sha256=sha)
                 root.move_to(step.path, self.backup, b)
                 return dict(base, action="moved", size=size, sha256=sha)
             if self.backup.exists(b):
@@ -374,6 +379,11 @@ class Executor:
         if purged:
             raise Conflict(f"undo refused: {len(purged)} file(s) were deleted with --purge and cannot be restored "
                            f"({', '.join(purged[:3])}{', ...' if len(purged) > 3 else ''})")
+        broken = self._backup_mismatches(todo, state)
+        if broken:
+            raise Conflict(f"undo refused, the backup {self.backup.location} does not match its manifest: "
+                           + "; ".join(broken[:5]) + (f" (+{len(broken) - 5} more)" if len(broken) > 5 else "")
+                           + "; nothing was changed")
         conflicts = []
         for i in todo:
             c = self._undo_conflict(i, state)
@@ -398,6 +408,28 @@ class Executor:
                 pending, touched, t0 = [], [], time.monotonic()
         self._commit_done(touched, pending + [{"event": "undone"}])
         return restored
+
+    def _backup_mismatches(self, todo: list[int], state: JournalState) -> list[str]:
+        """Every backed-up file of these steps checked against the manifest (size and sha256)
+        before undo changes anything: an edited or missing backup file is a refusal."""
+        out: list[str] = []
+        for i in todo:
+            rec = state.done.get(i)
+            m = rec.get("manifest") if rec else None
+            if not m or m.get("action") not in ("moved", "replaced") or not m.get("sha256"):
+                continue
+            b = backup_rel(self.plan.steps[i])
+            want = (m.get("size"), m.get("sha256"))
+            got = self.backup.digest_if_exists(b)
+            if got is None:
+                root = self.roots[self.plan.steps[i].root]
+                if self.plan.steps[i].action == "move" and root.digest_if_exists(self.plan.steps[i].path) == want:
+                    continue  # already put back by an interrupted undo
+                out.append(f"{self.backup.uri(b)} is missing")
+            elif tuple(got) != want:
+                out.append(f"{self.backup.uri(b)} differs from the manifest (sha256 {got[1][:12]}..., "
+                           f"expected {str(want[1])[:12]}...)")
+        return out
 
     def _pre(self, i: int, state: JournalState) -> Optional[dict[str, Any]]:
         pre = state.begun[i].get("pre")

@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from streamctl.operations.files import Root
+from streamctl.operations.plan import Refused
 
 LOCK_FILE = "_streamctl/lock.json"
 
 
-class LockHeld(Exception):
+class LockHeld(Refused):
+    """Another operation holds the checkpoint: a refusal (exit 4, nothing changed)."""
+
     def __init__(self, message: str, owner: dict[str, Any]) -> None:
         super().__init__(message)
         self.owner = owner

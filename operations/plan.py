@@ -129,6 +129,10 @@ class Refused(StreamctlError):
         self.options = options or []
 
 
+class NotVerified(StreamctlError):
+    """A mutation ran but its post-check did not reach the promised state (exit 5)."""
+
+
 def epochs_text(epochs: list[int]) -> str:
     """[3, 4, 5, 9] -> "3..5, 9"."""
     if not epochs:

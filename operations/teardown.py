@@ -45,7 +45,7 @@ from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.operations.files import Root, crc_name
-from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
+from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 
 HANDOFF_FILE = "handoff.json"
 RETIRED_DIR = "_streamctl/retired"
@@ -58,8 +58,6 @@ POLL_S = 0.2
 Say = Callable[[str], None]
 
 
-class Refused(StreamctlError):
-    """The teardown refuses; nothing in the checkpoint or the sink was changed."""
 
 
 @dataclass

@@ -1,0 +1,227 @@
+"""The guarantees of every mutation under hostile input (issue 14), one test per class on a real
+PySpark checkpoint (tests/align_pipeline.py, kind "file", the "sink ahead" fault of
+test_align_ops: align rolls the sink back to batch 3), restored IN PLACE before each test (the
+file sink's log holds absolute paths). Each test asserts the exact outcome: exit code, JSON, and
+every byte under the pipeline folder and outside it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+INPUT_FILES = 5
+
+
+def _load(name: str, file: str) -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / file)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ap = _load("streamctl_tests_align_pipeline", "align_pipeline.py")
+
+
+def tree(base: Path) -> dict[str, str]:
+    """relative path -> sha256 (symlinks as their target) of every file below base."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, files in os.walk(base):
+        for f in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(base))] = ("link:" + os.readlink(p)) if p.is_symlink() else \
+                hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+class Lab:
+    def __init__(self, p: Any, snap: Path, outside: Path) -> None:
+        self.p, self.snap, self.outside = p, snap, outside
+
+    def restore(self) -> None:
+        if self.p.base.exists():
+            shutil.rmtree(self.p.base)
+        shutil.copytree(self.snap, self.p.base, symlinks=True)
+        if self.outside.exists():
+            shutil.rmtree(self.outside)
+        self.outside.mkdir()
+        (self.outside / "precious.json").write_bytes(b'{"keep": "me"}\n')
+
+    @property
+    def ckpt(self) -> Path:
+        return self.p.checkpoint
+
+    @property
+    def out(self) -> Path:
+        return self.p.output
+
+    def align(self, *extra: str) -> list[str]:
+        return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
+
+    def add_log_entry(self, batch: int, path: str, is_dir: bool) -> None:
+        """Append an entry to the sink log file of `batch` (v1 header, one JSON entry a line)."""
+        f = self.out / "_spark_metadata" / str(batch)
+        entry = {"path": path, "size": 0, "isDir": is_dir, "modificationTime": 0, "blockReplication": 1,
+                 "blockSize": 0, "action": "add"}
+        f.write_bytes(f.read_bytes().rstrip(b"\n") + b"\n" + json.dumps(entry).encode())
+        crc = f.parent / f".{batch}.crc"
+        if crc.exists():
+            crc.unlink()
+
+    def everything(self) -> dict[str, str]:
+        return {**{f"pipe/{k}": v for k, v in tree(self.p.base).items()},
+                **{f"outside/{k}": v for k, v in tree(self.outside).items()}}
+
+
+@pytest.fixture(scope="module")
+def lab(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lab:
+    root = tmp_path_factory.mktemp("hostile")
+    p = ap.Pipeline(root / "pipe", "file", spark)
+    p.add_input(0, INPUT_FILES)
+    p.run()
+    for rel in ("offsets/4", "offsets/.4.crc", "commits/4", "commits/.4.crc", "commits/3", "commits/.3.crc"):
+        (p.checkpoint / rel).unlink()
+    snap = root / "snap"
+    shutil.copytree(p.base, snap, symlinks=True)
+    return Lab(p, snap, root / "outside")
+
+
+@pytest.fixture
+def fresh(lab: Lab) -> Lab:
+    lab.restore()
+    return lab
+
+
+def no_lock(lab: Lab) -> None:
+    assert not (lab.ckpt / "_streamctl" / "lock.json").exists()
+
+
+def refused_json(r: Any) -> dict[str, Any]:
+    assert r.code == 4, r
+    doc = json.loads(r.stdout)
+    assert doc["kind"].endswith("Refusal"), doc
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+    return doc
+
+
+# ------------------------------------------------------------------ 1. backup-path collisions
+
+
+@pytest.mark.spark
+def test_a_log_entry_naming_the_sink_log_folder_is_refused_and_nothing_moves(fresh: Lab, cli: Callable) -> None:
+    fresh.add_log_entry(4, str(fresh.out / "_spark_metadata"), is_dir=True)
+    before = fresh.everything()
+    doc = refused_json(cli(*fresh.align("--execute", "--json")))
+    assert "nest" in doc["reason"] and "sink:_spark_metadata" in doc["reason"], doc
+    assert fresh.everything() == before
+    no_lock(fresh)
+
+
+# ------------------------------------------------------------------ 2. symlink escapes
+
+
+@pytest.mark.spark
+def test_a_log_entry_through_a_symlink_out_of_the_sink_is_refused(fresh: Lab, cli: Callable) -> None:
+    os.symlink(fresh.outside, fresh.out / "escape")
+    fresh.add_log_entry(4, str(fresh.out / "escape" / "precious.json"), is_dir=False)
+    before = fresh.everything()
+    doc = refused_json(cli(*fresh.align("--execute", "--json")))
+    assert "outside the named roots" in doc["reason"] and "precious.json" in doc["reason"], doc
+    assert fresh.everything() == before
+    assert (fresh.outside / "precious.json").read_bytes() == b'{"keep": "me"}\n'
+    no_lock(fresh)
+
+
+# ------------------------------------------------------------------ 3. named backup folder not empty
+
+
+@pytest.mark.spark
+def test_a_backup_dir_holding_files_is_refused_and_kept(fresh: Lab, cli: Callable, tmp_path: Path) -> None:
+    bdir = tmp_path / "bk"
+    bdir.mkdir()
+    (bdir / "files").mkdir()
+    (bdir / "files" / "mine.txt").write_bytes(b"mine")
+    before = fresh.everything()
+    doc = refused_json(cli(*fresh.align("--execute", "--json", "--backup-dir", str(bdir))))
+    assert "is not empty (it holds files" in doc["reason"], doc
+    assert fresh.everything() == before
+    assert tree(bdir) == {"files/mine.txt": hashlib.sha256(b"mine").hexdigest()}
+    no_lock(fresh)
+    # an empty folder is fine
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = cli(*fresh.align("--execute", "--json", "--backup-dir", str(empty)))
+    assert r.code == 0 and json.loads(r.stdout)["verified"] is True, r
+
+
+@pytest.mark.spark
+def test_drop_sink_purge_never_deletes_a_named_archive_s_files(fresh: Lab, cli: Callable, tmp_path: Path) -> None:
+    arch = tmp_path / "arch"
+    arch.mkdir()
+    (arch / "handoff.json").write_bytes(b"theirs")
+    before = fresh.everything()
+    r = cli("drop-sink", str(fresh.out), "--checkpoint", str(fresh.ckpt), "--assume-stopped", "--execute",
+            "--purge", "--discard-in-flight", "--archive", str(arch), "--json")
+    doc = refused_json(r)
+    assert "--archive" in doc["reason"] and "is not empty (it holds handoff.json)" in doc["reason"], doc
+    assert fresh.everything() == before
+    assert (arch / "handoff.json").read_bytes() == b"theirs"
+    no_lock(fresh)
+
+
+# ------------------------------------------------------------------ 4. undo checks the backup first
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("damage", ["edit", "remove"])
+def test_undo_refuses_a_backup_that_differs_from_its_manifest(fresh: Lab, cli: Callable, damage: str) -> None:
+    r = cli(*fresh.align("--execute", "--json"))
+    assert r.code == 0, r
+    backup = Path(json.loads(r.stdout)["backup"])
+    manifest = json.loads((backup / "manifest.json").read_text())
+    moved = [m for m in manifest["files"] if m["action"] == "moved"]
+    victim = backup / moved[0]["backup"]
+    if damage == "edit":
+        victim.write_bytes(victim.read_bytes() + b"x")
+    else:
+        victim.unlink()
+    before = fresh.everything()
+    doc = refused_json(cli("align", "--undo", str(backup), "--json"))
+    assert "does not match its manifest" in doc["reason"] and moved[0]["backup"] in doc["reason"], doc
+    assert fresh.everything() == before
+    no_lock(fresh)
+
+
+# ------------------------------------------------------------------ 6. no lock leaks
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("bad", ["file", "scheme", "under-a-file"])
+def test_an_early_failure_leaves_no_lock(fresh: Lab, cli: Callable, tmp_path: Path, bad: str) -> None:
+    if bad == "file":
+        target = tmp_path / "a-file"
+        target.write_bytes(b"x")
+    elif bad == "scheme":
+        target = Path("bogus://bucket/backups")  # type: ignore[assignment]
+    else:
+        (tmp_path / "a-file").write_bytes(b"x")
+        target = tmp_path / "a-file" / "backup"
+    before = fresh.everything()
+    r = cli(*fresh.align("--execute", "--json", "--backup-dir", str(target).replace("bogus:/", "bogus://")))
+    refused_json(r)
+    assert fresh.everything() == before
+    no_lock(fresh)
+    r = cli(*fresh.align("--execute", "--json"))  # the next run needs no --break-lock
+    assert r.code == 0, r

@@ -1,0 +1,139 @@
+"""Property-style checks of the mutation invariants (issue 14) on generated hostile trees: nested
+steps, symlinks out of the root, paths through them, huge ids, files where folders are expected.
+Seeded generators (deterministic, no Spark: the planners are covered by tests/test_hostile.py);
+every case goes through the runner's checks (operations.runner.check_plan) and the executor:
+
+* no byte lost: every file present before is in place or in the backup with its sha256;
+* nothing outside the roots touched;
+* undo restores the tree exactly; a refused plan changes nothing;
+* bounded time.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from streamctl.operations.executor import Conflict, Executor
+from streamctl.operations.files import Root
+from streamctl.operations.plan import Plan, Refused, Step
+from streamctl.operations.runner import check_backup_target, check_plan
+
+CASES = 60
+
+
+def tree(base: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dirpath, dirs, files in os.walk(base):
+        for f in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+            p = Path(dirpath) / f
+            out[str(p.relative_to(base))] = ("link:" + os.readlink(p)) if p.is_symlink() else \
+                hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def build(rng: random.Random, base: Path) -> tuple[Path, Path, list[str]]:
+    """A sink root with files in nested folders, links out of it, and an outside folder."""
+    sink, outside = base / "sink", base / "outside"
+    outside.mkdir(parents=True)
+    (outside / "precious").write_bytes(b"outside")
+    names: list[str] = []
+    for i in range(rng.randint(3, 12)):
+        depth = rng.randint(0, 3)
+        folder = "/".join(rng.choice(["_spark_metadata", "a", "b", "part=1", str(2 ** 63 - 1)]) for _ in range(depth))
+        rel = f"{folder}/{rng.choice(['0', '9223372036854775807', 'x.json', '.1.crc'])}{i}".lstrip("/")
+        p = sink / rel
+        if any(Path(sink, *Path(rel).parts[:k]).is_file() for k in range(1, len(Path(rel).parts))):
+            continue  # a file where this path needs a folder
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randint(0, 64)))
+        names.append(rel)
+    if rng.random() < 0.7:
+        os.symlink(outside, sink / "escape")
+        names += ["escape/precious", "escape"]
+    if rng.random() < 0.3:
+        os.symlink(outside / "precious", sink / "link-file")
+        names.append("link-file")
+    return sink, outside, names
+
+
+def plan_of(rng: random.Random, sink: Path, names: list[str]) -> Plan:
+    folders = sorted({str(Path(n).parent) for n in names if str(Path(n).parent) != "."})
+    pool = names + folders + ["missing/0", "9223372036854775807"]
+    steps = []
+    for path in rng.sample(pool, k=min(len(pool), rng.randint(1, 8))):
+        if rng.random() < 0.15:
+            steps.append(Step("write", "sink", path, "hostile write", content=b"new"))
+        else:
+            steps.append(Step("move", "sink", path, "hostile move"))
+    return Plan("align", {"sink": str(sink)}, "rollback", 0, "exactly-once", steps, "aligned", op_id="prop")
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_no_byte_lost_nothing_outside_touched_undo_exact(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    sink, outside, names = build(rng, tmp_path)
+    plan = plan_of(rng, sink, names)
+    before, before_out = tree(sink), tree(outside)
+    roots = {"sink": Root("sink", str(sink))}
+    t0 = time.monotonic()
+    backup = check_backup_target(str(tmp_path / "backup"))
+    try:
+        check_plan(plan, roots)
+    except Refused:
+        assert tree(sink) == before and tree(outside) == before_out
+        paths = [s.path for s in plan.steps]
+        nested = any(a != b and b.startswith(a + "/") or (a == b and i != j)
+                     for i, a in enumerate(paths) for j, b in enumerate(paths))
+        escapes = any(p == "escape" or p.startswith("escape/") or p == "link-file" for p in paths)
+        assert nested or escapes, plan.to_record()["steps"]
+        return
+    ex = Executor(plan, roots, backup)
+    ex.write_plan()
+    try:
+        ex.run()
+    except Conflict:
+        pass
+    # no byte lost: each file is in place or in the backup under files/sink/<path>
+    after = tree(sink)
+    backed = tree(tmp_path / "backup" / "files" / "sink") if (tmp_path / "backup" / "files").exists() else {}
+    written = {s.path for s in plan.steps if s.action == "write"}
+    for rel, sha in before.items():
+        assert after.get(rel) == sha or backed.get(rel) == sha or rel in written and backed.get(rel) == sha, \
+            (rel, plan.to_record()["steps"])
+    assert tree(outside) == before_out
+    Executor(plan, roots, backup).undo()
+    assert tree(sink) == before
+    assert time.monotonic() - t0 < 10
+
+
+def test_the_executor_never_deletes_at_a_backup_path(tmp_path: Path) -> None:
+    """A move whose backup path already holds other bytes is a Conflict; both copies stay."""
+    sink = tmp_path / "sink"
+    (sink / "_spark_metadata").mkdir(parents=True)
+    (sink / "_spark_metadata" / "4").write_bytes(b"log 4")
+    bdir = tmp_path / "backup"
+    (bdir / "files" / "sink" / "_spark_metadata").mkdir(parents=True)
+    (bdir / "files" / "sink" / "_spark_metadata" / "4").write_bytes(b"backed up earlier")
+    plan = Plan("align", {"sink": str(sink)}, "rollback", 3, "exactly-once",
+                [Step("move", "sink", "_spark_metadata/4", "x")], "aligned", op_id="t")
+    with pytest.raises(Conflict, match="refusing to overwrite a backed-up file"):
+        Executor(plan, {"sink": Root("sink", str(sink))}, Root("backup", str(bdir))).run()
+    assert (sink / "_spark_metadata" / "4").read_bytes() == b"log 4"
+    assert (bdir / "files" / "sink" / "_spark_metadata" / "4").read_bytes() == b"backed up earlier"
+
+
+def test_nesting_steps_are_refused_whatever_their_order(tmp_path: Path) -> None:
+    for order in (["_spark_metadata/0", "_spark_metadata"], ["_spark_metadata", "_spark_metadata/0"],
+                  ["a", "a"]):
+        plan = Plan("align", {"sink": str(tmp_path)}, "rollback", 0, "exactly-once",
+                    [Step("move", "sink", p, "x") for p in order], "aligned")
+        with pytest.raises(Refused, match="nest"):
+            check_plan(plan, {"sink": Root("sink", str(tmp_path))})
+    ok = Plan("align", {"sink": str(tmp_path)}, "rollback", 0, "exactly-once",
+              [Step("move", "sink", p, "x") for p in ("a/0", "a0", "a-b", "ab/0")], "aligned")
+    check_plan(ok, {"sink": Root("sink", str(tmp_path))})
