@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import ERROR, WARNING, Finding, summarize, verdict_of
+from streamctl.inspectors.findings import ERROR, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize, verdict_of
 from streamctl.inspectors.logs import (
     CommitEntry,
     LogListing,
@@ -551,13 +551,13 @@ class _Inspector:
         if async_progress:
             return
         for name, log in (("offsets", offsets), ("commits", commits)):
-            gaps = log.gaps()
+            gaps = log.gap_ranges()
             if gaps:
                 self.findings.append(Finding(
                     "LOG_GAP",
                     f"{name}/: batch files missing inside the retained window "
-                    f"{log.oldest}..{log.latest}: {summarize([str(g) for g in gaps])}",
-                    details={"log": name, "missing": gaps}))
+                    f"{log.oldest}..{log.latest}: {ranges_text(gaps)}",
+                    details={"log": name, "missing": ids_of(gaps), "missing_count": count_of(gaps)}))
         if P is not None and P > 0 and P - 1 not in offsets.batch_ids and P - 1 not in offsets.gaps():
             self.findings.append(Finding(
                 "LOG_GAP",
@@ -590,13 +590,13 @@ class _Inspector:
             reports.append(report)
 
             if num is not None:
-                missing_parts = [p for p in range(num) if p not in op.partitions]
-                if missing_parts:
+                gaps = missing_ranges(sorted(op.partitions), 0, num - 1)  # cost: the folders that exist
+                if gaps:
                     self.findings.append(Finding(
                         "STATE_PARTITION_MISSING",
-                        f"state/{op_id}: {len(missing_parts)} of {num} partition folders missing "
-                        f"({summarize([str(p) for p in missing_parts])})",
-                        details={"operator": op_id, "num_partitions": num, "missing_partitions": missing_parts}))
+                        f"state/{op_id}: {count_of(gaps)} of {num} partition folders missing ({ranges_text(gaps)})",
+                        details={"operator": op_id, "num_partitions": num, "missing_partitions": ids_of(gaps),
+                                 "missing_count": count_of(gaps)}))
             self._schema_findings(op)
             bad = [s for s in statuses if not s.restorable_required]
             if bad:

@@ -92,3 +92,43 @@ def summarize(items: list[str], limit: int = 5) -> str:
     if len(items) <= limit:
         return ", ".join(items)
     return ", ".join(items[:limit]) + f" and {len(items) - limit} more"
+
+
+MAX_LISTED = 1000  # ids a finding lists at most; the ranges and the count say the rest
+
+
+def missing_ranges(present: "list[int] | tuple[int, ...]", lo: int, hi: int) -> list[tuple[int, int]]:
+    """The ids in [lo, hi] not in `present`, as (first, last) ranges. Cost follows the ids that
+    exist (len(present)), never the numeric gap hi - lo."""
+    out: list[tuple[int, int]] = []
+    nxt = lo
+    for p in sorted(set(present)):
+        if p < nxt:
+            continue
+        if p > hi:
+            break
+        if p > nxt:
+            out.append((nxt, p - 1))
+        nxt = p + 1
+    if nxt <= hi:
+        out.append((nxt, hi))
+    return out
+
+
+def ids_of(ranges: list[tuple[int, int]], limit: int = MAX_LISTED) -> list[int]:
+    """At most `limit` ids of these ranges, in order."""
+    out: list[int] = []
+    for a, b in ranges:
+        out.extend(range(a, min(b, a + limit - len(out) - 1) + 1))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def count_of(ranges: list[tuple[int, int]]) -> int:
+    return sum(b - a + 1 for a, b in ranges)
+
+
+def ranges_text(ranges: list[tuple[int, int]], limit: int = 5) -> str:
+    """[(3, 5), (9, 9)] -> '3..5, 9'."""
+    return summarize([str(a) if a == b else f"{a}..{b}" for a, b in ranges], limit)

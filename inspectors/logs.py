@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.errors import StreamctlError
+from streamctl.inspectors.findings import ids_of, missing_ranges
 
 OFFSETS_MAX_VERSION = 2  # v1 everywhere; v2 (`sourceId:offset` lines) on Spark master
 COMMITS_MAX_VERSION = 2  # v1 in 3.x; v2 adds stateUniqueIds (4.0, checkpoint format 2)
@@ -80,8 +81,12 @@ class LogListing:
         ids = self.batch_ids
         if len(ids) < 2 or ids[-1] - ids[0] + 1 == len(ids):
             return []
-        present = set(ids)
-        return [b for b in range(ids[0], ids[-1] + 1) if b not in present]
+        return ids_of(self.gap_ranges())  # bounded: cost follows the ids present, never the gap
+
+    def gap_ranges(self) -> list[tuple[int, int]]:
+        """The missing ids inside [oldest, latest] as (first, last) ranges."""
+        ids = self.batch_ids
+        return missing_ranges(ids, ids[0], ids[-1]) if len(ids) >= 2 else []
 
 
 def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> LogListing:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import WARNING, Finding, summarize
+from streamctl.inspectors.findings import MAX_LISTED, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize
 from streamctl.inspectors.logs import LogParseError, is_temp_name
 from streamctl.inspectors.sources import compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
@@ -117,12 +117,13 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
     # missing there hides its data files from every reader of the table.
     after = [b for b in ids if latest_compact is None or b >= latest_compact]
     start = latest_compact if latest_compact is not None else ids[0]
-    missing = [b for b in range(start, ids[-1] + 1) if b not in set(after)]
-    if missing:
+    gaps = missing_ranges(after, start, ids[-1])
+    if gaps:
         findings.append(Finding(
             "LOG_GAP", f"{FILE_SINK_LOG}/: batch files missing after the newest compaction: "
-                       f"{summarize([str(b) for b in missing])}; their data files are invisible to readers",
-            details={"log": FILE_SINK_LOG, "missing": missing}))
+                       f"{ranges_text(gaps)}; their data files are invisible to readers",
+            details={"log": FILE_SINK_LOG, "missing": ids_of(gaps), "missing_count": count_of(gaps),
+                     "missing_ranges": [list(g) for g in gaps[:MAX_LISTED]]}))
     to_read = batches if detail else [(b, c) for b, c in batches if b in set(after)]
     epochs = []
     for b, compact in to_read:
@@ -279,10 +280,24 @@ def _parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
     if rec.get("version", 1) != 1:
         raise LogParseError(path, f"unsupported commit record version {rec.get('version')!r}")
     for w in rec["writers"]:
-        if not isinstance(w, dict) or not isinstance(w.get("partition"), int) or not isinstance(w.get("files"), list):
+        if not isinstance(w, dict) or not _count(w.get("partition")) or not isinstance(w.get("files"), list):
             raise LogParseError(path, "a writer entry lacks partition or files")
-        w.setdefault("rows", 0)
+        if not all(isinstance(f, str) for f in w["files"]) or not _count(w.setdefault("rows", 0), None):
+            raise LogParseError(path, f"writer {w['partition']}: files must be strings and rows a count")
+    n = rec.get("num_writers")
+    if n is not None and not _count(n):
+        raise LogParseError(path, f"num_writers {n!r} is not a count from 0 to {MAX_WRITERS} (an absurd value)")
+    if "rows" in rec and not _count(rec["rows"], None):
+        raise LogParseError(path, f"rows {rec['rows']!r} is not a count")
     return rec
+
+
+MAX_WRITERS = 100_000  # writers (partitions) of one epoch; more is an absurd value, not a sink
+
+
+def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
+    """A non-negative int (not a bool), at most `limit`."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (limit is None or v <= limit)
 
 
 # --- detection and the interface --------------------------------------------------------------
@@ -340,12 +355,13 @@ def compare_sink(sink: SinkLog, planned: Optional[int], committed: Optional[int]
             f"the {sink.kind} sink has committed epoch {s} but the checkpoint's newest commit is "
             f"{committed}: an idempotent sink will silently skip the next {s - c} batch(es) ({c + 1}..{s})",
             details={"sink_epoch": sink.epoch, "committed": committed, "planned": planned,
-                     "skipped": list(range(c + 1, s + 1))}))
+                     "skipped": ids_of([(c + 1, s)]), "skipped_range": [c + 1, s], "skipped_count": s - c}))
     elif s < c:
         out.append(Finding(
             "SINK_BEHIND",
             f"epochs {s + 1}..{c} are committed in the checkpoint but missing from the {sink.kind} sink "
             f"(its newest epoch is {sink.epoch})",
-            details={"sink_epoch": sink.epoch, "committed": committed, "missing": list(range(s + 1, c + 1))}))
+            details={"sink_epoch": sink.epoch, "committed": committed, "missing": ids_of([(s + 1, c)]),
+                     "missing_range": [s + 1, c], "missing_count": c - s}))
     return out
 

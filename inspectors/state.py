@@ -417,7 +417,12 @@ def store_status(
     # Versions below the lowest file can only be restored from the empty store (version 0).
     prev_ok = low <= 1
     full_set, incr_set = store.full, store.incr
-    for v in range(max(low, 1), top + 1):
+    start = max(low, 1)
+    prev_v = start - 1
+    for v in sorted(x for x in set(versions) if start <= x <= top):  # cost: the files, never the gap
+        if v != prev_v + 1:
+            prev_ok = False  # a version without any file lies between: not restorable
+        prev_v = v
         if use_ids:
             ok = full_at(v) or (prev_ok and incr_at(v))
         else:
@@ -466,23 +471,35 @@ def _version_sort_key(name: str) -> tuple[int, str]:
 
 
 def _missing_for(store: StoreFiles, required: int, full_at: Any, incr_at: Any, valid_ids: Mapping[int, str]) -> list[str]:
-    """Name the files that would make `required` restorable from the newest full file below it."""
-    base = 0
-    for v in range(required, 0, -1):
-        if full_at(v):
-            base = v
-            break
+    """Name the files that would make `required` restorable from the newest full file below it.
+    Cost follows the files and commit ids that exist: a gap is one `a..b.ext` entry."""
+    known = set(store.full) | set(store.incr) | set(store.full_ids) | set(store.incr_ids)
+    base = max((v for v in known if 0 < v <= required and full_at(v)), default=0)
     hdfs = store.provider != "rocksdb"
     ext = "delta" if hdfs else "changelog"
     missing: list[str] = []
-    run: list[int] = []  # consecutive missing versions without ids collapse to `a..b.ext`
+    run: list[int] = []  # [first, last] of consecutive missing versions without ids
 
     def flush() -> None:
         if run:
-            missing.append(f"{run[0]}.{ext}" if len(run) == 1 else f"{run[0]}..{run[-1]}.{ext}")
+            missing.append(f"{run[0]}.{ext}" if run[0] == run[1] else f"{run[0]}..{run[1]}.{ext}")
             run.clear()
 
-    for v in range(base + 1, required + 1):
+    def extend(a: int, b: int) -> None:
+        if run and run[1] == a - 1:
+            run[1] = b
+        else:
+            flush()
+            run.extend([a, b])
+
+    points = sorted(v for v in known | set(valid_ids) if base < v <= required)
+    cur = base + 1
+    for v in points + [required + 1]:
+        if v > cur:
+            extend(cur, v - 1)
+        cur = v + 1
+        if v > required:
+            break
         if incr_at(v):
             flush()
             continue
@@ -490,11 +507,8 @@ def _missing_for(store: StoreFiles, required: int, full_at: Any, incr_at: Any, v
         if uid:
             flush()
             missing.append(f"{v}_{uid}.{ext}")
-        elif run and run[-1] == v - 1:
-            run.append(v)
         else:
-            flush()
-            run.append(v)
+            extend(v, v)
     flush()
     if not missing:  # pragma: no cover - defensive: nothing missing means it was restorable
         missing.append(f"{required}.{'snapshot' if hdfs else 'zip'}")

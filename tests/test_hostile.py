@@ -225,3 +225,67 @@ def test_an_early_failure_leaves_no_lock(fresh: Lab, cli: Callable, tmp_path: Pa
     no_lock(fresh)
     r = cli(*fresh.align("--execute", "--json"))  # the next run needs no --break-lock
     assert r.code == 0, r
+
+
+# ------------------------------------------------------------------ 5. cost follows the files that exist
+
+FIXTURE = HERE / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"  # written by PySpark 3.5
+
+
+def _finding(doc: dict[str, Any], code: str) -> dict[str, Any]:
+    every = doc["findings"] + [f for q in doc["queries"] for f in q["findings"]]
+    found = [f for f in every if f["code"] == code and any(k.endswith("_count") for k in f)]
+    assert found, [f["code"] for f in every]
+    return found[0]
+
+
+@pytest.mark.parametrize("log", ["offsets", "commits"])
+def test_a_huge_batch_id_costs_the_files_that_exist(cli: Callable, tmp_path: Path, log: str) -> None:
+    import time
+
+    ck = tmp_path / "checkpoint"
+    shutil.copytree(FIXTURE, ck)
+    shutil.copy(ck / log / "1", ck / log / "9223372036854775807")
+    t0 = time.monotonic()
+    r = cli("inspect", "epochs", str(ck), "--json")
+    assert time.monotonic() - t0 < 20, r
+    assert r.code in (1, 3), r
+    gap = _finding(json.loads(r.stdout), "LOG_GAP")
+    assert len(gap["missing"]) == 1000 and gap["missing"][0] == 4, gap
+    assert gap["missing_count"] == 9223372036854775807 - 4, gap
+    assert "4..9223372036854775806" in gap["message"], gap
+
+
+def test_absurd_num_partitions_is_bounded(cli: Callable, tmp_path: Path) -> None:
+    import time
+
+    ck = tmp_path / "checkpoint"
+    shutil.copytree(FIXTURE, ck)
+    for f in (ck / "offsets").iterdir():
+        if f.name.isdigit():
+            f.write_bytes(f.read_bytes().replace(b'"spark.sql.shuffle.partitions":"2"',
+                                                 b'"spark.sql.shuffle.partitions":"100000000000"'))
+    t0 = time.monotonic()
+    r = cli("inspect", "epochs", str(ck), "--json")
+    assert time.monotonic() - t0 < 20, r
+    doc = json.loads(r.stdout)
+    miss = _finding(doc, "STATE_PARTITION_MISSING")
+    assert miss["missing_count"] == 100000000000 - 2, miss
+    assert len(miss["missing_partitions"]) == 1000, miss
+    assert "2..99999999999" in miss["message"], miss
+
+
+@pytest.mark.spark
+def test_a_sink_ten_million_epochs_ahead_is_a_range(fresh: Lab, cli: Callable) -> None:
+    import time
+
+    meta = fresh.out / "_spark_metadata"
+    shutil.copy(meta / "4", meta / "10000004")
+    t0 = time.monotonic()
+    r = cli("inspect", "epochs", str(fresh.ckpt), "--sink", str(fresh.out), "--json")
+    assert time.monotonic() - t0 < 20, r
+    ahead = _finding(json.loads(r.stdout), "SINK_AHEAD")
+    d = ahead
+    assert d["skipped_range"] == [3, 10000004] and d["skipped_count"] == 10000002, d
+    assert len(d["skipped"]) == 1000 and d["skipped"][:2] == [3, 4], d
+    assert len(r.stdout) < 200_000
