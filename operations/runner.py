@@ -1,5 +1,5 @@
 """The invariants every mutation holds, checked once for align, trim, drop-sink and the Kafka
-offset commit (DESIGN.md "Changing a checkpoint"):
+offset commit (docs/model.md#the-mutation-path):
 
 * `check_backup_target` (before the lock): a named backup/archive folder is new or empty, is a
   folder (not a file) and on a supported scheme; so an early failure never leaves a lock behind.
