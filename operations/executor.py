@@ -315,6 +315,12 @@ class Executor:
         self._sync(steps)
         self.journal.append_many(records)
 
+    def _recreated_empty(self, root: Root, rel: str, b: str, pre: dict[str, Any]) -> bool:
+        """True when the backup holds exactly what the begin record hashed at `rel` and `rel` is now
+        an empty folder: the move was done, and something made the folder again afterwards."""
+        return (root.kind(rel) == "dir" and not root.walk_files(rel)
+                and self.backup.digest(b) == (pre.get("size"), pre.get("sha256")))
+
     def _apply(self, step: Step, pre: Any) -> Optional[dict[str, Any]]:
         root = self.roots[step.root]
         b = backup_rel(step)
@@ -323,6 +329,13 @@ class Executor:
             if root.exists(step.path):
                 # the begin record hashed it already (the file is only moved after that record)
                 size, sha = (pre["size"], pre["sha256"]) if isinstance(pre, dict) else root.digest(step.path)
+                if self.backup.exists(b) and isinstance(pre, dict) and self._recreated_empty(root, step.path, b, pre):
+                    # moved before a crash, then made again, empty, after it: a restart attempt of the
+                    # old query creates the sink's `_spark_metadata` folder before it reads the
+                    # checkpoint (and fails on the tombstone). An empty folder holds nothing; left in
+                    # place it would hide the retired sink's files from readers of its log.
+                    root.delete(step.path)
+                    return dict(base, action="moved", size=pre["size"], sha256=pre["sha256"])
                 if self.backup.exists(b):  # a copy-based move interrupted before its delete:
                     # never delete at a backup path; the source goes only when the copy is whole
                     if self.backup.digest(b) != (size, sha) or root.digest(step.path) != (size, sha):

@@ -137,3 +137,43 @@ def test_nesting_steps_are_refused_whatever_their_order(tmp_path: Path) -> None:
     ok = Plan("align", {"sink": str(tmp_path)}, "rollback", 0, "exactly-once",
               [Step("move", "sink", p, "x") for p in ("a/0", "a0", "a-b", "ab/0")], "aligned")
     check_plan(ok, {"sink": Root("sink", str(tmp_path))})
+
+
+def _run_then_forget_done(tmp_path: Path, refill: dict[str, bytes]) -> tuple[Path, Path, Plan]:
+    """Move `_spark_metadata` away, then drop the journal's done record (as a crash before the
+    group commit wrote it would) and make the folder again with `refill` in it."""
+    sink, bdir = tmp_path / "sink", tmp_path / "backup"
+    (sink / "_spark_metadata").mkdir(parents=True)
+    (sink / "_spark_metadata" / "0").write_bytes(b"v1\n{}")
+    plan = Plan("drop-sink", {"sink": str(sink)}, "rollback", 0, "exactly-once",
+                [Step("move", "sink", "_spark_metadata", "x")], "retired", op_id="t")
+    ex = Executor(plan, {"sink": Root("sink", str(sink))}, Root("backup", str(bdir)))
+    ex.write_plan()
+    ex.run()
+    journal = bdir / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    keep = [ln for ln in lines if '"begin"' in ln or '"start"' in ln]
+    assert len(keep) < len(lines)
+    journal.write_text("\n".join(keep) + "\n")
+    (sink / "_spark_metadata").mkdir()
+    for name, data in refill.items():
+        (sink / "_spark_metadata" / name).write_bytes(data)
+    return sink, bdir, plan
+
+
+def test_resume_removes_an_empty_folder_made_again_after_its_move(tmp_path: Path) -> None:
+    """A restart attempt of a retired file sink's query makes `_spark_metadata` again, empty,
+    before it fails on the tombstone (CI found this through a real restart): resume removes the
+    empty folder (left there, it would hide the sink's files from readers of its log)."""
+    sink, bdir, plan = _run_then_forget_done(tmp_path, {})
+    Executor(plan, {"sink": Root("sink", str(sink))}, Root("backup", str(bdir))).run()
+    assert not (sink / "_spark_metadata").exists()
+    assert (bdir / "files" / "sink" / "_spark_metadata" / "0").read_bytes() == b"v1\n{}"
+
+
+def test_resume_refuses_a_folder_made_again_with_files_in_it(tmp_path: Path) -> None:
+    sink, bdir, plan = _run_then_forget_done(tmp_path, {"1": b"v1\nnew"})
+    with pytest.raises(Conflict, match="refusing to overwrite a backed-up file"):
+        Executor(plan, {"sink": Root("sink", str(sink))}, Root("backup", str(bdir))).run()
+    assert (sink / "_spark_metadata" / "1").read_bytes() == b"v1\nnew"
+    assert (bdir / "files" / "sink" / "_spark_metadata" / "0").read_bytes() == b"v1\n{}"
