@@ -1,0 +1,192 @@
+"""Golden JSON of every document kind streamctl prints (README: JSON contract).
+
+The inputs are built here in Spark's on-disk layout (deterministic: fixed query id, times and
+file names), so every byte of the output is stable; the few values that are not (the temporary
+folder, operation ids, wall-clock times, durations) are replaced by placeholders before the
+comparison. The real-Spark behaviour behind these documents is tested elsewhere (test_align_*,
+test_trim, test_drop_sink, test_kafka_*); these files pin the contract: a changed key or value
+fails here, and is reviewed, then accepted with `STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden`.
+
+The Kafka documents come from the real broker of tests/kafka_fixtures.py (topics named here, one
+record per produce request), since `inspect kafka`, `retention-floor` and `commit-offsets` ask it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import importlib.util
+import sys
+
+import pytest
+
+
+def _load_sinks() -> Any:
+    """tests/test_sinks.py's layout builders, loaded by path (tests are not a package)."""
+    spec = importlib.util.spec_from_file_location("streamctl_tests_sinks_builders", Path(__file__).with_name("test_sinks.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+_sinks = _load_sinks()
+checkpoint, coordinated, file_sink = _sinks.checkpoint, _sinks.coordinated, _sinks.file_sink
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+_OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
+_VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
+                  "now_ms", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
+_AGO = re.compile(r"\b\d+(\.\d+)? s ago\b")
+
+
+def _scrub(value: Any, tmp: str) -> Any:
+    if isinstance(value, dict):
+        return {k: ("<volatile>" if k in _VOLATILE_KEYS and value[k] is not None else _scrub(v, tmp))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, tmp) for v in value]
+    if isinstance(value, str):
+        return _AGO.sub("<n> s ago", _OP_ID.sub(r"\1-<op_id>", value.replace(tmp, "<tmp>")))
+    return value
+
+
+def check_golden(name: str, stdout: str, tmp: Path) -> dict[str, Any]:
+    """Compare one printed JSON document with tests/golden/NAME.json (after scrubbing)."""
+    doc = json.loads(stdout)
+    got = json.dumps(_scrub(doc, str(tmp)), indent=2, sort_keys=True) + "\n"
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("STREAMCTL_UPDATE_GOLDEN") or not path.exists() and os.environ.get("STREAMCTL_NEW_GOLDEN"):
+        path.write_text(got)
+    assert path.exists(), f"{path} missing: create it with STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
+    assert got == path.read_text(), (f"JSON contract of {name} changed: review the diff, then "
+                                     "STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden")
+    return doc
+
+
+def _scene(tmp: Path) -> dict[str, Path]:
+    """A checkpoint two batches behind its file sink (align rolls the checkpoint forward), a long
+    aligned one with a compacted sink log (trim has work), and a coordinated sink."""
+    return {
+        "chk": checkpoint(tmp / "chk", 5, 3), "out": file_sink(tmp / "out", 5),
+        "chk2": checkpoint(tmp / "chk2", 24, 24), "out2": file_sink(tmp / "out2", 24, compact_every=10),
+        "chk3": checkpoint(tmp / "chk3", 4, 4), "out3": coordinated(tmp / "out3", 4),
+    }
+
+
+def test_golden_inspections(cli, tmp_path: Path) -> None:
+    s = _scene(tmp_path)
+    for name, args in [
+        ("EpochReport__file_sink_ahead", ("inspect", "epochs", str(s["chk"]), "--sink", str(s["out"]))),
+        ("SinkReport__compacted_file_sink", ("inspect", "sink", str(s["out2"]))),
+        ("SinkReport__coordinated", ("inspect", "sink", str(s["out3"]))),
+        ("WriterReport__coordinated", ("inspect", "writers", str(s["chk3"]), "--sink", str(s["out3"]))),
+        ("EpochReport__reclaimable", ("inspect", "epochs", str(s["chk2"]), "--sink", str(s["out2"]),
+                                      "--reclaimable", "--keep-epochs", "3")),
+    ]:
+        r = cli(*args, "--json")
+        assert r.code in (0, 1), (name, r)
+        check_golden(name, r.stdout, tmp_path)
+
+
+def test_golden_align_plan_result_undo(cli, tmp_path: Path) -> None:
+    s = _scene(tmp_path)
+    base = ("align", str(s["chk"]), "--sink", str(s["out"]), "--json")
+    r = cli(*base)
+    assert r.code == 0, r
+    check_golden("AlignPlan", r.stdout, tmp_path)
+    r = cli(*base, "--execute", "--backup-dir", str(tmp_path / "bk"))
+    assert r.code == 0, r
+    check_golden("AlignResult", r.stdout, tmp_path)
+    r = cli("align", "--undo", str(tmp_path / "bk"), "--json")
+    assert r.code == 0, r
+    check_golden("AlignUndo", r.stdout, tmp_path)
+
+
+def test_golden_trim_plan_result_undo(cli, tmp_path: Path) -> None:
+    s = _scene(tmp_path)
+    base = ("trim", str(s["chk2"]), "--sink", str(s["out2"]), "--keep-epochs", "3", "--json")
+    r = cli(*base)
+    assert r.code == 0, r
+    check_golden("TrimPlan", r.stdout, tmp_path)
+    r = cli(*base, "--execute", "--backup-dir", str(tmp_path / "bk"))
+    assert r.code == 0, r
+    check_golden("TrimResult", r.stdout, tmp_path)
+    r = cli("trim", "--undo", str(tmp_path / "bk"), "--json")
+    assert r.code == 0, r
+    check_golden("TrimUndo", r.stdout, tmp_path)
+
+
+def test_golden_drop_sink_plan_result_and_handoff(cli, tmp_path: Path) -> None:
+    s = _scene(tmp_path)
+    base = ("drop-sink", str(s["out3"]), "--checkpoint", str(s["chk3"]), "--assume-stopped", "--json")
+    r = cli(*base)
+    assert r.code == 0, r
+    check_golden("DropSinkPlan", r.stdout, tmp_path)
+    r = cli(*base, "--execute", "--archive", str(tmp_path / "archive"))
+    assert r.code == 0, r
+    doc = check_golden("DropSinkResult", r.stdout, tmp_path)
+    check_golden("Handoff", Path(doc["handoff"]).read_text(), tmp_path)
+
+
+def test_golden_refusals(cli, tmp_path: Path) -> None:
+    """A refused plan prints its own document (exit 4), not a plan."""
+    s = _scene(tmp_path)
+    r = cli("align", str(s["chk"]), "--sink", str(s["out"]), "--json", "--execute", "--quiet-period", "3600",
+            "--backup-dir", str(tmp_path / "bk"))
+    assert r.code == 4 and not (tmp_path / "bk").exists(), r  # written seconds ago: maybe live
+    check_golden("AlignRefused__live", r.stdout, tmp_path)
+    r = cli("trim", str(s["chk"]), "--sink", str(s["out"]), "--json")
+    assert r.code == 4, r
+    check_golden("TrimRefused__misaligned", r.stdout, tmp_path)
+
+
+def test_golden_stop_without_an_agent(cli, tmp_path: Path) -> None:
+    s = _scene(tmp_path)
+    r = cli("stop", str(s["chk3"]), "--no-wait", "--json")
+    check_golden("StopResult__no_lease", r.stdout, tmp_path)
+
+
+def test_golden_starting_offsets(cli, tmp_path: Path) -> None:
+    chk = checkpoint(tmp_path / "chk", 2, 2)
+    kafka = json.dumps({"orders": {"0": 7, "1": 9}})
+    for b in range(3):
+        (chk / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{{}}}}\n{kafka}')
+    r = cli("kafka", "starting-offsets", str(chk), "--json")
+    assert r.code == 0, r
+    check_golden("StartingOffsets", r.stdout, tmp_path)
+
+
+def test_golden_kafka_documents(cli, tmp_path: Path, kafka_broker: Any, kafka_topic: Any) -> None:
+    """KafkaReport, KafkaRetentionFloor and KafkaCommitOffsets (plan, then --execute) against the
+    real broker: a 2-partition topic with 3 + 2 records, a checkpoint whose committed batch 1 read
+    all of them (batch 0 read one record of each partition)."""
+    topic = kafka_topic(2)
+    kafka_broker.produce(topic, ["a", "b", "c"], partition=0)
+    kafka_broker.produce(topic, ["d", "e"], partition=1)
+    chk = checkpoint(tmp_path / "chk", 1, 1)
+    for b, ends in enumerate(({"0": 1, "1": 1}, {"0": 3, "1": 2})):
+        (chk / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{{}}}}\n{json.dumps({topic: ends})}')
+    (chk / "sources" / "0").mkdir(parents=True)  # the Kafka source's initial offsets: a 0 byte, then v1
+    (chk / "sources" / "0" / "0").write_bytes(b"\0v1\n" + json.dumps({topic: {"0": 0, "1": 0}}).encode())
+    boot = ("--bootstrap", kafka_broker.bootstrap)
+
+    def golden(name: str, *args: str, broker: bool = True) -> dict[str, Any]:
+        r = cli(*args, *(boot if broker else ()), "--json")
+        assert r.code == 0, (name, r)
+        return check_golden(name, r.stdout.replace(topic, "<topic>").replace(kafka_broker.bootstrap, "<bootstrap>"),
+                            tmp_path)
+
+    golden("KafkaReport", "inspect", "kafka", str(chk))
+    golden("KafkaRetentionFloor", "kafka", "retention-floor", str(chk), broker=False)
+    group = f"golden-{topic}"
+    plan = golden("KafkaCommitOffsets__plan", "kafka", "commit-offsets", str(chk), "--group", group)
+    assert plan["changes"] == 2 and not plan["executed"]
+    done = golden("KafkaCommitOffsets__execute", "kafka", "commit-offsets", str(chk), "--group", group, "--execute")
+    assert done["executed"] and done["verified"]
