@@ -165,19 +165,21 @@ def _fault_lost_state_file(root: Path) -> list[str]:
 
 
 def _fault_stale_lease(root: Path) -> list[str]:
+    """A lease left by a driver that died 10 minutes ago (the agent's own format: inspectors/lease.py)."""
     import json
 
+    from streamctl.inspectors.lease import LEASE_VERSION, Lease
     from streamctl.pipeline.agent import write_json_atomic
 
     ckpt = root / "delta" / "checkpoint"
     qid = json.loads((ckpt / "metadata").read_text(encoding="utf-8"))["id"]
     now = int(time.time() * 1000)
     started, beat = now - 20 * 60_000, now - 10 * 60_000
-    doc = {"version": 1, "query_id": qid, "run_id": "00000000-0000-0000-0000-000000000000", "name": "demo_delta",
-           "host": socket.gethostname(), "pid": 2 ** 22 + 1, "started_at_ms": started, "heartbeat_ms": beat,
-           "expires_at_ms": beat + 30_000, "last_batch": _newest(ckpt / "commits"), "state": "running",
-           "released_at_ms": None, "stop_request_ms": None}
-    write_json_atomic(str(ckpt / "_streamctl"), "lease.json", doc)
+    lease = Lease(version=LEASE_VERSION, query_id=qid, run_id="00000000-0000-0000-0000-000000000000",
+                  name="demo_delta", host=socket.gethostname(), pid=2 ** 22 + 1, started_at_ms=started,
+                  heartbeat_ms=beat, expires_at_ms=beat + 30_000, last_batch=_newest(ckpt / "commits"),
+                  state="running", released_at_ms=None, stop_request_ms=None)
+    write_json_atomic(str(ckpt / "_streamctl"), "lease.json", lease.to_json())
     return [str(ckpt / "_streamctl" / "lease.json")]
 
 

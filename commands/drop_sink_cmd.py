@@ -203,7 +203,7 @@ def drop_sink(
         from streamctl.inspectors.lease import lease_status
 
         lease = teardown._lease(ck_root.location)  # noqa: SLF001 - same feature
-        live = lease is not None and lease_status(lease, teardown._now_ms()) == "live"  # noqa: SLF001
+        live = lease is not None and lease_status(lease, teardown.now_ms()) == "live"
         if live and not safe:
             raise _refused(teardown.Refused(f"{ck_root.location}: the query is running (live agent lease); use --safe"),
                            as_json)

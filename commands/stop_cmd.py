@@ -1,7 +1,6 @@
 """`streamctl stop`: ask a query running under the streamctl agent to stop between batches."""
 from __future__ import annotations
 
-import time
 from typing import Any, Optional
 
 import typer
@@ -9,8 +8,6 @@ import typer
 from streamctl.cli import context, render
 from streamctl.cli.errors import fail, handle_errors
 from streamctl.cli.exit_codes import ExitCode
-
-POLL_S = 0.2
 
 
 def _age(ms: Optional[int], now: int) -> str:
@@ -48,54 +45,35 @@ def stop(
       streamctl stop orders --reason "deploy 2.3" --timeout 120
       streamctl stop /data/chk/orders --no-wait --json
     """
-    import getpass
-    import os
-    import socket
-
     from streamctl.cli.config import load_config, resolve_checkpoint
-    from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
-    from streamctl.inspectors.lease import FOLDER, STOP_FILE, STOP_VERSION, lease_status, read_lease
-    from streamctl.inspectors.storage import Storage
-    from streamctl.pipeline.agent import now_ms, write_json_atomic
+    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.lease import lease_status, read_lease
+    from streamctl.operations.stop import local_checkpoint, now_ms, request_stop, wait_released
 
     if timeout < 0:
         raise UsageError("invalid value for --timeout: must be >= 0")
     config = load_config(context.CONFIG_PATH)
     location, _pipeline = resolve_checkpoint(checkpoint, config)
-    from urllib.parse import urlparse
-
-    if urlparse(location).scheme.lower() not in ("", "file") and not (len(urlparse(location).scheme) == 1 and os.name == "nt"):
-        raise UsageError(f"{location}: streamctl stop writes stop requests to local checkpoints only (a path or file:// URI)")
-    st = Storage.open(location)
-    if not st.is_local:  # pragma: no cover - caught above
-        raise UsageError(f"{location}: streamctl stop writes stop requests to local checkpoints only")
+    st = local_checkpoint(location)
     kind = st.kind()
     if kind != "dir":
         raise StorageError(location, "does not exist" if kind == "missing" else "is a file, expected a checkpoint folder")
-    stop_path = os.path.join(st.display, STOP_FILE)
-    started = time.monotonic()
 
     def say(line: str) -> None:
         if not as_json:
             render.emit_lines([line], "plain")
 
-    def finish(stopped: bool, lease: Any, why: Optional[str], code: int) -> None:
+    def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> None:
         now = now_ms()
         doc = {"api_version": "streamctl/v1", "kind": "StopResult", "checkpoint": st.display,
                "query_id": lease.query_id if lease is not None else None, "stopped": stopped,
                "lease": dict(lease.to_json(), status=lease_status(lease, now)) if lease is not None else None,
-               "waited_s": round(time.monotonic() - started, 3), "reason_not_stopped": why}
+               "waited_s": waited_s, "reason_not_stopped": why}
         if as_json:
             render.emit_json(doc)
         if why is not None and code != 0:
             raise fail(f"{st.display}: not stopped: {why}", ExitCode(code))
         raise typer.Exit(code)
-
-    def withdraw() -> None:
-        try:
-            os.unlink(stop_path)
-        except FileNotFoundError:
-            pass
 
     lease = read_lease(st)  # a malformed lease: exit 3 before anything is written
     if lease is None:
@@ -108,42 +86,18 @@ def stop(
         say(f"{st.display}: already stopped: " + _describe(lease, status, now_ms()))
         finish(True, lease, None, 0)
 
-    request = {"version": STOP_VERSION, "requested_at_ms": now_ms(),
-               "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
-               "reason": reason}
-    write_json_atomic(os.path.join(st.display, FOLDER), "stop.json", request)
+    stop_path = request_stop(st, reason)
     say(f"{st.display}: stop requested ({stop_path})")
     say(_describe(lease, status, now_ms()))
     if not wait:
         finish(False, lease, None, 0)
-
-    seen = (lease.state, lease.last_batch)
-    deadline = started + timeout
-    try:
-        while True:
-            try:
-                lease = read_lease(st) or lease
-            except StorageError:
-                pass  # a read racing a replace on an odd file system: try again
-            now = now_ms()
-            status = lease_status(lease, now)
-            if (lease.state, lease.last_batch) != seen:
-                seen = (lease.state, lease.last_batch)
-                say(_describe(lease, status, now))
-            if status == "released":
-                withdraw()
-                say(f"stopped after {time.monotonic() - started:.1f}s; last batch "
-                    f"{'none' if lease.last_batch is None else lease.last_batch}")
-                finish(True, lease, None, 0)
-            if status == "stale":
-                withdraw()
-                finish(False, lease, "lease is stale: the driver died without releasing it; nothing to stop", 4)
-            if time.monotonic() >= deadline:
-                withdraw()
-                finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
-                       f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now)}); "
-                       "the stop request was withdrawn", 4)
-            time.sleep(POLL_S)
-    except (KeyboardInterrupt, StreamctlError):  # never leave a request behind that nobody watches
-        withdraw()
-        raise
+    out = wait_released(st, lease, timeout, lambda ls, s: say(_describe(ls, s, now_ms())))
+    lease = out.lease
+    if out.status == "released":
+        say(f"stopped after {out.waited_s:.1f}s; last batch {'none' if lease.last_batch is None else lease.last_batch}")
+        finish(True, lease, None, 0, out.waited_s)
+    if out.status == "stale":
+        finish(False, lease, "lease is stale: the driver died without releasing it; nothing to stop", 4, out.waited_s)
+    finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
+           f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now_ms())}); "
+           "the stop request was withdrawn", 4, out.waited_s)

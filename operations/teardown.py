@@ -46,6 +46,7 @@ from urllib.parse import unquote, urlparse
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
+from streamctl.operations.stop import now_ms
 
 HANDOFF_FILE = "handoff.json"
 RETIRED_DIR = "_streamctl/retired"
@@ -53,10 +54,8 @@ KEEP = ("_streamctl", "metadata", ".metadata.crc")
 LOG_ORDER = ("commits", "offsets", "sources")
 SINK_LOGS = {"file": ("_spark_metadata",), "coordinated": ("_commits", "_staging"), "delta": ()}
 TOMBSTONE_KIND = "streamctl-retired-checkpoint"
-POLL_S = 0.2
 
 Say = Callable[[str], None]
-
 
 
 
@@ -82,10 +81,6 @@ def _lease(location: str) -> Any:
     return read_lease(Storage.open(location))
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeout_s: float,
                 reason: Optional[str] = None, say: Optional[Say] = None) -> dict[str, Any]:
     """Make sure nothing writes to the checkpoint any more. With a live agent lease: `safe` writes
@@ -93,55 +88,32 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
     `stop_timeout_s` for the lease to be released, then for the quiet period; without `safe` it
     refuses. Without a live lease: refuses when a log file changed within the quiet period.
     Returns what was observed (journaled by the caller)."""
-    import getpass
-    import socket
-
-    from streamctl.inspectors.lease import FOLDER, STOP_FILE, STOP_VERSION, lease_status
+    from streamctl.inspectors.lease import FOLDER, lease_status
+    from streamctl.operations import stop
 
     say = say or (lambda _m: None)
     lease = _lease(location)
-    status = lease_status(lease, _now_ms()) if lease is not None else None
+    status = lease_status(lease, now_ms()) if lease is not None else None
     record: dict[str, Any] = {"lease": status, "stop_requested": False}
     if status == "live":
         if not safe:
             raise Refused(f"{location}: the query is running ({FOLDER}/lease.json held by run "
                           f"{lease.run_id} on {lease.host}, pid {lease.pid}); use --safe to stop it first")
-        from streamctl.pipeline.agent import write_json_atomic
-
         if not Root("checkpoint", location).is_local:
             raise Refused(f"{location}: stop requests can only be written to local checkpoints")
-        stop_path = os.path.join(location, STOP_FILE)
-        request = {"version": STOP_VERSION, "requested_at_ms": _now_ms(),
-                   "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
-                   "reason": reason or "streamctl drop-sink --safe"}
-        write_json_atomic(os.path.join(location, FOLDER), "stop.json", request)
+        st = stop.local_checkpoint(location)
+        stop_path = stop.request_stop(st, reason or "streamctl drop-sink --safe")
         record["stop_requested"] = True
         say(f"{location}: stop requested ({stop_path}); waiting up to {stop_timeout_s:g}s for the lease to be released")
-        started = time.monotonic()
-        try:
-            while True:
-                try:
-                    lease = _lease(location) or lease
-                except StreamctlError:
-                    pass
-                status = lease_status(lease, _now_ms())
-                if status == "released":
-                    break
-                if status == "stale":
-                    raise Refused(f"{location}: the lease went stale while stopping (the driver died); inspect the "
-                                  "checkpoint and rerun once it is quiet")
-                if time.monotonic() - started >= stop_timeout_s:
-                    raise Refused(f"{location}: not stopped within --stop-timeout {stop_timeout_s:g}s (lease "
-                                  f"{lease.state}, last batch {lease.last_batch}); the stop request was withdrawn")
-                time.sleep(POLL_S)
-        finally:
-            if status != "released":
-                try:
-                    os.unlink(stop_path)
-                except FileNotFoundError:
-                    pass
-        record.update(lease="released", stopped_after_s=round(time.monotonic() - started, 3),
-                      last_batch=lease.last_batch)
+        out = stop.wait_released(st, lease, stop_timeout_s)
+        lease = out.lease
+        if out.status == "stale":
+            raise Refused(f"{location}: the lease went stale while stopping (the driver died); inspect the "
+                          "checkpoint and rerun once it is quiet")
+        if out.status == "timeout":
+            raise Refused(f"{location}: not stopped within --stop-timeout {stop_timeout_s:g}s (lease "
+                          f"{lease.state}, last batch {lease.last_batch}); the stop request was withdrawn")
+        record.update(lease="released", stopped_after_s=out.waited_s, last_batch=lease.last_batch)
         say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {lease.last_batch}")
         _wait_quiet(location, quiet_period_s, quiet_period_s + stop_timeout_s, say)
         return record

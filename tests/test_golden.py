@@ -2,7 +2,8 @@
 
 The inputs are built here in Spark's on-disk layout (deterministic: fixed query id, times and
 file names), so every byte of the output is stable; the few values that are not (the temporary
-folder, operation ids, wall-clock times, durations) are replaced by placeholders before the
+folder, operation ids, wall-clock times, durations, sizes of files that hold temporary paths)
+are replaced by placeholders before the
 comparison. The real-Spark behaviour behind these documents is tested elsewhere (test_align_*,
 test_trim, test_drop_sink, test_kafka_*); these files pin the contract: a changed key or value
 fails here, and is reviewed, then accepted with `STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden`.
@@ -41,12 +42,15 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 _OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
 _VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
                   "now_ms", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
+# sizes of sink-log files, which hold the absolute (temporary) paths of the data files
+_PATH_DEPENDENT_KEYS = {"bytes"}
 _AGO = re.compile(r"\b\d+(\.\d+)? s ago\b")
 
 
 def _scrub(value: Any, tmp: str) -> Any:
     if isinstance(value, dict):
-        return {k: ("<volatile>" if k in _VOLATILE_KEYS and value[k] is not None else _scrub(v, tmp))
+        return {k: ("<volatile>" if k in _VOLATILE_KEYS and v is not None else
+                    "<bytes>" if k in _PATH_DEPENDENT_KEYS and isinstance(v, int) else _scrub(v, tmp))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_scrub(v, tmp) for v in value]
