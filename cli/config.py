@@ -54,20 +54,12 @@ FORMATS: tuple[str, ...] = ("table", "plain", "markdown", "json")
 PIPELINE_KEYS: tuple[str, ...] = ("checkpoint", "sink", "sink_kind", "app_id", "kafka")
 TOP_LEVEL_TABLES: tuple[str, ...] = ("defaults", "pipelines")
 
-# Kafka client settings whose values must never be shown. Matched case-insensitively
-# as substrings, plus any key ending in ".key" (e.g. "ssl.key", a PEM private key).
-SECRET_KEY_PARTS: tuple[str, ...] = ("password", "secret", "sasl.jaas.config", "token")
+# What a redacted Kafka setting shows; which settings are secret: inspectors/kafka.py is_secret_key.
 REDACTED = "***"
 
 # A pipeline name must not look like a path or a URI, otherwise `resolve_checkpoint`
 # could never tell the two apart.
 _PATHLIKE_CHARS = ("/", "\\", ":")
-
-
-def is_secret_key(key: str) -> bool:
-    """True when a Kafka setting named `key` holds a credential that must be redacted."""
-    lowered = key.lower()
-    return lowered.endswith(".key") or any(part in lowered for part in SECRET_KEY_PARTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +83,8 @@ class Pipeline:
 
     def redacted_kafka(self) -> dict[str, str]:
         """The Kafka settings with every credential's value replaced by "***"."""
+        from streamctl.inspectors.kafka import is_secret_key  # the one rule (lazy: keeps --help instant)
+
         return {key: (REDACTED if is_secret_key(key) else value) for key, value in self.kafka.items()}
 
     def __repr__(self) -> str:
