@@ -474,3 +474,69 @@ def test_installed_wheel_imports_every_shipped_module_without_extras(installed: 
         k.startswith("streamctl.pipeline.") and v.startswith("ModuleNotFoundError")
         and ("'pyspark" in v or "'kafka" in v or "'py4j" in v))}
     assert not bad, "modules that fail to import from the installed wheel:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
+
+
+# The rooms and what each may import (README: Layout). Read downwards: the entry point
+# (`cli/app.py`) registers the commands; a command builds a request, calls the write side
+# (`operations/`) or the readers (`inspectors/`) and renders through the presentation helpers of
+# `cli/`; the PySpark side (`pipeline/`) stands apart from the write side.
+LAYERS: dict[str, set[str]] = {
+    "inspectors": {"inspectors"},
+    "operations": {"operations", "inspectors"},
+    "pipeline": {"pipeline", "inspectors"},
+    "commands": {"commands", "operations", "inspectors", "pipeline", "cli"},
+    "cli": {"cli", "commands", "operations", "inspectors"},
+    "completions": {"completions"},
+}
+ONLY_THE_APP_REGISTERS_COMMANDS = "streamctl.cli.app"
+ONLY_THE_DEMO_RUNS_THE_PIPELINE = "streamctl.commands.demo_cmd"
+
+
+def _streamctl_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Every `streamctl.*` module a file imports, at any depth (lazy imports included)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("streamctl."):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("streamctl."):
+            yield node.lineno, node.module
+
+
+def module_layer_problems(room: str, me: str | None, tree: ast.Module, where: str) -> list[str]:
+    problems = []
+    for line, target in _streamctl_imports(tree):
+        other = target.split(".")[1]
+        at = f"{where}:{line}: imports {target}"
+        if other not in LAYERS[room]:
+            problems.append(f"{at} ({room}/ may import only {', '.join(sorted(LAYERS[room]))})")
+        elif other == "commands" and room == "cli" and me != ONLY_THE_APP_REGISTERS_COMMANDS:
+            problems.append(f"{at} (only {ONLY_THE_APP_REGISTERS_COMMANDS} registers commands)")
+        elif room == "commands" and target == ONLY_THE_APP_REGISTERS_COMMANDS:
+            problems.append(f"{at} (a command never imports the entry point)")
+        elif room == "commands" and other == "pipeline" and me != ONLY_THE_DEMO_RUNS_THE_PIPELINE:
+            problems.append(f"{at} (only the demo runs the PySpark side)")
+    return problems
+
+
+def test_every_room_imports_only_the_rooms_below_it() -> None:
+    assert set(LAYERS) == {p.split(".")[1] for p in PACKAGE_DIR}, "a new room needs its row in LAYERS"
+    problems = [problem for package, folder in PACKAGE_DIR.items() for path in python_files(folder)
+                for problem in module_layer_problems(package.split(".")[1], module_name(path), parse(path),
+                                                     str(path.relative_to(ROOT)))]
+    assert not problems, "layer violations:\n" + "\n".join(problems)
+
+
+def test_the_layer_check_sees_each_kind_of_violation() -> None:
+    cases = [
+        ("operations", "streamctl.operations.x", "def f():\n    from streamctl.pipeline.agent import attach\n"),
+        ("inspectors", "streamctl.inspectors.x", "import streamctl.operations.plan\n"),
+        ("cli", "streamctl.cli.render", "from streamctl.commands import inspect_cmd\n"),
+        ("commands", "streamctl.commands.trim_cmd", "from streamctl.cli.app import app\n"),
+        ("commands", "streamctl.commands.trim_cmd", "from streamctl.pipeline.examples import get_spark\n"),
+        ("pipeline", "streamctl.pipeline.agent", "from streamctl.operations.files import Root\n"),
+    ]
+    for room, me, code in cases:
+        assert len(module_layer_problems(room, me, ast.parse(code), "x.py")) == 1, (room, code)
+    ok = "from streamctl.cli import render\nfrom streamctl.operations import runner\n"
+    assert module_layer_problems("commands", "streamctl.commands.trim_cmd", ast.parse(ok), "x.py") == []
