@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Optional
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.findings import MAX_LISTED, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize
 from streamctl.inspectors.logs import LogParseError, is_temp_name
-from streamctl.inspectors.sources import compactible_name, parse_compactible
+from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 
 SINK_KINDS = ("auto", "file", "delta", "coordinated")
@@ -104,14 +104,80 @@ def _unreadable(path: str, reason: str) -> Finding:
 # --- file sink ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FileSinkLogFiles:
+    """The files of a file sink's log `_spark_metadata/`, from one listing: the one reader of that
+    folder's layout (docs/formats/sinks.md#file-sink), used by inspection, align and trim."""
+
+    present: Mapping[int, bool]  # batch id -> is `N.compact`
+    checksums: Mapping[int, str]  # batch id -> the name of its Hadoop checksum `.N[.compact].crc`
+
+    def name(self, batch: int) -> str:
+        return f"{batch}.compact" if self.present[batch] else str(batch)
+
+    def rel(self, batch: int) -> str:
+        return f"{FILE_SINK_LOG}/{self.name(batch)}"
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self.present)
+
+    @property
+    def compactions(self) -> list[int]:
+        return sorted(b for b, c in self.present.items() if c)
+
+    @property
+    def interval(self) -> Optional[int]:
+        """The compaction interval the files show (Spark compacts batch b when (b + 1) % interval
+        == 0): the smallest d every `.compact` fits and no plain batch file does; None before the
+        first compaction."""
+        compacts = self.compactions
+        if not compacts:
+            return None
+        plain = [b for b, c in self.present.items() if not c]
+        for d in range(2, compacts[0] + 2):
+            if all((c + 1) % d == 0 for c in compacts) and not any((b + 1) % d == 0 for b in plain):
+                return d
+        return None
+
+    def read(self, st: Storage, batch: int) -> CompactibleBatch:
+        """The entries of one batch file (LogParseError/StorageError on a bad one)."""
+        rel = self.rel(batch)
+        return parse_compactible(st.read(rel), st.uri(rel), batch, self.present[batch])
+
+
+def added_paths(batch: CompactibleBatch) -> tuple[str, ...]:
+    return tuple(str(e.get("path")) for e in batch.entries if e.get("action", "add") == "add")
+
+
+def deleted_paths(batch: CompactibleBatch) -> tuple[str, ...]:
+    return tuple(str(e.get("path")) for e in batch.entries if e.get("action") == "delete")
+
+
+def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
+    """List `_spark_metadata/` of the sink at `st` (empty when there is none)."""
+    present: dict[int, bool] = {}
+    crcs: dict[str, str] = {}
+    for e in st.list_dir(FILE_SINK_LOG) or []:
+        if e.is_dir:
+            continue
+        parsed = compactible_name(e.name)
+        if parsed is not None:
+            present[parsed[0]] = parsed[1]
+        elif e.name.startswith(".") and e.name.endswith(".crc"):
+            crcs[e.name[1:-4]] = e.name
+    checksums = {b: crcs[f"{b}.compact" if c else str(b)] for b, c in present.items()
+                 if (f"{b}.compact" if c else str(b)) in crcs}
+    return FileSinkLogFiles(present, checksums)
+
+
 def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
-    entries = st.list_dir(FILE_SINK_LOG) or []
-    batches = sorted(p for p in (compactible_name(e.name) for e in entries if not e.is_dir) if p is not None)
+    log = list_file_sink_log(st)
     findings: list[Finding] = []
-    if not batches:
+    if not log.present:
         return SinkLog("file", st.display, None, findings=tuple(findings))
-    ids = [b for b, _ in batches]
-    compactions = [b for b, c in batches if c]
+    ids = log.ids
+    compactions = log.compactions
     latest_compact = compactions[-1] if compactions else None
     # Spark's readers use the newest compaction file plus every batch after it: a batch file
     # missing there hides its data files from every reader of the table.
@@ -124,18 +190,14 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
                        f"{ranges_text(gaps)}; their data files are invisible to readers",
             details={"log": FILE_SINK_LOG, "missing": ids_of(gaps), "missing_count": count_of(gaps),
                      "missing_ranges": [list(g) for g in gaps[:MAX_LISTED]]}))
-    to_read = batches if detail else [(b, c) for b, c in batches if b in set(after)]
     epochs = []
-    for b, compact in to_read:
-        rel = f"{FILE_SINK_LOG}/{b}{'.compact' if compact else ''}"
+    for b in (ids if detail else after):
         try:
-            parsed = parse_compactible(st.read(rel), st.uri(rel), b, compact)
+            parsed = log.read(st, b)
         except StreamctlError as exc:
-            findings.append(_unreadable(getattr(exc, "path", st.uri(rel)), getattr(exc, "reason", str(exc))))
+            findings.append(_unreadable(getattr(exc, "path", st.uri(log.rel(b))), getattr(exc, "reason", str(exc))))
             continue
-        adds = tuple(str(e.get("path")) for e in parsed.entries if e.get("action", "add") == "add")
-        dels = tuple(str(e.get("path")) for e in parsed.entries if e.get("action") == "delete")
-        epochs.append(SinkEpoch(b, adds, dels, None, rel))
+        epochs.append(SinkEpoch(b, added_paths(parsed), deleted_paths(parsed), None, log.rel(b)))
     return SinkLog("file", st.display, ids[-1], first_epoch=ids[0], epochs=tuple(epochs), epoch_ids=tuple(ids),
                    compactions=tuple(compactions), findings=tuple(findings))
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
-from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog
-from streamctl.inspectors.sources import compactible_name, parse_compactible
+from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.inspectors.state import state_file
@@ -53,7 +52,7 @@ class _FileSinkLog:
 
     present: dict[int, bool]  # batch id -> is .compact
     entries: dict[int, list[str]]  # batch id -> added paths (as written in the log)
-    hidden: set[str]
+    checksums: Mapping[int, str]  # batch id -> its `.N[.compact].crc` name
     interval: Optional[int]
 
 
@@ -93,28 +92,9 @@ class _Planner:
 
     # -- the file sink -----------------------------------------------------------------------
     def file_sink_log(self, sink: Storage) -> _FileSinkLog:
-        present: dict[int, bool] = {}
-        hidden: set[str] = set()
-        for e in sink.list_dir(FILE_SINK_LOG) or []:
-            p = compactible_name(e.name)
-            if p is not None and not e.is_dir:
-                present[p[0]] = p[1]
-            elif e.name.startswith(".") and e.name.endswith(".crc"):
-                hidden.add(e.name)
-        entries: dict[int, list[str]] = {}
-        for b, compact in present.items():
-            rel = f"{FILE_SINK_LOG}/{b}{'.compact' if compact else ''}"
-            parsed = parse_compactible(sink.read(rel), sink.uri(rel), b, compact)
-            entries[b] = [str(x.get("path")) for x in parsed.entries if x.get("action", "add") == "add"]
-        compacts = sorted(b for b, c in present.items() if c)
-        interval = None
-        if compacts:
-            plain = [b for b, c in present.items() if not c]
-            for d in range(2, compacts[0] + 2):
-                if all((c + 1) % d == 0 for c in compacts) and not any((b + 1) % d == 0 for b in plain):
-                    interval = d
-                    break
-        return _FileSinkLog(present, entries, hidden, interval)
+        files = list_file_sink_log(sink)
+        entries = {b: list(added_paths(files.read(sink, b))) for b in files.ids}
+        return _FileSinkLog(dict(files.present), entries, files.checksums, files.interval)
 
     def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int,
                         check_only: bool = False) -> tuple[list[Step], list[str]]:
@@ -153,8 +133,8 @@ class _Planner:
             if b > x:
                 name = f"{b}.compact" if compact else str(b)
                 steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/{name}", f"sink commit of batch {b} > {x}"))
-                if f".{name}.crc" in log.hidden:
-                    steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/.{name}.crc", "its checksum"))
+                if b in log.checksums:
+                    steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/{log.checksums[b]}", "its checksum"))
         reasons = []
         root = sink.display.partition("?")[0].rstrip("/")
         for path in sorted(all_now - kept_files):

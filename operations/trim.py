@@ -19,8 +19,7 @@ from typing import Any, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG
-from streamctl.inspectors.sources import compactible_name
+from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_file
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step, refuse_layout_conflict
@@ -163,20 +162,14 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     if q.sink is not None and req.sink:
         sink_st = Storage.open(req.sink)
         if q.sink.kind == "file":
-            present = {}
-            for e in sink_st.list_dir(FILE_SINK_LOG) or []:
-                p = compactible_name(e.name)
-                if p is not None:
-                    present[p[0]] = e.name
-            compacts = sorted(b for b, n in present.items() if n.endswith(".compact") and b <= low)
+            log = list_file_sink_log(sink_st)
+            compacts = [b for b in log.compactions if b <= low]
             if compacts:
                 keep_from = compacts[-1]
-                for e in sorted(sink_st.list_dir(FILE_SINK_LOG) or [], key=lambda e: e.name):
-                    name = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
-                    p = compactible_name(name)
-                    if p is not None and p[0] < keep_from:
-                        add("sink", sink_st, f"{FILE_SINK_LOG}/{e.name}", "sink_log",
-                            f"superseded by {keep_from}.compact")
+                for b in (b for b in log.ids if b < keep_from):
+                    for name in (log.name(b), log.checksums.get(b)):
+                        if name is not None:
+                            add("sink", sink_st, f"{FILE_SINK_LOG}/{name}", "sink_log", f"superseded by {keep_from}.compact")
         elif q.sink.kind == "coordinated":
             for e in sink_st.list_dir(COORD_STAGING) or []:
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
