@@ -52,8 +52,8 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except typer.Exit:
             raise
-        except KeyboardInterrupt:
-            raise fail("interrupted", ExitCode.INTERRUPTED) from None
+        except KeyboardInterrupt as exc:  # a runner's Interrupted says how to resume
+            raise fail(str(exc) or "interrupted", ExitCode.INTERRUPTED) from None
         except StreamctlError as exc:
             raise fail(str(exc), exit_code_for(exc)) from None
         except Exception as exc:  # a bug: say so, keep secrets and locals out of the output

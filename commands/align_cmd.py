@@ -1,6 +1,7 @@
 """`streamctl align`: plan, and with --execute carry out, a realignment of one checkpoint (and
 its sink) that keeps delivery exactly-once. Also `--resume JOURNAL` and `--undo BACKUP`.
-Thin: the planner is streamctl.operations.align, the executor streamctl.operations.executor."""
+Thin: the planner is streamctl.operations.align; --execute, --resume and --undo run through
+streamctl.operations.runner."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -74,12 +75,13 @@ def align(
     """
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
-    from streamctl.operations.align import AlignRequest, plan_align, verify_align
+    from streamctl.operations.align import AlignRequest, operation, plan_align
     from streamctl.operations.plan import Refused
+    from streamctl.operations.runner import Request
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
-    target = mutation.front("align", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, verify_align,
+    target = mutation.front("align", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:
         return
@@ -87,7 +89,8 @@ def align(
     req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
                        _quiet(quiet_period, config))
     if execute:  # the lock first: the plan is made (and an empty one reported) only under it
-        mutation.execute("align", location, lambda: plan_align(req)[0], verify_align, plan_lines, backup_dir, break_lock, as_json)
+        mutation.execute("align", Request(location, lambda _op, _backup: plan_align(req)[0], backup_dir, break_lock),
+                         operation(), plan_lines, as_json)
         return
     try:
         plan, _q = plan_align(req)

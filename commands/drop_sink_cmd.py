@@ -1,7 +1,7 @@
 """`streamctl drop-sink SINK --checkpoint CHECKPOINT --safe`: retire a sink and its query in the
-order docs/model.md#drop-sink gives. Also `--resume JOURNAL`.
-Thin: the planner and the safety checks are streamctl.operations.teardown, the file moves run
-through streamctl.operations.executor."""
+order docs/model.md#drop-sink gives. Also `--resume ARCHIVE` and `--undo ARCHIVE`.
+Thin: the planner and the safety checks are streamctl.operations.teardown; --execute, --resume and
+--undo run through streamctl.operations.runner."""
 from __future__ import annotations
 
 import sys
@@ -9,17 +9,10 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli.errors import fail, handle_errors
-from streamctl.cli.exit_codes import ExitCode
+from streamctl.cli.errors import handle_errors
 from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
 
 API_VERSION = "streamctl/v1"
-
-
-def _emit_doc(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    from streamctl.commands.mutation import emit
-
-    emit(doc, as_json, lines)
 
 
 def _say(as_json: bool) -> Any:
@@ -51,28 +44,23 @@ def _refused(exc: Any, as_json: bool) -> typer.Exit:
     return refused(exc, as_json, "DropSinkRefusal")
 
 
-def _finish(plan: Any, archive: Any, executor: Any, lock: Any, as_json: bool, resumed: bool) -> None:
+def _show(outcome: Any, as_json: bool) -> None:
+    """An executed or resumed teardown: the result document, then exit 5 when not verified."""
+    from streamctl.commands.mutation import emit
     from streamctl.operations import teardown
+    from streamctl.operations.plan import NotVerified
 
-    roots = executor.roots
-    if plan.settings.get("purge"):
-        teardown.purge(plan, archive, executor.journal)
-    for rel in ("state", "offsets"):
-        if roots["checkpoint"].exists(rel) and not roots["checkpoint"].walk_files(rel):
-            roots["checkpoint"].remove_empty_dirs(rel)
-    ok, got = teardown.verify_teardown(plan, roots)
-    executor.journal.append({"event": "verified", "ok": ok, "got": got})
-    lock.release()
-    doc = {"api_version": API_VERSION, "kind": "DropSinkResult", "executed": True, "resumed": resumed,
-           "archive": archive.location, "journal": executor.journal.path(), "handoff": archive.uri(teardown.HANDOFF_FILE),
+    plan, archive, got, ok = outcome.plan, outcome.backup, outcome.got, outcome.verified
+    doc = {"api_version": API_VERSION, "kind": "DropSinkResult", "executed": True, "resumed": outcome.resumed,
+           "archive": archive.location, "journal": outcome.journal, "handoff": archive.uri(teardown.HANDOFF_FILE),
            "final_epoch": plan.target, "plan": plan.to_record(), "verified": ok, "after": got}
     lines = plan_lines(plan, executed=True) + [
-        f"archive and journal: {archive.location}",
+        f"archive and journal: {archive.location} (undo: streamctl drop-sink --undo {archive.location})",
         f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
         f"verified: {'yes' if ok else 'NO'}" + ("" if ok else " — " + "; ".join(got["problems"][:3]))]
-    _emit_doc(doc, as_json, lines)
+    emit(doc, as_json, lines)
     if not ok:
-        raise fail(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}", ExitCode.NOT_VERIFIED)
+        raise NotVerified(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}")
 
 
 @handle_errors
@@ -99,6 +87,8 @@ def drop_sink(
     break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
                                          "(the archive folder or its journal.jsonl)."),
+    undo: Optional[str] = typer.Option(None, "--undo", help="Restore the retired checkpoint and sink exactly (its archive "
+                                       "folder; every archived file is checked against the manifest first)."),
     as_json: bool = typer.Option(False, "--json", help="A DropSinkPlan / DropSinkResult JSON document."),
 ) -> None:
     """Retire a sink and the query writing to it, leaving a hand-off for a successor.
@@ -108,7 +98,8 @@ def drop_sink(
     epoch); write ARCHIVE/handoff.json (final epoch, Kafka startingOffsets, processed files);
     tombstone CHECKPOINT/metadata so a restart of the old query fails loudly; retire the state
     stores, the checkpoint logs, the sink's commit log and, with --purge-data, its data files.
-    "Retire" moves into the archive; --purge deletes the archived copies at the end.
+    "Retire" moves into the archive; --purge deletes the archived copies at the end. --undo
+    puts back the exact bytes from the archive (not after --purge).
 
     Examples:
 
@@ -117,36 +108,25 @@ def drop_sink(
       streamctl drop-sink /data/out/orders --checkpoint /data/chk/orders --safe --execute
       streamctl drop-sink /data/out/orders --checkpoint /data/chk/orders --assume-stopped --execute --purge
       streamctl drop-sink --resume /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
+      streamctl drop-sink --undo /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
     """
+    from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
-    from streamctl.operations import teardown
-    from streamctl.operations.executor import Conflict, Executor, load
+    from streamctl.operations import runner, teardown
     from streamctl.operations.files import Root
-    from streamctl.operations.lock import Lock, LockHeld
 
     say = _say(as_json)
-    if resume:
+    if resume and undo:
+        raise UsageError("--resume and --undo cannot be combined")
+    if resume or undo:
         if sink or checkpoint:
-            raise UsageError("--resume takes the operation's archive folder; do not also name a sink or checkpoint")
-        plan, backup = load(resume)
-        if plan.command != "drop-sink":
-            raise UsageError(f"{backup.location} holds a {plan.command} operation: resume it with streamctl {plan.command}")
-        roots = {name: Root(name, loc) for name, loc in plan.roots.items()}
-        try:
-            lock = Lock.acquire(roots["checkpoint"], "drop-sink --resume", plan.op_id, break_lock=break_lock,
-                                takeover_op=plan.op_id)
-        except LockHeld as exc:
-            raise _refused(exc, as_json) from None
-        executor = Executor(plan, roots, backup, progress=say)
-        why = teardown.moved_on(plan, executor.journal.read())
-        if why:
-            lock.release()
-            raise _refused(teardown.Refused(why), as_json)
-        try:
-            executor.run()
-        except Conflict as exc:
-            raise fail(str(exc), ExitCode.REFUSED) from None
-        _finish(plan, backup, executor, lock, as_json, resumed=True)
+            raise UsageError("--resume/--undo take the operation's archive folder; do not also name a sink or checkpoint")
+        if resume:
+            _show(mutation.call("drop-sink", as_json, lambda _t: runner.resume(teardown.operation(), resume, break_lock,
+                                                                              say=say), meter=False), as_json)
+        else:
+            mutation.show_undo("drop-sink", mutation.call("drop-sink", as_json, lambda tick: runner.undo(
+                teardown.operation(), undo, break_lock, meter=tick)), as_json)
         return
 
     config = _settings()
@@ -157,7 +137,7 @@ def drop_sink(
             sink_kind = p.sink_kind
         app_id = app_id or p.app_id
     if not sink or not checkpoint:
-        raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume)")
+        raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume / --undo)")
     if stop_timeout < 0:
         raise UsageError("invalid value for --stop-timeout: must be >= 0")
     if not safe and not assume_stopped:
@@ -187,72 +167,49 @@ def drop_sink(
 
         return read_sink(sink_root.location, sink_kind, app_id, detail=True)
 
-    import secrets
-    import time
+    if execute:
+        opening: list[dict[str, Any]] = []
 
-    from streamctl.operations.runner import check_backup_target, check_plan
+        def planner(op_id: str, archive_root: Any) -> Any:  # under the lock: stop, confirm drained, plan
+            stopped = teardown.stop_writer(ck_root.location, safe=safe, quiet_period_s=quiet,
+                                           stop_timeout_s=stop_timeout, say=say)
+            q = inspect()
+            discarded = teardown.check_drained(q, discard_in_flight)
+            opening.extend([{"event": "writer_stopped", **stopped},
+                            {"event": "drained", "planned": q.planned, "committed": q.committed,
+                             "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded}])
+            return teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
 
-    op_id = f"drop-sink-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
-    try:  # validated before the lock (and in plan mode too): a named archive is new or empty
-        archive_root = check_backup_target(archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{op_id}"), "--archive")
-    except teardown.Refused as exc:
-        raise _refused(exc, as_json) from None
-    archive_root = Root("archive", archive_root.location)
-
-    if not execute:
-        from streamctl.inspectors.lease import lease_status
-
-        lease = teardown._lease(ck_root.location)  # noqa: SLF001 - same feature
-        live = lease is not None and lease_status(lease, teardown.now_ms()) == "live"
-        if live and not safe:
-            raise _refused(teardown.Refused(f"{ck_root.location}: the query is running (live agent lease); use --safe"),
-                           as_json)
-        q = inspect()
-        notes = []
-        discarded = None
-        if live:
-            notes.append("the query is running: --execute first asks the agent to stop it, then checks it drained; "
-                         "the steps below are as of now")
-        else:
-            try:
-                discarded = teardown.check_drained(q, discard_in_flight)
-            except teardown.Refused as exc:
-                raise _refused(exc, as_json) from None
-        plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, "(assigned by --execute)", discarded,
-                                      detail())
-        plan.notes[:0] = notes
-        _emit_doc({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
-              as_json, plan_lines(plan))
+        request = runner.Request(ck_root.location, planner, archive, break_lock, opening)
+        _show(mutation.call("drop-sink", as_json, lambda _t: runner.execute(teardown.operation(), request, say=say),
+                            meter=False), as_json)
         return
 
-    try:
-        lock = Lock.acquire(ck_root, "drop-sink", op_id, break_lock=break_lock)
-    except LockHeld as exc:
+    from streamctl.inspectors.lease import lease_status
+
+    try:  # checked in plan mode too: a named archive is new or empty
+        archive_root = runner.check_backup_target(
+            archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{runner.new_op_id('drop-sink')}"), "--archive", "archive")
+    except teardown.Refused as exc:
         raise _refused(exc, as_json) from None
-    try:
-        stopped = teardown.stop_writer(ck_root.location, safe=safe, quiet_period_s=quiet, stop_timeout_s=stop_timeout,
-                                       say=say)
-        q = inspect()
-        discarded = teardown.check_drained(q, discard_in_flight)
-        plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
-        roots = {"checkpoint": ck_root, "sink": sink_root, "archive": archive_root}
-        check_plan(plan, roots)
-        executor = Executor(plan, roots, archive_root, progress=say)
-        executor.write_plan()
-    except (teardown.Refused, Conflict) as exc:
-        lock.release()
-        raise _refused(exc, as_json) from None
-    except BaseException:
-        lock.release()
-        raise
-    executor.journal.append({"event": "writer_stopped", **stopped})
-    executor.journal.append({"event": "drained", "planned": q.planned, "committed": q.committed,
-                             "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded})
-    try:
-        executor.run()
-    except Conflict as exc:
-        raise fail(f"{exc}; resume with: streamctl drop-sink --resume {archive_root.location}", ExitCode.REFUSED) from None
-    except KeyboardInterrupt:
-        raise fail(f"interrupted; the lock is kept: resume with streamctl drop-sink --resume {archive_root.location}",
-                   ExitCode.INTERRUPTED) from None
-    _finish(plan, archive_root, executor, lock, as_json, resumed=False)
+    lease = teardown._lease(ck_root.location)  # noqa: SLF001 - same feature
+    live = lease is not None and lease_status(lease, teardown.now_ms()) == "live"
+    if live and not safe:
+        raise _refused(teardown.Refused(f"{ck_root.location}: the query is running (live agent lease); use --safe"),
+                       as_json)
+    q = inspect()
+    notes = []
+    discarded = None
+    if live:
+        notes.append("the query is running: --execute first asks the agent to stop it, then checks it drained; "
+                     "the steps below are as of now")
+    else:
+        try:
+            discarded = teardown.check_drained(q, discard_in_flight)
+        except teardown.Refused as exc:
+            raise _refused(exc, as_json) from None
+    plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, "(assigned by --execute)", discarded,
+                                  detail())
+    plan.notes[:0] = notes
+    mutation.emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
+                  as_json, plan_lines(plan))

@@ -1,5 +1,6 @@
 """`streamctl trim`: plan, and with --execute carry out, the removal of checkpoint and sink-log
-files no restart and no kept rollback needs. Same lock, journal, backup and undo as align."""
+files no restart and no kept rollback needs. Same lock, journal, backup and undo as align: one
+runner, streamctl.operations.runner."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -61,16 +62,18 @@ def trim(
     """
     from streamctl.commands import mutation
     from streamctl.operations.plan import Refused
-    from streamctl.operations.trim import TrimRequest, plan_trim, verify_trim
+    from streamctl.operations.runner import Request
+    from streamctl.operations.trim import TrimRequest, operation, plan_trim
 
-    target = mutation.front("trim", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, verify_trim,
+    target = mutation.front("trim", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:
         return
     location, sink, sink_kind, app_id, config = target
     req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, _quiet(quiet_period, config))
     if execute:
-        mutation.execute("trim", location, lambda: plan_trim(req)[0], verify_trim, plan_lines, backup_dir, break_lock, as_json)
+        mutation.execute("trim", Request(location, lambda _op, _backup: plan_trim(req)[0], backup_dir, break_lock),
+                         operation(), plan_lines, as_json)
         return
     try:
         plan, _sizes = plan_trim(req)

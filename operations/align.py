@@ -523,3 +523,14 @@ def verify_align(plan: Plan) -> tuple[bool, dict[str, Any]]:
     ok = (q.planned == want.get("planned") and q.committed == want.get("committed")
           and (q.sink is None or got["sink_epoch"] == want.get("sink_epoch")) and q.verdict == plan.expected_verdict)
     return ok, got
+
+
+def _verify(plan: Plan, _roots: Any) -> tuple[bool, dict[str, Any]]:
+    return verify_align(plan)
+
+
+def operation() -> Any:
+    """align, as the runner (operations/runner.py) runs, resumes and undoes it."""
+    from streamctl.operations.runner import Operation
+
+    return Operation("align", _verify)

@@ -50,6 +50,7 @@ class JournalState:
     verified: Optional[dict[str, Any]] = None
     undone: set[int] = field(default_factory=set)
     undo_finished: bool = False
+    purged: bool = False  # drop-sink --purge deleted the archived copies
 
 
 class Journal:
@@ -115,6 +116,8 @@ class Journal:
                 state.undone.add(int(rec["step"]))
             elif ev == "undone":
                 state.undo_finished = True
+            elif ev == "purge_begin":
+                state.purged = True
         return state
 
 

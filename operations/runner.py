@@ -1,28 +1,43 @@
-"""The invariants every mutation holds, checked once for align, trim, drop-sink and the Kafka
-offset commit (docs/model.md#the-mutation-path):
+"""The one runner of every mutation (docs/model.md#the-mutation-path): align, trim, drop-sink and
+`kafka commit-offsets` hand it a request and get an outcome back; the order and the invariants
+live here, once:
+
+    validate the backup -> lock -> plan under the lock -> check the plan -> write the plan ->
+    journal -> steps -> (finish) -> verify -> release
+
+with `resume` (after a crash: the same operation, from its journal) and `undo` (the exact bytes
+back, checked against the manifest first). Commands only build the `Request`, call `execute`,
+`resume` or `undo`, render the outcome and return the exit code of cli/errors.py's table.
+
+The invariants checked here:
 
 * `check_backup_target` (before the lock): a named backup/archive folder is new or empty, is a
   folder (not a file) and on a supported scheme; so an early failure never leaves a lock behind.
 * `check_plan` (under the lock, before the plan file): no two steps of one root whose paths nest
   (a folder moved after the files in it would land on their backup path), and every step's path,
   resolved (symlinks followed), stays inside its root.
+* every failure after the lock and before the first step releases the lock; a failure during the
+  steps keeps it (the journal says how to resume).
 
-Each raises `Refused` (exit 4, nothing changed)."""
+Each refusal raises `Refused` (exit 4, nothing changed)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.errors import StorageError, UsageError
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused
 
 
-def check_backup_target(location: str, what: str = "--backup-dir") -> Root:
+def check_backup_target(location: str, what: str = "--backup-dir", name: str = "backup") -> Root:
     """The backup (or archive) root for a new operation: refuse a file, an unsupported scheme or
     a folder that already holds anything (a backup never overwrites or deletes a file)."""
     try:
-        root = Root("backup", location)
+        root = Root(name, location)
         kind = root.storage.kind()
     except StorageError as exc:
         raise Refused(f"{what}: {exc}") from None
@@ -89,9 +104,9 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
     out: list[str] = []
     real_roots: dict[str, str] = {}
     for s in plan.steps:
-        root = roots[s.root]
-        if not root.is_local:
-            continue  # object stores have no symlinks
+        root = roots.get(s.root)
+        if root is None or not root.is_local:
+            continue  # object stores have no symlinks; a Kafka group is no file root
         if s.root not in real_roots:
             real_roots[s.root] = os.path.realpath(root.location)
         top = real_roots[s.root]
@@ -113,3 +128,226 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
     if escaping:
         raise Refused(f"refusing a path outside the named roots: {escaping[0]}"
                       + (f" (+{len(escaping) - 1} more)" if len(escaping) > 1 else ""))
+
+
+# ------------------------------------------------------------------------------ the runner
+
+Say = Callable[[str], None]
+Verifier = Callable[[Plan, dict[str, Root]], tuple[bool, dict[str, Any]]]
+
+
+class Steps(Protocol):
+    """What carries out a plan's steps, journaled into the backup: `operations.executor.Executor`
+    (files), or the Kafka group's offsets (`operations.group_offsets`)."""
+
+    journal: Any
+
+    def write_plan(self) -> None: ...
+
+    def run(self) -> Any: ...
+
+    def undo(self) -> list[str]: ...
+
+
+def file_steps(plan: Plan, roots: dict[str, Root], backup: Root, say: Optional[Say], meter: Optional[Say]) -> Steps:
+    from streamctl.operations.executor import Executor
+
+    return Executor(plan, roots, backup, progress=say, meter=meter)
+
+
+def positions_as_before(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str, Any]]:
+    """After an undo: the checkpoint's (and sink's) positions are those from before the operation."""
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
+                           sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
+                           quiet_period_s=0)
+    back = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None}
+    ok = all(back[k] == plan.before.get(k) for k in back if k != "sink_epoch" or q.sink is not None)
+    return ok, dict(back, verdict=q.verdict)
+
+
+def live_by_lease(plan: Plan, _journal: Any = None) -> Optional[str]:
+    """The LIVE_QUERY refusal when the agent's lease is live (the quiet period is off: the
+    operation itself has just written files)."""
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    location = plan.roots["checkpoint"]
+    live = [f for f in inspect_checkpoint(location, quiet_period_s=0).findings if f.code == "LIVE_QUERY"]
+    return f"{location}: LIVE_QUERY: {live[0].message}" if live else None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What the runner knows of one mutating command, for every run of it."""
+
+    command: str  # as in plan.json and in `streamctl <command> --resume/--undo`
+    verify: Verifier  # after the steps: the promised state reached?
+    backup_flag: str = "--backup-dir"
+    backup_under: str = "_streamctl/backups"  # the default backup folder, below the checkpoint
+    backup_root: str = "backup"  # the backup's root name ("archive" for drop-sink: a root of its plan)
+    finish: Optional[Callable[[Plan, dict[str, Root], Any], None]] = None  # after the steps, before verify
+    resumable: Callable[[Plan, Any], Optional[str]] = live_by_lease  # on resume: a reason to refuse
+    undo_check: Verifier = positions_as_before  # after an undo
+    steps: Callable[[Plan, dict[str, Root], Root, Optional[Say], Optional[Say]], Steps] = file_steps
+
+
+@dataclass
+class Request:
+    """One `--execute` of a mutating command."""
+
+    checkpoint: str
+    planner: Callable[[str, Root], Plan]  # (operation id, backup root) -> the plan, made under the lock
+    backup_dir: Optional[str] = None
+    break_lock: bool = False
+    # records the planner leaves for the journal, written before the first step (drop-sink:
+    # `writer_stopped`, `drained`)
+    opening: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    plan: Plan
+    backup: Root
+    executed: bool  # False: the plan made under the lock was empty, nothing was done
+    resumed: bool = False
+    verified: bool = False
+    got: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def journal(self) -> str:
+        from streamctl.operations.executor import JOURNAL_FILE
+
+        return self.backup.uri(JOURNAL_FILE)
+
+
+@dataclass
+class Undone:
+    plan: Plan
+    backup: Root
+    restored: list[str]
+    verified: bool
+    after: dict[str, Any]
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during the steps: the lock is kept, the message says how to resume or undo (exit 130)."""
+
+
+def roots_of(plan: Plan) -> dict[str, Root]:
+    return {name: Root(name, loc) for name, loc in plan.roots.items()}
+
+
+def new_op_id(command: str) -> str:
+    return f"{command.replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optional[Say] = None) -> Outcome:
+    """Validate the backup, lock, plan under the lock (what is executed is what was inspected),
+    check and write the plan, run the journaled steps, finish, verify, release."""
+    from streamctl.operations.lock import Lock
+
+    op_id = new_op_id(op.command)
+    ck = Root("checkpoint", req.checkpoint)
+    # validated before the lock: an early failure leaves no lock behind
+    backup = check_backup_target(req.backup_dir or ck.uri(f"{op.backup_under}/{op_id}"), op.backup_flag,
+                                 op.backup_root)
+    lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
+    try:  # until the first step runs, every failure releases the lock
+        plan = req.planner(op_id, backup)
+        if not plan.steps:  # decided under the lock: not while another operation is half done
+            lock.release()
+            return Outcome(plan, backup, executed=False)
+        plan.op_id = op_id
+        roots = roots_of(plan)
+        check_plan(plan, roots)
+        steps = op.steps(plan, roots, backup, say, meter)
+        steps.write_plan()
+        steps.journal.append_many(req.opening)
+    except BaseException:
+        lock.release()
+        raise
+    return _run(op, plan, roots, backup, steps, lock, resumed=False)
+
+
+def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps: Steps, lock: Any,
+         resumed: bool) -> Outcome:
+    from streamctl.operations.executor import Conflict
+
+    hint = f"streamctl {op.command} --resume {backup.location}"
+    try:
+        steps.run()
+    except Conflict as exc:  # the lock is kept: the journal says where it stopped
+        raise Conflict(str(exc) if resumed else f"{exc}; resume with: {hint}") from None
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; the lock is kept: resume with {hint} or undo with --undo") from None
+    if op.finish is not None:
+        op.finish(plan, roots, steps)
+    ok, got = op.verify(plan, roots)
+    steps.journal.append({"event": "verified", "ok": ok, "got": got})
+    lock.release()
+    return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
+
+
+def _earlier(op: Operation, backup_location: str, undo: bool, say: Optional[Say],
+             meter: Optional[Say]) -> tuple[Plan, Root, dict[str, Root], Steps, Any]:
+    """An earlier operation of this command, from its backup folder: plan, backup, roots, steps,
+    journal state; refused when it was undone."""
+    from streamctl.operations.executor import load
+
+    plan, backup = load(backup_location)
+    if plan.command != op.command:
+        raise UsageError(f"{backup.uri('plan.json')}: a plan of `streamctl {plan.command}`, not of {op.command}")
+    roots = roots_of(plan)
+    steps = op.steps(plan, roots, backup, say, meter)
+    journal = steps.journal.read()
+    if journal.undo_finished or (journal.undone and not undo):  # a crashed undo is simply undone again
+        raise Refused(f"{backup.location}: this operation was undone; plan a new one instead of "
+                      f"{'undoing' if undo else 'resuming'} it")
+    return plan, backup, roots, steps, journal
+
+
+def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, break_lock: bool) -> Any:
+    from streamctl.operations.lock import Lock
+
+    return Lock.acquire(roots["checkpoint"], f"{op.command} --{what}", plan.op_id, break_lock=break_lock,
+                        takeover_op=plan.op_id)
+
+
+def resume(op: Operation, backup_location: str, break_lock: bool = False, say: Optional[Say] = None,
+           meter: Optional[Say] = None) -> Outcome:
+    """After a crash (the lock stays): take the lock over, refuse when the checkpoint moved on,
+    run every step not yet done, finish, verify."""
+    plan, backup, roots, steps, journal = _earlier(op, backup_location, False, say, meter)
+    lock = _take_over(op, plan, roots, "resume", break_lock)
+    try:
+        why = op.resumable(plan, journal)
+        if why:
+            raise Refused(why)
+    except BaseException:
+        lock.release()
+        raise
+    return _run(op, plan, roots, backup, steps, lock, resumed=True)
+
+
+def undo(op: Operation, backup_location: str, break_lock: bool = False, say: Optional[Say] = None,
+         meter: Optional[Say] = None) -> Undone:
+    """Put back exactly what an earlier operation changed: every backed-up file is checked against
+    the manifest, and every touched path against the journal, before anything changes (any
+    mismatch refuses, exit 4); then check the state is the one from before the operation."""
+    plan, backup, roots, steps, journal = _earlier(op, backup_location, True, say, meter)
+    lock = _take_over(op, plan, roots, "undo", break_lock)
+    try:
+        why = live_by_lease(plan) if "checkpoint" in plan.roots else None
+        if why:
+            raise Refused(why)
+        if journal.purged:
+            raise Refused(f"{backup.location}: undo refused: the archived copies were deleted with --purge "
+                          "(the journal records the purge); nothing was changed")
+        restored = steps.undo()  # a Conflict (a Refused) changed nothing
+    except Refused:
+        lock.release()
+        raise
+    lock.release()
+    ok, after = op.undo_check(plan, roots)
+    return Undone(plan, backup, restored, ok, after)

@@ -424,3 +424,22 @@ def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
                 f"{plan.before.get('committed')}); the checkpoint was not retired: run drop-sink again (the "
                 f"interrupted operation's archive {plan.roots['archive']} may hold .metadata.crc)")
     return None
+
+
+def finish(plan: Plan, roots: dict[str, Root], steps: Any) -> None:
+    """After the moves: --purge deletes the archived copies; folders emptied entry by entry
+    (`offsets/` with --discard-in-flight, `state/`) go."""
+    if plan.settings.get("purge"):
+        purge(plan, roots["archive"], steps.journal)
+    for rel in ("state", "offsets"):
+        if roots["checkpoint"].exists(rel) and not roots["checkpoint"].walk_files(rel):
+            roots["checkpoint"].remove_empty_dirs(rel)
+
+
+def operation() -> Any:
+    """drop-sink, as the runner (operations/runner.py) runs, resumes and undoes it: the archive is
+    its backup folder (and a root of its plan: the hand-off is written there)."""
+    from streamctl.operations.runner import Operation
+
+    return Operation("drop-sink", verify_teardown, backup_flag="--archive", backup_under=RETIRED_DIR,
+                     backup_root="archive", finish=finish, resumable=moved_on)

@@ -197,3 +197,14 @@ def verify_trim(plan: Plan) -> tuple[bool, dict[str, Any]]:
     ok = (q.planned == plan.after.get("planned") and q.committed == plan.after.get("committed")
           and q.verdict == plan.expected_verdict and q.state_epoch == plan.before.get("state_epoch"))
     return ok, got
+
+
+def _verify(plan: Plan, _roots: Any) -> tuple[bool, dict[str, Any]]:
+    return verify_trim(plan)
+
+
+def operation() -> Any:
+    """trim, as the runner (operations/runner.py) runs, resumes and undoes it."""
+    from streamctl.operations.runner import Operation
+
+    return Operation("trim", _verify)
