@@ -30,8 +30,10 @@ class KafkaSettings:
 
 
 def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], timeout: Optional[float],
-                   pipeline: Any, config: Any, required: bool = True) -> Optional[KafkaSettings]:
-    """Flags beat environment beat the pipeline's [kafka] table beat defaults."""
+                   pipeline: Any, config: Any, required: bool = True,
+                   default_bootstrap: Optional[str] = None) -> Optional[KafkaSettings]:
+    """Flags beat environment beat the pipeline's [kafka] table beat defaults (`default_bootstrap`:
+    the broker an earlier operation's plan names)."""
     import os
 
     from streamctl.cli.config import setting
@@ -39,7 +41,7 @@ def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], 
 
     piped = dict(pipeline.kafka) if pipeline is not None else {}
     servers = bootstrap or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP") or piped.pop("bootstrap", None) \
-        or piped.pop("bootstrap.servers", None)
+        or piped.pop("bootstrap.servers", None) or default_bootstrap
     piped.pop("bootstrap", None)
     piped.pop("bootstrap.servers", None)
     if not servers:
@@ -108,16 +110,107 @@ def _epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str,
     return q, chosen, merged, raws
 
 
+def _commit_doc(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[str]) -> dict[str, Any]:
+    """The KafkaCommitOffsets document of a plan (and of its outcome when it ran)."""
+    from streamctl.operations.group_offsets import offsets_of
+
+    if outcome is not None:  # the plan made under the lock
+        plan = outcome.plan
+    current, target = offsets_of(plan.before["offsets"]), offsets_of(plan.after["offsets"])
+    done = outcome is not None and outcome.executed
+    rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
+             "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
+            for (t, p), off in sorted(target.items())]
+    return {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsets", "checkpoint": checkpoint,
+            "query_id": plan.settings.get("query_id"), "group": plan.settings["group"],
+            "group_state": plan.before.get("group_state"), "epoch": plan.target, "executed": done,
+            "refused": refusal is not None, "refusal": refusal, "verified": outcome.verified if done else None,
+            "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows,
+            "backup": outcome.backup.location if done else None}
+
+
+def _show_commit(doc: dict[str, Any], output: str) -> None:
+    from streamctl.operations.plan import NotVerified
+
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        rows = doc["partitions"]
+        render.emit_table(["topic", "partition", "group offset", "checkpoint offset", "change"],
+                          [[r["topic"], r["partition"], r["current"], r["target"], r["change"]] for r in rows], output,
+                          title=f"group {doc['group']} ({doc['group_state'] or 'new'}) <- {doc['checkpoint']} epoch {doc['epoch']}")
+        if doc["refused"]:
+            note = f"refused: {doc['refusal']}; nothing was changed"
+        elif not doc["changes"]:
+            note = "nothing to do: the group already holds these offsets"
+        elif doc["executed"]:
+            note = f"committed {doc['changes']} offset(s)" + ("" if doc["verified"] else "; read-back differs!") \
+                + f" (undo: streamctl kafka commit-offsets --undo {doc['backup']})"
+        else:
+            note = f"plan: {doc['changes']} offset(s) to commit; run again with --execute"
+        render.emit_lines([note], output)
+    if doc["refused"]:
+        raise typer.Exit(int(ExitCode.REFUSED))
+    if doc["executed"] and not doc["verified"]:
+        raise NotVerified(f"{doc['checkpoint']}: committed, but group {doc['group']} reads back other offsets")
+
+
+def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optional[str], kafka_config: Optional[list[str]],
+                    kafka_timeout: Optional[float], break_lock: bool, output: Optional[str], config: Any) -> None:
+    """`--resume` / `--undo` of an earlier commit, through the runner; the broker as the flags,
+    the environment or else the operation's plan name it."""
+    from streamctl.inspectors.kafka import KafkaBroker
+    from streamctl.operations import group_offsets, runner
+    from streamctl.operations.executor import load
+    from streamctl.operations.plan import NotVerified, Refused
+
+    earlier, _backup = load(resume or undo)  # type: ignore[arg-type]
+    ks = kafka_settings(bootstrap, kafka_config, kafka_timeout, None, config,
+                        default_bootstrap=earlier.settings.get("bootstrap"))
+    assert ks is not None
+    with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
+        op = group_offsets.operation(broker)
+        try:
+            if resume:
+                outcome = runner.resume(op, resume, break_lock)
+            else:
+                done = runner.undo(op, undo, break_lock)  # type: ignore[arg-type]
+        except Refused as exc:
+            if output == "json":
+                render.emit_json({"api_version": "streamctl/v1", "kind": "KafkaCommitOffsetsRefusal", "reason": str(exc)})
+            raise
+    if resume:
+        _show_commit(_commit_doc(outcome.plan, outcome.plan.roots["checkpoint"], outcome, None), output or "table")
+        return
+    doc = {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsetsUndo", "group": done.plan.settings["group"],
+           "backup": done.backup.location, "restored": len(done.restored), "partitions": done.restored,
+           "after": done.after, "before_operation": done.plan.before, "verified": done.verified}
+    if output == "json":
+        render.emit_json(doc)
+    else:
+        render.emit_lines([f"Undone: group {doc['group']}: {len(done.restored)} partition(s) back to their offsets before "
+                           f"the operation ({', '.join(done.restored) or 'none changed'}); verified: "
+                           f"{'yes' if done.verified else 'NO'}"], output or "table")
+    if not done.verified:
+        raise NotVerified(f"group {doc['group']}: undo ran but the offsets differ from before the operation")
+
+
 @app.command("commit-offsets")
 @handle_errors
 def commit_offsets(
-    checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
-    group: str = typer.Option(..., "--group", help="The consumer group to publish the positions to."),
+    checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
+    group: Optional[str] = typer.Option(None, "--group", help="The consumer group to publish the positions to."),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=BOOTSTRAP_HELP),
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=KAFKA_CONFIG_HELP),
     kafka_timeout: Optional[float] = typer.Option(None, "--kafka-timeout", help=TIMEOUT_HELP),
     epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
     execute: bool = typer.Option(False, "--execute", help="Write the offsets; without it only the plan is shown."),
+    backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where the plan, the journal and the group's "
+                                             "previous offsets go (default CHECKPOINT/_streamctl/backups/<operation id>)."),
+    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Finish a crashed --execute (its backup folder)."),
+    undo: Optional[str] = typer.Option(None, "--undo", help="Put the group's previous offsets back (the backup folder "
+                                       "of an earlier --execute)."),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help="table, plain, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -125,65 +218,59 @@ def commit_offsets(
 
     Spark never commits its Kafka offsets where Kafka tools look; this makes
     kafka-consumer-groups --describe, Burrow and lag exporters see the query. A plan by default;
-    --execute writes, then reads the group back. Refuses (exit 4) while the group has active
-    members. Idempotent: offsets already in place are left alone.
+    --execute locks the checkpoint, plans again, records the group's previous offsets in the
+    backup folder (plan, journal, manifest), commits, then reads the group back. Refuses (exit 4)
+    while the group has active members. Idempotent: offsets already in place are left alone.
+    --undo BACKUP puts the previous offsets back.
 
     Examples:
 
       streamctl kafka commit-offsets /data/chk/orders --group orders-spark --bootstrap broker:9092
       streamctl kafka commit-offsets orders --group orders-spark --execute
+      streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
     """
-    from streamctl.cli.config import setting
-    from streamctl.inspectors.kafka import ACTIVE_STATES, GroupActive, KafkaBroker
+    from streamctl.cli.config import load_config, setting
+    from streamctl.inspectors.errors import UsageError
+    from streamctl.inspectors.kafka import KafkaBroker
+    from streamctl.operations import group_offsets, runner
+    from streamctl.operations.plan import Refused
 
+    if resume and undo:
+        raise UsageError("--resume and --undo cannot be combined")
+    if resume or undo:
+        if checkpoint or group:
+            raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint or --group")
+        config = load_config(context.CONFIG_PATH)
+        output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+        _earlier_commit(resume, undo, bootstrap, kafka_config, kafka_timeout, break_lock, output, config)
+        return
+    if not checkpoint or not group:
+        raise UsageError("name a CHECKPOINT and its --group (or use --resume / --undo)")
     config, pipeline, location = _load(checkpoint)
     output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
     ks = kafka_settings(bootstrap, kafka_config, kafka_timeout, pipeline, config)
     assert ks is not None
     q, chosen, target, _raws = _epoch_offsets(location, epoch)
     with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
-        state = broker.group_state(group)
-        current = broker.group_offsets(group) if state is not None else {}
-        changes = {tp: off for tp, off in target.items() if current.get(tp) != off}
-        refused = state in ACTIVE_STATES
-        refusal = f"group {group} has active members ({state}); stop its consumers first"
-        done = False
-        verified = True
-        if execute and changes and not refused:
+        plan = group_offsets.plan_commit(broker, location, group, q.query_id, chosen, target)
+        refusal = group_offsets.refusal(plan)
+        outcome = None
+        if execute and plan.steps and refusal is None:
+
+            def planner(_op_id: str, _backup: Any) -> Any:  # under the lock: the checkpoint and the group again
+                q2, chosen2, target2, _r = _epoch_offsets(location, epoch)
+                again = group_offsets.plan_commit(broker, location, group, q2.query_id, chosen2, target2)
+                why = group_offsets.refusal(again)
+                if why:
+                    raise Refused(why)
+                return again
+
             try:
-                broker.commit_group_offsets(group, changes, f"streamctl query={q.query_id} epoch={chosen}")
-            except GroupActive as exc:
-                refused, refusal = True, str(exc).split(": ", 1)[-1]
-            else:
-                after = broker.group_offsets(group)
-                verified = all(after.get(tp) == off for tp, off in target.items())
-                done = True
-    rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
-             "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
-            for (t, p), off in sorted(target.items())]
-    doc = {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsets", "checkpoint": q.checkpoint,
-           "query_id": q.query_id, "group": group, "group_state": state, "epoch": chosen,
-           "executed": done, "refused": refused, "refusal": refusal if refused else None, "verified": verified if done else None,
-           "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows}
-    if output == "json":
-        render.emit_json(doc)
-    else:
-        render.emit_table(["topic", "partition", "group offset", "checkpoint offset", "change"],
-                          [[r["topic"], r["partition"], r["current"], r["target"], r["change"]] for r in rows], output,
-                          title=f"group {group} ({state or 'new'}) <- {q.checkpoint} epoch {chosen}")
-        if refused:
-            note = f"refused: {refusal}; nothing was changed"
-        elif not doc["changes"]:
-            note = "nothing to do: the group already holds these offsets"
-        elif done:
-            note = f"committed {doc['changes']} offset(s)" + ("" if verified else "; read-back differs!")
-        else:
-            note = f"plan: {doc['changes']} offset(s) to commit; run again with --execute"
-        render.emit_lines([note], output)
-    if refused:
-        raise typer.Exit(int(ExitCode.REFUSED))
-    if done and not verified:
-        raise typer.Exit(int(ExitCode.NOT_VERIFIED))
+                outcome = runner.execute(group_offsets.operation(broker),
+                                         runner.Request(location, planner, backup_dir, break_lock))
+            except Refused as exc:
+                refusal = str(exc)
+    _show_commit(_commit_doc(plan, q.checkpoint, outcome, refusal), output)
     raise typer.Exit(0)
 
 

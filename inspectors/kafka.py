@@ -270,6 +270,34 @@ class KafkaBroker:
                              + ", ".join(f"{k} {v}" for k, v in sorted(bad.items())))
 
 
+    def delete_group_offsets(self, group: str, partitions: list[tuple[str, int]]) -> None:
+        """Remove the group's committed offsets of these partitions (OffsetDelete); a broker
+        without that request is a KafkaError before anything changed."""
+        from kafka import TopicPartition
+
+        try:
+            result = self.admin().delete_group_offsets(group, [TopicPartition(t, p) for t, p in partitions])
+        except Exception as exc:
+            raise self._fail(f"cannot delete offsets of group {group!r}", exc) from None
+        bad = {f"{tp.topic}/{tp.partition}": err.__name__ for tp, err in result.items() if err.__name__ != "NoError"}
+        if bad:
+            raise KafkaError(f"kafka {self.bootstrap}: group {group!r} kept offsets: "
+                             + ", ".join(f"{k} {v}" for k, v in sorted(bad.items())))
+
+    def delete_group(self, group: str) -> None:
+        """Delete a group without members (DeleteGroups): what a group that did not exist before comes back to."""
+        try:
+            answer = self.admin().delete_groups([group])
+        except Exception as exc:
+            raise self._fail(f"cannot delete group {group!r}", exc) from None
+        name = str(dict(answer or {}).get(group, "OK"))  # {group: 'OK' or the error's name}
+        if name != "OK":
+            if name in ("NonEmptyGroupError",) + ACTIVE_GROUP_ERRORS:
+                raise GroupActive(f"kafka {self.bootstrap}: group {group!r} has active members (the broker answered "
+                                  f"{name}); stop its consumers first")
+            raise KafkaError(f"kafka {self.bootstrap}: group {group!r} was not deleted: {name}")
+
+
 # --- positions and findings -------------------------------------------------------------------
 
 

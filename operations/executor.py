@@ -135,6 +135,19 @@ def _json_file(doc: dict[str, Any]) -> bytes:
     return ("{\n" + ",\n".join(parts) + "\n}\n").encode()
 
 
+def write_plan(backup: Root, plan: Plan) -> None:
+    """plan.json into a backup folder that holds none (a backup never overwrites anything)."""
+    if backup.exists(PLAN_FILE):
+        raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
+                       "(use --resume with its journal, or another --backup-dir)")
+    backup.write_atomic(PLAN_FILE, _json_file(plan.to_record()))
+
+
+def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
+    backup.write_atomic(MANIFEST_FILE, _json_file({"op_id": plan.op_id, "command": plan.command, "roots": plan.roots,
+                                                   **entries}))
+
+
 def backup_rel(step: Step) -> str:
     return f"files/{step.root}/{step.path}"
 
@@ -187,10 +200,7 @@ class Executor:
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
-        if self.backup.exists(PLAN_FILE):
-            raise Conflict(f"{self.backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
-                           "(use --resume with its journal, or another --backup-dir)")
-        self.backup.write_atomic(PLAN_FILE, _json_file(self.plan.to_record()))
+        write_plan(self.backup, self.plan)
 
     def _manifest(self, state: JournalState) -> None:
         entries = []
@@ -198,8 +208,7 @@ class Executor:
             m = state.done[i].get("manifest")
             if m:
                 entries.append(m)
-        doc = {"op_id": self.plan.op_id, "command": self.plan.command, "roots": self.plan.roots, "files": entries}
-        self.backup.write_atomic(MANIFEST_FILE, _json_file(doc))
+        write_manifest(self.backup, self.plan, files=entries)
 
     # -- run -----------------------------------------------------------------------------------
     def run(self) -> JournalState:

@@ -188,6 +188,7 @@ class Operation:
     backup_root: str = "backup"  # the backup's root name ("archive" for drop-sink: a root of its plan)
     finish: Optional[Callable[[Plan, dict[str, Root], Any], None]] = None  # after the steps, before verify
     resumable: Callable[[Plan, Any], Optional[str]] = live_by_lease  # on resume: a reason to refuse
+    undoable: Callable[[Plan, Any], Optional[str]] = live_by_lease  # on undo: a reason to refuse
     undo_check: Verifier = positions_as_before  # after an undo
     steps: Callable[[Plan, dict[str, Root], Root, Optional[Say], Optional[Say]], Steps] = file_steps
 
@@ -228,6 +229,11 @@ class Undone:
     restored: list[str]
     verified: bool
     after: dict[str, Any]
+
+
+class Untouched(Refused):
+    """Steps that refused before they changed anything (a Kafka group with active members): the
+    refusal is journaled and the lock released."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -277,6 +283,10 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     hint = f"streamctl {op.command} --resume {backup.location}"
     try:
         steps.run()
+    except Untouched as exc:
+        steps.journal.append({"event": "refused", "reason": str(exc)})
+        lock.release()
+        raise
     except Conflict as exc:  # the lock is kept: the journal says where it stopped
         raise Conflict(str(exc) if resumed else f"{exc}; resume with: {hint}") from None
     except KeyboardInterrupt:
@@ -338,7 +348,7 @@ def undo(op: Operation, backup_location: str, break_lock: bool = False, say: Opt
     plan, backup, roots, steps, journal = _earlier(op, backup_location, True, say, meter)
     lock = _take_over(op, plan, roots, "undo", break_lock)
     try:
-        why = live_by_lease(plan) if "checkpoint" in plan.roots else None
+        why = op.undoable(plan, journal)
         if why:
             raise Refused(why)
         if journal.purged:

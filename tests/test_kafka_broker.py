@@ -82,6 +82,62 @@ def test_commit_offsets_plan_execute_idempotent(cli, kafka_broker, kafka_agg):
     assert code == 0 and back["changes"] > 0 and {r["change"] for r in back["partitions"]} <= {"move", "none"}
 
 
+def test_commit_offsets_backs_up_the_group_and_undo_restores_it(cli, kafka_broker, kafka_agg, tmp_path):
+    """--execute records the group's previous offsets (journal, manifest) in its backup folder;
+    --undo commits them again (after a move) or deletes the group (after a first commit), refusing
+    with nothing changed when the manifest was edited or the group moved since."""
+    from streamctl.inspectors.kafka import KafkaBroker
+
+    chk, topic = kafka_agg
+    group = f"undo-{topic}"
+    base = ("kafka", "commit-offsets", str(chk), "--group", group, "--bootstrap", kafka_broker.bootstrap, "--execute")
+
+    def offsets() -> dict:
+        with KafkaBroker(kafka_broker.bootstrap) as b:
+            return b.group_offsets(group)
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    code, doc = kafka(cli, *base, "--epoch", "1", "--backup-dir", str(first))
+    assert code == 0 and doc["executed"] and doc["verified"] and doc["backup"] == str(first)
+    at_epoch_1 = offsets()
+    assert at_epoch_1 == {(topic, r["partition"]): r["target"] for r in doc["partitions"]}
+    code, doc = kafka(cli, *base, "--backup-dir", str(second))
+    assert code == 0 and doc["executed"] and doc["changes"] > 0
+    committed = offsets()
+    assert committed != at_epoch_1
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert {(e["topic"], e["partition"]): e["previous"] for e in manifest["offsets"]} == {
+        tp: off for tp, off in at_epoch_1.items() if committed[tp] != off}
+    journal = [json.loads(line) for line in (second / "journal.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in journal] == ["start", "begin", "done", "finished", "verified"]
+    # an edited manifest: refused, the group unchanged
+    good = (second / "manifest.json").read_text()
+    (second / "manifest.json").write_text(good.replace('"previous": ', '"previous": 1', 1))
+    r = cli("kafka", "commit-offsets", "--undo", str(second), "--json")
+    assert r.code == 4 and r.json()["kind"] == "KafkaCommitOffsetsRefusal" and "manifest" in r.json()["reason"], r
+    assert offsets() == committed
+    (second / "manifest.json").write_text(good)
+    # the undo (the broker named by the plan): the offsets of epoch 1 are back
+    code, undone = kafka(cli, "kafka", "commit-offsets", "--undo", str(second))
+    assert code == 0 and undone["kind"] == "KafkaCommitOffsetsUndo" and undone["verified"], undone
+    assert offsets() == at_epoch_1
+    assert kafka(cli, "kafka", "commit-offsets", "--undo", str(second))[0] == 4  # undone once
+    # the group moved after the first commit: its undo refuses, nothing changed
+    with KafkaBroker(kafka_broker.bootstrap) as b:
+        tp = sorted(at_epoch_1)[0]
+        b.commit_group_offsets(group, {tp: at_epoch_1[tp] + 1}, "someone else")
+    moved = offsets()
+    code, _ = kafka(cli, "kafka", "commit-offsets", "--undo", str(first))
+    assert code == 4 and offsets() == moved
+    with KafkaBroker(kafka_broker.bootstrap) as b:
+        b.commit_group_offsets(group, {tp: at_epoch_1[tp]}, "back")
+    # the group did not exist before the first commit: its undo deletes it
+    code, undone = kafka(cli, "kafka", "commit-offsets", "--undo", str(first))
+    assert code == 0 and undone["verified"], undone
+    assert offsets() == {}
+    assert not (chk / "_streamctl" / "lock.json").exists()
+
+
 def test_commit_offsets_refuses_a_group_with_active_members(cli, kafka_broker, kafka_agg, tree_snapshot):
     from kafka import KafkaConsumer
 
