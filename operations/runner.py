@@ -317,11 +317,22 @@ def _earlier(op: Operation, backup_location: str, undo: bool, say: Optional[Say]
     return plan, backup, roots, steps, journal
 
 
-def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, break_lock: bool) -> Any:
+def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, break_lock: bool,
+               refusal: Callable[[], Optional[str]]) -> Any:
+    """The lock of an earlier operation (taken over when its owner is gone), then the refusal
+    check under it; a refusal releases the lock."""
     from streamctl.operations.lock import Lock
 
-    return Lock.acquire(roots["checkpoint"], f"{op.command} --{what}", plan.op_id, break_lock=break_lock,
+    lock = Lock.acquire(roots["checkpoint"], f"{op.command} --{what}", plan.op_id, break_lock=break_lock,
                         takeover_op=plan.op_id)
+    try:
+        why = refusal()
+        if why:
+            raise Refused(why)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def resume(op: Operation, backup_location: str, break_lock: bool = False, say: Optional[Say] = None,
@@ -329,14 +340,7 @@ def resume(op: Operation, backup_location: str, break_lock: bool = False, say: O
     """After a crash (the lock stays): take the lock over, refuse when the checkpoint moved on,
     run every step not yet done, finish, verify."""
     plan, backup, roots, steps, journal = _earlier(op, backup_location, False, say, meter)
-    lock = _take_over(op, plan, roots, "resume", break_lock)
-    try:
-        why = op.resumable(plan, journal)
-        if why:
-            raise Refused(why)
-    except BaseException:
-        lock.release()
-        raise
+    lock = _take_over(op, plan, roots, "resume", break_lock, lambda: op.resumable(plan, journal))
     return _run(op, plan, roots, backup, steps, lock, resumed=True)
 
 
@@ -346,14 +350,10 @@ def undo(op: Operation, backup_location: str, break_lock: bool = False, say: Opt
     the manifest, and every touched path against the journal, before anything changes (any
     mismatch refuses, exit 4); then check the state is the one from before the operation."""
     plan, backup, roots, steps, journal = _earlier(op, backup_location, True, say, meter)
-    lock = _take_over(op, plan, roots, "undo", break_lock)
+    purged = (f"{backup.location}: undo refused: the archived copies were deleted with --purge (the journal "
+              "records the purge); nothing was changed") if journal.purged else None
+    lock = _take_over(op, plan, roots, "undo", break_lock, lambda: op.undoable(plan, journal) or purged)
     try:
-        why = op.undoable(plan, journal)
-        if why:
-            raise Refused(why)
-        if journal.purged:
-            raise Refused(f"{backup.location}: undo refused: the archived copies were deleted with --purge "
-                          "(the journal records the purge); nothing was changed")
         restored = steps.undo()  # a Conflict (a Refused) changed nothing
     except Refused:
         lock.release()
