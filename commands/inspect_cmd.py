@@ -571,9 +571,8 @@ def inspect_kafka(
     """
     from streamctl.cli.config import resolve_checkpoint
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.findings import Finding, verdict_of
-    from streamctl.inspectors.kafka import KafkaBroker, totals, with_kafka
-    from streamctl.inspectors.report import API_VERSION
+    from streamctl.inspectors.kafka import KafkaBroker, with_kafka
+    from streamctl.inspectors.report import kafka_report
 
     config = _settings()
     output = _format(fmt, as_json, config)
@@ -587,16 +586,7 @@ def inspect_kafka(
         with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
             q, rows = with_kafka(q, broker, group)
             group_offsets = broker.group_offsets(group) if group else {}
-    findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code in ("UNREADABLE", "LIVE_QUERY")]
-    doc = {
-        "api_version": API_VERSION, "kind": "KafkaReport", "checkpoint": q.checkpoint, "query_id": q.query_id,
-        "committed": q.committed, "planned": q.planned, "bootstrap": ks.bootstrap, "group": group,
-        "partitions": [dict(r.to_record(), group_offset=group_offsets.get((r.topic, r.partition)) if group else None)
-                       for r in rows],
-        "topics": totals(rows),
-        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
-        "verdict": verdict_of(findings),
-    }
+    doc = kafka_report(q, rows, ks.bootstrap, group, group_offsets)
     if output == "json":
         render.emit_json(doc)
     else:

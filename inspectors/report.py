@@ -115,3 +115,22 @@ def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
         "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
         "verdict": worst_verdict(verdicts),
     }
+
+
+def kafka_report(q: QueryInspection, rows: list[Any], bootstrap: str, group: Optional[str],
+                 group_offsets: dict[tuple[str, int], int]) -> dict[str, Any]:
+    """`inspect kafka`: every topic-partition of the query's Kafka sources against the broker
+    (`rows`: inspectors/kafka.py PartitionPosition), the group's offsets when a group is named, the
+    source findings and their verdict."""
+    from streamctl.inspectors.kafka import totals
+
+    findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code in ("UNREADABLE", "LIVE_QUERY")]
+    return {
+        "api_version": API_VERSION, "kind": "KafkaReport", "checkpoint": q.checkpoint, "query_id": q.query_id,
+        "committed": q.committed, "planned": q.planned, "bootstrap": bootstrap, "group": group,
+        "partitions": [dict(r.to_record(), group_offset=group_offsets.get((r.topic, r.partition)) if group else None)
+                       for r in rows],
+        "topics": totals(rows),
+        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
+        "verdict": verdict_of(findings),
+    }
