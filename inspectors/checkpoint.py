@@ -163,6 +163,8 @@ def _source_record(s: SourceInfo) -> dict[str, Any]:
         rec["initial_offsets"] = s.kafka_initial.raw
     if s.kind == "file":
         rec["file_log_latest"] = s.file_log_latest
+    if s.kind == "rate":
+        rec["start_ms"] = s.rate_start_ms
     return rec
 
 
@@ -352,10 +354,13 @@ class _Inspector:
         # the layout a restart reads: the newest batch's conf; an unfinished repartition's conf is
         # not (Spark refuses to start from it, align goes back to the committed batch)
         state_conf = dict(committed_offsets.conf) if unfinished and committed_offsets is not None else conf
-        async_progress = any("asyncprogresstracking" in k.lower() and str(v).lower() == "true" for k, v in conf.items())
+        async_by_conf = any("asyncprogresstracking" in k.lower() and str(v).lower() == "true" for k, v in conf.items())
 
         self.progress("listing state/")
         state = read_state(st) if "state" in root else StateFiles(exists=False)
+        # Spark refuses async progress tracking on stateful queries: state files rule it out
+        async_by_logs = not state.operators and async_progress_pattern(offsets, commits)
+        async_progress = async_by_conf or async_by_logs
         uses_ids = any(s.uses_unique_ids for op in state.operators.values() for s in op.stores())
         if uses_ids:
             self.prefetch([f"commits/{b}" for b in commits.batch_ids if b not in commit_entries])
@@ -376,7 +381,8 @@ class _Inspector:
                     except StreamctlError as exc:
                         self.unreadable(exc)
 
-        self._log_findings(offsets, commits, async_progress, unfinished)
+        self._log_findings(offsets, commits, async_progress, unfinished,
+                           "offsets_conf" if async_by_conf else "log_pattern")
         lease = self._lease() if "_streamctl" in root else None
         if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
@@ -515,7 +521,7 @@ class _Inspector:
         return unfinished
 
     def _log_findings(self, offsets: LogListing, commits: LogListing, async_progress: bool,
-                      unfinished_repartition: bool = False) -> None:
+                      unfinished_repartition: bool = False, async_evidence: str = "log_pattern") -> None:
         P, C = offsets.latest, commits.latest
         if P is None and C is None:
             return
@@ -533,10 +539,13 @@ class _Inspector:
         if P is not None and P > c + 1:
             sev = WARNING if async_progress else ERROR
             what = "no commit log" if C is None else f"the newest commit is {C}"
+            prior = max((b for b in offsets.batch_ids if b < P), default=None)
             self.findings.append(Finding(
                 "WAL_AHEAD",
                 f"offsets/{P} is planned but {what}: Spark reruns only batch {P}; batches {c + 1}..{P - 1} are never committed"
-                + (" (expected with async progress tracking)" if async_progress else ""),
+                + (f" (expected with async progress tracking: batch {P} reruns from "
+                   f"{'the start' if prior is None else f'offsets/{prior}'} through offsets/{P}, covering their data)"
+                   if async_progress else ""),
                 severity=sev, details={"committed": C, "planned": P}))
         for name, log in (("offsets", offsets), ("commits", commits)):
             stale = log.stale_checksums()
@@ -549,6 +558,7 @@ class _Inspector:
                     f"concurrently using {name}\"). Delete the .crc file too",
                     details={"log": name, "files": [self.st.uri(f) for f in files]}))
         if async_progress:
+            self._async_finding(offsets, commits, async_evidence)
             return
         for name, log in (("offsets", offsets), ("commits", commits)):
             gaps = log.gap_ranges()
@@ -563,6 +573,28 @@ class _Inspector:
                 "LOG_GAP",
                 f"offsets/{P - 1} is missing: Spark needs two consecutive offsets files to restart",
                 details={"log": "offsets", "missing": [P - 1]}))
+
+    def _async_finding(self, offsets: LogListing, commits: LogListing, evidence: str) -> None:
+        """ASYNC_PROGRESS: the gaps async progress tracking leaves, and what a restart does with
+        them (docs/formats/checkpoint.md#async-progress-tracking)."""
+        P, C = offsets.latest, commits.latest
+        gaps = offsets.gap_ranges()
+        prev_missing = P is not None and P > 0 and P - 1 not in offsets.batch_ids
+        if not gaps and not commits.gap_ranges() and not prev_missing:
+            return
+        why = ("the offsets conf turns async progress tracking on" if evidence == "offsets_conf" else
+               "offsets/ and commits/ skip the same batches and the query is stateless: Spark persists both logs "
+               "only every asyncProgressTrackingCheckpointIntervalMs")
+        resume = "nothing committed yet" if C is None else f"resumes after batch {C}"
+        fails = (f"; a restart without it fails (\"batch {P - 1} doesn't exist\": Spark reads offsets/{P - 1})"
+                 if prev_missing else "")
+        self.findings.append(Finding(
+            "ASYNC_PROGRESS",
+            f"async progress tracking: batch files {ranges_text(gaps) if gaps else 'below ' + str(P)} were never "
+            f"persisted ({why}). A restart with asyncProgressTrackingEnabled=true reads the newest files on disk "
+            f"({resume}; at-least-once: batches after the newest persisted commit run again){fails}",
+            details={"missing": ids_of(gaps), "missing_count": count_of(gaps), "evidence": evidence,
+                     "restart_needs_async": prev_missing}))
 
     # -----------------------------------------------------------------------------------
     def _state_findings(self, state: StateFiles, conf: dict[str, str], required: Optional[int],
@@ -664,6 +696,27 @@ class _Inspector:
                 f"{op.metadata.path} names state schema file(s) that do not exist: "
                 f"{summarize([f'{rel}/{m}' for m in missing], 2)}: Spark's restart fails (file does not exist)",
                 details={"operator": op.operator_id, "files": [self.st.uri(f"{rel}/{m}") for m in missing]}))
+
+
+def async_progress_pattern(offsets: LogListing, commits: LogListing) -> bool:
+    """True when the gaps of `offsets/` are the ones async progress tracking leaves
+    (docs/formats/checkpoint.md#async-progress-tracking). Spark writes nothing else that tells
+    (the writer option is not in the offsets conf): `AsyncOffsetSeqLog.addAsync` persists
+    `offsets/N` only when the checkpoint interval has passed, and
+    `AsyncProgressTrackingMicroBatchExecution.markMicroBatchEnd` persists `commits/N` exactly for
+    the batches whose offsets it persisted (and the first batch of a run). So: `offsets/` has a
+    gap, every commit has its offsets file, and over the window both logs retain up to the newest
+    commit they hold the same batch ids (offsets may hold newer, uncommitted batches). The caller
+    also requires a stateless query (Spark refuses async progress tracking on stateful ones).
+    Cost follows the files that exist."""
+    O, K = offsets.batch_ids, commits.batch_ids
+    if not K or not offsets.gap_ranges():
+        return False
+    present = set(O)
+    if any(k not in present for k in K):
+        return False
+    lo, hi = max(O[0], K[0]), K[-1]
+    return [b for b in O if lo <= b <= hi] == [k for k in K if k >= lo]
 
 
 def repartition_change(entry: Optional[OffsetEntry], older: Optional[OffsetEntry]) -> Optional[tuple[int, int]]:

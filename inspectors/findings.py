@@ -37,6 +37,8 @@ CODES: dict[str, str] = {
     "SINK_REPARTITION_HOLE": ERROR,
     # never repair what a restart reads: the sources of the state layout disagree
     "STATE_LAYOUT_CONFLICT": WARNING,
+    # the gaps async progress tracking leaves in offsets/ and commits/ (not LOG_GAP)
+    "ASYNC_PROGRESS": INFO,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

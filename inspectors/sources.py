@@ -1,5 +1,6 @@
-"""`sources/<n>/`: the Kafka initial-offset file and the file-source log, plus the compactible
-log format they share with the file sink's `_spark_metadata/` (docs/formats/checkpoint.md#sources)."""
+"""`sources/<n>/`: the Kafka initial-offset file, the rate source's start time and the file-source
+log, plus the compactible log format the last shares with the file sink's `_spark_metadata/`
+(docs/formats/checkpoint.md#sources)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1
 KAFKA_INITIAL_MAX_VERSION = 1
+RATE_START_MAX_VERSION = 1  # RateStreamMicroBatchStream.VERSION
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,19 @@ def parse_kafka_initial_offsets(data: bytes, path: str) -> KafkaInitialOffsets:
             raise LogParseError(path, f"topic {topic!r}: expected partition -> offset numbers")
         offsets[topic] = dict(parts)
     return KafkaInitialOffsets(lead, version, body, offsets)
+
+
+def parse_rate_start(data: bytes, path: str) -> Optional[int]:
+    """The rate source's `sources/<n>/0` (`RateStreamMicroBatchStream`'s metadata log, batch 0):
+    `v1`, a newline, the query's start time in ms as a `LongOffset` (a bare JSON number). None
+    when the file does not have that shape (another source's log); LogParseError on a version
+    above v1, as Spark's `validateVersion` refuses it."""
+    text = _decode(data, path)
+    first, nl, body = text.partition("\n")
+    if not nl or not first.startswith("v") or not body.strip().isascii() or not body.strip().isdigit():
+        return None
+    parse_version_line(first, path, RATE_START_MAX_VERSION)
+    return int(body.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +107,9 @@ class SourceInfo:
     """What `sources/<n>/` holds."""
 
     source_id: int
-    kind: str  # "kafka" | "file" | "empty" | "unknown"
+    kind: str  # "kafka" | "rate" | "file" | "empty" | "unknown"
     kafka_initial: Optional[KafkaInitialOffsets] = None
+    rate_start_ms: Optional[int] = None
     file_log_latest: Optional[int] = None
     file_log_files: int = 0
 
@@ -109,6 +125,10 @@ def read_source(storage: Storage, source_id: int) -> SourceInfo:
     first = storage.read(f"{rel}/{batches[0][0]}{'.compact' if batches[0][1] else ''}")
     if batches == [(0, False)] and first[:1] != b"v":
         return SourceInfo(source_id, "kafka", kafka_initial=parse_kafka_initial_offsets(first, storage.uri(f"{rel}/0")))
+    if batches == [(0, False)]:
+        start = parse_rate_start(first, storage.uri(f"{rel}/0"))
+        if start is not None:
+            return SourceInfo(source_id, "rate", rate_start_ms=start)
     latest_id, latest_compact = batches[-1]
     latest_rel = f"{rel}/{latest_id}{'.compact' if latest_compact else ''}"
     parse_compactible(storage.read(latest_rel), storage.uri(latest_rel), latest_id, latest_compact)

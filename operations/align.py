@@ -260,7 +260,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             r.append(f"epoch {x} is above the newest planned epoch {P}")
         if x not in O:
             r.append(f"offsets/{x} is missing")
-        if x > 0 and x - 1 not in O:
+        if x > 0 and x - 1 not in O and not q.async_progress:  # async: the previous file on disk
             r.append(f"offsets/{x - 1} is missing (Spark reads the two newest offsets files)")
         if x <= c_:
             if x not in K and not fillable(x):
@@ -384,7 +384,10 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
         steps.append(Step("write", "checkpoint", f"commits/{j}", "complete the commit" if j > c_ else "rebuild a missing commit", content))
         steps.append(Step("write", "checkpoint", crc_name(f"commits/{j}"), "its checksum", hadoop_crc(content)))
     holes = [b for b in range(min(O), x) if b not in O] + [b for b in range(min(K) if K else 0, x) if b not in K and b not in writes]
-    if holes:
+    if holes and q.async_progress:  # Spark's own gaps (ASYNC_PROGRESS): its restart reads the files around them
+        pl.notes.append("async progress tracking: the gaps in offsets/ and commits/ are Spark's own and stay; "
+                        "restart the query with asyncProgressTrackingEnabled=true")
+    elif holes:
         cut = max(holes)
         for name, ids in (("offsets", O), ("commits", K)):
             for b in sorted(ids):

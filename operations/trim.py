@@ -74,6 +74,10 @@ def oldest_kept_epoch(q: QueryInspection, keep_epochs: int, keep_rollback_to: Op
             raise Refused(f"--keep-rollback-to {keep_rollback_to} is above the newest commit {C}")
         low = min(low, keep_rollback_to)
     oldest = q.offsets.oldest or 0
+    if q.async_progress:  # ASYNC_PROGRESS: the restart points are the batches both logs hold
+        low = max(low, q.commits.oldest or 0, oldest)
+        both = set(q.offsets.batch_ids) & set(q.commits.batch_ids)
+        return max((b for b in both if b <= low), default=low)
     low = max(low, q.commits.oldest or 0, oldest + (1 if oldest > 0 else 0))
     stores = [s for op in q.operators for s in op.stores]
     while stores and low < C and any(low + 1 not in s.restorable_versions for s in stores):
@@ -115,7 +119,10 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         sizes[category]["files"] += 1
         sizes[category]["bytes"] += int(size) if size is not None else _size(storage, rel)
 
-    for name, keep_from in (("offsets", low - 1), ("commits", low)):
+    keep_offsets = low - 1
+    if q.async_progress:  # the previous batch Spark reads is the previous offsets file on disk
+        keep_offsets = max((b for b in q.offsets.batch_ids if b < low), default=low)
+    for name, keep_from in (("offsets", keep_offsets), ("commits", low)):
         for e in sorted(st.list_dir(name) or [], key=lambda e: e.name):
             b = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
             if b.isdigit() and int(b) < keep_from:

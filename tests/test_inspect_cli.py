@@ -102,8 +102,43 @@ def test_async_progress_tracking_allows_gaps(cli, tmp_path):
     r = cli("inspect", "epochs", str(chk), "--json")
     q = r.json()["queries"][0]
     assert q["async_progress"] is True
-    assert [(f["code"], f["severity"]) for f in q["findings"]] == [("WAL_AHEAD", "warning")]
+    assert [(f["code"], f["severity"]) for f in q["findings"]] == [("WAL_AHEAD", "warning"), ("ASYNC_PROGRESS", "info")]
+    assert q["findings"][1]["evidence"] == "offsets_conf" and q["findings"][1]["missing"] == [1, 3, 4]
     assert r.code == 0 and q["verdict"] == "aligned"
+
+
+ASYNC_GAPS = (4, 6, 8, 10, 11)  # what PySpark 4.3 left with a 500 ms interval (tests/test_async_progress.py)
+
+
+def test_async_progress_pattern_is_not_a_log_gap(cli, tmp_path):
+    """Spark writes no trace of the writer option: the same gaps in both logs of a stateless
+    query are what async progress tracking leaves; a restart without the option fails."""
+    chk = build(tmp_path / "chk", planned=12, committed=12, offsets_missing=ASYNC_GAPS, commits_missing=ASYNC_GAPS)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 0 and q["verdict"] == "aligned" and q["async_progress"] is True, q
+    (f,) = q["findings"]
+    assert (f["code"], f["severity"], f["evidence"]) == ("ASYNC_PROGRESS", "info", "log_pattern")
+    assert f["missing"] == list(ASYNC_GAPS) and f["missing_count"] == 5 and f["restart_needs_async"] is True
+    assert "batch 11 doesn't exist" in f["message"]
+
+
+@pytest.mark.parametrize("case", ["stateful", "commit_without_offsets", "commit_gap_only"])
+def test_gaps_unlike_async_progress_stay_log_gaps(cli, tmp_path, case):
+    """Stateful queries cannot use async progress tracking; a commit without its offsets file,
+    or a commit missing where the offsets file exists, is not its pattern."""
+    kw: dict = {"offsets_missing": ASYNC_GAPS, "commits_missing": ASYNC_GAPS}
+    if case == "stateful":
+        kw["state"] = {"0/0": deltas(1, 13), "0/1": deltas(1, 13)}
+    elif case == "commit_without_offsets":
+        kw["commits_missing"] = ASYNC_GAPS[1:]
+    else:
+        kw["commits_missing"] = ASYNC_GAPS + (9,)
+    chk = build(tmp_path / "chk", planned=12, committed=12, **kw)
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    assert r.code == 1 and q["async_progress"] is False, q
+    assert "LOG_GAP" in {f["code"] for f in q["findings"]} and "ASYNC_PROGRESS" not in {f["code"] for f in q["findings"]}
 
 
 def test_state_unrestorable_names_operator_partition_store_and_files(cli, tmp_path):
