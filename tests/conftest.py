@@ -55,6 +55,12 @@ def align_pipeline() -> Any:
     return _load("align_pipeline")
 
 
+@pytest.fixture(scope="session")
+def layouts() -> Any:
+    """tests/test_sinks.py's builders of checkpoints and sinks in Spark's layout, loaded by path."""
+    return _load("test_sinks")
+
+
 _kafka = _load("kafka_fixtures")
 kafka_broker = _kafka.kafka_broker
 kafka_topic = _kafka.kafka_topic

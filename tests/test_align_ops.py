@@ -344,7 +344,9 @@ def test_concurrent_executes_one_wins_one_refused(lab: Lab, run_cli: Cli, start_
     3 of 6), when the half-done files happen to look aligned."""
     lab.restore("faulty")
     lock = lab.ckpt / "_streamctl" / "lock.json"
-    first = run_cli.popen(*lab.align_args("--execute", "--json"), delay=0.5)
+    # mid_operation starts the second run only once a done record is group-committed (about 2 s
+    # in): the first run's slower steps leave it time to start a Python process on a busy machine
+    first = run_cli.popen(*lab.align_args("--execute", "--json"), delay=0.5 if start_second == "lock_taken" else 1.5)
     try:
         deadline = time.monotonic() + 60
         while not lock.exists() or (start_second == "mid_operation" and not _journal_done(lab.ckpt, 2)):

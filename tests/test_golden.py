@@ -19,24 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import importlib.util
-import sys
-
 import pytest
-
-
-def _load_sinks() -> Any:
-    """tests/test_sinks.py's layout builders, loaded by path (tests are not a package)."""
-    spec = importlib.util.spec_from_file_location("streamctl_tests_sinks_builders", Path(__file__).with_name("test_sinks.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_sinks = _load_sinks()
-checkpoint, coordinated, file_sink = _sinks.checkpoint, _sinks.coordinated, _sinks.file_sink
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 _OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
@@ -72,9 +55,10 @@ def check_golden(name: str, stdout: str, tmp: Path) -> dict[str, Any]:
     return doc
 
 
-def _scene(tmp: Path) -> dict[str, Path]:
+def _scene(layouts: Any, tmp: Path) -> dict[str, Path]:
     """A checkpoint two batches behind its file sink (align rolls the checkpoint forward), a long
     aligned one with a compacted sink log (trim has work), and a coordinated sink."""
+    checkpoint, coordinated, file_sink = layouts.checkpoint, layouts.coordinated, layouts.file_sink
     return {
         "chk": checkpoint(tmp / "chk", 5, 3), "out": file_sink(tmp / "out", 5),
         "chk2": checkpoint(tmp / "chk2", 24, 24), "out2": file_sink(tmp / "out2", 24, compact_every=10),
@@ -82,8 +66,8 @@ def _scene(tmp: Path) -> dict[str, Path]:
     }
 
 
-def test_golden_inspections(cli, tmp_path: Path) -> None:
-    s = _scene(tmp_path)
+def test_golden_inspections(cli, layouts: Any, tmp_path: Path) -> None:
+    s = _scene(layouts, tmp_path)
     for name, args in [
         ("EpochReport__file_sink_ahead", ("inspect", "epochs", str(s["chk"]), "--sink", str(s["out"]))),
         ("SinkReport__compacted_file_sink", ("inspect", "sink", str(s["out2"]))),
@@ -97,36 +81,27 @@ def test_golden_inspections(cli, tmp_path: Path) -> None:
         check_golden(name, r.stdout, tmp_path)
 
 
-def test_golden_align_plan_result_undo(cli, tmp_path: Path) -> None:
-    s = _scene(tmp_path)
-    base = ("align", str(s["chk"]), "--sink", str(s["out"]), "--json")
+@pytest.mark.parametrize("command, args", [
+    ("align", ("chk", "out")),
+    ("trim", ("chk2", "out2", "--keep-epochs", "3")),
+])
+def test_golden_plan_result_undo(cli, layouts: Any, tmp_path: Path, command: str, args: tuple[str, ...]) -> None:
+    s = _scene(layouts, tmp_path)
+    base = (command, str(s[args[0]]), "--sink", str(s[args[1]]), *args[2:], "--json")
+    kind = command.title()
     r = cli(*base)
     assert r.code == 0, r
-    check_golden("AlignPlan", r.stdout, tmp_path)
+    check_golden(f"{kind}Plan", r.stdout, tmp_path)
     r = cli(*base, "--execute", "--backup-dir", str(tmp_path / "bk"))
     assert r.code == 0, r
-    check_golden("AlignResult", r.stdout, tmp_path)
-    r = cli("align", "--undo", str(tmp_path / "bk"), "--json")
+    check_golden(f"{kind}Result", r.stdout, tmp_path)
+    r = cli(command, "--undo", str(tmp_path / "bk"), "--json")
     assert r.code == 0, r
-    check_golden("AlignUndo", r.stdout, tmp_path)
+    check_golden(f"{kind}Undo", r.stdout, tmp_path)
 
 
-def test_golden_trim_plan_result_undo(cli, tmp_path: Path) -> None:
-    s = _scene(tmp_path)
-    base = ("trim", str(s["chk2"]), "--sink", str(s["out2"]), "--keep-epochs", "3", "--json")
-    r = cli(*base)
-    assert r.code == 0, r
-    check_golden("TrimPlan", r.stdout, tmp_path)
-    r = cli(*base, "--execute", "--backup-dir", str(tmp_path / "bk"))
-    assert r.code == 0, r
-    check_golden("TrimResult", r.stdout, tmp_path)
-    r = cli("trim", "--undo", str(tmp_path / "bk"), "--json")
-    assert r.code == 0, r
-    check_golden("TrimUndo", r.stdout, tmp_path)
-
-
-def test_golden_drop_sink_plan_result_and_handoff(cli, tmp_path: Path) -> None:
-    s = _scene(tmp_path)
+def test_golden_drop_sink_plan_result_and_handoff(cli, layouts: Any, tmp_path: Path) -> None:
+    s = _scene(layouts, tmp_path)
     base = ("drop-sink", str(s["out3"]), "--checkpoint", str(s["chk3"]), "--assume-stopped", "--json")
     r = cli(*base)
     assert r.code == 0, r
@@ -137,9 +112,9 @@ def test_golden_drop_sink_plan_result_and_handoff(cli, tmp_path: Path) -> None:
     check_golden("Handoff", Path(doc["handoff"]).read_text(), tmp_path)
 
 
-def test_golden_refusals(cli, tmp_path: Path) -> None:
+def test_golden_refusals(cli, layouts: Any, tmp_path: Path) -> None:
     """A refused plan prints its own document (exit 4), not a plan."""
-    s = _scene(tmp_path)
+    s = _scene(layouts, tmp_path)
     r = cli("align", str(s["chk"]), "--sink", str(s["out"]), "--json", "--execute", "--quiet-period", "3600",
             "--backup-dir", str(tmp_path / "bk"))
     assert r.code == 4 and not (tmp_path / "bk").exists(), r  # written seconds ago: maybe live
@@ -149,14 +124,14 @@ def test_golden_refusals(cli, tmp_path: Path) -> None:
     check_golden("TrimRefused__misaligned", r.stdout, tmp_path)
 
 
-def test_golden_stop_without_an_agent(cli, tmp_path: Path) -> None:
-    s = _scene(tmp_path)
+def test_golden_stop_without_an_agent(cli, layouts: Any, tmp_path: Path) -> None:
+    s = _scene(layouts, tmp_path)
     r = cli("stop", str(s["chk3"]), "--no-wait", "--json")
     check_golden("StopResult__no_lease", r.stdout, tmp_path)
 
 
-def test_golden_starting_offsets(cli, tmp_path: Path) -> None:
-    chk = checkpoint(tmp_path / "chk", 2, 2)
+def test_golden_starting_offsets(cli, layouts: Any, tmp_path: Path) -> None:
+    chk = layouts.checkpoint(tmp_path / "chk", 2, 2)
     kafka = json.dumps({"orders": {"0": 7, "1": 9}})
     for b in range(3):
         (chk / "offsets" / str(b)).write_text(
@@ -166,14 +141,14 @@ def test_golden_starting_offsets(cli, tmp_path: Path) -> None:
     check_golden("StartingOffsets", r.stdout, tmp_path)
 
 
-def test_golden_kafka_documents(cli, tmp_path: Path, kafka_broker: Any, kafka_topic: Any) -> None:
+def test_golden_kafka_documents(cli, layouts: Any, tmp_path: Path, kafka_broker: Any, kafka_topic: Any) -> None:
     """KafkaReport, KafkaRetentionFloor and KafkaCommitOffsets (plan, then --execute) against the
     real broker: a 2-partition topic with 3 + 2 records, a checkpoint whose committed batch 1 read
     all of them (batch 0 read one record of each partition)."""
     topic = kafka_topic(2)
     kafka_broker.produce(topic, ["a", "b", "c"], partition=0)
     kafka_broker.produce(topic, ["d", "e"], partition=1)
-    chk = checkpoint(tmp_path / "chk", 1, 1)
+    chk = layouts.checkpoint(tmp_path / "chk", 1, 1)
     for b, ends in enumerate(({"0": 1, "1": 1}, {"0": 3, "1": 2})):
         (chk / "offsets" / str(b)).write_text(
             f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{{}}}}\n{json.dumps({topic: ends})}')
