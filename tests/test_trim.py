@@ -195,3 +195,31 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
         assert (ck / "_streamctl" / "backups").is_dir() and not (ck / "offsets" / "0").exists(), (mode, seen[mode][-2000:])
     assert "files/s" in seen["tty"] and "eta" in seen["tty"] and " MB" in seen["tty"], seen["tty"][-2000:]
     assert "files/s" not in seen["pipe"] and "files/s" not in seen["tty-json"]
+
+
+@pytest.mark.spark4
+def test_trim_purge_never_deletes_through_a_staging_symlink(cli, spark, tmp_path, tree_snapshot):
+    """Issue 14 class 2 on a real coordinated sink: `_staging` is a symlink to a folder outside
+    the sink holding staging-like epoch folders. `trim --execute --purge` must not delete there:
+    the plan refuses (exit 4) naming the path that leaves the sink, and nothing changes."""
+    import os
+    import shutil
+
+    p = ap.Pipeline(tmp_path, "coordinated", spark)
+    p.add_input(0, 4)
+    p.run()
+    _settle(tree_snapshot, tmp_path)
+    outside = tmp_path / "not-the-sink"
+    for epoch in (0, 1):
+        (outside / str(epoch)).mkdir(parents=True)
+        (outside / str(epoch) / "keep.txt").write_text("not streamctl's")
+    staging = p.output / "_staging"
+    if staging.exists():
+        shutil.rmtree(staging)
+    os.symlink(outside, staging)
+    before = tree_snapshot(tmp_path)
+    r = cli("trim", str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "1", "--execute", "--purge", "--json")
+    assert r.code == 4, r
+    assert "_staging" in r.stderr + r.stdout and "outside" in (r.stderr + r.stdout).lower(), r
+    assert tree_snapshot(tmp_path) == before
+    assert sorted(p.name for p in outside.rglob("keep.txt")) == ["keep.txt", "keep.txt"]
