@@ -7,7 +7,9 @@ that moved state a restart reads, the SINK_BEHIND that align refused, the IN_FLI
 checkpoint Spark refuses to start from). Then `align` repairs it and the same query restarts
 through the file sink's next compaction (compactInterval 3) with the delivery check: every id
 exactly once. The standing test of item 3 runs align and trim on every clean example checkpoint
-the suite builds and checks that neither plans to move anything a restart reads.
+the suite builds and checks that neither plans to move anything a restart reads; its second half
+does the same on every pipeline shape of tests/align_pipeline.py and restarts the query after
+both, with the delivery check.
 """
 from __future__ import annotations
 
@@ -175,6 +177,39 @@ def test_align_and_trim_never_move_what_a_restart_reads(spark_checkpoints: dict[
         for op in state["operators"]:
             for s in op["stores"]:
                 assert s["chain"] == "ok" and not s["missing"], (name, s)
+
+
+@pytest.mark.spark_lines
+@pytest.mark.parametrize("kind", [
+    "file", "dedup_file", "dedup_rocksdb",
+    pytest.param("coordinated", marks=pytest.mark.spark4),  # a Python data source sink (Spark 4)
+    pytest.param("tws", marks=pytest.mark.spark4), pytest.param("tws_v2", marks=pytest.mark.spark4)])
+def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any, cli: Any, tmp_path: Path,
+                                                                     align_pipeline: Any, kind: str) -> None:
+    """Item 3 with the delivery check: on a clean checkpoint of every query shape of
+    tests/align_pipeline.py (stateless file sink, dedup on HDFS and RocksDB, the coordinated sink,
+    transformWithState on checkpoint format 1 and 2), `align --execute` changes nothing a restart
+    reads and `trim --keep-epochs 1 --execute` moves no partition folder; the restart after both
+    reads every state store and delivers every id exactly once. One pipeline per shape: two
+    batches, then after align and trim one more, the file sink's first compaction (batch 2)."""
+    ap = align_pipeline
+    p = ap.Pipeline(tmp_path, kind, spark)
+    p.add_input(0, 2)
+    p.run()
+    ap.settle(p.base)
+    before = _layout(p.checkpoint)
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
+    assert r.code == 0 and "Traceback" not in r.stderr, (kind, r.stdout, r.stderr)
+    assert _layout(p.checkpoint) == before, (kind, "align changed the state of a clean checkpoint")
+    done = cli("trim", str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "1", "--execute", "--json")
+    assert done.code == 0 and done.json()["verified"] is True, (kind, done.stdout, done.stderr)
+    assert sorted(_layout(p.checkpoint)) == sorted(before), (kind, "a partition folder moved")
+    p.add_input(p.files, 1)
+    p.run()
+    d = p.delivery()
+    assert d["ok"], (kind, d)
+    code, q, codes = _inspect(cli, p, sink=True)
+    assert code == 0 and q["committed"] == 2, (kind, q["findings"])
 
 
 @pytest.mark.spark_lines
