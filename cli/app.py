@@ -11,6 +11,7 @@ import typer
 from typer.completion import completion_init
 
 from streamctl.cli import context
+from streamctl.cli.errors import StreamctlGroup
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import completion_cmd, inspect_cmd, kafka_cmd, stop_cmd
 from streamctl.commands import align_cmd, demo_cmd, trim_cmd
@@ -18,6 +19,7 @@ from streamctl.commands import drop_sink_cmd
 
 app = typer.Typer(
     name="streamctl",
+    cls=StreamctlGroup,
     help="Inspect, align and retire Spark Structured Streaming checkpoints and their sinks.",
     epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
@@ -29,6 +31,18 @@ app = typer.Typer(
 # add_completion=False keeps --install/--show-completion out of --help, but also skips
 # registering typer's shell classes; without this every TAB says "Shell bash not supported".
 completion_init()
+
+
+def _utf8_output() -> None:
+    """Output stays valid UTF-8 for any path: a file name that is not UTF-8 (its bytes are
+    surrogates in Python) is printed as `\\udcff` escapes instead of raw bytes or a crash."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # not a text stream that can be reconfigured
+            pass
 
 
 def _version(value: bool) -> None:
@@ -53,6 +67,7 @@ def root(
 ) -> None:
     """Inspect, align and retire Spark Structured Streaming checkpoints and their sinks."""
     context.SHOW_TRACEBACK = traceback
+    _utf8_output()
     context.CONFIG_PATH = config
 
 

@@ -181,6 +181,14 @@ def to_positive_float(value: object, *, parse_text: bool = True) -> float:
     return number
 
 
+def to_nonnegative_float(value: object, *, parse_text: bool = True) -> float:
+    """A finite number of at least zero (e.g. a quiet period, where 0 turns a check off)."""
+    number = to_float(value, parse_text=parse_text)
+    if number < 0:
+        raise InvalidValue("must be a number of at least 0", f"{number:g}")
+    return number
+
+
 def to_bool(value: object, *, parse_text: bool = True) -> bool:
     """A boolean. With `parse_text`, 1/0, true/false, yes/no, on/off are accepted."""
     value = _plain(value)
@@ -227,7 +235,7 @@ the wrong type there, while `STREAMCTL_KAFKA_TIMEOUT=10` is fine."""
 SETTINGS: dict[str, Converter] = {
     "format": to_format,
     "kafka_timeout": to_positive_float,
-    "quiet_period": to_float,
+    "quiet_period": to_nonnegative_float,
 }
 
 
@@ -428,6 +436,11 @@ def _parse_pipeline(name: str, table: object, path: str) -> Pipeline:
         if value == "":
             raise UsageError(f"{where}: {key} must not be empty")
         strings[key] = value
+    if strings["sink_kind"] is not None:
+        from streamctl.inspectors.sinks import SINK_KINDS
+
+        if strings["sink_kind"] not in SINK_KINDS:
+            raise UsageError(f"{where}: sink_kind must be one of {', '.join(SINK_KINDS)}")
 
     kafka_table = table.get("kafka", {})
     if not isinstance(kafka_table, dict):

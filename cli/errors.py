@@ -1,16 +1,30 @@
-"""One place that turns exceptions into one-line messages and exit codes."""
+"""One place that turns exceptions into one-line messages and exit codes.
+
+Every failure of a command, a usage error typer finds in the flags included, ends here: one line
+`streamctl: <message>` on stderr (secrets given in --kafka-config / --bootstrap replaced by
+`***`), the exit code of `exit_code_for`, and under --json exactly one JSON document on stdout
+(the command's own, or an `Error` document with the code and the message).
+"""
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from streamctl.cli.exit_codes import ExitCode
 from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
+API_VERSION = "streamctl/v1"
+
+try:  # typer vendors click from 0.28 on
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click.exceptions import ClickException  # type: ignore[no-redef]
 
 
 def _table() -> list[tuple[type[BaseException], ExitCode]]:
@@ -24,6 +38,8 @@ def _table() -> list[tuple[type[BaseException], ExitCode]]:
         (NotVerified, ExitCode.NOT_VERIFIED),
         (StorageError, ExitCode.UNREADABLE),
         (StreamctlError, ExitCode.UNREADABLE),
+        (BrokenPipeError, ExitCode.CLOSED_PIPE),  # before OSError: the reader went away (`| head -1`)
+        (OSError, ExitCode.UNREADABLE),  # permission denied, a folder where a file should be, ...
         (KeyboardInterrupt, ExitCode.INTERRUPTED),
     ]
 
@@ -35,35 +51,185 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     return ExitCode.INTERNAL
 
 
+# --- what a failing run prints ----------------------------------------------------------------
+
+_state: dict[str, Any] = {"message": None, "secrets": ()}
+
+
+def secrets_in(kafka_config: Sequence[str] = (), bootstrap: Optional[str] = None,
+               argv: Sequence[str] = ()) -> tuple[str, ...]:
+    """The values a message must never show: secret --kafka-config values (also when given
+    without `=`, as `KEY VALUE` or `KEY:VALUE`) and the user:password part of bootstrap servers."""
+    if not kafka_config and not bootstrap and not any(a.startswith(("--kafka-config", "--bootstrap")) for a in argv):
+        return ()
+    from streamctl.inspectors.kafka import is_secret_key
+
+    items = list(kafka_config)
+    servers = [bootstrap] if bootstrap else []
+    for i, arg in enumerate(argv):
+        for flag, into in (("--kafka-config", items), ("--bootstrap", servers)):
+            if arg == flag and i + 1 < len(argv):
+                into.append(argv[i + 1])
+                if flag == "--kafka-config" and "=" not in argv[i + 1] and is_secret_key(argv[i + 1]) \
+                        and i + 2 < len(argv):
+                    items.append(f"{argv[i + 1]}={argv[i + 2]}")  # `KEY VALUE`: VALUE became an argument
+            elif arg.startswith(flag + "="):
+                into.append(arg[len(flag) + 1:])
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and is_secret_key(key) and value:
+            out.append(value)
+        elif not sep and is_secret_key(item):
+            out.append(item)  # `KEY:VALUE` or a jaas line: the whole item
+    for server in ",".join(servers).split(","):
+        if "@" in server:
+            out.append(server.rsplit("@", 1)[0].split("://")[-1])
+    return tuple(sorted({s for s in out if s}, key=len, reverse=True))
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
 def fail(message: str, code: ExitCode) -> "typer.Exit":
+    message = redact(message, _state["secrets"])
+    _state["message"] = message
     sys.stderr.write(f"streamctl: {message}\n")
     return typer.Exit(int(code))
 
 
+def _wants_json(kwargs: dict[str, Any]) -> bool:
+    fmt = kwargs.get("fmt")
+    if "fmt" in kwargs and fmt is None:
+        fmt = os.environ.get("STREAMCTL_FORMAT")
+    return bool(kwargs.get("as_json")) or fmt == "json"
+
+
+def _argv_wants_json(argv: Sequence[str]) -> bool:
+    if "--json" in argv or "--format=json" in argv or "-ojson" in argv:
+        return True
+    return any(a in ("-o", "--format") and b == "json" for a, b in zip(argv, argv[1:]))
+
+
+def error_document(code: int, message: str) -> dict[str, Any]:
+    """The JSON document of a failed `--json` run that printed none of its own."""
+    try:
+        name = ExitCode(code).name.lower()
+    except ValueError:
+        name = "error"
+    return {"api_version": API_VERSION, "kind": "Error", "code": int(code), "error": name, "message": message}
+
+
+def _emit_error_document(code: int) -> None:
+    from streamctl.cli import render
+
+    if render.documents_emitted() == 0:
+        render.emit_json(error_document(code, _state["message"] or ExitCode(code).name.lower()))
+
+
+def _closed_pipe() -> "typer.Exit":
+    """The reader of stdout went away (`| head -1`): stop quietly. Later writes, and the flush at
+    exit, go to /dev/null instead of raising again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # not a real file (typer's CliRunner)
+        pass
+    return typer.Exit(int(ExitCode.CLOSED_PIPE))
+
+
+def _failure(exc: BaseException) -> "typer.Exit":
+    code = exit_code_for(exc)
+    if code == ExitCode.CLOSED_PIPE:
+        return _closed_pipe()
+    if code == ExitCode.INTERRUPTED:  # a runner's Interrupted says how to resume
+        return fail(str(exc) or "interrupted", code)
+    if isinstance(exc, StreamctlError):
+        return fail(str(exc), code)
+    if isinstance(exc, OSError):
+        where = os.fsdecode(exc.filename) if exc.filename is not None else "input"
+        return fail(f"{where}: {exc.strerror or type(exc).__name__}", code)
+    from streamctl.cli import context
+
+    if context.SHOW_TRACEBACK:
+        raise exc
+    # a bug: say so, keep secrets and locals out of the output
+    return fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)", code)
+
+
 def handle_errors(func: F) -> F:
-    """Wrap a command: user errors become `streamctl: <message>` on stderr and an exit code.
+    """Wrap a command: user errors become `streamctl: <message>` on stderr and an exit code;
+    under --json a failing run without a document of its own prints an `Error` document.
 
     Applied per command (not only in main()) so typer's CliRunner sees the same codes.
     """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except typer.Exit:
-            raise
-        except KeyboardInterrupt as exc:  # a runner's Interrupted says how to resume
-            raise fail(str(exc) or "interrupted", ExitCode.INTERRUPTED) from None
-        except StreamctlError as exc:
-            raise fail(str(exc), exit_code_for(exc)) from None
-        except Exception as exc:  # a bug: say so, keep secrets and locals out of the output
-            from streamctl.cli import context
+        from streamctl.cli import render
 
-            if context.SHOW_TRACEBACK:
+        render.reset_documents()
+        _state["message"] = None
+        _state["secrets"] = secrets_in(kwargs.get("kafka_config") or (), kwargs.get("bootstrap"))
+        try:
+            try:
+                return func(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        except typer.Exit as exc:
+            if exc.exit_code not in (ExitCode.OK, ExitCode.MISALIGNED) and _wants_json(kwargs):
+                _emit_error_document(exc.exit_code)
+            raise
+        except BaseException as exc:  # noqa: BLE001 - every failure goes through the table
+            if isinstance(exc, (SystemExit, GeneratorExit)):
                 raise
-            raise fail(
-                f"internal error: {type(exc).__name__}: {exc} (rerun with --traceback)",
-                ExitCode.INTERNAL,
-            ) from None
+            failure = _failure(exc)
+            if failure.exit_code != ExitCode.CLOSED_PIPE and _wants_json(kwargs):
+                _emit_error_document(failure.exit_code)
+            raise failure from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# --- usage errors typer finds before a command runs --------------------------------------------
+
+_ARGV = "streamctl.argv"
+
+
+def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `streamctl inspect`: the help, as typer prints it
+        return exc
+    _state["secrets"] = secrets_in(argv=argv)
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    code = ExitCode.USAGE
+    failure = fail(exc.format_message() + hint, code)
+    if _argv_wants_json(argv):
+        from streamctl.cli import render
+
+        render.emit_json(error_document(int(code), _state["message"]))
+    return failure
+
+
+class StreamctlGroup(TyperGroup):
+    """The root command group: flag errors typer's parser finds (an unknown option, a value
+    out of range, a choice not offered) are one line on stderr, exit 2, never echo a secret,
+    and print an `Error` document under --json."""
+
+    def make_context(self, info_name: Optional[str], args: list[str], parent: Any = None, **extra: Any) -> Any:
+        argv = list(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except ClickException as exc:
+            raise _usage_failure(exc, argv) from None
+        ctx.meta[_ARGV] = argv
+        return ctx
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ClickException as exc:
+            raise _usage_failure(exc, ctx.meta.get(_ARGV, ())) from None

@@ -24,7 +24,19 @@ def effective_format(fmt: str) -> str:
 PRETTY_LIMIT = 1 << 20  # larger documents (a 100,000-step plan) are printed compact: json's indenting encoder is pure Python
 
 
+_documents = [0]  # JSON documents printed by the running command (cli/errors.py: one per --json run)
+
+
+def reset_documents() -> None:
+    _documents[0] = 0
+
+
+def documents_emitted() -> int:
+    return _documents[0]
+
+
 def emit_json(doc: Any) -> None:
+    _documents[0] += 1
     text = json.dumps(doc, sort_keys=True, ensure_ascii=False)
     if len(text) <= PRETTY_LIMIT:
         text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False)
@@ -34,6 +46,7 @@ def emit_json(doc: Any) -> None:
 
 def emit_json_line(doc: Any) -> None:
     """One JSON document on one line (a stream of documents, e.g. `--watch --json`)."""
+    _documents[0] += 1
     sys.stdout.write(json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _quiet
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -36,7 +36,7 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 def align(
     checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
     sink: Optional[str] = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI)."),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     to: str = typer.Option("auto", "--to", help="auto (the newest exactly-once epoch), max (the newest epoch the WAL "
                                                   "and every state store hold) or an epoch number."),
@@ -81,7 +81,7 @@ def align(
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
-    target = mutation.front("align", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, operation,
+    target = mutation.front("align", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:
         return

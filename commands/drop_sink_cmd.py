@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _quiet, _settings
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _quiet, _settings
 
 API_VERSION = "streamctl/v1"
 
@@ -82,7 +82,7 @@ def drop_sink(
                                            "instead of refusing (its input goes to the successor)."),
     assume_stopped: bool = typer.Option(False, "--assume-stopped", help="Without --safe: proceed when no lease is live "
                                         "and nothing changed within the quiet period."),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
@@ -116,6 +116,7 @@ def drop_sink(
     from streamctl.operations.files import Root
 
     say = _say(as_json)
+    sink_kind = str(sink_kind)  # type: ignore[assignment]
     if resume and undo:
         raise UsageError("--resume and --undo cannot be combined")
     if resume or undo:
@@ -138,8 +139,8 @@ def drop_sink(
         app_id = app_id or p.app_id
     if not sink or not checkpoint:
         raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume / --undo)")
-    if stop_timeout < 0:
-        raise UsageError("invalid value for --stop-timeout: must be >= 0")
+    if not 0 <= stop_timeout < float("inf"):
+        raise UsageError("invalid value for --stop-timeout: must be a finite number >= 0")
     if not safe and not assume_stopped:
         raise _refused(teardown.Refused(
             f"{checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the writer, confirm "

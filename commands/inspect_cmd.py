@@ -2,6 +2,7 @@
 render, return the exit code the verdict implies."""
 from __future__ import annotations
 
+import enum
 import os
 import sys
 from typing import Any, Optional
@@ -52,6 +53,7 @@ def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id
     from streamctl.cli.config import resolve_checkpoint
     from streamctl.inspectors.errors import UsageError
 
+    sink_kind = str(sink_kind)
     if sink_kind not in SINK_KINDS:
         raise UsageError(f"invalid value for --sink-kind: {sink_kind!r} (choose from {', '.join(SINK_KINDS)})")
     if sinks and len(sinks) != len(args):
@@ -71,13 +73,27 @@ def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id
 QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
               "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
 SINK_KINDS = ("auto", "file", "delta", "coordinated")  # as streamctl.inspectors.sinks.SINK_KINDS
+
+
+class SinkKind(str, enum.Enum):
+    """--sink-kind as a choice: typer rejects any other value (usage error, exit 2)."""
+
+    auto = "auto"
+    file = "file"
+    delta = "delta"
+    coordinated = "coordinated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
 SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
 APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
 
 # Options shared by several inspect commands (one meaning per flag everywhere).
 SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
-SINK_KIND_OPT = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP)
+SINK_KIND_OPT = typer.Option(SinkKind.auto, "--sink-kind", help=SINK_KIND_HELP)
 APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
 QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
 FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
@@ -118,7 +134,7 @@ def inspect_epochs(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://), "
                                             "glob patterns of either ('/data/chk/*', 's3://b/chk/*') or pipeline names."),
     sink: Optional[list[str]] = SINK_OPT,
-    sink_kind: str = SINK_KIND_OPT,
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=kafka_cmd.BOOTSTRAP_HELP),
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=kafka_cmd.KAFKA_CONFIG_HELP),
@@ -138,7 +154,7 @@ def inspect_epochs(
     metrics_file: Optional[str] = typer.Option(None, "--metrics-file", help="Write Prometheus text-format metrics to this file (atomically), for node-exporter's textfile collector."),
     reclaimable: bool = typer.Option(False, "--reclaimable", help="Add the space `streamctl trim` would reclaim per query "
                                      "(a column and the JSON field `reclaimable`; one more listing and a stat per reclaimable file)."),
-    keep_epochs: int = typer.Option(10, "--keep-epochs", help="With --reclaimable: the newest epochs kept as restart/rollback points (as trim)."),
+    keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="With --reclaimable: the newest epochs kept as restart/rollback points (as trim)."),
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
@@ -175,8 +191,8 @@ def inspect_epochs(
         raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(fleet.ENGINES)})")
     if workers is not None and workers < 1:
         raise UsageError("--workers must be at least 1")
-    if interval <= 0 or (watch_count is not None and watch_count < 1):
-        raise UsageError("--interval must be positive and --watch-count at least 1")
+    if not 0 < interval < float("inf") or (watch_count is not None and watch_count < 1):
+        raise UsageError("--interval must be a positive finite number of seconds and --watch-count at least 1")
     for flag, path in (("--output-jsonl", output_jsonl), ("--output-parquet", output_parquet), ("--metrics-file", metrics_file)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(os.path.expanduser(path)))):
             raise UsageError(f"{flag} {path}: its folder does not exist")
@@ -428,7 +444,7 @@ def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], o
 @handle_errors
 def inspect_sink(
     sink: str = typer.Argument(..., help="The sink's path or URI, or a pipeline name."),
-    sink_kind: str = SINK_KIND_OPT,
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = typer.Option(None, "--app-id", help="Delta txn app id (a query id); needed for the txn version of a Delta sink."),
     fmt: Optional[str] = FORMAT_OPT,
     as_json: bool = JSON_OPT,
@@ -485,7 +501,7 @@ def inspect_sink(
 def inspect_writers(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs or pipeline names."),
     sink: Optional[list[str]] = SINK_OPT,
-    sink_kind: str = SINK_KIND_OPT,
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     quiet_period: Optional[float] = QUIET_OPT,
     fmt: Optional[str] = FORMAT_OPT,

@@ -306,7 +306,7 @@ def starting_offsets(
 @handle_errors
 def retention_floor(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
-    keep_epochs: int = typer.Option(10, "--keep-epochs", help="The newest epochs kept as restart/rollback points (as trim)."),
+    keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="The newest epochs kept as restart/rollback points (as trim)."),
     keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help="table, plain, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),

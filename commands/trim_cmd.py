@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_HELP, _bytes, _quiet
+from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _bytes, _quiet
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -31,9 +31,9 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 def trim(
     checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
     sink: Optional[str] = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI)."),
-    sink_kind: str = typer.Option("auto", "--sink-kind", help=SINK_KIND_HELP),
+    sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
-    keep_epochs: int = typer.Option(10, "--keep-epochs", help="Keep this many newest epochs as restart/rollback points (default 10)."),
+    keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Keep this many newest epochs as restart/rollback points (default 10)."),
     keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
     execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
@@ -65,7 +65,7 @@ def trim(
     from streamctl.operations.runner import Request
     from streamctl.operations.trim import TrimRequest, operation, plan_trim
 
-    target = mutation.front("trim", checkpoint, sink, sink_kind, app_id, resume, undo, break_lock, operation,
+    target = mutation.front("trim", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:
         return

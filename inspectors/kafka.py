@@ -8,13 +8,13 @@ message. The comparison gives SOURCE_EXPIRED, SOURCE_RESET and SOURCE_NEW_PARTIT
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection
 from streamctl.inspectors.errors import StreamctlError
 from streamctl.inspectors.findings import Finding, summarize
+from streamctl.inspectors.logs import load_json
 
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential")
 
@@ -46,7 +46,7 @@ def parse_kafka_offsets(raw: Optional[str]) -> Optional[Offsets]:
     if raw is None:
         return None
     try:
-        obj = json.loads(raw)
+        obj = load_json(raw)
     except ValueError:
         return None
     if not isinstance(obj, dict) or not obj:

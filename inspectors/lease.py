@@ -19,7 +19,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from streamctl.inspectors.logs import LogParseError
+from streamctl.inspectors.logs import LogParseError, load_json
 from streamctl.inspectors.storage import Storage
 
 FOLDER = "_streamctl"
@@ -73,7 +73,7 @@ def _load(storage: Storage, rel: str) -> Optional[dict[str, Any]]:
     path = storage.uri(rel)
     data = storage.read(rel, max_bytes=_MAX_BYTES)
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = load_json(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise LogParseError(path, "not UTF-8 text") from None
     except json.JSONDecodeError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from streamctl.inspectors.errors import StreamctlError
 from streamctl.inspectors.findings import ids_of, missing_ranges
@@ -145,9 +145,18 @@ def parse_version_line(line: str, path: str, max_version: int) -> int:
     return version
 
 
+def load_json(text: Union[str, bytes]) -> Any:
+    """json.loads, except that a document nested too deeply for the parser (Python's recursion
+    limit) is malformed JSON like any other: a json.JSONDecodeError, never a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", "", 0) from None
+
+
 def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = load_json(text)
     except json.JSONDecodeError as exc:
         raise LogParseError(path, f"{what} is not valid JSON ({exc.msg} at column {exc.colno})") from None
     if not isinstance(value, dict):
@@ -178,7 +187,7 @@ class SourceOffset:
     raw: Optional[str]
 
     def parsed(self) -> Any:
-        return None if self.raw is None else json.loads(self.raw)
+        return None if self.raw is None else load_json(self.raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +229,7 @@ def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
             sources.append(SourceOffset(sid, None))
             continue
         try:
-            json.loads(text)
+            load_json(text)
         except json.JSONDecodeError as exc:
             raise LogParseError(path, f"source {sid} offset is not valid JSON ({exc.msg})") from None
         sources.append(SourceOffset(sid, text))

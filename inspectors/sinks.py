@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.findings import MAX_LISTED, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize
-from streamctl.inspectors.logs import LogParseError, is_temp_name
+from streamctl.inspectors.logs import LogParseError, is_temp_name, load_json
 from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 
@@ -334,7 +334,7 @@ def _parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
     if not data:
         raise LogParseError(path, "empty commit record")
     try:
-        rec = json.loads(data.decode("utf-8"))
+        rec = load_json(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise LogParseError(path, f"commit record is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(rec, dict) or rec.get("epoch") != epoch or not isinstance(rec.get("writers"), list):

@@ -23,7 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from streamctl.inspectors.logs import LogParseError, _decode, _lines, is_hadoop_crc, is_temp_name, parse_version_line
+from streamctl.inspectors.logs import (LogParseError, _decode, _lines, is_hadoop_crc, is_temp_name, load_json,
+                                       parse_version_line)
 from streamctl.inspectors.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -162,7 +163,7 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     version = parse_version_line(lines[0], path, OPERATOR_METADATA_MAX_VERSION)
     body = "\n".join(lines[1:]).strip()
     try:
-        obj = json.loads(body)
+        obj = load_json(body)
     except json.JSONDecodeError as exc:
         raise LogParseError(path, f"operator metadata is not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):

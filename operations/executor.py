@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.logs import load_json
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused, Step
 
@@ -98,7 +99,7 @@ class Journal:
             return state
         for line in self.backup.read_all(JOURNAL_FILE).decode("utf-8", "replace").splitlines():
             try:
-                rec = json.loads(line)
+                rec = load_json(line)
             except ValueError:
                 continue  # a torn last line of a crashed run
             ev = rec.get("event")
@@ -511,7 +512,7 @@ def load(backup_location: str) -> tuple[Plan, Root]:
         raise StorageError(backup.uri(PLAN_FILE), "does not exist: not a streamctl backup folder (give the folder "
                                                   "that holds plan.json and journal.jsonl)")
     try:
-        rec = json.loads(backup.read(PLAN_FILE))
+        rec = load_json(backup.read(PLAN_FILE))
         plan = Plan.from_record(rec)
     except (ValueError, KeyError, TypeError) as exc:
         raise StorageError(backup.uri(PLAN_FILE), f"not a valid plan ({type(exc).__name__}: {exc})") from None

@@ -12,13 +12,13 @@ needs, anything while the query is live or misaligned (align first).
 from __future__ import annotations
 
 import io
-import json
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_file
@@ -54,7 +54,7 @@ def _zip_ssts(st: Storage, rel: str) -> set[str]:
         raise StorageError(st.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
     body = text.split("\n", 1)[1] if "\n" in text else "{}"
     try:
-        meta = json.loads(body)
+        meta = load_json(body)
     except ValueError:
         raise StorageError(st.uri(rel), "zip metadata is not valid JSON") from None
     return {str(f.get("dfsSstFileName")) for f in meta.get("sstFiles") or [] if isinstance(f, dict)}

@@ -64,7 +64,9 @@ def test_glob_expands_to_every_checkpoint_folder(cli, fleet_dir):
 def test_glob_matching_nothing_is_exit_2_one_line(cli, fleet_dir):
     r = cli("inspect", "epochs", f"{fleet_dir}/nothing-*", "--json")
     assert r.code == 2, r
-    assert r.stdout == "" and r.stderr == f"streamctl: no checkpoint folder matches {fleet_dir}/nothing-*\n"
+    assert r.stderr == f"streamctl: no checkpoint folder matches {fleet_dir}/nothing-*\n"
+    assert r.json() == {"api_version": "streamctl/v1", "kind": "Error", "code": 2, "error": "usage",
+                        "message": f"no checkpoint folder matches {fleet_dir}/nothing-*"}  # --json: one document
     r = cli("inspect", "epochs", f"{fleet_dir}/README*")  # matches a file only
     assert r.code == 2 and r.stderr.count("\n") == 1
 
