@@ -52,7 +52,8 @@ def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], 
     for item in kafka_config or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"invalid value for --kafka-config: expected KEY=VALUE, got {key.strip() or item!r}")
+            raise UsageError("invalid value for --kafka-config: expected KEY=VALUE (the value given is not shown: "
+                             "it may hold a secret)")
         settings[key.strip()] = value
     seconds = setting("kafka_timeout", timeout, "STREAMCTL_KAFKA_TIMEOUT", config, 10.0, flag="--kafka-timeout")
     return KafkaSettings(servers, settings, float(seconds))

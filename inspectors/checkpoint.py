@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.findings import ERROR, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize, verdict_of
 from streamctl.inspectors.logs import (
+    batch_id_of,
     CommitEntry,
     LogListing,
     OffsetEntry,
@@ -187,11 +188,13 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     Liveness (LIVE_QUERY): with `quiet_period_s` (0 turns it off; a negative value means "derive
     it from the trigger interval"), a newest offsets/commits file changed within the quiet period
     means the query looks alive."""
+    known = True
     try:
         storage = Storage.open(location)
         q = _Inspector(storage, progress, quiet_period_s, now_ms).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
+        known = False  # the positions are unknown, not absent: no sink finding is derived from them
     if sink is None:
         return q
     from streamctl.inspectors.sinks import compare_sink, read_sink
@@ -199,7 +202,8 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id)
-    findings = q.findings + log.findings + tuple(_repartition_sink(log, compare_sink(log, q.planned, q.committed), q.findings))
+    compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), q.findings) if known else []
+    findings = q.findings + log.findings + tuple(compared)
     reference = q.committed if q.committed is not None else q.planned
     extra = [Writer("sink", "sink_log", log.first_epoch, log.epoch, _status(log.first_epoch, log.epoch, reference))]
     for w in log.writers:
@@ -292,6 +296,9 @@ class _Inspector:
         entries = self.st.list_dir(rel)
         if entries is None:
             return LogListing(exists=False)
+        folders = [e.name for e in entries if e.is_dir and batch_id_of(e.name) is not None]
+        if folders:  # never a gap or a stray: Spark cannot read this batch
+            raise StorageError(self.st.uri(f"{rel}/{min(folders, key=int)}"), "is a folder, expected a file")
         return classify_log_names([(e.name, e.is_dir) for e in entries])
 
     # -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection
-from streamctl.inspectors.errors import StreamctlError
+from streamctl.inspectors.errors import StreamctlError, UsageError
 from streamctl.inspectors.findings import Finding, summarize
 from streamctl.inspectors.logs import load_json
 
@@ -24,6 +24,11 @@ Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 class KafkaError(StreamctlError):
     """The broker could not be reached or answered with an error (exit 3). The message never
     holds a secret."""
+
+
+class KafkaConfigError(UsageError):
+    """kafka-python rejected a client setting (an unknown key, a value of the wrong type):
+    a config error (exit 2), not an unreachable broker. The message never holds a secret."""
 
 
 class GroupActive(KafkaError):
@@ -152,6 +157,16 @@ class KafkaBroker:
         text = redact(text, self.config)
         return KafkaError(f"kafka {self.bootstrap}: {what}: {text}")
 
+    def _connect_error(self, exc: BaseException) -> StreamctlError:
+        """Why a client could not be made: a setting kafka-python rejects (KafkaConfigurationError,
+        or a TypeError/ValueError/AssertionError of a wrongly typed value) is a config error."""
+        if type(exc).__name__ == "KafkaConfigurationError" or isinstance(exc, (TypeError, ValueError, AssertionError)):
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            text = text.removeprefix("KafkaConfigurationError: ")
+            return KafkaConfigError(redact(f"kafka {self.bootstrap}: invalid Kafka client setting "
+                                           f"(--kafka-config or a pipeline's kafka table): {text}", self.config))
+        return self._fail("cannot connect", exc)
+
     def _kwargs(self) -> dict[str, Any]:
         ms = int(self.timeout * 1000)
         kw = {"bootstrap_servers": self.bootstrap.split(","), "request_timeout_ms": ms,
@@ -171,7 +186,7 @@ class KafkaBroker:
                 self._consumer = KafkaConsumer(enable_auto_commit=False, **self._kwargs())
             return self._consumer
         except Exception as exc:
-            raise self._fail("cannot connect", exc) from None
+            raise self._connect_error(exc) from None
 
     def admin(self) -> Any:
         try:
@@ -183,7 +198,7 @@ class KafkaBroker:
                 kw = self._kwargs()
                 self._admin = KafkaAdminClient(**kw)
             except Exception as exc:
-                raise self._fail("cannot connect", exc) from None
+                raise self._connect_error(exc) from None
         return self._admin
 
     def __enter__(self) -> "KafkaBroker":

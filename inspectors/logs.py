@@ -32,10 +32,14 @@ class LogParseError(StreamctlError):
 # --- names inside log folders ---------------------------------------------------------------
 
 
+MAX_BATCH_ID = (1 << 63) - 1  # Spark's batch ids are Longs: a longer number is no batch file to Spark
+
+
 def batch_id_of(name: str) -> Optional[int]:
     """The batch id a log file name stands for, or None. Spark accepts names that parse as a
-    Long; hidden `.N.crc` sidecars and `.N.<uuid>.tmp` temp files never do."""
-    if name.isascii() and name.isdigit():
+    Long (a 20-digit name does not: Spark ignores the file, and so does streamctl); hidden
+    `.N.crc` sidecars and `.N.<uuid>.tmp` temp files never do."""
+    if name.isascii() and name.isdigit() and len(name) <= 19 and int(name) <= MAX_BATCH_ID:
         return int(name)
     return None
 

@@ -15,7 +15,6 @@ Kinds:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -104,6 +103,9 @@ def _unreadable(path: str, reason: str) -> Finding:
 # --- file sink ------------------------------------------------------------------------------
 
 
+MAX_COMPACT_INTERVAL = 100_000  # spark.sql.streaming.fileSink.log.compactInterval beyond this is not guessed
+
+
 @dataclass(frozen=True, slots=True)
 class FileSinkLogFiles:
     """The files of a file sink's log `_spark_metadata/`, from one listing: the one reader of that
@@ -135,7 +137,7 @@ class FileSinkLogFiles:
         if not compacts:
             return None
         plain = [b for b, c in self.present.items() if not c]
-        for d in range(2, compacts[0] + 2):
+        for d in range(2, min(compacts[0] + 2, MAX_COMPACT_INTERVAL + 1)):  # none found: refuse, never guess
             if all((c + 1) % d == 0 for c in compacts) and not any((b + 1) % d == 0 for b in plain):
                 return d
         return None
@@ -160,6 +162,8 @@ def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
     crcs: dict[str, str] = {}
     for e in st.list_dir(FILE_SINK_LOG) or []:
         if e.is_dir:
+            if compactible_name(e.name) is not None:  # never a gap or a skipped batch: no reader can read it
+                raise StorageError(st.uri(f"{FILE_SINK_LOG}/{e.name}"), "is a folder, expected a file")
             continue
         parsed = compactible_name(e.name)
         if parsed is not None:

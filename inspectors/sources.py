@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from streamctl.inspectors.logs import LogParseError, _decode, _json_object, _lines, parse_version_line
+from streamctl.inspectors.logs import LogParseError, _decode, _json_object, _lines, batch_id_of, parse_version_line
 from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1
@@ -81,8 +81,9 @@ def parse_compactible(data: bytes, path: str, batch_id: int, compact: bool) -> C
 def compactible_name(name: str) -> Optional[tuple[int, bool]]:
     """(batch id, is compaction) for `N` / `N.compact`, else None."""
     stem, dot, ext = name.partition(".")
-    if stem.isascii() and stem.isdigit() and (not dot or ext == "compact"):
-        return int(stem), bool(dot)
+    batch = batch_id_of(stem)
+    if batch is not None and (not dot or ext == "compact"):
+        return batch, bool(dot)
     return None
 
 

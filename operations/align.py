@@ -31,6 +31,7 @@ from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, Option, P
                                        refuse_layout_conflict)
 
 ROLLBACK_SINKS = ("file", "coordinated")
+MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest
 
 
 @dataclass
@@ -101,34 +102,46 @@ class _Planner:
         """Steps that leave the file sink's log at batch x, with the data files of later batches
         moved away. Returns (steps, reasons it cannot be done); `check_only` returns the reasons
         alone, without asking the storage anything (it runs once per candidate epoch)."""
-        def chain(last: int) -> list[int]:
-            if log.interval is None:
-                return list(range(0, last + 1))
-            c = ((last + 1) // log.interval) * log.interval - 1
-            return ([c] if c >= 0 else []) + list(range(c + 1, last + 1))
+        def is_compact(b: int) -> bool:
+            return log.interval is not None and (b + 1) % log.interval == 0
+
+        def first_of_chain(last: int) -> int:
+            """A reader of the log at `last` reads the newest compaction at or below it and every
+            batch after it (every batch from 0 without compaction)."""
+            return 0 if log.interval is None else max(((last + 1) // log.interval) * log.interval - 1, 0)
 
         newest = max(log.present)
         if x >= newest:
             return [], []
-        needed = chain(x)
-        missing = [b for b in needed if b not in log.present or log.present[b] != (log.interval is not None and (b + 1) % log.interval == 0)]
+        # cost follows the files that exist: the chain's batches present, never range(0, x)
+        lo = first_of_chain(x)
+        kept = [b for b in sorted(log.present) if lo <= b <= x and log.present[b] == is_compact(b)]
+        missing_count = x - lo + 1 - len(kept)
+        kept_ids = set(kept)
+        missing: list[int] = []
+        b = lo
+        while len(missing) < min(missing_count, MAX_NAMED_BATCHES):
+            if b not in kept_ids:
+                missing.append(b)
+            b += 1
         steps: list[Step] = []
         kept_files: set[str] = set()
-        for b in needed:
-            if b not in missing:
-                kept_files.update(log.entries[b])
+        for b in kept:
+            kept_files.update(log.entries[b])
         if missing:
             # The only other record of those batches is a later compaction K, which merges them
             # with batch K's own files: nothing tells the files of the kept batches from those of
             # K, so the log cannot be rebuilt at x.
             later = sorted(b for b, c in log.present.items() if c and b > x)
-            names = ", ".join(f"{b}.compact" if log.interval and (b + 1) % log.interval == 0 else str(b) for b in missing)
+            names = ", ".join(f"{b}.compact" if is_compact(b) else str(b) for b in missing) \
+                + (f" and {missing_count - len(missing)} more" if missing_count > len(missing) else "")
             return [], [f"{FILE_SINK_LOG}/ lacks {names} needed to stop at batch {x}"
                         + (f": Spark deleted them after {FILE_SINK_LOG}/{later[0]}.compact, which merges them with the "
                            f"batches to roll back, so their files cannot be told apart" if later else "")]
         all_now: set[str] = set()
-        for b in chain(newest):
-            all_now.update(log.entries.get(b, []))
+        for b in log.present:
+            if first_of_chain(newest) <= b:
+                all_now.update(log.entries.get(b, []))
         for b, compact in sorted(log.present.items()):
             if b > x:
                 name = f"{b}.compact" if compact else str(b)

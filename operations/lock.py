@@ -86,3 +86,4 @@ class Lock:
             return
         if isinstance(held, dict) and held.get("op_id") == self.owner["op_id"] and held.get("pid") == self.owner["pid"]:
             self.root.delete(LOCK_FILE)
+            self.root.remove_empty_dirs("_streamctl")  # a refused or failed run leaves nothing behind
