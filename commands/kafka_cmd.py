@@ -8,7 +8,7 @@ import typer
 
 from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
-from streamctl.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+from streamctl.cli.exit_codes import EXIT_CODES_HELP
 
 app = typer.Typer(
     help="Publish a checkpoint's Kafka positions, or print where a successor should start.",
@@ -131,7 +131,7 @@ def _commit_doc(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[str]
 
 
 def _show_commit(doc: dict[str, Any], output: str) -> None:
-    from streamctl.operations.plan import NotVerified
+    from streamctl.operations.plan import NotVerified, Refused
 
     if output == "json":
         render.emit_json(doc)
@@ -150,8 +150,8 @@ def _show_commit(doc: dict[str, Any], output: str) -> None:
         else:
             note = f"plan: {doc['changes']} offset(s) to commit; run again with --execute"
         render.emit_lines([note], output)
-    if doc["refused"]:
-        raise typer.Exit(int(ExitCode.REFUSED))
+    if doc["refused"]:  # exit 4 through cli/errors.py's table
+        raise Refused(f"{doc['checkpoint']}: {doc['refusal']}; nothing was changed")
     if doc["executed"] and not doc["verified"]:
         raise NotVerified(f"{doc['checkpoint']}: committed, but group {doc['group']} reads back other offsets")
 
