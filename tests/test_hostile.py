@@ -289,3 +289,77 @@ def test_a_sink_ten_million_epochs_ahead_is_a_range(fresh: Lab, cli: Callable) -
     assert d["skipped_range"] == [3, 10000004] and d["skipped_count"] == 10000002, d
     assert len(d["skipped"]) == 1000 and d["skipped"][:2] == [3, 4], d
     assert len(r.stdout) < 200_000
+
+
+# ------------------------------------------------------------------ 7. exit codes and errors
+
+
+def error_json(r: Any, code: int) -> dict[str, Any]:
+    """A failed --json run: exactly one JSON document (an Error), one line on stderr."""
+    assert r.code == code, r
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "Error" and doc["code"] == code and r.stderr == f"streamctl: {doc['message']}\n", doc
+    return doc
+
+
+@pytest.mark.spark
+def test_a_folder_where_a_sink_log_file_should_be_is_unreadable_for_every_command(fresh: Lab, cli: Callable) -> None:
+    meta = fresh.out / "_spark_metadata"
+    (meta / "1").unlink()  # before the newest compaction: no reader needs it, yet it is never skipped
+    (meta / "1").mkdir()
+    path = str(meta / "1")
+    before = fresh.everything()
+    r = cli("inspect", "epochs", str(fresh.ckpt), "--sink", str(fresh.out), "--json")
+    assert r.code == 3, r
+    errors = [f for q in r.json()["queries"] for f in q["findings"] if f["severity"] == "error"]
+    assert [(f["code"], f["path"]) for f in errors] == [("UNREADABLE", path)], errors
+    assert errors[0]["message"] == f"{path}: is a folder, expected a file"
+    r = cli("inspect", "sink", str(fresh.out), "--json")
+    assert r.code == 3 and [f["path"] for f in r.json()["findings"]] == [path], r
+    for args in (fresh.align("--json"), fresh.align("--execute", "--json"),
+                 ["trim", str(fresh.ckpt), "--sink", str(fresh.out), "--json"]):
+        doc = error_json(cli(*args), 3)
+        assert doc["message"] == f"{path}: is a folder, expected a file", (args, doc)
+    assert fresh.everything() == before
+    no_lock(fresh)
+
+
+@pytest.mark.spark
+def test_a_batch_id_beyond_a_long_is_no_batch_and_a_huge_one_is_a_bounded_refusal(fresh: Lab, cli: Callable) -> None:
+    import time
+
+    meta = fresh.out / "_spark_metadata"
+    plan = cli(*fresh.align("--json"))
+    assert plan.code == 0, plan
+    # 20 digits: not a Long, so Spark ignores the file; so does streamctl (the same plan)
+    shutil.copy(meta / "2.compact", meta / "12345678901234567890.compact")
+    shutil.copy(fresh.ckpt / "offsets" / "3", fresh.ckpt / "offsets" / "12345678901234567890")
+    again = cli(*fresh.align("--json"))
+    assert again.code == 0 and again.json()["plan"]["steps"] == plan.json()["plan"]["steps"], again
+    # a Long, 19 digits: the sink log's chain follows the files that exist (it was range(0, id): MemoryError)
+    (meta / "12345678901234567890.compact").unlink()
+    shutil.copy(meta / "2.compact", meta / "9223372036854775806.compact")
+    before = fresh.everything()
+    t0 = time.monotonic()
+    r = cli(*fresh.align("--json"))
+    assert time.monotonic() - t0 < 60, r
+    assert r.code == 0, r
+    moves = [s["path"] for s in r.json()["plan"]["steps"] if s["action"] == "move"]
+    assert "_spark_metadata/9223372036854775806.compact" in moves, moves  # rolled back like any sink commit ahead
+    assert fresh.everything() == before
+    no_lock(fresh)
+
+
+@pytest.mark.spark
+def test_drop_sink_refuses_with_the_same_code_and_json_in_plan_and_execute(fresh: Lab, cli: Callable) -> None:
+    before = fresh.everything()
+    base = ["drop-sink", str(fresh.out), "--checkpoint", str(fresh.ckpt), "--json"]
+    for extra in ([], ["--execute"]):  # neither --safe nor --assume-stopped
+        doc = refused_json(cli(*base, *extra))
+        assert "--safe" in doc["reason"], doc
+    for extra in ([], ["--execute"]):  # the lab's sink is ahead of its commits: not drained
+        doc = refused_json(cli(*base, "--assume-stopped", *extra))
+        assert doc["kind"] == "DropSinkRefusal", doc
+    assert fresh.everything() == before
+    no_lock(fresh)

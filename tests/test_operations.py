@@ -127,8 +127,10 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
         Lock.acquire(root, "align", "op-b")
     lock.release()
     assert not (tmp_path / LOCK_FILE).exists()
+    assert not (tmp_path / "_streamctl").exists()  # the folder it made for the lock goes too
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
+    (tmp_path / "_streamctl").mkdir(exist_ok=True)
     (tmp_path / LOCK_FILE).write_text(json.dumps({"op_id": "op-dead", "command": "align", "host": socket.gethostname(),
                                                   "pid": pid, "started_ms": 0}))
     with pytest.raises(LockHeld, match="no longer running.*--break-lock"):
@@ -136,5 +138,6 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
     taken = Lock.acquire(root, "align --resume", "op-dead", takeover_op="op-dead")  # resuming its own operation
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == os.getpid()
     taken.release()
+    (tmp_path / "_streamctl").mkdir(exist_ok=True)
     (tmp_path / LOCK_FILE).write_text(json.dumps({"op_id": "op-x", "host": socket.gethostname(), "pid": pid}))
     Lock.acquire(root, "align", "op-d", break_lock=True).release()
