@@ -89,8 +89,15 @@ def secrets_in(kafka_config: Sequence[str] = (), bootstrap: Optional[str] = None
 
 
 def redact(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret replaced by `***`; a short one (under 8 characters) only where it
+    stands alone, so that `ssl.key=1` does not turn every digit 1 of a path into `***`."""
+    import re
+
     for secret in secrets:
-        text = text.replace(secret, "***")
+        if len(secret) >= 8:
+            text = text.replace(secret, "***")
+        else:
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
     return text
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import LogParseError, _decode, _json_object, _lines, batch_id_of, parse_version_line
 from streamctl.inspectors.storage import Storage
 
@@ -119,6 +120,9 @@ def read_source(storage: Storage, source_id: int) -> SourceInfo:
     """Classify and read `sources/<source_id>/`. LogParseError/StorageError on bad files."""
     rel = f"sources/{source_id}"
     entries = storage.list_dir(rel) or []
+    for e in entries:
+        if e.is_dir and compactible_name(e.name) is not None:  # no reader of the source log can read it
+            raise StorageError(storage.uri(f"{rel}/{e.name}"), "is a folder, expected a file")
     names = {e.name for e in entries if not e.is_dir}
     batches = sorted(p for p in (compactible_name(n) for n in names) if p is not None)
     if not batches:

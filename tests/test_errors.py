@@ -92,6 +92,7 @@ DAMAGE: dict[str, Callable[[Path], str]] = {
     "nested-json-in-offsets": _nested,
     "offsets-file-is-a-folder": _folder_for("offsets/2"),
     "commits-file-is-a-folder": _folder_for("commits/1"),
+    "source-log-file-is-a-folder": _folder_for("sources/0/0"),
     "state-is-a-file": _file_for("state"),
     "offsets-is-a-file": _file_for("offsets"),
 }
@@ -248,7 +249,7 @@ def test_a_permission_error_is_exit_3_naming_the_file(ck: Path) -> None:
             for name in [*dirs, *files, ""]:
                 p = Path(dirpath) / name
                 if p != victim:
-                    p.chmod(p.stat().st_mode | (0o055 if p.is_dir() else 0o044))
+                    p.chmod(p.stat().st_mode | (0o077 if p.is_dir() else 0o044))  # folders writable: only the file is denied
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", HOME=str(ck.parent), XDG_CONFIG_HOME=str(ck.parent))
     for args in (["inspect", "epochs", str(ck), "--json"], ["align", str(ck), "--json"], ["trim", str(ck), "--json"]):
         r = subprocess.run([*prefix, str(PROGRAM), *args], capture_output=True, timeout=120, env=env)
@@ -259,3 +260,40 @@ def test_a_permission_error_is_exit_3_naming_the_file(ck: Path) -> None:
         assert f"{victim}: permission denied" in text, doc
     victim.chmod(0o644)
     assert digests(ck.parent) == before
+
+
+# ------------------------------------------------------------------ Kafka client settings
+
+KAFKA_CHECKPOINT = HERE.parent.parent / "shared" / "corpus" / "spark-checkpoints" / \
+    "checkpoint-version-2.4.3-kafka-include-headers-default"  # written by Spark's own Kafka tests
+
+
+@pytest.mark.skipif(not KAFKA_CHECKPOINT.is_dir(), reason="../shared/corpus is beside the repo in CI")
+def test_a_client_setting_kafka_python_rejects_is_a_config_error_without_secrets(cli: Callable, kafka_broker: Any,
+                                                                                   tmp_path: Path) -> None:
+    """Against the real broker: an unknown key or a wrongly typed value is exit 2 naming the
+    setting (not "cannot connect", exit 3); credentials in --bootstrap never show; nothing written."""
+    ck = tmp_path / "kafka-chk"
+    shutil.copytree(KAFKA_CHECKPOINT, ck)
+    shutil.rmtree(ck / "sources")  # the corpus keeps sources/0/0 as an empty placeholder (MANIFEST.tsv)
+    before = digests(tmp_path)
+    secret = ["--kafka-config", f"sasl.plain.password={SECRET}"]
+    cases = [(["inspect", "kafka", str(ck)], ["--kafka-config", "bogus.setting=1"], "bogus_setting"),
+             (["kafka", "commit-offsets", str(ck), "--group", "cfg", "--epoch", "0", "--execute"],
+              ["--kafka-config", "bogus.setting=1"], "bogus_setting"),
+             (["inspect", "kafka", str(ck)], ["--kafka-config", "request.timeout.ms=soon"], "")]
+    for cmd, bad, named in cases:
+        for extra in ([], ["--json"]):
+            r = cli(*cmd, "--bootstrap", kafka_broker.bootstrap, "--kafka-timeout", "5", *bad, *secret, *extra)
+            assert r.code == 2, (bad, r)
+            message = one_line(r.stderr)
+            assert "invalid Kafka client setting" in message and named in message, r
+            assert SECRET not in r.stdout + r.stderr, r
+            if extra:
+                error_doc(r, 2)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    r = cli("inspect", "kafka", str(ck), "--bootstrap", f"svc:{SECRET}@{host}:{port}", "--kafka-timeout", "3", "--json")
+    assert r.code in (2, 3), r
+    one_line(r.stderr)
+    assert SECRET not in r.stdout + r.stderr and r.json()["kind"] == "Error", r
+    assert digests(tmp_path) == before
