@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import struct
+import uuid
 import zlib
 from typing import Any, Optional
 
@@ -212,16 +213,26 @@ class Root:
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Create a file only if it does not exist (the lock). False when it exists."""
         if self.is_local:
+            # written whole under a temporary name, then linked into place (link fails when the
+            # name exists): a reader never sees the lock without its content (an empty lock would
+            # read as a foreign one and send the operator to --break-lock while its owner runs)
             path = self.local(rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+                with open(tmp, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+                except OSError:  # a file system without hard links: exclusive create, then write
+                    return _create_exclusive_unlinked(path, data)
+            finally:
+                os.unlink(tmp)
+            _fsync_dir(os.path.dirname(path))
             return True
         scheme = self.location.split("://", 1)[0].lower()
         if scheme in ("s3", "s3a", "s3n"):
@@ -511,6 +522,18 @@ def _hash_stream(fh: Any) -> tuple[int, str]:
             return size, h.hexdigest()
         size += len(block)
         h.update(block)
+
+
+def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return True
 
 
 def _fsync_dir(path: str) -> None:

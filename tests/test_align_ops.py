@@ -353,7 +353,13 @@ def test_concurrent_executes_one_wins_one_refused(lab: Lab, run_cli: Cli, start_
             assert first.poll() is None, (first.returncode, first.communicate())
             assert time.monotonic() < deadline, f"the first run never reached {start_second}"
             time.sleep(0.02)
-        holder = json.loads(lock.read_text())
+        while True:  # lock.json is created, then written: wait for its content
+            try:
+                holder = json.loads(lock.read_text())
+                break
+            except ValueError:
+                assert time.monotonic() < deadline, "lock.json never got its content"
+                time.sleep(0.02)
         second = run_cli(*lab.align_args("--execute", "--json"))
         still_running = first.poll() is None
         out1, err1 = first.communicate(timeout=120)
