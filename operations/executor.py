@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ CRASH_EXIT = 86
 BATCH_STEPS = 1000  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
 METER_SECONDS = 0.2
+COPY_THREADS = 8  # object-store reads and copies in flight at once
 
 
 class Conflict(Refused):
@@ -59,6 +61,7 @@ class Journal:
 
     def __init__(self, backup: Root) -> None:
         self.backup = backup
+        self._remote_data: Optional[bytes] = None  # the journal object's bytes as last read or written
 
     def path(self) -> str:
         return self.backup.uri(JOURNAL_FILE)
@@ -72,7 +75,7 @@ class Journal:
         if not records:
             return
         now = int(time.time() * 1000)
-        lines = [(json.dumps(dict(r, time_ms=now), sort_keys=True) + "\n").encode() for r in records]
+        lines = [record_line(r, now).encode() for r in records]
         crash_after = os.environ.get(CRASH_ENV)
         crash_at = None
         if crash_after and crash_after.isdigit() and Journal._writes + len(lines) >= int(crash_after):
@@ -86,9 +89,11 @@ class Journal:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-        else:
-            old = self.backup.read_all(JOURNAL_FILE) if self.backup.exists(JOURNAL_FILE) else b""
-            self.backup.write_atomic(JOURNAL_FILE, old + data)
+        else:  # no append on object stores: the whole object again (read once per process: the lock is ours)
+            if self._remote_data is None:
+                self._remote_data = self.backup.read_all(JOURNAL_FILE) if self.backup.exists(JOURNAL_FILE) else b""
+            self._remote_data += data
+            self.backup.write_atomic(JOURNAL_FILE, self._remote_data)
         Journal._writes += len(lines)
         if crash_at is not None:
             os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
@@ -96,8 +101,13 @@ class Journal:
     def read(self) -> JournalState:
         state = JournalState()
         if not self.backup.exists(JOURNAL_FILE):
+            if not self.backup.is_local:
+                self._remote_data = b""
             return state
-        for line in self.backup.read_all(JOURNAL_FILE).decode("utf-8", "replace").splitlines():
+        data = self.backup.read_all(JOURNAL_FILE)
+        if not self.backup.is_local:
+            self._remote_data = data
+        for line in data.decode("utf-8", "replace").splitlines():
             try:
                 rec = load_json(line)
             except ValueError:
@@ -122,6 +132,53 @@ class Journal:
         return state
 
 
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps does with a str (ensure_ascii)
+_BEGIN_KEYS = frozenset(("event", "step", "action", "root", "path", "pre"))
+_DIGEST_KEYS = frozenset(("size", "sha256"))
+_ENTRY_KEYS = ("action", "backup", "path", "root", "sha256", "size", "uri")  # a manifest entry, sorted
+_ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
+
+
+def _scalar(v: Any) -> str:
+    """json.dumps of a str, int or None (the common cases) without the encoder's set-up per call."""
+    if type(v) is str:  # noqa: E721
+        return _quote(v)
+    if v is None:
+        return "null"
+    if type(v) is int:  # noqa: E721 - not bool
+        return str(v)
+    return json.dumps(v)
+
+
+def _entry_json(m: dict[str, Any]) -> str:
+    """json.dumps(m, sort_keys=True) of a manifest entry (or a plan step, any flat record); the
+    common shapes without the general encoder (two journal records per step, the plan and the
+    manifest: most of an operation's encoding time otherwise)."""
+    if m.keys() == _ENTRY_KEY_SET:
+        return (f'{{"action": {_scalar(m["action"])}, "backup": {_scalar(m["backup"])}, "path": {_scalar(m["path"])}, '
+                f'"root": {_scalar(m["root"])}, "sha256": {_scalar(m["sha256"])}, "size": {_scalar(m["size"])}, '
+                f'"uri": {_scalar(m["uri"])}}}')
+    if all(v is None or type(v) in (str, int) for v in m.values()):  # noqa: E721
+        return "{" + ", ".join(f"{_quote(k)}: {_scalar(m[k])}" for k in sorted(m)) + "}"
+    return json.dumps(m, sort_keys=True)
+
+
+def record_line(rec: dict[str, Any], now: int) -> str:
+    """One journal line: json.dumps(dict(rec, time_ms=now), sort_keys=True) + newline, the begin
+    and done records of steps written without the general encoder (the same text; a test
+    compares them)."""
+    ev = rec.get("event")
+    if ev == "begin" and rec.keys() == _BEGIN_KEYS and type(rec["step"]) is int:  # noqa: E721
+        pre = rec["pre"]
+        if pre is None or (isinstance(pre, dict) and pre.keys() == _DIGEST_KEYS):
+            pre_json = "null" if pre is None else f'{{"sha256": {_scalar(pre["sha256"])}, "size": {_scalar(pre["size"])}}}'
+            return (f'{{"action": {_scalar(rec["action"])}, "event": "begin", "path": {_scalar(rec["path"])}, '
+                    f'"pre": {pre_json}, "root": {_scalar(rec["root"])}, "step": {rec["step"]}, "time_ms": {now}}}\n')
+    elif ev == "done" and len(rec) == 3 and isinstance(rec.get("manifest"), dict) and type(rec.get("step")) is int:  # noqa: E721
+        return f'{{"event": "done", "manifest": {_entry_json(rec["manifest"])}, "step": {rec["step"]}, "time_ms": {now}}}\n'
+    return json.dumps(dict(rec, time_ms=now), sort_keys=True) + "\n"
+
+
 def _json_file(doc: dict[str, Any]) -> bytes:
     """plan.json / manifest.json: one key per line at the top, lists one item per line, each item
     compact (json's C encoder: indent=2 takes the pure-Python one, seconds on 100,000 steps)."""
@@ -129,7 +186,8 @@ def _json_file(doc: dict[str, Any]) -> bytes:
     for key in sorted(doc):
         value = doc[key]
         if isinstance(value, list) and value:
-            items = ",\n    ".join(json.dumps(v, sort_keys=True) for v in value)
+            items = ",\n    ".join(_entry_json(v) if isinstance(v, dict) else json.dumps(v, sort_keys=True)
+                                      for v in value)
             parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]")
         else:
             parts.append(f"  {json.dumps(key)}: {json.dumps(value, sort_keys=True)}")
@@ -198,6 +256,7 @@ class Executor:
         self.progress = progress or (lambda _m: None)
         self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
+        self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -224,6 +283,7 @@ class Executor:
         leaves only begun steps to run again."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
+        first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
         if not state.started:
             pending.append({"event": "start", "op_id": self.plan.op_id, "pid": os.getpid(),
                             "steps": len(self.plan.steps)})
@@ -243,14 +303,20 @@ class Executor:
             pending = []
             touched: list[Step] = []
             deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
+            copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
+            copied = {i for i in new if first_run and i in self._objects}
             t0 = time.monotonic()
             for i in batch:
                 step = self.plan.steps[i]
                 if step.action == "delete" and not self.roots[step.root].is_local:
                     deletes.append(i)
                     continue
+                if i in copied:
+                    copies.append(i)
+                    continue
                 self._delete_remote(deletes, state, pending, touched)
-                deletes = []
+                self._move_by_copy(copies, state, pending, touched)
+                deletes, copies = [], []
                 self.progress(f"step {i + 1}/{len(self.plan.steps)}: {step.describe()}")
                 pre = state.begun[i].get("pre")
                 rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
@@ -264,6 +330,7 @@ class Executor:
                     self._commit_done(touched, pending)
                     pending, touched, t0 = [], [], time.monotonic()
             self._delete_remote(deletes, state, pending, touched)
+            self._move_by_copy(copies, state, pending, touched)
             self._sync(touched)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
@@ -275,22 +342,78 @@ class Executor:
     def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
         """What each step's file is before it acts (size, sha256), for its begin record. Files a
         --purge deletes on an object store get their size from one listing per folder, no read
-        (no undo can use a digest of a purged file)."""
+        (no undo can use a digest of a purged file). Objects are read on COPY_THREADS threads,
+        one request each; those that are plain files are noted in `_objects` (their moves go by
+        copy -> verify -> batched delete)."""
         pres: dict[int, Optional[dict[str, Any]]] = {}
         listed: dict[str, list[int]] = {}
+        remote: list[int] = []
         for i in indices:
             step = self.plan.steps[i]
             root = self.roots[step.root]
             if step.action == "delete" and not root.is_local:
                 listed.setdefault(step.root, []).append(i)
+            elif step.action == "move" and not (root.is_local and self.backup.is_local):
+                remote.append(i)
             else:
                 pres[i] = _digest_record(root.digest_if_exists(step.path))
+        for i, d in zip(remote, self._parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
+                self.plan.steps[i].path), remote)):
+            step = self.plan.steps[i]
+            if d is not None:
+                self._objects.add(i)
+            else:  # missing, or a folder: the general digest decides
+                d = self.roots[step.root].digest_if_exists(step.path)
+            pres[i] = _digest_record(d)
         for name, idx in listed.items():
             sizes = self.roots[name].listed_sizes([self.plan.steps[i].path for i in idx])
             for i in idx:
                 size = sizes[self.plan.steps[i].path]
                 pres[i] = None if size is None else {"size": size, "sha256": None}
         return pres
+
+    @staticmethod
+    def _parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
+        """fn over indices on at most COPY_THREADS threads (object-store requests overlap), in order."""
+        if len(indices) <= 1:
+            return [fn(i) for i in indices]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(indices))) as pool:
+            return list(pool.map(fn, indices))
+
+    def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
+                      touched: list[Step]) -> None:
+        """Moves of plain files by copy (an object store on either side): the copies in parallel,
+        each read back and checked against its begin record's digest, then the sources deleted in
+        batched requests once every copy is whole (never a delete at a backup path). A crash in
+        between leaves source and copy both, which the general path of a resume settles."""
+        if not indices:
+            return
+
+        for i in indices:
+            self.progress(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
+
+        def copy(i: int) -> None:
+            step, pre = self.plan.steps[i], state.begun[i]["pre"]
+            self.roots[step.root].copy_checked(step.path, self.backup, backup_rel(step), (pre["size"], pre["sha256"]))
+
+        self._parallel(copy, indices)
+        by_root: dict[str, list[str]] = {}
+        for i in indices:
+            by_root.setdefault(self.plan.steps[i].root, []).append(self.plan.steps[i].path)
+        for name, paths in by_root.items():
+            self.roots[name].delete_many(paths)
+        for i in indices:
+            step, pre = self.plan.steps[i], state.begun[i]["pre"]
+            rec = {"event": "done", "step": i, "manifest": dict(_entry_base(step, self.roots[step.root]), action="moved",
+                                                                size=pre["size"], sha256=pre["sha256"])}
+            pending.append(rec)
+            state.done[i] = rec
+            touched.append(step)
+            self.meter.tick(pre["size"] or 0)
+            if self.delay:
+                time.sleep(self.delay)
 
     def _delete_remote(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                        touched: list[Step]) -> None:
@@ -339,6 +462,10 @@ class Executor:
         b = backup_rel(step)
         base = _entry_base(step, root)
         if step.action == "move":
+            if isinstance(pre, dict) and root.rename_into(step.path, self.backup, b):
+                # one atomic rename that never replaces anything: the file the begin record hashed
+                # was there and nothing was at its backup path (else the checks below decide)
+                return dict(base, action="moved", size=pre["size"], sha256=pre["sha256"])
             if root.exists(step.path):
                 # the begin record hashed it already (the file is only moved after that record)
                 size, sha = (pre["size"], pre["sha256"]) if isinstance(pre, dict) else root.digest(step.path)

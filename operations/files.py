@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import struct
+import threading
 import uuid
 import zlib
 from typing import Any, Optional
@@ -26,6 +27,8 @@ CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
 AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
 DELETE_THREADS = 8
+S3_COPY_LIMIT = 5 << 30  # CopyObject copies objects up to 5 GiB in one request
+_S3_LOCK = threading.Lock()
 _NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
 
 
@@ -66,7 +69,10 @@ class Root:
         self.location = self.storage.display
         self._fs = None
         self._fs_root = ""
+        self._s3_cached: Any = None
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
+        self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
+        self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
         if not self.storage.is_local:
             self._fs = self.storage._fs  # noqa: SLF001 - same package family, one opener
             self._fs_root = self.storage._fs_root  # noqa: SLF001
@@ -120,8 +126,7 @@ class Root:
         open (no separate existence check)."""
         if self.is_local:
             try:
-                with open(self.local(rel), "rb") as fh:
-                    return _hash_stream(fh)
+                return _hash_file(self.local(rel))
             except FileNotFoundError:
                 return None
             except IsADirectoryError:
@@ -130,16 +135,92 @@ class Root:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         return self.digest(rel) if self.exists(rel) else None
 
+    def file_digest(self, rel: str) -> Optional[tuple[int, str]]:
+        """(size, sha256) of an object read once (one request on object stores: no existence or
+        kind check first); None when `rel` is not a plain file there (missing, or a folder),
+        which the general `digest_if_exists` then decides."""
+        if self.is_local:
+            try:
+                return _hash_file(self.local(rel))
+            except OSError:
+                return None
+        if self._is_s3:
+            return self._s3_file_digest(rel)
+        try:
+            with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
+                return _hash_stream(fh)
+        except OSError:  # FileNotFoundError, or a folder on stores that say so differently
+            return None
+
+    @property
+    def _is_s3(self) -> bool:
+        return self.location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n")
+
+    def _s3(self) -> Any:
+        """This root's boto3 client, made once (clients are thread-safe; making them is not)."""
+        with _S3_LOCK:
+            if self._s3_cached is None:
+                self._s3_cached = self._s3_client("")
+        return self._s3_cached
+
+    def _s3_file_digest(self, rel: str) -> Optional[tuple[int, str]]:
+        """One GetObject (pyarrow's stream asks HeadObject first): None when no such key."""
+        from botocore.exceptions import ClientError
+
+        bucket, key = self._key(rel)
+        try:
+            body = self._s3().get_object(Bucket=bucket, Key=key)["Body"]
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return None
+            raise StorageError(self.uri(rel), f"cannot read: {exc.response.get('Error', {}).get('Code')}") from None
+        try:
+            return _hash_stream(body)
+        finally:
+            body.close()
+
+    def copy_checked(self, rel: str, dest: "Root", dest_rel: str, want: tuple[int, str]) -> None:
+        """Copy one file into another root and read the copy back: it must hold exactly `want`
+        (size, sha256) or StorageError (the source is kept). Within one object store the copy is
+        the store's own (S3 CopyObject: no bytes through this process)."""
+        if self._is_s3 and dest._is_s3 and self._fs.equals(dest._fs) and want[0] < S3_COPY_LIMIT:  # type: ignore[union-attr]
+            src_bucket, src_key = self._key(rel)
+            bucket, key = dest._key(dest_rel)
+            from botocore.exceptions import ClientError
+
+            try:
+                self._s3().copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key})
+            except ClientError as exc:
+                raise StorageError(self.uri(rel), f"copy to {dest.uri(dest_rel)} failed: "
+                                                  f"{exc.response.get('Error', {}).get('Code')}") from None
+        elif not self.is_local and not dest.is_local and self._fs.equals(dest._fs):  # type: ignore[union-attr]
+            try:
+                self._fs.copy_file(self._remote(rel), dest._remote(dest_rel))  # type: ignore[union-attr]
+            except FileNotFoundError:
+                raise
+            except Exception:  # noqa: BLE001 - a store or emulator without server-side copy
+                dest.write_atomic(dest_rel, self.read_all(rel))
+        else:
+            self._copy_file(rel, dest, dest_rel)
+        if dest.file_digest(dest_rel) != tuple(want):
+            raise StorageError(dest.uri(dest_rel), "copy differs from its source; source kept")
+
     def sync_parents(self, rels: "list[str] | set[str]") -> None:
         """Make renames, creates and deletes of these paths durable: fsync each distinct parent
-        folder and its ancestors up to the root (local only; object-store calls are durable when
-        they return)."""
+        folder and, the first time this root syncs it (or after this root made it again), its
+        ancestors up to the root; later only the folder itself, whose entries are all that a
+        move changes (local only; object-store calls are durable when they return)."""
         if not self.is_local:
             return
         top = os.path.normpath(self.location)
+        parents = {os.path.dirname(self.local(rel)) for rel in rels}
+        walk = {p for p in parents if p not in self._synced or p in self._unsynced}
+        for p in sorted(parents - walk):
+            if not _fsync_dir(p):
+                walk.add(p)  # gone since (an emptied folder removed): its parent changed
         dirs: set[str] = set()
-        for rel in rels:
-            d = os.path.dirname(self.local(rel))
+        for p in walk:
+            d = p
             while d not in dirs and len(d) >= len(top):
                 dirs.add(d)
                 if os.path.normpath(d) == top:
@@ -147,6 +228,8 @@ class Root:
                 d = os.path.dirname(d)
         for d in sorted(dirs):
             _fsync_dir(d)
+        self._synced |= parents
+        self._unsynced -= parents
 
     def digest(self, rel: str) -> tuple[int, str]:
         """(size, sha256 hex) of a file, or of a folder (over its sorted relative names and file digests).
@@ -157,8 +240,7 @@ class Root:
             return self.tree_digest(rel)
         if self.is_local:
             try:
-                with open(self.local(rel), "rb") as fh:
-                    return _hash_stream(fh)
+                return _hash_file(self.local(rel))
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
@@ -194,11 +276,17 @@ class Root:
         return sorted(out)
 
     # -- changes --------------------------------------------------------------------------
+    def _makedirs(self, path: str) -> None:
+        """A local folder and its missing parents; its ancestors are fsynced again at the next sync."""
+        os.makedirs(path, exist_ok=True)
+        self._made.add(path)
+        self._unsynced.add(path)
+
     def write_atomic(self, rel: str, data: bytes) -> None:
         """Write a whole file so that readers see the old or the new content, never a part."""
         if self.is_local:
             path = self.local(rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._makedirs(os.path.dirname(path))
             tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.streamctl.tmp")
             with open(tmp, "wb") as fh:
                 fh.write(data)
@@ -397,7 +485,7 @@ class Root:
             pass
 
     def _s3_delete_many(self, rels: list[str]) -> None:
-        client = self._s3_client(rels[0])
+        client = self._s3()
         keys = [self._key(rel) for rel in rels]
         for i in range(0, len(keys), S3_DELETE_BATCH):
             chunk = keys[i:i + S3_DELETE_BATCH]
@@ -436,6 +524,19 @@ class Root:
         elif self.kind(rel) == "file":
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
+    def rename_into(self, rel: str, dest: "Root", dest_rel: str) -> bool:
+        """Rename a local file or folder into another local root, never over anything there (Linux
+        renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
+        renamed; False when that cannot be done here and now (nothing at `rel`, something at
+        `dest_rel`, another file system, no renameat2): the caller takes the general path."""
+        if not (self.is_local and dest.is_local) or _RENAME.noreplace is None:
+            return False
+        src, dst = self.local(rel), dest.local(dest_rel)
+        parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
+        if parent not in dest._made:
+            dest._makedirs(parent)
+        return _RENAME.noreplace(src, dst)
+
     def move_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file
         system, else copy -> fsync -> verify -> delete. Remote: copy -> verify -> delete."""
@@ -443,15 +544,14 @@ class Root:
             src, dst = self.local(rel), dest.local(dest_rel)
             parent = os.path.dirname(dst)
             if parent not in dest._made:  # one makedirs per folder, not per file
-                os.makedirs(parent, exist_ok=True)
-                dest._made.add(parent)
+                dest._makedirs(parent)
             try:
                 try:
                     os.rename(src, dst)
                 except FileNotFoundError:
                     if not os.path.lexists(src):
                         raise
-                    os.makedirs(parent, exist_ok=True)  # the folder went away since (undo, cleanup)
+                    dest._makedirs(parent)  # the folder went away since (undo, cleanup)
                     os.rename(src, dst)
                 return
             except OSError as exc:
@@ -469,9 +569,12 @@ class Root:
             for sub in self.walk_files(rel):
                 self.copy_to(f"{rel}/{sub}", dest, f"{dest_rel}/{sub}")
             return
+        self._copy_file(rel, dest, dest_rel)
+
+    def _copy_file(self, rel: str, dest: "Root", dest_rel: str) -> None:
         if self.is_local and dest.is_local:
             dst = dest.local(dest_rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            dest._makedirs(os.path.dirname(dst))
             shutil.copy2(self.local(rel), dst)
             with open(dst, "rb+") as fh:
                 os.fsync(fh.fileno())
@@ -496,6 +599,44 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
+
+
+class _Renamer:
+    """renameat2(..., RENAME_NOREPLACE) through the C library, loaded on first use; `noreplace`
+    is None where it does not exist (not Linux, an old C library)."""
+
+    AT_FDCWD = -100
+    RENAME_NOREPLACE = 1
+
+    def __init__(self) -> None:
+        self._fn: Any = False  # not looked up yet
+
+    @property
+    def noreplace(self) -> Optional[Any]:
+        if self._fn is False:
+            self._fn = None
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).renameat2
+                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+                fn.restype = ctypes.c_int
+                self._get_errno = ctypes.get_errno
+                self._fn = fn
+            except (OSError, AttributeError):
+                pass
+        return None if self._fn is None else self._rename
+
+    def _rename(self, src: str, dst: str) -> bool:
+        if self._fn(self.AT_FDCWD, os.fsencode(src), self.AT_FDCWD, os.fsencode(dst), self.RENAME_NOREPLACE) == 0:
+            return True
+        err = self._get_errno()
+        if err in (errno.EINVAL, errno.ENOSYS):  # a file system (or kernel) without it: never again
+            self._fn = None
+        return False
+
+
+_RENAME = _Renamer()
 
 
 def _gcs_token(where: str) -> str:
@@ -536,17 +677,36 @@ def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
     return True
 
 
-def _fsync_dir(path: str) -> None:
+def _hash_file(path: str) -> tuple[int, str]:
+    """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
+    half the cost on small files); a folder raises IsADirectoryError."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        h = hashlib.sha256()
+        size = 0
+        while True:
+            block = os.read(fd, CHUNK)
+            if not block:
+                return size, h.hexdigest()
+            size += len(block)
+            h.update(block)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: str) -> bool:
+    """fsync a folder; False when it cannot be opened (gone)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
-        return
+        return False
     try:
         os.fsync(fd)
     except OSError:
         pass
     finally:
         os.close(fd)
+    return True
 
 
 def maybe_digest(root: Root, rel: str) -> Optional[tuple[int, str]]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
@@ -100,19 +101,51 @@ def nested_steps(plan: Plan) -> list[tuple[str, str]]:
 
 
 def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
-    """Step paths that, resolved (symlinks followed, on local roots), leave their root."""
+    """Step paths that, resolved (symlinks followed, on local roots), leave their root. Each
+    distinct folder is resolved once; a step's own name is resolved only when it is a symlink
+    (found by one listing of a folder many steps touch, else one lstat)."""
     out: list[str] = []
     real_roots: dict[str, str] = {}
+    by_dir: dict[str, list[tuple[str, str, Root, str]]] = {}
     for s in plan.steps:
         root = roots.get(s.root)
         if root is None or not root.is_local:
             continue  # object stores have no symlinks; a Kafka group is no file root
         if s.root not in real_roots:
             real_roots[s.root] = os.path.realpath(root.location)
-        top = real_roots[s.root]
-        real = os.path.realpath(root.local(s.path))
-        if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
-            out.append(f"{root.uri(s.path)} (resolves to {real})")
+        path = root.local(s.path)
+        by_dir.setdefault(os.path.dirname(path), []).append((path, s.root, root, s.path))
+    for parent, members in by_dir.items():
+        real_parent = os.path.realpath(parent)
+        links = _links(parent, [m[0] for m in members])
+        for path, name, root, rel in members:
+            real = os.path.realpath(path) if path in links else os.path.join(real_parent, os.path.basename(path))
+            top = real_roots[name]
+            if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
+                out.append(f"{root.uri(rel)} (resolves to {real})")
+    return out
+
+
+LISTING_FROM = 16  # steps in one folder from which one listing is cheaper than an lstat each
+
+
+def _links(parent: str, paths: list[str]) -> set[str]:
+    """Which of these paths (all in `parent`; checked rels: no "." or ".." names) are symlinks.
+    A name that is not one resolves to itself inside its resolved folder."""
+    if len(paths) >= LISTING_FROM:
+        try:
+            with os.scandir(parent) as it:
+                names = {e.name for e in it if e.is_symlink()}
+            return {p for p in paths if os.path.basename(p) in names}
+        except OSError:
+            pass  # not listable: look at each
+    out = set()
+    for p in paths:
+        try:
+            if stat.S_ISLNK(os.lstat(p).st_mode):
+                out.add(p)
+        except OSError:
+            pass  # nothing there (yet): realpath would keep the name as it is
     return out
 
 

@@ -86,9 +86,29 @@ class _CountingProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
+            def _body(self) -> "tuple[bytes | None, dict[str, str]]":
+                """The request body and the headers to forward (a chunked upload, as the AWS SDK
+                sends a multipart part, is forwarded whole with its length)."""
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
+                if (self.headers.get("Transfer-Encoding") or "").lower() != "chunked":
+                    length = int(self.headers.get("Content-Length") or 0)
+                    return (self.rfile.read(length) if length else None), headers
+                chunks = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        break
+                    chunks.append(self.rfile.read(size))
+                    self.rfile.readline()
+                headers = {k: v for k, v in headers.items() if k.lower() != "transfer-encoding"}
+                body = b"".join(chunks)
+                headers["Content-Length"] = str(len(body))
+                return body, headers
+
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
+                body, headers = self._body()
                 with lock:
                     proxy.requests.append((self.command, self.path))
                     proxy.in_flight += 1
@@ -96,7 +116,7 @@ class _CountingProxy:
                 try:
                     time.sleep(delay)  # a round trip to a real object store
                     conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                    conn.request(self.command, self.path, body=body, headers=dict(self.headers))
+                    conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
                 finally:

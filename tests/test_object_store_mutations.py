@@ -233,40 +233,55 @@ def _many_epochs(fs, prefix: str, epochs: int) -> int:
 
 
 def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
-    """Counted by a proxy in front of the real S3 server: a --purge costs one DeleteObjects
-    request per 1,000 files plus the listing (no per-object read or delete); a move is copy ->
-    verify -> delete, a few requests per file (printed for BENCHMARKS.md)."""
+    """Counted by a proxy in front of the real S3 server, every request of the command, backup side
+    included: a --purge costs one DeleteObjects request per 1,000 files plus the listing (no
+    per-object read or delete); a move is read (the begin record's sha256) -> server-side copy ->
+    read back -> batched delete, about three requests per file, the copies in parallel (printed
+    for BENCHMARKS.md)."""
     _osf = _load("test_object_store")
     fs, port = s3
     counts = {}
-    for mode, epochs in (("purge", 1050), ("move", 60)):
+    for mode, epochs in (("purge", 1050), ("move", 300)):
         prefix = f"many-{mode}"
         _many_epochs(fs, prefix, epochs)
-        proxy = _osf._CountingProxy(port)
+        proxy = _osf._CountingProxy(port, delay=0.002)
         try:
             uri = f"s3://chk/{prefix}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
-            backup = _s3f.s3_uri(port, f"{prefix}-backup")  # plan and journal straight to the server, not counted
+            backup = f"s3://chk/{prefix}-backup?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
             r = cli("trim", uri, "--keep-epochs", "1", "--execute", "--json", "--backup-dir", backup,
                     *(["--purge"] if mode == "purge" else []))
             assert r.code == 0, r.stderr
             steps = len(r.json()["plan"]["steps"])
             reqs = list(proxy.requests)
+            in_flight = proxy.max_in_flight
         finally:
             proxy.close()
         left = {i.path.rsplit("/", 1)[1] for i in fs.get_file_info(_fs_selector(f"chk/{prefix}/offsets"))}
         assert left == {str(epochs - 2), str(epochs - 1)}, sorted(left)[:5]
-        counts[mode] = (steps, reqs)
-    steps, reqs = counts["purge"]
+        counts[mode] = (steps, reqs, in_flight)
+    steps, reqs, _ = counts["purge"]
     batch_deletes = [p for m, p in reqs if m == "POST" and "delete" in p]
     assert steps > 2000 and len(batch_deletes) == -(-steps // 1000), batch_deletes
     assert not [p for m, p in reqs if m == "DELETE" and not p.endswith("/lock.json")], "no per-object delete"
     reads = [p for m, p in reqs if m in ("GET", "HEAD") and ("/offsets/" in p or "/commits/" in p)]
     assert len(reads) <= 40, reads  # the few small files each inspection reads, not one per purged file
-    assert len(reqs) <= 100, reqs  # listings, those reads, the lock
-    msteps, mreqs = counts["move"]
+    assert len(reqs) <= 130, reqs  # listings, those reads, the lock, plan, journal and manifest
+    msteps, mreqs, m_in_flight = counts["move"]
+    moved = [p for _m, p in mreqs if "/many-move/offsets/" in p or "/many-move/commits/" in p
+             or "/many-move-backup/files/" in p]
+    kinds = {}
+    for m, p in mreqs:
+        kinds[m] = kinds.get(m, 0) + 1
+    # per moved file: one read of the source (its sha256 in the begin record), one CopyObject, one
+    # read of the copy; the sources go in DeleteObjects of up to 1,000 keys
+    assert len(moved) <= 3 * msteps + 40, (len(moved), msteps, kinds)
+    assert len(mreqs) <= 3.5 * msteps, (len(mreqs), msteps, kinds)
+    assert m_in_flight > 1, "the copies run in parallel"
+    assert not [p for m, p in mreqs if m == "DELETE" and not p.endswith("/lock.json")], "sources go in batches"
     print(f"[requests] trim --purge of {steps} S3 objects: {len(reqs)} requests ({len(batch_deletes)} DeleteObjects), "
-          f"{len(reqs) / steps:.3f} per purged file; trim (move) of {msteps}: {len(mreqs)} requests, "
-          f"{len(mreqs) / msteps:.1f} per moved file")
+          f"{len(reqs) / steps:.3f} per purged file; trim (move) of {msteps}: {len(mreqs)} requests "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}), {len(mreqs) / msteps:.2f} per moved file, "
+          f"at most {m_in_flight} at once")
 
 
 def _fs_selector(path: str):

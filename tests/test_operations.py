@@ -141,3 +141,42 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
     (tmp_path / "_streamctl").mkdir(exist_ok=True)
     (tmp_path / LOCK_FILE).write_text(json.dumps({"op_id": "op-x", "host": socket.gethostname(), "pid": pid}))
     Lock.acquire(root, "align", "op-d", break_lock=True).release()
+
+
+def test_journal_lines_of_steps_are_what_json_dumps_writes() -> None:
+    """The begin and done records (written without the general encoder, two per step) are the
+    exact text of json.dumps(sort_keys=True): paths with quotes, backslashes and non-ASCII, null
+    digests, write steps' extra keys, other records."""
+    from streamctl.operations.executor import _entry_json, record_line
+
+    odd = 'state/0/"q"\\x/é\u2028/ü.delta'
+    records = [
+        {"event": "begin", "step": 7, "action": "move", "root": "checkpoint", "path": odd, "pre": {"size": 4, "sha256": "ab"}},
+        {"event": "begin", "step": 0, "action": "write", "root": "sink", "path": "p", "pre": None},
+        {"event": "begin", "step": 3, "action": "delete", "root": "checkpoint", "path": "p", "pre": {"size": 9, "sha256": None}},
+        {"event": "done", "step": 7, "manifest": {"root": "checkpoint", "path": odd, "uri": f"s3://b/{odd}?x=\"",
+                                                  "backup": f"files/checkpoint/{odd}", "action": "moved", "size": 4, "sha256": "ab"}},
+        {"event": "done", "step": 0, "manifest": {"root": "sink", "path": "p", "uri": "u", "backup": "b", "action": "created",
+                                                  "size": None, "sha256": None, "written_size": 3, "written_sha256": "f"}},
+        {"event": "start", "op_id": "x", "pid": 3, "steps": 4},
+        {"event": "verified", "ok": True, "got": {"planned": 3, "findings": ["A"]}},
+    ]
+    for rec in records:
+        assert record_line(rec, 17) == json.dumps(dict(rec, time_ms=17), sort_keys=True) + "\n"
+        assert json.loads(record_line(rec, 17)) == dict(rec, time_ms=17)
+    for item in ({"action": "move", "root": "c", "path": odd, "reason": "x"}, {"a": True, "b": 1.5, "c": [1]}):
+        assert _entry_json(item) == json.dumps(item, sort_keys=True)
+
+
+def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) -> None:
+    ck, _sink, backup = _setup(tmp_path)
+    src, dst = Root("checkpoint", str(ck)), Root("backup", str(backup))
+    (backup / "files" / "commits").mkdir(parents=True)
+    (backup / "files" / "commits" / "1").write_bytes(b"earlier backup")
+    assert not src.rename_into("commits/1", dst, "files/commits/1")  # taken: the general path decides
+    assert (ck / "commits" / "1").read_bytes() == b"v1\n{}"
+    assert (backup / "files" / "commits" / "1").read_bytes() == b"earlier backup"
+    assert not src.rename_into("commits/9", dst, "files/commits/9")  # nothing to move
+    assert src.rename_into("commits/2", dst, "files/new/commits/2")  # its folders are made
+    assert not (ck / "commits" / "2").exists()
+    assert (backup / "files" / "new" / "commits" / "2").read_bytes() == b"v1\n{\"nextBatchWatermarkMs\":0}"
