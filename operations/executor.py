@@ -62,6 +62,7 @@ class Journal:
     def __init__(self, backup: Root) -> None:
         self.backup = backup
         self._remote_data: Optional[bytes] = None  # the journal object's bytes as last read or written
+        self._checked_end = False  # local: whether the file's end was checked for a torn line
 
     def path(self) -> str:
         return self.backup.uri(JOURNAL_FILE)
@@ -85,13 +86,19 @@ class Journal:
         if self.backup.is_local:
             path = self.backup.local(JOURNAL_FILE)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "ab") as fh:
+            with open(path, "ab+") as fh:
+                if not self._checked_end:  # a torn last line of a crashed run: never glue a record to it
+                    self._checked_end = True
+                    if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
+                        data = b"\n" + data
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
         else:  # no append on object stores: the whole object again (read once per process: the lock is ours)
             if self._remote_data is None:
                 self._remote_data = self.backup.read_all(JOURNAL_FILE) if self.backup.exists(JOURNAL_FILE) else b""
+            if self._remote_data and not self._remote_data.endswith(b"\n"):
+                self._remote_data += b"\n"
             self._remote_data += data
             self.backup.write_atomic(JOURNAL_FILE, self._remote_data)
         Journal._writes += len(lines)

@@ -213,7 +213,8 @@ class Root:
         if not self.is_local:
             return
         top = os.path.normpath(self.location)
-        parents = {os.path.dirname(self.local(rel)) for rel in rels}
+        heads = {rel.rpartition("/")[0] for rel in rels}  # each distinct folder checked once, not each path
+        parents = {self.local(h) if h else os.path.dirname(self.local("x")) for h in heads}
         walk = {p for p in parents if p not in self._synced or p in self._unsynced}
         for p in sorted(parents - walk):
             if not _fsync_dir(p):

@@ -180,3 +180,16 @@ def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) ->
     assert src.rename_into("commits/2", dst, "files/new/commits/2")  # its folders are made
     assert not (ck / "commits" / "2").exists()
     assert (backup / "files" / "new" / "commits" / "2").read_bytes() == b"v1\n{\"nextBatchWatermarkMs\":0}"
+
+
+def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path) -> None:
+    """A crash in the middle of a write leaves a torn last line: the next run's records start on
+    a line of their own (glued to it, the first would be lost with it)."""
+    from streamctl.operations.executor import Journal
+
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / JOURNAL_FILE).write_bytes(b'{"event": "start", "steps": 1}\n{"action": "move", "event": "beg')
+    journal = Journal(Root("backup", str(backup)))
+    journal.append_many([{"event": "begin", "step": 0, "action": "move", "root": "checkpoint", "path": "a", "pre": None}])
+    assert 0 in journal.read().begun
