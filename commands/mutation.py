@@ -116,7 +116,7 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
     doc = {"api_version": API_VERSION, "kind": f"{title(name)}Result", "executed": True, "resumed": outcome.resumed,
            "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.to_record(),
            "verified": ok, "after": got}
-    out = lines(plan, True) + [
+    out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
         f"backup and journal: {outcome.backup.location} (undo: streamctl {name} --undo {outcome.backup.location})",
         f"verified: {'yes' if ok else 'NO'} — now planned {got.get('planned')}, committed {got.get('committed')}, "
         f"sink epoch {got.get('sink_epoch')}, verdict {got.get('verdict')} (expected {plan.expected_verdict})"]
