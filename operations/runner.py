@@ -322,6 +322,10 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         raise
     except Conflict as exc:  # the lock is kept: the journal says where it stopped
         raise Conflict(str(exc) if resumed else f"{exc}; resume with: {hint}") from None
+    except (StorageError, OSError) as exc:  # storage failed mid-way (permission denied...): same, exit 3
+        path = getattr(exc, "path", None) or os.fsdecode(getattr(exc, "filename", None) or backup.location)
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
+        raise StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)") from None
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the lock is kept: resume with {hint} or undo with --undo") from None
     if op.finish is not None:

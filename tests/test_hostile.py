@@ -363,3 +363,44 @@ def test_drop_sink_refuses_with_the_same_code_and_json_in_plan_and_execute(fresh
         assert doc["kind"] == "DropSinkRefusal", doc
     assert fresh.everything() == before
     no_lock(fresh)
+
+
+def _denied(path: Path) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(deny, allow) moving `path`: root ignores permissions, so an immutable flag (chattr) for
+    root, a read-only parent folder for anyone else."""
+    import subprocess
+
+    if os.geteuid() == 0:
+        return (lambda: subprocess.run(["chattr", "+i", str(path)], check=True),
+                lambda: subprocess.run(["chattr", "-i", str(path)], check=True))
+    mode = path.parent.stat().st_mode
+    return lambda: path.parent.chmod(0o555), lambda: path.parent.chmod(mode)
+
+
+@pytest.mark.spark
+def test_a_permission_error_mid_execute_is_exit_3_naming_the_file_and_resume_finishes(fresh: Lab, cli: Callable) -> None:
+    victim = fresh.out / "_spark_metadata" / "4"
+    deny, allow = _denied(victim)
+    import subprocess
+
+    deny()
+    try:  # a real process: its lock outlives it, as after any failed --execute
+        proc = subprocess.run([str(Path(sys.executable).with_name("streamctl")), *fresh.align("--execute", "--json")],
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1"))
+    finally:
+        allow()
+    from types import SimpleNamespace
+
+    doc = error_json(SimpleNamespace(code=proc.returncode, stdout=proc.stdout, stderr=proc.stderr), 3)  # was exit 70, an internal error
+    assert doc["message"].startswith(str(victim) + ": cannot move to "), doc
+    assert "; the lock is kept: resume with: streamctl align --resume " in doc["message"], doc
+    assert (fresh.ckpt / "_streamctl" / "lock.json").exists()
+    backup = doc["message"].split("--resume ", 1)[1].split(" (or undo", 1)[0]
+    r = cli("align", "--resume", backup, "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    no_lock(fresh)
+    fresh.p.add_input(INPUT_FILES, 1)  # the delivery check: a restart of the real query with more input
+    fresh.p.run()
+    d = fresh.p.delivery()
+    assert d["ok"], d
