@@ -245,14 +245,12 @@ def test_a_permission_error_is_exit_3_naming_the_file(ck: Path) -> None:
             if p == Path("/"):
                 break
             p.chmod(p.stat().st_mode | 0o055)
-        for dirpath, dirs, files in os.walk(ck):  # readable by others; the victim stays 000
-            for name in [*dirs, *files, ""]:
-                p = Path(dirpath) / name
-                if p != victim:
-                    p.chmod(p.stat().st_mode | (0o077 if p.is_dir() else 0o044))  # folders writable: only the file is denied
+        for p in [ck, *ck.rglob("*")]:  # readable by others, folders writable: only the victim is denied
+            if p != victim:
+                p.chmod(0o777 if p.is_dir() else 0o644)
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", HOME=str(ck.parent), XDG_CONFIG_HOME=str(ck.parent))
     for args in (["inspect", "epochs", str(ck), "--json"], ["align", str(ck), "--json"], ["trim", str(ck), "--json"]):
-        r = subprocess.run([*prefix, str(PROGRAM), *args], capture_output=True, timeout=120, env=env)
+        r = subprocess.run([*prefix, str(PROGRAM), *args], capture_output=True, timeout=120, env=env, cwd=ck)
         assert r.returncode == 3, (args, r)
         assert r.stderr.decode() in ("", f"streamctl: {victim}: permission denied\n"), r
         doc = json.loads(r.stdout)
