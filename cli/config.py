@@ -38,7 +38,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from streamctl.inspectors.errors import UsageError
 
@@ -495,3 +495,27 @@ def resolve_checkpoint(arg: str, config: Config) -> tuple[str, Pipeline | None]:
             f"(to use a local folder named {arg!r}, write ./{arg})"
         )
     return pipeline.checkpoint, pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a command acts on: a checkpoint and (maybe) its sink, the sink's kind and app id."""
+
+    checkpoint: str
+    sink: Optional[str]
+    sink_kind: str
+    app_id: Optional[str]
+    pipeline: Optional[Pipeline]
+
+
+def resolve_target(arg: str, sink: Optional[str], sink_kind: Any, app_id: Optional[str], config: Config) -> Target:
+    """The one rule every command follows: ARG is a checkpoint (path or URI) or a pipeline name
+    (see `resolve_checkpoint`). A named pipeline brings its sink, sink kind and app id unless
+    `sink` names another sink; then the kind and the app id come from the flags alone.
+    `sink_kind` may be the flag's enum member or its value ("auto" lets the sink tell)."""
+    location, pipeline = resolve_checkpoint(arg, config)
+    kind = str(getattr(sink_kind, "value", sink_kind))
+    if sink is None and pipeline is not None:
+        return Target(location, pipeline.sink, pipeline.sink_kind if kind == "auto" and pipeline.sink_kind else kind,
+                      app_id or pipeline.app_id, pipeline)
+    return Target(location, sink, kind, app_id, pipeline)

@@ -9,7 +9,8 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _quiet
+from streamctl.commands import options
+from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -87,7 +88,7 @@ def align(
         return
     location, sink, sink_kind, app_id, config = target
     req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
-                       _quiet(quiet_period, config))
+                       options.quiet_period(quiet_period, config))
     if execute:  # the lock first: the plan is made (and an empty one reported) only under it
         mutation.execute("align", Request(location, lambda _op, _backup: plan_align(req)[0], backup_dir, break_lock),
                          operation(), plan_lines, as_json)

@@ -10,7 +10,8 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _quiet, _settings
+from streamctl.commands import options
+from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
 
 API_VERSION = "streamctl/v1"
 
@@ -110,6 +111,7 @@ def drop_sink(
       streamctl drop-sink --resume /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
       streamctl drop-sink --undo /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
     """
+    from streamctl.cli.config import resolve_target
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations import runner, teardown
@@ -130,13 +132,10 @@ def drop_sink(
                 teardown.operation(), undo, break_lock, meter=tick)), as_json)
         return
 
-    config = _settings()
-    if sink and not checkpoint and sink in config.pipelines:
-        p = config.pipelines[sink]
-        checkpoint, sink = p.checkpoint, p.sink
-        if sink_kind == "auto" and p.sink_kind:
-            sink_kind = p.sink_kind
-        app_id = app_id or p.app_id
+    config = options.settings()
+    if sink and not checkpoint and sink in config.pipelines:  # SINK names a pipeline: its checkpoint and sink
+        t = resolve_target(sink, None, sink_kind, app_id, config)
+        checkpoint, sink, sink_kind, app_id = t.checkpoint, t.sink, t.sink_kind, t.app_id
     if not sink or not checkpoint:
         raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume / --undo)")
     if not 0 <= stop_timeout < float("inf"):
@@ -145,7 +144,7 @@ def drop_sink(
         raise _refused(teardown.Refused(
             f"{checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the writer, confirm "
             "it drained) or, for a query you know is stopped, --assume-stopped"), as_json)
-    quiet = _quiet(quiet_period, config)
+    quiet = options.quiet_period(quiet_period, config)
     req = teardown.TeardownRequest(checkpoint, sink, sink_kind, app_id, archive, discard_in_flight, purge, purge_data)
     ck_root, sink_root = Root("checkpoint", checkpoint), Root("sink", sink)
     for r in (ck_root, sink_root):

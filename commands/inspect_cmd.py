@@ -2,17 +2,17 @@
 render, return the exit code the verdict implies."""
 from __future__ import annotations
 
-import enum
 import os
 import sys
 from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import context, render
+from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
 from streamctl.cli.exit_codes import EXIT_CODES_HELP, ExitCode
-from streamctl.commands import kafka_cmd
+from streamctl.commands import kafka_cmd, options
+from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
 
 app = typer.Typer(
     help="Read-only inspections of checkpoints, state and sinks.",
@@ -21,89 +21,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
 
-
-
-def _settings() -> Any:
-    from streamctl.cli.config import load_config
-
-    return load_config(context.CONFIG_PATH)
-
-
-def _format(flag: Optional[str], as_json: bool, config: Any) -> str:
-    from streamctl.cli.config import setting
-
-    if as_json:
-        return "json"
-    fmt = setting("format", flag, "STREAMCTL_FORMAT", config, "table", flag="--format")
-    return render.effective_format(fmt)
-
-
-def _resolve(args: list[str], config: Any) -> list[str]:
-    from streamctl.cli.config import resolve_checkpoint
-
-    return [resolve_checkpoint(a, config)[0] for a in args]
-
-
-def _targets(args: list[str], sinks: Optional[list[str]], sink_kind: str, app_id: Optional[str],
-             config: Any) -> list[tuple[str, Optional[str], str, Optional[str]]]:
-    """(checkpoint, sink, sink kind, app id) per argument. --sink is given once per checkpoint,
-    in order; a named pipeline brings its own sink, kind and app id unless flags say otherwise."""
-    from streamctl.cli.config import resolve_checkpoint
-    from streamctl.inspectors.errors import UsageError
-
-    sink_kind = str(sink_kind)
-    if sink_kind not in SINK_KINDS:
-        raise UsageError(f"invalid value for --sink-kind: {sink_kind!r} (choose from {', '.join(SINK_KINDS)})")
-    if sinks and len(sinks) != len(args):
-        raise UsageError(f"--sink was given {len(sinks)} time(s) for {len(args)} checkpoint(s): give one per checkpoint, in order")
-    out = []
-    for i, arg in enumerate(args):
-        location, pipeline = resolve_checkpoint(arg, config)
-        sink = sinks[i] if sinks else (pipeline.sink if pipeline else None)
-        kind = sink_kind
-        if kind == "auto" and not sinks and pipeline and pipeline.sink_kind:
-            kind = pipeline.sink_kind
-        app = app_id or (pipeline.app_id if pipeline and not sinks else None)
-        out.append((location, sink, kind, app))
-    return out
-
-
-QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
-              "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
-SINK_KINDS = ("auto", "file", "delta", "coordinated")  # as streamctl.inspectors.sinks.SINK_KINDS
-
-
-class SinkKind(str, enum.Enum):
-    """--sink-kind as a choice: typer rejects any other value (usage error, exit 2)."""
-
-    auto = "auto"
-    file = "file"
-    delta = "delta"
-    coordinated = "coordinated"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
-SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
-APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
-
-# Options shared by several inspect commands (one meaning per flag everywhere).
-SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
-SINK_KIND_OPT = typer.Option(SinkKind.auto, "--sink-kind", help=SINK_KIND_HELP)
-APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
-QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
-FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
-JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
-
-
-def _quiet(flag: Optional[float], config: Any) -> float:
-    from streamctl.cli.config import setting
-
-    return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
 
 
 def exit_for_verdict(verdict: str) -> ExitCode:
@@ -185,8 +103,8 @@ def inspect_epochs(
     from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.report import epoch_report_of_records
 
-    config = _settings()
-    output = _format(fmt, as_json, config)
+    config = options.settings()
+    output = options.output_format(fmt, as_json, config)
     if engine not in fleet.ENGINES:
         raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(fleet.ENGINES)})")
     if workers is not None and workers < 1:
@@ -201,8 +119,8 @@ def inspect_epochs(
         raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
                          "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
     args = fleet.expand(checkpoints)
-    targets = [fleet.Target(*t) for t in _targets(args, sink, sink_kind, app_id, config)]
-    quiet = _quiet(quiet_period, config)
+    targets = [fleet.Target(*t) for t in options.targets(args, sink, sink_kind, app_id, config)]
+    quiet = options.quiet_period(quiet_period, config)
     default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None
 
@@ -270,15 +188,6 @@ def _write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: 
         raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
 
 
-def _bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)  # pragma: no cover
-
-
 def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
     """(headers, rows, finding lines) of `inspect epochs`."""
     rows = []
@@ -296,7 +205,7 @@ def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[
             row += [q["kafka"]["lag"] if q["kafka"] else "-"]
         if with_reclaim:
             r = q.get("reclaimable") or {}
-            row += [f"{r['files']} files, {_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
+            row += [f"{r['files']} files, {options.human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
         rows.append(row + [_window(q["common_window"]), q["verdict"]])
         lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
     lines += [_finding_line(f) for f in doc["findings"]]
@@ -387,11 +296,11 @@ def inspect_state(
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.report import state_report
 
-    config = _settings()
-    output = _format(fmt, as_json, config)
-    location = _resolve([checkpoint], config)[0]
+    config = options.settings()
+    output = options.output_format(fmt, as_json, config)
+    location = options.checkpoints([checkpoint], config)[0]
     with render.progress(output != "json") as tick:
-        q = inspect_checkpoint(location, progress=tick, quiet_period_s=_quiet(quiet_period, config))
+        q = inspect_checkpoint(location, progress=tick, quiet_period_s=options.quiet_period(quiet_period, config))
     doc = state_report(q)
     if output == "json":
         render.emit_json(doc)
@@ -460,17 +369,14 @@ def inspect_sink(
       streamctl inspect sink /data/tables/orders
       streamctl inspect sink s3://bucket/tables/orders --sink-kind delta --app-id 26806544-709f-4745-a6e4-7641361fe94a
     """
-    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.cli.config import resolve_target
     from streamctl.inspectors.report import sink_report
     from streamctl.inspectors.sinks import read_sink
 
-    config = _settings()
-    output = _format(fmt, as_json, config)
-    targets = _targets([sink], None, sink_kind, app_id, config)
-    _location, pipeline = resolve_checkpoint(sink, config)
-    location = pipeline.sink if pipeline and pipeline.sink else sink
-    kind = targets[0][2]
-    app = app_id or (pipeline.app_id if pipeline else None)
+    config = options.settings()
+    output = options.output_format(fmt, as_json, config)
+    t = resolve_target(sink, None, sink_kind, app_id, config)  # SINK may name a pipeline: its sink
+    location, kind, app = (t.sink or sink) if t.pipeline else sink, t.sink_kind, t.app_id
     with render.progress(output != "json") as tick:
         tick(f"reading {location}")
         log = read_sink(location, kind, app, detail=True)
@@ -521,9 +427,9 @@ def inspect_writers(
     """
     from streamctl.inspectors.report import writers_report
 
-    config = _settings()
-    output = _format(fmt, as_json, config)
-    queries = _inspect_all(_targets(checkpoints, sink, sink_kind, app_id, config), output, _quiet(quiet_period, config))
+    config = options.settings()
+    output = options.output_format(fmt, as_json, config)
+    queries = _inspect_all(options.targets(checkpoints, sink, sink_kind, app_id, config), output, options.quiet_period(quiet_period, config))
     doc = writers_report(queries)
     if output == "json":
         render.emit_json(doc)
@@ -590,14 +496,14 @@ def inspect_kafka(
     from streamctl.inspectors.kafka import KafkaBroker, with_kafka
     from streamctl.inspectors.report import kafka_report
 
-    config = _settings()
-    output = _format(fmt, as_json, config)
+    config = options.settings()
+    output = options.output_format(fmt, as_json, config)
     location, pipeline = resolve_checkpoint(checkpoint, config)
     ks = kafka_cmd.kafka_settings(bootstrap, kafka_config, kafka_timeout, pipeline, config)
     assert ks is not None
     with render.progress(output != "json") as tick:
         tick(f"inspecting {location}")
-        q = inspect_checkpoint(location, quiet_period_s=_quiet(quiet_period, config))
+        q = inspect_checkpoint(location, quiet_period_s=options.quiet_period(quiet_period, config))
         tick(f"asking {ks.bootstrap}")
         with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
             q, rows = with_kafka(q, broker, group)

@@ -29,7 +29,7 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     """The common front of a mutating command: `--resume` / `--undo` are run here (None is
     returned); otherwise (checkpoint location, sink, sink kind, app id, config), a named
     pipeline's sink filling in what the flags leave out."""
-    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.cli.config import load_config, resolve_target
     from streamctl.cli import context
     from streamctl.inspectors.errors import UsageError
 
@@ -47,13 +47,8 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     if not checkpoint:
         raise UsageError("name a CHECKPOINT (or use --resume / --undo)")
     config = load_config(context.CONFIG_PATH)
-    location, pipeline = resolve_checkpoint(checkpoint, config)
-    if sink is None and pipeline is not None:
-        sink = pipeline.sink
-        if sink_kind == "auto" and pipeline.sink_kind:
-            sink_kind = pipeline.sink_kind
-        app_id = app_id or pipeline.app_id
-    return location, sink, sink_kind, app_id, config
+    t = resolve_target(checkpoint, sink, sink_kind, app_id, config)
+    return t.checkpoint, t.sink, t.sink_kind, t.app_id, config
 
 
 def runner() -> Any:

@@ -8,7 +8,8 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.inspect_cmd import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind, _bytes, _quiet
+from streamctl.commands import options
+from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -18,10 +19,10 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     total_b = sum(v["bytes"] for v in sizes.values())
     lines = [f"{head}: trim {plan.roots['checkpoint']}" + (f" with sink {plan.roots['sink']}" if "sink" in plan.roots else ""),
              f"  keeps restart and rollback points {plan.after.get('oldest_rollback')}..{plan.before.get('committed')}",
-             f"  reclaimable: {total_f} file(s), {_bytes(total_b)}"]
+             f"  reclaimable: {total_f} file(s), {options.human_bytes(total_b)}"]
     for cat, v in sizes.items():
         if v["files"]:
-            lines.append(f"    {cat:<9} {v['files']:>7} file(s) {_bytes(v['bytes']):>12}")
+            lines.append(f"    {cat:<9} {v['files']:>7} file(s) {options.human_bytes(v['bytes']):>12}")
     from streamctl.commands.mutation import step_lines
 
     return lines + [f"  note: {n}" for n in plan.notes[1:]] + step_lines(plan)
@@ -70,7 +71,7 @@ def trim(
     if target is None:
         return
     location, sink, sink_kind, app_id, config = target
-    req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, _quiet(quiet_period, config))
+    req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, options.quiet_period(quiet_period, config))
     if execute:
         mutation.execute("trim", Request(location, lambda _op, _backup: plan_trim(req)[0], backup_dir, break_lock),
                          operation(), plan_lines, as_json)

@@ -213,10 +213,10 @@ def test_coordinated_commit_record_garbage(cli, tmp_path):
 
 
 def test_cli_sink_kinds_match_the_readers():
-    from streamctl.commands.inspect_cmd import SINK_KINDS as CLI_KINDS
+    from streamctl.commands.options import SinkKind
     from streamctl.inspectors.sinks import READERS, SINK_KINDS
 
-    assert CLI_KINDS == SINK_KINDS == ("auto", *READERS)
+    assert tuple(k.value for k in SinkKind) == SINK_KINDS == ("auto", *READERS)
 
 
 def test_delta_txn_survives_a_checkpoint_and_log_cleanup(cli, tmp_path):

@@ -1,0 +1,95 @@
+"""What every command shares: the options with one meaning everywhere, the settings they fall
+back to (flag, environment, config file), and the one way a command names its target."""
+from __future__ import annotations
+
+import enum
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import context, render
+from streamctl.inspectors.sinks import SINK_KINDS
+
+FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
+QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
+              "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
+SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
+SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
+APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
+
+
+class SinkKind(str, enum.Enum):
+    """--sink-kind as a choice: typer rejects any other value (usage error, exit 2). The values
+    are the readers' (inspectors/sinks.py SINK_KINDS; tests/test_sinks.py checks they match)."""
+
+    auto = "auto"
+    file = "file"
+    delta = "delta"
+    coordinated = "coordinated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
+SINK_KIND_OPT = typer.Option(SinkKind.auto, "--sink-kind", help=SINK_KIND_HELP)
+APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
+QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
+FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
+JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
+
+
+def settings() -> Any:
+    """The config file (`--config`, STREAMCTL_CONFIG or the user config dir's)."""
+    from streamctl.cli.config import load_config
+
+    return load_config(context.CONFIG_PATH)
+
+
+def output_format(flag: Optional[str], as_json: bool, config: Any) -> str:
+    from streamctl.cli.config import setting
+
+    if as_json:
+        return "json"
+    fmt = setting("format", flag, "STREAMCTL_FORMAT", config, "table", flag="--format")
+    return render.effective_format(fmt)
+
+
+def quiet_period(flag: Optional[float], config: Any) -> float:
+    from streamctl.cli.config import setting
+
+    return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
+
+
+def checkpoints(args: list[str], config: Any) -> list[str]:
+    from streamctl.cli.config import resolve_checkpoint
+
+    return [resolve_checkpoint(a, config)[0] for a in args]
+
+
+def targets(args: list[str], sinks: Optional[list[str]], sink_kind: Any, app_id: Optional[str],
+            config: Any) -> list[tuple[str, Optional[str], str, Optional[str]]]:
+    """(checkpoint, sink, sink kind, app id) per argument, by cli/config.py resolve_target. --sink
+    is given once per checkpoint, in order."""
+    from streamctl.cli.config import resolve_target
+    from streamctl.inspectors.errors import UsageError
+
+    kind = str(sink_kind)
+    if kind not in SINK_KINDS:
+        raise UsageError(f"invalid value for --sink-kind: {kind!r} (choose from {', '.join(SINK_KINDS)})")
+    if sinks and len(sinks) != len(args):
+        raise UsageError(f"--sink was given {len(sinks)} time(s) for {len(args)} checkpoint(s): give one per checkpoint, in order")
+    out = []
+    for i, arg in enumerate(args):
+        t = resolve_target(arg, sinks[i] if sinks else None, kind, app_id, config)
+        out.append((t.checkpoint, t.sink, t.sink_kind, t.app_id))
+    return out
+
+
+def human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover
