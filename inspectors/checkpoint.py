@@ -202,8 +202,13 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id)
-    compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), q.findings) if known else []
-    findings = q.findings + log.findings + tuple(compared)
+    if known:  # derived from the checkpoint's positions only when they are known
+        sink_findings, older = _repartition_sink_gaps(location, log, q)
+        checkpoint_findings = q.findings + tuple(older)
+        compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), checkpoint_findings)
+    else:
+        sink_findings, checkpoint_findings, compared = list(log.findings), q.findings, []
+    findings = checkpoint_findings + tuple(sink_findings) + tuple(compared)
     reference = q.committed if q.committed is not None else q.planned
     extra = [Writer("sink", "sink_log", log.first_epoch, log.epoch, _status(log.first_epoch, log.epoch, reference))]
     for w in log.writers:
@@ -226,14 +231,67 @@ def _repartition_sink(sink: "SinkLog", found: list[Finding], checkpoint: tuple[F
         if not missing or not missing <= repartitions:
             out.append(f)
         elif sink.kind == "file":
-            epochs = sorted(missing)
-            out.append(Finding(
-                "SINK_REPARTITION_HOLE",
-                f"the file sink's log has no entry for repartition batch(es) {summarize([str(e) for e in epochs])}: "
-                f"Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query dies at the log's "
-                f"next compaction; `streamctl align` writes the empty entry (the batch read nothing)",
-                details={"sink_epoch": sink.epoch, "missing": epochs}))
+            out.append(_sink_hole_finding(sink, sorted(missing)))
     return out
+
+
+def _sink_hole_finding(sink: "SinkLog", epochs: list[int]) -> Finding:
+    return Finding(
+        "SINK_REPARTITION_HOLE",
+        f"the file sink's log has no entry for repartition batch(es) {summarize([str(e) for e in epochs])}: "
+        f"Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query dies at the log's "
+        f"next compaction; `streamctl align` writes the empty entry (the batch read nothing)",
+        details={"sink_epoch": sink.epoch, "missing": epochs})
+
+
+def _repartition_sink_gaps(location: str, sink: "SinkLog", q: QueryInspection) -> tuple[list[Finding], list[Finding]]:
+    """A file sink's LOG_GAP (a batch missing after the log's newest compaction) whose missing
+    batches are all committed repartition batches, however old: the query ran on past the
+    repartition and the log kept the hole (it dies at the next compaction). Each listed batch is
+    tested as Spark does, from offsets/<b> and offsets/<b-1> (cost follows the listed ids).
+    Returns the sink's findings with such a LOG_GAP turned into SINK_REPARTITION_HOLE, and
+    REPARTITION_BATCH for those batches the checkpoint's findings (the newest two) did not name."""
+    known = {int(f.details["epoch"]) for f in q.findings if f.code == "REPARTITION_BATCH"}
+    out: list[Finding] = []
+    older: list[Finding] = []
+    for f in sink.findings:
+        missing = [int(b) for b in f.details.get("missing", ())] if f.code == "LOG_GAP" and sink.kind == "file" else []
+        if (not missing or f.details.get("missing_count") != len(missing) or q.committed is None
+                or max(missing) > q.committed):
+            out.append(f)
+            continue
+        changes = _repartition_changes(location, missing)
+        if changes is None:
+            out.append(f)
+            continue
+        older += [_repartition_batch_finding(b, *changes[b]) for b in missing if b not in known]
+        out.append(_sink_hole_finding(sink, missing))
+    return out, older
+
+
+def _repartition_changes(location: str, batches: list[int]) -> Optional[dict[int, tuple[int, int]]]:
+    """{batch: (old, new) partition counts} when every batch is a repartition batch, else None."""
+    try:
+        st = Storage.open(location)
+        changes = {}
+        for b in batches:
+            entry, older = (parse_offsets(st.read(f"offsets/{i}"), st.uri(f"offsets/{i}"), i) for i in (b, b - 1))
+            change = repartition_change(entry, older)
+            if change is None:
+                return None
+            changes[b] = change
+        return changes
+    except StreamctlError:  # an unreadable or missing offsets file: the gap stays LOG_GAP
+        return None
+
+
+def _repartition_batch_finding(b: int, old: int, new: int) -> Finding:
+    return Finding(
+        "REPARTITION_BATCH",
+        f"batch {b} is Spark's offline state repartition from {old} to {new} partitions "
+        f"(offsets/{b} conf {SHUFFLE_PARTITIONS}={new}, batch {b - 1} had {old}); it read no input "
+        f"and a restart resumes with {new} state partitions",
+        details={"epoch": b, "from_partitions": old, "to_partitions": new})
 
 
 class _Inspector:
@@ -512,11 +570,7 @@ class _Inspector:
             b, (old, new) = entry.batch_id, change
             details = {"epoch": b, "from_partitions": old, "to_partitions": new}
             if committed is not None and b <= committed:
-                self.findings.append(Finding(
-                    "REPARTITION_BATCH",
-                    f"batch {b} is Spark's offline state repartition from {old} to {new} partitions "
-                    f"(offsets/{b} conf {SHUFFLE_PARTITIONS}={new}, batch {b - 1} had {old}); it read no input "
-                    f"and a restart resumes with {new} state partitions", details=details))
+                self.findings.append(_repartition_batch_finding(b, old, new))
             elif b == planned:
                 unfinished = True
                 self.findings.append(Finding(

@@ -258,7 +258,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     S_before = S
     sink_holes = _repartition_holes(q, file_log)
     if sink_holes:  # the repartition batches read nothing: their empty sink entries make the sink whole
-        S = max(sink_holes)
+        S = max(sink_holes + ([S] if S is not None else []))  # a hole below the newest entry keeps S
         pl.notes.append(f"{FILE_SINK_LOG}/ gets the empty entry of repartition batch(es) {epochs_text(sink_holes)} "
                         "(v1, no files): exactly-once, the batch read no input")
     s_ = -1 if S is None else S

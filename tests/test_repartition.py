@@ -50,6 +50,18 @@ def _partitions(p: Any, batch: int) -> int:
     return int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
 
 
+def _restart_through_compaction(cli: Any, p: Any, files: int, compaction: int, committed: int) -> None:
+    """Restart with `files` more input files through the file sink's compaction at batch
+    `compaction`: every id exactly once in the sink, and the checkpoint aligned at `committed`."""
+    p.add_input(p.files, files)
+    p.run()
+    assert (p.output / f"_spark_metadata/{compaction}.compact").exists()
+    d = p.delivery()
+    assert d["ok"], d
+    code, q, _ = _inspect(cli, p, sink=True)
+    assert code == 0 and q["committed"] == committed, q["findings"]
+
+
 def _state_steps(plan: dict) -> list[str]:
     return [s["path"] for s in plan["steps"] if s["root"] == "checkpoint" and s["path"].startswith("state/")]
 
@@ -88,13 +100,7 @@ def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Pat
     assert (p.output / "_spark_metadata/3").read_bytes() == b"v1"
 
     # the restart runs through the sink log's next compaction (batch 5) with 8 state partitions
-    p.add_input(p.files, 3)
-    p.run()
-    assert (p.output / "_spark_metadata/5.compact").exists()
-    d = p.delivery()
-    assert d["ok"], d
-    code, q, codes = _inspect(cli, p, sink=True)
-    assert code == 0 and q["committed"] == 6, q["findings"]
+    _restart_through_compaction(cli, p, files=3, compaction=5, committed=6)
 
     # item 3 on the repartitioned shape: trim keeps what a restart reads, and the restart proves it
     parts = sorted(x.name for x in (p.checkpoint / "state/0").iterdir() if x.name.isdigit())
@@ -105,6 +111,44 @@ def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Pat
     p.run()
     d = p.delivery()
     assert d["ok"], d
+
+
+@pytest.mark.spark4
+def test_repartition_hole_below_the_newest_batches_on_checkpoint_format_2(spark: Any, cli: Any, tmp_path: Path,
+                                                                          align_pipeline: Any) -> None:
+    """A repartition batch whose sink entry is missing while the query ran on past it (the file
+    sink's log keeps the hole until its next compaction, where the query dies) is recognised at
+    any age within the log's retained window, not only among the two newest batches; here on
+    checkpoint format 2 (state unique ids) with a compaction interval of 5."""
+    ap = align_pipeline
+    _needs_repartition(spark)
+    confs = {"spark.sql.streaming.fileSink.log.compactInterval": "5",
+             "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+    p = ap.Pipeline(tmp_path, "dedup_rocksdb", spark, extra_confs=confs)
+    p.add_input(0, 5)  # batches 0..4 (4.compact)
+    p.run()
+    ap.settle(p.base)
+    new = 2 * _partitions(p, 4)
+    key = "spark.sql.streaming.stateStore.checkpointFormatVersion"  # Spark's rewriter checks the session's
+    saved = spark.conf.get(key, None)
+    spark.conf.set(key, "2")
+    try:
+        spark._streamingCheckpointManager.repartition(str(p.checkpoint), new)
+    finally:
+        spark.conf.unset(key) if saved is None else spark.conf.set(key, saved)
+    assert _partitions(p, 5) == new and (p.checkpoint / "commits/5").exists()
+    p.add_input(p.files, 3)  # batches 6, 7, 8: the query runs on past the hole at 5
+    p.run()
+    assert not (p.output / "_spark_metadata/5").exists() and (p.output / "_spark_metadata/8").exists()
+
+    code, q, codes = _inspect(cli, p, sink=True)
+    assert code == 1 and q["checkpoint_format"] == 2, q
+    assert "SINK_REPARTITION_HOLE" in codes and "LOG_GAP" not in codes and "REPARTITION_BATCH" in codes, q["findings"]
+    r = _align(cli, p, sink=True, execute=True)
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    assert sorted(s["path"] for s in r.json()["plan"]["steps"]) == ["_spark_metadata/.5.crc", "_spark_metadata/5"]
+
+    _restart_through_compaction(cli, p, files=2, compaction=9, committed=10)  # 9.compact reads 5
 
 
 @pytest.mark.spark4
