@@ -57,10 +57,26 @@ for rel in json.load(open(sys.argv[3])):
 """
 
 
+def _align(exe: str, ck: Path, env: dict[str, str], times: dict[str, list[float]], steps: dict[str, int]) -> None:
+    """b, c, d: align's plan, --execute and --undo on a copy with the fault."""
+    t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--json"], env)
+    assert r.returncode == 0, r.stderr
+    steps["align"] = len(json.loads(r.stdout)["plan"]["steps"])
+    times["align plan"].append(t)
+    t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--execute", "--json"], env)
+    assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
+    times["align --execute"].append(t)
+    backup = json.loads(r.stdout)["backup"]
+    t, r = _run([exe, "align", "--undo", backup], env)
+    assert r.returncode == 0, r.stderr
+    times["align --undo"].append(t)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="the cached synthetic checkpoint (default: bench_inspect's)")
+    p.add_argument("--skip-align", action="store_true", help="time only cp -a, trim and the renames floor")
     args = p.parse_args(argv)
     bi = _bench_inspect()
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -82,17 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                     os.remove(ck / "state/0/7" / name)
             t, r = _run(["cp", "-a", str(ck), str(Path(tmp) / f"manual-{i}")], env)
             times["cp -a (baseline)"].append(t)
-            t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--json"], env)
-            assert r.returncode == 0, r.stderr
-            steps["align"] = len(json.loads(r.stdout)["plan"]["steps"])
-            times["align plan"].append(t)
-            t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--execute", "--json"], env)
-            assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
-            times["align --execute"].append(t)
-            backup = json.loads(r.stdout)["backup"]
-            t, r = _run([exe, "align", "--undo", backup], env)
-            assert r.returncode == 0, r.stderr
-            times["align --undo"].append(t)
+            if not args.skip_align:
+                _align(exe, ck, env, times, steps)
             shutil.rmtree(ck)
             shutil.copytree(source, ck, symlinks=True)
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--json"], env)
@@ -114,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(Path(tmp) / f"renamed-{i}")
             shutil.rmtree(Path(tmp) / f"manual-{i}")
     base = statistics.median(times["cp -a (baseline)"])
-    print(f"checkpoint: {info['files']} files; align plan: {steps['align']} steps; trim plan: {steps['trim']} steps; "
+    print(f"checkpoint: {info['files']} files; align plan: {steps.get('align', '-')} steps; trim plan: {steps['trim']} steps; "
           f"{os.cpu_count()} CPUs; median of {args.runs}")
     floor = statistics.median(times["renames (trim floor)"])
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'operation':<22} {'median s':>9} {'best s':>8} {'vs cp -a':>9} {'vs renames':>11}")
     for name, ts in times.items():
+        if not ts:
+            continue  # --skip-align
         med = statistics.median(ts)
         print(f"{name:<22} {med:>9.2f} {min(ts):>8.2f} {med / base:>8.2f}x {med / floor:>10.2f}x")
     return 0
