@@ -3,14 +3,14 @@ render, return the exit code the verdict implies."""
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any, Optional
 
 import typer
 
 from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
-from streamctl.cli.exit_codes import EXIT_CODES_HELP, ExitCode
+from streamctl.cli.exit_codes import EXIT_CODES_HELP
+from streamctl.commands import inspect_view as view
 from streamctl.commands import kafka_cmd, options
 from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
 
@@ -22,19 +22,6 @@ app = typer.Typer(
 )
 
 
-
-
-def exit_for_verdict(verdict: str) -> ExitCode:
-    return {"unreadable": ExitCode.UNREADABLE, "misaligned": ExitCode.MISALIGNED}.get(verdict, ExitCode.OK)
-
-
-def _finding_line(f: dict[str, Any], where: Optional[str] = None) -> str:
-    prefix = f"{f['severity']:<7} {f['code']}"
-    return f"{prefix}  {where + ': ' if where else ''}{f['message']}"
-
-
-def _window(w: Optional[list[int]]) -> str:
-    return "-" if not w else f"{w[0]}..{w[1]}"
 
 
 ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
@@ -140,19 +127,19 @@ def inspect_epochs(
                 records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet, q))
                            for r, t, q in zip(records, targets, queries)]
         doc = epoch_report_of_records(records)
-        _write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
+        view.write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
         return doc
 
     try:
         if watch:
-            doc = _watch_epochs(inspect_once, output, interval, watch_count)
+            doc = view.watch_epochs(inspect_once, output, interval, watch_count)
         else:
             doc = inspect_once()
-            _emit_epochs(doc, output)
+            view.emit_epochs(doc, output)
     finally:
         if runner is not None:
             runner.close()
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
 
 
 def _reclaimable(target: Any, keep_epochs: int, quiet: float, inspection: Any = None) -> dict[str, Any]:
@@ -168,108 +155,6 @@ def _reclaimable(target: Any, keep_epochs: int, quiet: float, inspection: Any = 
     return {"keep_epochs": keep_epochs, "oldest_kept_epoch": plan.target,
             "files": sum(v["files"] for v in sizes.values()), "bytes": sum(v["bytes"] for v in sizes.values()),
             "by_category": sizes}
-
-
-def _write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
-                   jsonl: Optional[str], parquet: Optional[str], metrics_file: Optional[str]) -> None:
-    from streamctl.inspectors import fleet
-    from streamctl.inspectors.errors import StreamctlError
-
-    try:
-        if jsonl:
-            fleet.write_jsonl(jsonl, records)
-        if parquet:
-            fleet.write_parquet(parquet, records)
-        if metrics_file:
-            from streamctl.inspectors.metrics import format_metrics
-
-            fleet.write_text_atomic(metrics_file, format_metrics(doc, started, duration))
-    except OSError as exc:
-        raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
-
-
-def _epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
-    """(headers, rows, finding lines) of `inspect epochs`."""
-    rows = []
-    lines = []
-    with_sink = any(q["sink"] for q in doc["queries"])
-    with_kafka = any(q["kafka"] for q in doc["queries"])
-    with_reclaim = any(q.get("reclaimable") for q in doc["queries"])
-    for q in doc["queries"]:
-        row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
-               q["state_epoch"] if q["stateful"] else "stateless"]
-        if with_sink:
-            row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
-                    if q["sink"] else "-"]
-        if with_kafka:
-            row += [q["kafka"]["lag"] if q["kafka"] else "-"]
-        if with_reclaim:
-            r = q.get("reclaimable") or {}
-            row += [f"{r['files']} files, {options.human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
-        rows.append(row + [_window(q["common_window"]), q["verdict"]])
-        lines += [_finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
-    lines += [_finding_line(f) for f in doc["findings"]]
-    headers = (["query id", "checkpoint", "planned", "committed", "state epoch"]
-               + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
-               + (["reclaimable"] if with_reclaim else []) + ["common window", "verdict"])
-    return headers, rows, lines
-
-
-def _emit_epochs(doc: dict[str, Any], output: str) -> None:
-    if output == "json":
-        render.emit_json(doc)
-        return
-    headers, rows, lines = _epoch_table(doc)
-    render.emit_table(headers, rows, output)
-    render.emit_lines(lines or ["none"], output, title="Findings")
-    render.emit_lines([f"verdict: {doc['verdict']}"], output)
-
-
-def _watch_epochs(inspect_once: Any, output: str, interval: float, count: Optional[int]) -> dict[str, Any]:
-    """Refresh until Ctrl-C (exit 130, no traceback) or `count` refreshes; the last report.
-    On a terminal the table is redrawn in place (rich.live); piped, each refresh is printed
-    after the previous one (JSON: one document per line)."""
-    import time
-    from datetime import datetime, timezone
-
-    def status(n: int) -> str:
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"refresh {n} at {now}, every {interval:g} s; Ctrl-C to stop"
-
-    n = 0
-    doc: dict[str, Any] = {}
-    try:
-        if output == "table":
-            from rich.live import Live
-
-            with Live(None, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
-                while True:
-                    doc = inspect_once()
-                    n += 1
-                    headers, rows, lines = _epoch_table(doc)
-                    live.update(render.epochs_renderable(headers, rows, lines or ["none"],
-                                                         f"verdict: {doc['verdict']}", status(n)), refresh=True)
-                    if count is not None and n >= count:
-                        break
-                    time.sleep(interval)
-        else:
-            while True:
-                doc = inspect_once()
-                n += 1
-                if output == "json":
-                    render.emit_json_line(doc)
-                else:
-                    _emit_epochs(doc, output)
-                    render.emit_lines([status(n)], output)
-                if count is not None and n >= count:
-                    break
-                if output != "json":
-                    sys.stdout.write("\n")
-                    sys.stdout.flush()
-                time.sleep(interval)
-    except KeyboardInterrupt:
-        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-    return doc
 
 
 @app.command("state")
@@ -332,8 +217,8 @@ def inspect_state(
         else:
             render.emit_lines(["no state: the query is stateless"], output, title=title)
         render.emit_lines(summary, output, title="Operators" if summary else None)
-        render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+        render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
+    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
 
 
 def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,
@@ -398,8 +283,8 @@ def inspect_sink(
             render.emit_table(["writer", "partition", "first", "last", "epochs", "missing in"],
                               [[w["writer"], w["partition"], w["first"], w["last"], w["epochs"],
                                 ", ".join(map(str, w["missing_in"])) or "-"] for w in rec["writers"]], output)
-        render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+        render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
+    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
 
 
 @app.command("writers")
@@ -440,14 +325,14 @@ def inspect_writers(
             rows = [[w["writer"], w["kind"], w["first"], w["last"], w["status"]] for w in q["writers"]]
             render.emit_table(["writer", "kind", "first", "last", "status"], rows, output,
                               title=f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
-            lines = [f"common window: {_window(q['common_window'])}"]
+            lines = [f"common window: {view.window(q['common_window'])}"]
             for status in ("ahead", "behind", "broken", "empty"):
                 if q[status]:
                     lines.append(f"{status}: {', '.join(q[status][:10])}{' ...' if len(q[status]) > 10 else ''}")
             render.emit_lines(lines, output)
-            render.emit_lines([_finding_line(f) for f in q["findings"]] or ["none"], output, title="Findings")
-        render.emit_lines([_finding_line(f) for f in doc["findings"]], output)
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+            render.emit_lines([view.finding_line(f) for f in q["findings"]] or ["none"], output, title="Findings")
+        render.emit_lines([view.finding_line(f) for f in doc["findings"]], output)
+    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
 
 
 def _with_kafka(queries: list[Any], args: list[str], bootstrap: Optional[str], kafka_config: Optional[list[str]],
@@ -521,5 +406,5 @@ def inspect_kafka(
                           title=f"{q.checkpoint}  (committed {q.committed}, planned {q.planned}) on {ks.bootstrap}")
         render.emit_lines([f"{t}: {v['partitions']} partitions, lag {v['lag']}, lost {v['lost']}, at risk {v['at_risk']}"
                            for t, v in doc["topics"].items()] or ["no Kafka source in this checkpoint"], output, title="Totals")
-        render.emit_lines([_finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(exit_for_verdict(doc["verdict"])))
+        render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
+    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))

@@ -231,7 +231,28 @@ def test_output_is_valid_utf8_for_a_path_that_is_not(tmp_path: Path) -> None:
     assert "chk-\\udcff\\udcfe-missing: does not exist" in r.stderr.decode("utf-8")
 
 
-def test_a_permission_error_is_exit_3_naming_the_file(ck: Path) -> None:
+@pytest.fixture
+def ck_outside_pytest_tmp() -> Any:
+    """The checkpoint in a folder of its own under the system temp dir: pytest keeps its own
+    base folder (pytest-of-<user>) at mode 0700 and re-applies that whenever a pytest starts,
+    which would deny `nobody` the way in whatever this test sets."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="streamctl-perm-"))
+    base.chmod(0o755)
+    dest = base / "chk" / "orders"
+    shutil.copytree(FIXTURE, dest)
+    try:
+        yield dest
+    finally:
+        for p in [base, *base.rglob("*")]:
+            if not p.is_symlink():
+                p.chmod(0o700 if p.is_dir() else 0o600)
+        shutil.rmtree(base)
+
+
+def test_a_permission_error_is_exit_3_naming_the_file(ck_outside_pytest_tmp: Path) -> None:
+    ck = ck_outside_pytest_tmp
     victim = ck / "commits" / "3"
     before = digests(ck.parent)
     victim.chmod(0o000)

@@ -1,0 +1,127 @@
+"""How `inspect` shows what it found: finding lines, the epochs table, the watch loop that
+redraws it, and the output files (JSON Lines, Parquet, Prometheus metrics) of a fleet scan."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import render
+from streamctl.cli.exit_codes import ExitCode
+from streamctl.commands import options
+
+
+def exit_for_verdict(verdict: str) -> ExitCode:
+    return {"unreadable": ExitCode.UNREADABLE, "misaligned": ExitCode.MISALIGNED}.get(verdict, ExitCode.OK)
+
+
+def finding_line(f: dict[str, Any], where: Optional[str] = None) -> str:
+    prefix = f"{f['severity']:<7} {f['code']}"
+    return f"{prefix}  {where + ': ' if where else ''}{f['message']}"
+
+
+def window(w: Optional[list[int]]) -> str:
+    return "-" if not w else f"{w[0]}..{w[1]}"
+
+
+def write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
+                   jsonl: Optional[str], parquet: Optional[str], metrics_file: Optional[str]) -> None:
+    from streamctl.inspectors import fleet
+    from streamctl.inspectors.errors import StreamctlError
+
+    try:
+        if jsonl:
+            fleet.write_jsonl(jsonl, records)
+        if parquet:
+            fleet.write_parquet(parquet, records)
+        if metrics_file:
+            from streamctl.inspectors.metrics import format_metrics
+
+            fleet.write_text_atomic(metrics_file, format_metrics(doc, started, duration))
+    except OSError as exc:
+        raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
+
+
+def epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[str]]:
+    """(headers, rows, finding lines) of `inspect epochs`."""
+    rows = []
+    lines = []
+    with_sink = any(q["sink"] for q in doc["queries"])
+    with_kafka = any(q["kafka"] for q in doc["queries"])
+    with_reclaim = any(q.get("reclaimable") for q in doc["queries"])
+    for q in doc["queries"]:
+        row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
+               q["state_epoch"] if q["stateful"] else "stateless"]
+        if with_sink:
+            row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
+                    if q["sink"] else "-"]
+        if with_kafka:
+            row += [q["kafka"]["lag"] if q["kafka"] else "-"]
+        if with_reclaim:
+            r = q.get("reclaimable") or {}
+            row += [f"{r['files']} files, {options.human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
+        rows.append(row + [window(q["common_window"]), q["verdict"]])
+        lines += [finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
+    lines += [finding_line(f) for f in doc["findings"]]
+    headers = (["query id", "checkpoint", "planned", "committed", "state epoch"]
+               + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
+               + (["reclaimable"] if with_reclaim else []) + ["common window", "verdict"])
+    return headers, rows, lines
+
+
+def emit_epochs(doc: dict[str, Any], output: str) -> None:
+    if output == "json":
+        render.emit_json(doc)
+        return
+    headers, rows, lines = epoch_table(doc)
+    render.emit_table(headers, rows, output)
+    render.emit_lines(lines or ["none"], output, title="Findings")
+    render.emit_lines([f"verdict: {doc['verdict']}"], output)
+
+
+def watch_epochs(inspect_once: Any, output: str, interval: float, count: Optional[int]) -> dict[str, Any]:
+    """Refresh until Ctrl-C (exit 130, no traceback) or `count` refreshes; the last report.
+    On a terminal the table is redrawn in place (rich.live); piped, each refresh is printed
+    after the previous one (JSON: one document per line)."""
+    import time
+    from datetime import datetime, timezone
+
+    def status(n: int) -> str:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return f"refresh {n} at {now}, every {interval:g} s; Ctrl-C to stop"
+
+    n = 0
+    doc: dict[str, Any] = {}
+    try:
+        if output == "table":
+            from rich.live import Live
+
+            with Live(None, auto_refresh=False, redirect_stdout=False, redirect_stderr=False) as live:
+                while True:
+                    doc = inspect_once()
+                    n += 1
+                    headers, rows, lines = epoch_table(doc)
+                    live.update(render.epochs_renderable(headers, rows, lines or ["none"],
+                                                         f"verdict: {doc['verdict']}", status(n)), refresh=True)
+                    if count is not None and n >= count:
+                        break
+                    time.sleep(interval)
+        else:
+            while True:
+                doc = inspect_once()
+                n += 1
+                if output == "json":
+                    render.emit_json_line(doc)
+                else:
+                    emit_epochs(doc, output)
+                    render.emit_lines([status(n)], output)
+                if count is not None and n >= count:
+                    break
+                if output != "json":
+                    sys.stdout.write("\n")
+                    sys.stdout.flush()
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    return doc
