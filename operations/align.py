@@ -222,31 +222,58 @@ def _option_text(o: Option) -> str:
             + (f" of epochs {epochs_text(affected)}: {o.why}" if affected else "") + ")")
 
 
-def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
-    """The plan for `req`, or Refused (with the options) / StorageError."""
-    pl = _Planner(req)
+@dataclass
+class _Evidence:
+    """What the checkpoint and its sink say, in the names of docs/model.md#positions: offsets
+    ids O, commit ids K, planned P, committed C, sink epoch S (after the repartition holes the
+    plan fills), the stores, and what limits a realignment."""
+
+    q: QueryInspection
+    st: Storage
+    O: set[int]  # noqa: E741 - the model's names
+    K: set[int]
+    P: Optional[int]
+    C: Optional[int]
+    stores: list[Any]
+    sink: Optional[SinkLog]
+    sink_st: Optional[Storage]
+    file_log: Optional[_FileSinkLog]
+    S_before: Optional[int]
+    S: Optional[int]
+    rollbackable: bool
+    missing_writer_epochs: list[int]
+    unfinished: Optional[int]  # the planned batch of an unfinished state repartition
+    sink_holes: list[int]  # repartition batches the file sink's log lacks (filled by the plan)
+    fmt2: bool  # checkpoint format 2 with state: commits name state file ids
+
+    @property
+    def c_(self) -> int:
+        return -1 if self.C is None else self.C
+
+    @property
+    def s_(self) -> int:
+        return -1 if self.S is None else self.S
+
+    def fillable(self, j: int) -> bool:
+        """commits/j can be rebuilt: its offsets are known and it names no state file ids."""
+        return not self.fmt2 and j in self.O
+
+
+def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     q = pl.inspect()
     unfixable = [f for f in q.findings if f.code in ("STATE_SCHEMA_MISSING", "STATE_METADATA_MISSING")]
     if unfixable:  # every epoch's restart reads them: no choice of epoch brings them back
         raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
                       "state schema or operator metadata files: put them back from a copy of the checkpoint")
-    st = pl.st
-    O = set(q.offsets.batch_ids)
-    K = set(q.commits.batch_ids)
-    P = q.planned
-    C = q.committed
-    c_ = -1 if C is None else C
     stores = [s for op in q.operators for s in op.stores]
     sink = q.sink
     sink_st: Optional[Storage] = None
     file_log: Optional[_FileSinkLog] = None
     S: Optional[int] = None
-    rollbackable = False
     missing_writer_epochs: list[int] = []
     if sink is not None:
         sink_st = Storage.open(req.sink)  # type: ignore[arg-type]
         S = sink.epoch
-        rollbackable = sink.kind in ROLLBACK_SINKS
         if sink.kind == "delta" and not sink.app_id:
             raise Refused(f"{sink.uri}: the Delta txn app id is unknown; pass --app-id")
         for f in sink.findings:
@@ -254,150 +281,176 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
                 missing_writer_epochs += list(f.details.get("epochs", []))
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)
-    unfinished = _unfinished_repartition(q)
     S_before = S
     sink_holes = _repartition_holes(q, file_log)
     if sink_holes:  # the repartition batches read nothing: their empty sink entries make the sink whole
         S = max(sink_holes + ([S] if S is not None else []))  # a hole below the newest entry keeps S
         pl.notes.append(f"{FILE_SINK_LOG}/ gets the empty entry of repartition batch(es) {epochs_text(sink_holes)} "
                         "(v1, no files): exactly-once, the batch read no input")
-    s_ = -1 if S is None else S
-    fmt2 = q.checkpoint_format == 2 and bool(stores)
+    return _Evidence(q, pl.st, set(q.offsets.batch_ids), set(q.commits.batch_ids), q.planned, q.committed, stores,
+                     sink, sink_st, file_log, S_before, S, sink is not None and sink.kind in ROLLBACK_SINKS,
+                     missing_writer_epochs, _unfinished_repartition(q), sink_holes,
+                     q.checkpoint_format == 2 and bool(stores))
 
-    def fillable(j: int) -> bool:
-        return not fmt2 and j in O
 
-    def hard_reasons(x: int) -> list[str]:
-        r = []
-        if x > P:  # type: ignore[operator]
-            r.append(f"epoch {x} is above the newest planned epoch {P}")
-        if x not in O:
-            r.append(f"offsets/{x} is missing")
-        if x > 0 and x - 1 not in O and not q.async_progress:  # async: the previous file on disk
-            r.append(f"offsets/{x - 1} is missing (Spark reads the two newest offsets files)")
-        if x <= c_:
-            if x not in K and not fillable(x):
-                r.append(f"commits/{x} is missing and cannot be rebuilt")
-        else:
-            if fmt2:
-                r.append("rolling forward needs commit entries naming state file ids (checkpoint format 2); streamctl does not invent them")
-            elif any(j not in O for j in range(c_ + 1, x + 1)):
-                r.append(f"offsets of epochs {c_ + 1}..{x} are incomplete")
-        bad = [s.path for s in stores if x + 1 not in s.restorable_versions]
-        if bad:
-            r.append(f"{len(bad)} state store(s) cannot restore version {x + 1} ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
-        return r
+def _missing_below(ids: set[int], x: int) -> Optional[int]:
+    """The newest id missing between the smallest of `ids` and x (exclusive), None when there is
+    no hole (cost follows the ids that exist, never the numeric gap)."""
+    nxt = x
+    for b in sorted((b for b in ids if b < x), reverse=True):
+        if nxt - b > 1:
+            return nxt - 1
+        nxt = b
+    return None
 
-    def classify(x: int, keep_next: bool) -> Option:
-        dup: list[int] = []
-        loss: list[int] = []
-        why = []
-        if sink is None:
-            dup = list(range(x + 1, c_ + 1))
-            loss = list(range(c_ + 1, x + 1))
-            if dup:
-                why.append("no --sink given: the sink receives the replayed epochs again unless it skips them")
-            if loss:
-                why.append("no --sink given: nothing shows the sink holds the epochs this commits")
-        else:
-            loss = list(range(s_ + 1, x + 1))
-            if loss:
-                why.append(f"the sink's newest epoch is {S}: epochs {epochs_text(loss)} would be marked done without reaching it")
-            loss += [e for e in missing_writer_epochs if e <= x and e not in loss]
-            if not rollbackable and s_ > x and not (keep_next and s_ == x + 1):
-                extra = [e for e in range(x + 1, s_ + 1) if e not in loss]
-                loss += extra
-                why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
-                           f"{epochs_text(extra)} by batch id, whatever they now carry")
-        loss.sort()
-        cls = LOSS if loss else DUPLICATES if dup else EXACTLY_ONCE
-        strategy = "roll_forward" if x > c_ else "rollback" if (x < c_ or s_ > x) else "keep"
-        return Option(strategy, x, cls, dup, loss, "; ".join(why))
 
-    keep_next_of = lambda x: (x + 1 in O) and not req.discard_in_flight and x + 1 != unfinished  # noqa: E731
-    candidates = sorted(b for b in O if b != unfinished)
-    if unfinished is not None:
+def _hard_reasons(ev: _Evidence, x: int) -> list[str]:
+    """Why no restart can start from epoch x, whatever the sink."""
+    r = []
+    if ev.P is not None and x > ev.P:
+        r.append(f"epoch {x} is above the newest planned epoch {ev.P}")
+    if x not in ev.O:
+        r.append(f"offsets/{x} is missing")
+    if x > 0 and x - 1 not in ev.O and not ev.q.async_progress:  # async: the previous file on disk
+        r.append(f"offsets/{x - 1} is missing (Spark reads the two newest offsets files)")
+    if x <= ev.c_:
+        if x not in ev.K and not ev.fillable(x):
+            r.append(f"commits/{x} is missing and cannot be rebuilt")
+    elif ev.fmt2:
+        r.append("rolling forward needs commit entries naming state file ids (checkpoint format 2); streamctl does not invent them")
+    elif sum(1 for j in ev.O if ev.c_ < j <= x) != x - ev.c_:
+        r.append(f"offsets of epochs {ev.c_ + 1}..{x} are incomplete")
+    bad = [s.path for s in ev.stores if x + 1 not in s.restorable_versions]
+    if bad:
+        r.append(f"{len(bad)} state store(s) cannot restore version {x + 1} ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+    return r
+
+
+def _classify(ev: _Evidence, x: int, keep_next: bool) -> Option:
+    """What restarting from x does to the sink: exactly-once, duplicates or loss (which epochs)."""
+    dup: list[int] = []
+    loss: list[int] = []
+    why = []
+    sink, c_, s_ = ev.sink, ev.c_, ev.s_
+    if sink is None:
+        dup = list(range(x + 1, c_ + 1))
+        loss = list(range(c_ + 1, x + 1))
+        if dup:
+            why.append("no --sink given: the sink receives the replayed epochs again unless it skips them")
+        if loss:
+            why.append("no --sink given: nothing shows the sink holds the epochs this commits")
+    else:
+        loss = list(range(s_ + 1, x + 1))
+        if loss:
+            why.append(f"the sink's newest epoch is {ev.S}: epochs {epochs_text(loss)} would be marked done without reaching it")
+        loss += [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
+        if not ev.rollbackable and s_ > x and not (keep_next and s_ == x + 1):
+            extra = [e for e in range(x + 1, s_ + 1) if e not in loss]
+            loss += extra
+            why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
+                       f"{epochs_text(extra)} by batch id, whatever they now carry")
+    loss.sort()
+    cls = LOSS if loss else DUPLICATES if dup else EXACTLY_ONCE
+    strategy = "roll_forward" if x > c_ else "rollback" if (x < c_ or s_ > x) else "keep"
+    return Option(strategy, x, cls, dup, loss, "; ".join(why))
+
+
+def _keeps_next(ev: _Evidence, req: AlignRequest, x: int) -> bool:
+    """Restarting from x keeps the planned batch x+1 (Spark replays it) unless told to discard it."""
+    return (x + 1 in ev.O) and not req.discard_in_flight and x + 1 != ev.unfinished
+
+
+def _options(pl: _Planner, ev: _Evidence, req: AlignRequest) -> list[Option]:
+    """Every retained epoch as a restart point: feasible or why not, and its classification."""
+    if ev.unfinished is not None:
         pl.notes.append(
-            f"offsets/{unfinished} is an unfinished state repartition: the plan goes back to batch {unfinished - 1}, "
+            f"offsets/{ev.unfinished} is an unfinished state repartition: the plan goes back to batch {ev.unfinished - 1}, "
             f"the checkpoint Spark starts from, and moves the repartition's planned batch and what it wrote; "
             f"the other choice is to run the repartition again: "
-            f"spark._streamingCheckpointManager.repartition({q.checkpoint!r}, {_repartition_target(q)})")
+            f"spark._streamingCheckpointManager.repartition({ev.q.checkpoint!r}, {_repartition_target(ev.q)})")
     options: list[Option] = []
-    sink_reasons: dict[int, list[str]] = {}
-    for x in candidates:
-        reasons = hard_reasons(x)
-        if not reasons and file_log is not None and file_log.present and x < max(file_log.present):
-            _, sr = pl.file_sink_steps(sink_st, file_log, x, check_only=True)  # type: ignore[arg-type]
-            if sr:
-                reasons += sr
-                sink_reasons[x] = sr
-        opt = classify(x, keep_next_of(x))
+    log = ev.file_log
+    for x in sorted(b for b in ev.O if b != ev.unfinished):
+        reasons = _hard_reasons(ev, x)
+        if not reasons and log is not None and log.present and x < max(log.present):
+            _, sink_reasons = pl.file_sink_steps(ev.sink_st, log, x, check_only=True)  # type: ignore[arg-type]
+            reasons += sink_reasons
+        opt = _classify(ev, x, _keeps_next(ev, req, x))
         if reasons:
             opt.feasible = False
             opt.why = "; ".join(reasons)
         options.append(opt)
-    feasible = [o for o in options if o.feasible]
+    return options
 
+
+def _choose(ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
+    """The option `--to` asks for (auto: the newest exactly-once one), or Refused."""
+    checkpoint = ev.q.checkpoint
+    feasible = [o for o in options if o.feasible]
     allowed = {EXACTLY_ONCE} | ({DUPLICATES} if req.allow_duplicates else set()) | ({LOSS} if req.allow_loss else set())
     if req.to == "auto":
         exact = [o for o in feasible if o.classification == EXACTLY_ONCE]
-        chosen = exact[-1] if exact else None
-        if chosen is None:
-            ok = [o for o in feasible if o.classification in allowed]
-            chosen = ok[-1] if ok else None
+        ok = [o for o in feasible if o.classification in allowed]
+        chosen = exact[-1] if exact else ok[-1] if ok else None
         if chosen is None:
             shown = feasible[-4:] or options[-3:]
-            raise Refused(f"{q.checkpoint}: no exactly-once realignment exists; options: "
+            raise Refused(f"{checkpoint}: no exactly-once realignment exists; options: "
                           + "; ".join(_option_text(o) for o in shown)
                           + (". Pass --allow-duplicates or --allow-loss to accept one" if feasible else ""), options)
+        return chosen
+    if req.to == "max":
+        if not feasible:
+            raise Refused(f"{checkpoint}: no epoch can be restarted from: {options[-1].why if options else 'no offsets'}", options)
+        chosen = feasible[-1]
     else:
-        if req.to == "max":
-            if not feasible:
-                raise Refused(f"{q.checkpoint}: no epoch can be restarted from: {options[-1].why if options else 'no offsets'}", options)
-            chosen = feasible[-1]
-        else:
-            x = int(req.to)
-            match = [o for o in options if o.target == x]
-            if not match:
-                raise Refused(f"{q.checkpoint}: --to {x}: offsets/{x} is not in the retained window "
-                              f"{q.offsets.oldest}..{q.offsets.latest}", options)
-            chosen = match[0]
-            if not chosen.feasible:
-                raise Refused(f"{q.checkpoint}: --to {x} is not possible: {chosen.why}", options)
-        if chosen.classification not in allowed:
-            flag = "--allow-loss" if chosen.classification == LOSS else "--allow-duplicates"
-            raise Refused(f"{q.checkpoint}: --to {chosen.target} is not exactly-once ({chosen.classification} of epochs "
-                          f"{epochs_text(chosen.loss or chosen.duplicates)}: {chosen.why}); pass {flag} to accept it", options)
-    x = int(chosen.target)  # type: ignore[arg-type]
-    keep_next = keep_next_of(x)
-    new_p = x + 1 if keep_next else x
-    steps: list[Step] = []
+        x = int(req.to)
+        match = [o for o in options if o.target == x]
+        if not match:
+            raise Refused(f"{checkpoint}: --to {x}: offsets/{x} is not in the retained window "
+                          f"{ev.q.offsets.oldest}..{ev.q.offsets.latest}", options)
+        chosen = match[0]
+        if not chosen.feasible:
+            raise Refused(f"{checkpoint}: --to {x} is not possible: {chosen.why}", options)
+    if chosen.classification not in allowed:
+        flag = "--allow-loss" if chosen.classification == LOSS else "--allow-duplicates"
+        raise Refused(f"{checkpoint}: --to {chosen.target} is not exactly-once ({chosen.classification} of epochs "
+                      f"{epochs_text(chosen.loss or chosen.duplicates)}: {chosen.why}); pass {flag} to accept it", options)
+    return chosen
 
-    # offsets/ and commits/: entries above the target, stale checksums, temp files
-    def log_steps(name: str, ids: set[int], above: int, listing: Any) -> None:
-        for b in sorted(ids):
-            if b > above:
-                steps.append(Step("move", "checkpoint", f"{name}/{b}", f"{name} entry {b} > {above}"))
-        for b in sorted(set(listing.crc_only) | {b for b in ids if b > above}):
-            if b > above or b in listing.crc_only:
-                rel = f"{name}/.{b}.crc"
-                if st.lookup(rel) is not None and not (name == "commits" and b <= above and b not in ids and fillable(b)):
-                    steps.append(Step("move", "checkpoint", rel, "checksum of a moved entry" if b in ids else "stale checksum (its file is gone)"))
-        for t in listing.temp_files:
-            steps.append(Step("move", "checkpoint", f"{name}/{t}", "temp file of an interrupted write"))
 
-    log_steps("offsets", O, new_p, q.offsets)
-    log_steps("commits", K, x, q.commits)
-    # gaps: rebuild missing commits at or below x when their offsets are known; otherwise narrow
-    # the retained window to start after the newest hole (Spark never reads below P-1).
-    writes = sorted(set(j for j in range(max(min(K) if K else 0, 0), x + 1) if j not in K and fillable(j))
-                    | set(range(c_ + 1, x + 1)))
+def _log_steps(ev: _Evidence, name: str, ids: set[int], above: int, listing: Any) -> list[Step]:
+    """offsets/ or commits/: entries above the target, stale checksums, temp files."""
+    steps = []
+    for b in sorted(ids):
+        if b > above:
+            steps.append(Step("move", "checkpoint", f"{name}/{b}", f"{name} entry {b} > {above}"))
+    for b in sorted(set(listing.crc_only) | {b for b in ids if b > above}):
+        if b > above or b in listing.crc_only:
+            rel = f"{name}/.{b}.crc"
+            if ev.st.lookup(rel) is not None and not (name == "commits" and b <= above and b not in ids and ev.fillable(b)):
+                steps.append(Step("move", "checkpoint", rel, "checksum of a moved entry" if b in ids else "stale checksum (its file is gone)"))
+    for t in listing.temp_files:
+        steps.append(Step("move", "checkpoint", f"{name}/{t}", "temp file of an interrupted write"))
+    return steps
+
+
+def _checkpoint_log_steps(pl: _Planner, ev: _Evidence, x: int, new_p: int) -> list[Step]:
+    """offsets/ and commits/ left at planned new_p and committed x: entries above moved, missing
+    commits at or below x rebuilt where their offsets are known; otherwise the retained window
+    narrowed to start after the newest hole (Spark never reads below P-1)."""
+    O, K, c_ = ev.O, ev.K, ev.c_
+    steps = _log_steps(ev, "offsets", O, new_p, ev.q.offsets) + _log_steps(ev, "commits", K, x, ev.q.commits)
+    low_k = min(K) if K else 0
+    writes = sorted({j for j in O if low_k <= j <= x and j not in K and ev.fillable(j)}
+                    | {j for j in O if c_ < j <= x})  # rolling forward: every j has offsets (_hard_reasons)
     for j in writes:
         content = pl.commit_content(j, O)
         steps.append(Step("write", "checkpoint", f"commits/{j}", "complete the commit" if j > c_ else "rebuild a missing commit", content))
         steps.append(Step("write", "checkpoint", crc_name(f"commits/{j}"), "its checksum", hadoop_crc(content)))
-    holes = [b for b in range(min(O), x) if b not in O] + [b for b in range(min(K) if K else 0, x) if b not in K and b not in writes]
-    if holes and q.async_progress:  # Spark's own gaps (ASYNC_PROGRESS): its restart reads the files around them
+    hole_o = _missing_below(O, x)
+    hole_k = _missing_below(K | set(writes), x) if K else None
+    holes = [h for h in (hole_o, hole_k) if h is not None]
+    if holes and ev.q.async_progress:  # Spark's own gaps (ASYNC_PROGRESS): its restart reads the files around them
         pl.notes.append("async progress tracking: the gaps in offsets/ and commits/ are Spark's own and stay; "
                         "restart the query with asyncProgressTrackingEnabled=true")
     elif holes:
@@ -406,13 +459,18 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             for b in sorted(ids):
                 if b <= cut:
                     steps.append(Step("move", "checkpoint", f"{name}/{b}", f"below the hole at {cut}: the retained window starts after it"))
-                    if st.lookup(f"{name}/.{b}.crc") is not None:
+                    if ev.st.lookup(f"{name}/.{b}.crc") is not None:
                         steps.append(Step("move", "checkpoint", f"{name}/.{b}.crc", "its checksum"))
         pl.notes.append(f"the retained window now starts at {cut + 1}: batch files up to the hole at {cut} moved away")
+    return steps
 
-    # state: versions above x+1, and what no restart uses
+
+def _state_steps(ev: _Evidence, x: int) -> list[Step]:
+    """State versions above x+1, operator metadata of later batches, and files no restart uses."""
+    steps: list[Step] = []
     seen: set[str] = set()
-    for op in q.operators:
+    st = ev.st
+    for op in ev.q.operators:
         op_rel = f"state/{op.operator_id}"
         for s in op.stores:
             for e in st.list_dir(s.path) or []:
@@ -429,12 +487,11 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
             b = batch_id_of(e.name.lstrip(".").removesuffix(".crc"))
             if b is not None and b > x:
                 steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
-    for f in q.findings:
+    for f in ev.q.findings:
         if f.code == "STATE_ORPHANS":
             for uri in f.details.get("files", []):
-                orphan = _rel_of(uri, st.display)
-                if orphan and orphan not in seen:
-                    rel = orphan
+                rel = _rel_of(uri, st.display)
+                if rel and rel not in seen:
                     seen.add(rel)
                     steps.append(Step("move", "checkpoint", rel, "state file no restart uses"))
                     base_head, _, base_name = rel.rpartition("/")
@@ -442,53 +499,78 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
                         if comp not in seen and st.lookup(comp) is not None:
                             seen.add(comp)
                             steps.append(Step("move", "checkpoint", comp, "its checksum"))
+    return steps
 
-    # the sink
-    new_s = S
-    for b in sink_holes:
+
+def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tuple[list[Step], Optional[int]]:
+    """The sink at epoch x: empty entries of repartition holes, later epochs rolled back (file and
+    coordinated sinks), files no commit names. Returns (steps, the sink epoch after them)."""
+    steps: list[Step] = []
+    new_s = ev.S
+    for b in ev.sink_holes:
         rel = f"{FILE_SINK_LOG}/{b}"
         steps.append(Step("write", "sink", rel, f"the empty sink-log entry of repartition batch {b}", EMPTY_SINK_ENTRY))
         steps.append(Step("write", "sink", crc_name(rel), "its checksum", hadoop_crc(EMPTY_SINK_ENTRY)))
-    if sink is not None and sink_st is not None:
-        if rollbackable and s_ > x:
-            if sink.kind == "file":
-                sink_steps, _ = pl.file_sink_steps(sink_st, file_log, x)  # type: ignore[arg-type]
-            else:
-                sink_steps = pl.coordinated_steps(sink_st, sink, x)
-            steps += sink_steps
-            new_s = x if s_ > x else S
-        for f in sink.findings:
-            if f.code == "SINK_ORPHANS":
-                for uri in f.details.get("files", []):
-                    srel = _rel_of(uri, sink_st.display)
-                    if srel and not any(srel.startswith(s.path + "/") or srel == s.path for s in steps if s.root == "sink"):
-                        steps.append(Step("move", "sink", srel, "sink file no commit names"))
-    # dedupe while keeping order (a file may be named twice: e.g. a stale crc above the target)
+    sink, sink_st = ev.sink, ev.sink_st
+    if sink is None or sink_st is None:
+        return steps, new_s
+    if ev.rollbackable and ev.s_ > x:
+        if sink.kind == "file":
+            steps += pl.file_sink_steps(sink_st, ev.file_log, x)[0]  # type: ignore[arg-type]
+        else:
+            steps += pl.coordinated_steps(sink_st, sink, x)
+        new_s = x
+    for f in sink.findings:
+        if f.code == "SINK_ORPHANS":
+            for uri in f.details.get("files", []):
+                srel = _rel_of(uri, sink_st.display)
+                if srel and not any(srel.startswith(s.path + "/") or srel == s.path
+                                    for s in earlier + steps if s.root == "sink"):
+                    steps.append(Step("move", "sink", srel, "sink file no commit names"))
+    return steps, new_s
+
+
+def _unique(steps: list[Step]) -> list[Step]:
+    """Each path once, in order (a file may be named twice: e.g. a stale crc above the target)."""
     unique: list[Step] = []
     keys: set[tuple[str, str]] = set()
     for s in steps:
-        k = (s.root, s.path)
-        if k not in keys:
-            keys.add(k)
+        if (s.root, s.path) not in keys:
+            keys.add((s.root, s.path))
             unique.append(s)
-    steps = unique
+    return unique
+
+
+def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
+    """The plan for `req`, or Refused (with the options) / StorageError: evidence -> options ->
+    choice -> steps."""
+    pl = _Planner(req)
+    ev = _evidence(pl, req)
+    options = _options(pl, ev, req)
+    chosen = _choose(ev, options, req)
+    x = int(chosen.target)  # type: ignore[arg-type]
+    keep_next = _keeps_next(ev, req, x)
+    new_p = x + 1 if keep_next else x
+    steps = _checkpoint_log_steps(pl, ev, x, new_p) + _state_steps(ev, x)
+    sink_steps, new_s = _sink_steps(pl, ev, x, steps)
+    steps = _unique(steps + sink_steps)
 
     exp_errors = []
-    if sink is not None:
+    if ev.sink is not None:
         ns = -1 if new_s is None else new_s
         if ns < x:
             exp_errors.append("SINK_BEHIND")
         elif ns > x and not (ns == new_p and new_p == x + 1):
             exp_errors.append("SINK_AHEAD")
     expected = "misaligned" if exp_errors else ("recoverable" if keep_next else "aligned")
-    strategy = chosen.strategy if steps else "none"
+    q, sink = ev.q, ev.sink
     plan = Plan(
         command="align",
-        roots={"checkpoint": st.display, **({"sink": sink_st.display} if sink_st is not None else {})},
-        strategy=strategy, target=x, classification=chosen.classification, steps=steps,
+        roots={"checkpoint": ev.st.display, **({"sink": ev.sink_st.display} if ev.sink_st is not None else {})},
+        strategy=chosen.strategy if steps else "none", target=x, classification=chosen.classification, steps=steps,
         expected_verdict=expected, duplicates=chosen.duplicates, loss=chosen.loss,
-        before={"planned": P, "committed": C, "sink_epoch": S_before, "state_epoch": q.state_epoch, "verdict": q.verdict,
-                "findings": sorted({f.code for f in q.findings})},
+        before={"planned": ev.P, "committed": ev.C, "sink_epoch": ev.S_before, "state_epoch": q.state_epoch,
+                "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
         after={"planned": new_p, "committed": x, "sink_epoch": new_s, "expected_errors": exp_errors},
         options=options[-8:], notes=pl.notes,
         settings={"sink_kind": sink.kind if sink is not None else None, "app_id": req.app_id or (sink.app_id if sink else None)},
