@@ -32,6 +32,7 @@ from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, Option, P
 
 ROLLBACK_SINKS = ("file", "coordinated")
 MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest
+MAX_EPOCH_SPAN = 1_000_000  # epochs between two writers past which a restart point is refused, not walked
 
 
 @dataclass
@@ -326,32 +327,52 @@ def _hard_reasons(ev: _Evidence, x: int) -> list[str]:
     return r
 
 
+class _AbsurdSpan(Exception):
+    pass
+
+
+def _span(lo: int, hi: int) -> list[int]:
+    """Epochs lo..hi as a list; _AbsurdSpan past MAX_EPOCH_SPAN (cost must follow the files that
+    exist: such a gap between two writers is refused, never walked)."""
+    if hi - lo + 1 > MAX_EPOCH_SPAN:
+        raise _AbsurdSpan(f"epochs {lo}..{hi}")
+    return list(range(lo, hi + 1))
+
+
 def _classify(ev: _Evidence, x: int, keep_next: bool) -> Option:
     """What restarting from x does to the sink: exactly-once, duplicates or loss (which epochs)."""
+    strategy = "roll_forward" if x > ev.c_ else "rollback" if (x < ev.c_ or ev.s_ > x) else "keep"
+    try:
+        return _classified(ev, x, keep_next, strategy)
+    except _AbsurdSpan as exc:
+        return Option(strategy, x, LOSS, [], [], f"{exc}: more than {MAX_EPOCH_SPAN:,} epochs between the writers; "
+                      "streamctl does not plan across such a gap", feasible=False)
+
+
+def _classified(ev: _Evidence, x: int, keep_next: bool, strategy: str) -> Option:
     dup: list[int] = []
     loss: list[int] = []
     why = []
     sink, c_, s_ = ev.sink, ev.c_, ev.s_
     if sink is None:
-        dup = list(range(x + 1, c_ + 1))
-        loss = list(range(c_ + 1, x + 1))
+        dup = _span(x + 1, c_)
+        loss = _span(c_ + 1, x)
         if dup:
             why.append("no --sink given: the sink receives the replayed epochs again unless it skips them")
         if loss:
             why.append("no --sink given: nothing shows the sink holds the epochs this commits")
     else:
-        loss = list(range(s_ + 1, x + 1))
+        loss = _span(s_ + 1, x)
         if loss:
             why.append(f"the sink's newest epoch is {ev.S}: epochs {epochs_text(loss)} would be marked done without reaching it")
         loss += [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
         if not ev.rollbackable and s_ > x and not (keep_next and s_ == x + 1):
-            extra = [e for e in range(x + 1, s_ + 1) if e not in loss]
+            extra = [e for e in _span(x + 1, s_) if e not in loss]
             loss += extra
             why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
                        f"{epochs_text(extra)} by batch id, whatever they now carry")
     loss.sort()
     cls = LOSS if loss else DUPLICATES if dup else EXACTLY_ONCE
-    strategy = "roll_forward" if x > c_ else "rollback" if (x < c_ or s_ > x) else "keep"
     return Option(strategy, x, cls, dup, loss, "; ".join(why))
 
 

@@ -404,3 +404,28 @@ def test_a_permission_error_mid_execute_is_exit_3_naming_the_file_and_resume_fin
     fresh.p.run()
     d = fresh.p.delivery()
     assert d["ok"], d
+
+
+def test_align_and_trim_refuse_an_absurd_gap_in_bounded_time(cli: Callable, tmp_path: Path) -> None:
+    """Class 5 for the planners: a copy of the newest batch at id 10**15 in offsets/ and
+    commits/ (a real PySpark 3.5 checkpoint otherwise). Planning must not walk the ids between
+    (it once raised MemoryError, exit 70): align refuses every restart point across the gap,
+    trim refuses the misaligned checkpoint, both in seconds, nothing changed."""
+    import time
+
+    ck = tmp_path / "checkpoint"
+    shutil.copytree(FIXTURE, ck)
+    for log in ("offsets", "commits"):
+        shutil.copy(ck / log / "3", ck / log / str(10**15))
+    before = tree(ck)
+    for command in ("align", "trim"):
+        t0 = time.monotonic()
+        r = cli(command, str(ck), "--json", "--execute")
+        assert time.monotonic() - t0 < 20, r
+        assert r.code == 4, r
+        doc = json.loads(r.stdout)
+        assert doc["kind"] == f"{command.title()}Refusal", doc
+    r = cli("align", str(ck), "--json")
+    assert r.code == 4 and any("more than 1,000,000 epochs between the writers" in o["why"]
+                               for o in json.loads(r.stdout)["options"]), r
+    assert tree(ck) == before
