@@ -369,7 +369,7 @@ def demo(
             produced = produce_events(bootstrap, topic, events, on_sent=bar.advance)
 
         _err("starting Spark (local[2]) ...")
-        from streamctl.pipeline.examples import get_spark
+        from streamctl.pipeline.session import get_spark
         from streamctl.pipeline.reference import run_reference
 
         spark = get_spark("streamctl-demo")

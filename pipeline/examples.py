@@ -80,7 +80,6 @@ build_all takes ~95 s on an idle 2-core machine (~130 s under load); the join is
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import json
 import os
@@ -90,7 +89,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
+
+from streamctl.pipeline.session import CHANGELOG as _CHANGELOG
+from streamctl.pipeline.session import CKPT_FORMAT as _CKPT_FORMAT
+from streamctl.pipeline.session import PROVIDER as _PROVIDER
+from streamctl.pipeline.session import get_spark
+from streamctl.pipeline.session import scenario_confs as _confs
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -118,71 +123,13 @@ __all__ = [
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
-_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
-_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-_CKPT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
-
-#: Every conf a scenario may change; restored after each scenario.
-_SCENARIO_CONFS = (_PROVIDER, _CHANGELOG, _CKPT_FORMAT)
-
 _BASE_TS = _dt.datetime(2024, 1, 1, 0, 0, 0)
 _SCHEMA_DDL = "key STRING, value BIGINT, ts TIMESTAMP"
 _ROWS_PER_FILE = 8
 _NUM_KEYS = 8  # k0..k7 hash to all 4 shuffle partitions (k7 -> 0, k5 -> 3)
 
-_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
-# PySpark's gateway counts as a REPL: unless its logger has its own level, Spark resets the
-# root level to WARN and prints "Setting default log level".
-logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
-logger.gateway.level = error
-logger.repl.name = org.apache.spark.repl.Main
-logger.repl.level = error
-"""
-
-
 def _log(msg: str) -> None:
     print(f"[examples] {msg}", file=sys.stderr, flush=True)
-
-
-def _log4j_config_file() -> Path:
-    path = Path(tempfile.gettempdir()) / "streamctl-examples-log4j2.properties"
-    if not path.exists() or path.read_text() != _LOG4J2:
-        path.write_text(_LOG4J2)
-    return path
-
-
-def get_spark(app_name: str = "streamctl-examples") -> "SparkSession":
-    """A small local SparkSession (2 cores, 4 shuffle partitions, no UI, quick state maintenance)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    log4j = _log4j_config_file()
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.driver.memory", "1g")
-        .config("spark.driver.extraJavaOptions", java_opts)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "3")
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
-        .config("spark.sql.streaming.metricsEnabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 # --------------------------------------------------------------------------- input data
@@ -215,22 +162,6 @@ def _write_inputs(folder: Path, start: int, count: int, ts_shift: int = 0) -> No
 
 def _read(spark: "SparkSession", folder: Path) -> "DataFrame":
     return spark.readStream.schema(_SCHEMA_DDL).option("maxFilesPerTrigger", 1).json(str(folder))
-
-
-@contextlib.contextmanager
-def _confs(spark: "SparkSession", overrides: dict[str, str]) -> Iterator[None]:
-    """Set the scenario confs, restoring (or unsetting) every scenario conf afterwards."""
-    saved = {k: spark.conf.get(k, None) for k in _SCENARIO_CONFS + tuple(overrides)}
-    try:
-        for k, v in overrides.items():
-            spark.conf.set(k, v)
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 def _layout(root: Path, name: str) -> tuple[Path, Path, Path]:

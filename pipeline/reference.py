@@ -267,7 +267,7 @@ def run_reference(
     the topic; looked up when None) and `batches` set ``maxOffsetsPerTrigger``.
     ``on_query(name, "start"|"done", info)`` reports progress. Returns
     ``{"queries": {name: {"checkpoint", "output", "last_batch", "seconds", "stop"}}, "target": ...}``."""
-    from streamctl.pipeline.examples import _confs
+    from streamctl.pipeline.session import scenario_confs as _confs
     from streamctl.pipeline.kafka_source import current_end_offsets, register, run_until_caught_up
 
     root = Path(root)

@@ -52,7 +52,7 @@ def spark() -> Iterator[object]:
     pytest.importorskip("pyspark")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from streamctl.pipeline.examples import get_spark
+    from streamctl.pipeline.session import get_spark
 
     session = get_spark("streamctl-tests")
     try:
