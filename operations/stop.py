@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Callable, Optional
 from urllib.parse import urlparse
@@ -20,6 +19,7 @@ from urllib.parse import urlparse
 from streamctl.inspectors.errors import StorageError, UsageError
 from streamctl.inspectors.lease import STOP_FILE, STOP_VERSION, Lease, lease_status, read_lease
 from streamctl.inspectors.storage import Storage
+from streamctl.operations.files import Root
 
 POLL_S = 0.2
 
@@ -41,23 +41,12 @@ def local_checkpoint(location: str) -> Storage:
 
 
 def request_stop(st: Storage, reason: Optional[str]) -> str:
-    """Write `_streamctl/stop.json` atomically (temp file, fsync, rename); returns its path."""
+    """Write `_streamctl/stop.json` atomically (operations/files.py Root.write_atomic); returns its path."""
     doc = {"version": STOP_VERSION, "requested_at_ms": now_ms(),
            "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
            "reason": reason}
-    path = os.path.join(st.display, STOP_FILE)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), f".stop.json.{uuid.uuid4()}.tmp")  # as the agent writes its lease
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    Root("checkpoint", st.display).write_atomic(STOP_FILE, (json.dumps(doc) + "\n").encode())
+    return os.path.join(st.display, STOP_FILE)
 
 
 def withdraw(st: Storage) -> None:
