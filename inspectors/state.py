@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from streamctl.inspectors.logs import (LogParseError, _decode, _lines, is_hadoop_crc, is_temp_name, load_json,
                                        parse_version_line)
@@ -189,9 +189,18 @@ def _schema_rel(uri: str) -> str:
     return f"_stateSchema/{tail}" if sep else uri
 
 
-def state_file(name: str) -> Optional[tuple[int, Optional[str], str, bool]]:
-    """(version, unique id, extension, is a companion) of a state file name, also for its
-    checksum companions (`5.delta.crc`, `.5.delta.crc`, `.5.delta.crc.crc`); None otherwise."""
+class StateFileName(NamedTuple):
+    """What a state file's name says (docs/formats/state.md)."""
+
+    version: int
+    unique_id: Optional[str]  # checkpoint format 2: `<version>_<uuid>.<ext>`
+    ext: str  # "delta" | "snapshot" | "changelog" | "zip"
+    companion: bool  # a checksum companion (`5.delta.crc`, `.5.delta.crc`, `.5.delta.crc.crc`)
+
+
+def state_file(name: str) -> Optional[StateFileName]:
+    """What the name of a state file, or of one of its checksum companions, says; None for any
+    other name."""
     base = name
     while base.endswith(".crc"):
         base = base[:-4]
@@ -201,7 +210,7 @@ def state_file(name: str) -> Optional[tuple[int, Optional[str], str, bool]]:
     m = _STATE_FILE_RE.match(base)
     if m is None:
         return None
-    return int(m.group(1)), m.group(2), m.group(3), companion
+    return StateFileName(int(m.group(1)), m.group(2), m.group(3), companion)
 
 
 def _digits(name: str) -> Optional[int]:

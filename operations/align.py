@@ -498,7 +498,7 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
                 if e.is_dir:
                     continue
                 parsed = state_file(e.name)
-                v = parsed[0] if parsed else None
+                v = parsed.version if parsed else None
                 if (v is not None and v > x + 1) or is_temp_name(e.name):
                     rel = f"{s.path}/{e.name}"
                     if rel not in seen:

@@ -134,8 +134,8 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         full: set[int] = set()
         incr: set[int] = set()
         for _name, f in listing:
-            if f is not None and not f[3]:
-                (full if f[2] in FULL else incr).add(f[0])
+            if f is not None and not f.companion:
+                (full if f.ext in FULL else incr).add(f.version)
         # the oldest base any kept version restores from
         floor = None
         for v in range(low + 1, C + 2):
@@ -152,10 +152,10 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         for name, f in listing:
             if f is None:
                 continue
-            if f[0] < floor:
-                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f[0]} below the oldest kept restore chain ({floor})",
+            if f.version < floor:
+                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f.version} below the oldest kept restore chain ({floor})",
                     entries[name].size)
-            elif f[2] == "zip" and not f[3]:
+            elif f.ext == "zip" and not f.companion:
                 kept_zips.append(name)
         if s.provider == "rocksdb" and kept_zips:
             referenced: set[str] = set()
