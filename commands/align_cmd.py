@@ -77,8 +77,6 @@ def align(
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations.align import AlignRequest, operation, plan_align
-    from streamctl.operations.plan import Refused
-    from streamctl.operations.runner import Request
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
@@ -89,17 +87,8 @@ def align(
     location, sink, sink_kind, app_id, config = target
     req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
                        options.quiet_period(quiet_period, config))
-    if execute:  # the lock first: the plan is made (and an empty one reported) only under it
-        mutation.execute("align", Request(location, lambda _op, _backup: plan_align(req)[0], backup_dir, break_lock),
-                         operation(), plan_lines, as_json)
-        return
-    try:
-        plan, _q = plan_align(req)
-    except Refused as exc:
-        raise mutation.refused(exc, as_json, "AlignRefusal") from None
-    doc = {"api_version": mutation.API_VERSION, "kind": "AlignPlan", "executed": False, "plan": plan.to_record()}
-    if not plan.steps:
-        mutation.emit(doc, as_json, [f"Nothing to do: {location} is {plan.before.get('verdict')} at epoch {plan.target}"
-                                     f" (planned {plan.after.get('planned')}, sink epoch {plan.after.get('sink_epoch')})"])
-        return
-    mutation.emit(doc, as_json, plan_lines(plan))
+    # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
+    mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
+                             plan_lines, as_json, lambda plan: (
+                                 f"Nothing to do: {location} is {plan.before.get('verdict')} at epoch {plan.target}"
+                                 f" (planned {plan.after.get('planned')}, sink epoch {plan.after.get('sink_epoch')})"))

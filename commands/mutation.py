@@ -103,6 +103,26 @@ def execute(name: str, request: Any, operation: Any, lines: Lines, as_json: bool
     show_result(name, outcome, as_json, lines)
 
 
+def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], backup_dir: Optional[str],
+                    break_lock: bool, execute_it: bool, operation: Any, lines: Lines, as_json: bool,
+                    nothing_to_do: Optional[Callable[[Any], str]] = None) -> None:
+    """The body of align and trim: with --execute, the runner (the plan is made under the lock);
+    without, the plan printed (`nothing_to_do(plan)` when it has no step) or its refusal."""
+    from streamctl.operations.plan import Refused
+    from streamctl.operations.runner import Request
+
+    if execute_it:
+        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock), operation, lines,
+                as_json)
+        return
+    try:
+        plan = make_plan()
+    except Refused as exc:
+        raise refused(exc, as_json, f"{title(name)}Refusal") from None
+    doc = {"api_version": API_VERSION, "kind": f"{title(name)}Plan", "executed": False, "plan": plan.to_record()}
+    emit(doc, as_json, [nothing_to_do(plan)] if nothing_to_do is not None and not plan.steps else lines(plan))
+
+
 def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
     """An executed or resumed align/trim: the result document, then exit 5 when not verified."""
     from streamctl.operations.plan import NotVerified

@@ -62,8 +62,6 @@ def trim(
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
     """
     from streamctl.commands import mutation
-    from streamctl.operations.plan import Refused
-    from streamctl.operations.runner import Request
     from streamctl.operations.trim import TrimRequest, operation, plan_trim
 
     target = mutation.front("trim", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
@@ -72,13 +70,5 @@ def trim(
         return
     location, sink, sink_kind, app_id, config = target
     req = TrimRequest(location, sink, sink_kind, app_id, keep_epochs, keep_rollback_to, purge, options.quiet_period(quiet_period, config))
-    if execute:
-        mutation.execute("trim", Request(location, lambda _op, _backup: plan_trim(req)[0], backup_dir, break_lock),
-                         operation(), plan_lines, as_json)
-        return
-    try:
-        plan, _sizes = plan_trim(req)
-    except Refused as exc:
-        raise mutation.refused(exc, as_json, "TrimRefusal") from None
-    mutation.emit({"api_version": mutation.API_VERSION, "kind": "TrimPlan", "executed": False, "plan": plan.to_record()},
-                  as_json, plan_lines(plan))
+    mutation.plan_or_execute("trim", location, lambda: plan_trim(req)[0], backup_dir, break_lock, execute, operation(),
+                             plan_lines, as_json)
