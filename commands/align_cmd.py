@@ -10,7 +10,7 @@ import typer
 
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -41,15 +41,15 @@ def align(
     app_id: Optional[str] = APP_ID_OPT,
     to: str = typer.Option("auto", "--to", help="auto (the newest exactly-once epoch), max (the newest epoch the WAL "
                                                   "and every state store hold) or an epoch number."),
-    execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
+    execute: bool = EXECUTE_OPT,
     backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
                                              "(default CHECKPOINT/_streamctl/backups/<operation id>)."),
     allow_duplicates: bool = typer.Option(False, "--allow-duplicates", help="Accept a plan that delivers some epochs twice."),
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Accept a plan that loses some epochs."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Also drop the planned-but-uncommitted "
                                            "batch after the target (Spark plans it anew)."),
-    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
+    break_lock: bool = BREAK_LOCK_OPT,
+    quiet_period: Optional[float] = QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
                                          "(the backup folder or its journal.jsonl)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Restore the exact files an earlier align changed "

@@ -11,7 +11,7 @@ import typer
 
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 
 API_VERSION = "streamctl/v1"
 
@@ -72,11 +72,11 @@ def drop_sink(
                               "then check it drained. Without it the command refuses unless --assume-stopped."),
     archive: Optional[str] = typer.Option(None, "--archive", help="Where retired files, the hand-off manifest, the "
                                           "plan and the journal go (default CHECKPOINT/_streamctl/retired/<operation id>)."),
-    execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
+    execute: bool = EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete the archived copies once every step is done."),
     purge_data: bool = typer.Option(False, "--purge-data", help="Also retire the data files the sink log lists "
                                     "inside the sink root (never files outside it)."),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
+    quiet_period: Optional[float] = QUIET_OPT,
     stop_timeout: float = typer.Option(60.0, "--stop-timeout", help="Seconds to wait for the agent to stop the query "
                                        "(then exit 4, request withdrawn). Default 60."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Drop a planned-but-uncommitted epoch "
@@ -85,7 +85,7 @@ def drop_sink(
                                         "and nothing changed within the quiet period."),
     sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
-    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
+    break_lock: bool = BREAK_LOCK_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
                                          "(the archive folder or its journal.jsonl)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Restore the retired checkpoint and sink exactly (its archive "

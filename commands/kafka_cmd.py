@@ -8,6 +8,7 @@ import typer
 
 from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
+from streamctl.commands.options import BREAK_LOCK_OPT
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 
 app = typer.Typer(
@@ -208,7 +209,7 @@ def commit_offsets(
     execute: bool = typer.Option(False, "--execute", help="Write the offsets; without it only the plan is shown."),
     backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where the plan, the journal and the group's "
                                              "previous offsets go (default CHECKPOINT/_streamctl/backups/<operation id>)."),
-    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
+    break_lock: bool = BREAK_LOCK_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Finish a crashed --execute (its backup folder)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Put the group's previous offsets back (the backup folder "
                                        "of an earlier --execute)."),

@@ -37,6 +37,9 @@ APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
 QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
 FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
+# ... and of every mutating command
+EXECUTE_OPT = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing).")
+BREAK_LOCK_OPT = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone.")
 
 
 def settings() -> Any:

@@ -9,7 +9,7 @@ import typer
 
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import APP_ID_OPT, QUIET_HELP, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -36,12 +36,12 @@ def trim(
     app_id: Optional[str] = APP_ID_OPT,
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Keep this many newest epochs as restart/rollback points (default 10)."),
     keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
-    execute: bool = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing)."),
+    execute: bool = EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
     backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
                                              "(default CHECKPOINT/_streamctl/backups/<operation id>)."),
-    break_lock: bool = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone."),
-    quiet_period: Optional[float] = typer.Option(None, "--quiet-period", help=QUIET_HELP),
+    break_lock: bool = BREAK_LOCK_OPT,
+    quiet_period: Optional[float] = QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Put back what an earlier trim moved (its backup folder)."),
     as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document."),
