@@ -25,6 +25,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 
 from streamctl.inspectors.logs import (LogParseError, _decode, _lines, is_hadoop_crc, is_temp_name, load_json,
                                        parse_version_line)
+from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -217,10 +218,15 @@ def _digits(name: str) -> Optional[int]:
     return int(name) if name.isascii() and name.isdigit() else None
 
 
-def _scan_store_dir(store: StoreFiles, files: list[str], dirs: list[str]) -> list[tuple[str, StoreFiles]]:
-    """Fill `store` from one folder listing; return named-store sub-folders to list next."""
+def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple[str, StoreFiles]]:
+    """Fill `store` from the listing of folder `rel`; return named-store sub-folders to list next.
+    StorageError (UNREADABLE) for a folder named like a state file: what Spark would read there
+    is not a file."""
+    files, dirs = storage.list_names(rel)
     subdirs: list[tuple[str, StoreFiles]] = []
     for name in dirs:
+        if state_file(name) is not None:
+            raise StorageError(storage.uri(f"{rel}/{name}"), "is a folder, expected a state file")
         if name in SHARED_DIRS:
             store.has_ssts = store.has_ssts or name == "SSTs"
         elif name == "_metadata":
@@ -267,9 +273,9 @@ def read_state(storage: Storage) -> StateFiles:
                 part_rel = f"{op_rel}/{part}"
                 default = StoreFiles(op_id, part, DEFAULT_STORE)
                 stores: dict[str, StoreFiles] = {}
-                named = _scan_store_dir(default, *storage.list_names(part_rel))
+                named = _scan_store_dir(storage, part_rel, default)
                 for name, store in named:
-                    _scan_store_dir(store, *storage.list_names(f"{part_rel}/{name}"))
+                    _scan_store_dir(storage, f"{part_rel}/{name}", store)
                     stores[name] = store
                 if default.all_versions() or default.temp_files or default.other_files or not stores:
                     stores[DEFAULT_STORE] = default

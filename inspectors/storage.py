@@ -263,21 +263,10 @@ class Storage:
     def list_names(self, rel: str = "") -> tuple[list[str], list[str]]:
         """(file names, folder names) of one folder; ([], []) when it does not exist.
 
-        The fast path for folders of 100s of files: locally, names with a dot are taken as
-        files without a stat (Spark's state and log files all have one; its folders have none),
-        and only dot-less names are checked."""
-        if self._local_root is None:
-            entries = self.list_dir(rel) or []
-            return [e.name for e in entries if not e.is_dir], [e.name for e in entries if e.is_dir]
-        path = self._local(rel)
-        names = self._local_call(rel, os.listdir)
-        if names is None:
-            return [], []
-        dirs = [n for n in names if "." not in n and os.path.isdir(os.path.join(path, n))]
-        if not dirs:
-            return names, []
-        dirset = set(dirs)
-        return [n for n in names if n not in dirset], dirs
+        Locally one `scandir`: the kind of each entry comes with the listing (no stat per name),
+        so a folder named like a file (`5.delta/`) is seen as the folder it is."""
+        entries = self.list_dir(rel) or []
+        return [e.name for e in entries if not e.is_dir], [e.name for e in entries if e.is_dir]
 
     # -- files --------------------------------------------------------------------------
     def lookup(self, rel: str = "") -> Optional[Entry]:

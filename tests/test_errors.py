@@ -95,8 +95,10 @@ DAMAGE: dict[str, Callable[[Path], str]] = {
     "source-log-file-is-a-folder": _folder_for("sources/0/0"),
     "state-is-a-file": _file_for("state"),
     "offsets-is-a-file": _file_for("offsets"),
+    "state-file-is-a-folder": _folder_for("state/0/0/4.delta"),  # the version a restart loads
 }
-REASONS = {"nested-json-in-offsets": "not valid JSON (nested too deeply)"}
+REASONS = {"nested-json-in-offsets": "not valid JSON (nested too deeply)",
+           "state-file-is-a-folder": "is a folder, expected a state file"}
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
