@@ -33,17 +33,8 @@ def _load(name: str, file: str) -> Any:
 
 
 ap = _load("streamctl_tests_align_pipeline", "align_pipeline.py")
-
-
-def tree(base: Path) -> dict[str, str]:
-    """relative path -> sha256 (symlinks as their target) of every file below base."""
-    out: dict[str, str] = {}
-    for dirpath, dirs, files in os.walk(base):
-        for f in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
-            p = Path(dirpath) / f
-            out[str(p.relative_to(base))] = ("link:" + os.readlink(p)) if p.is_symlink() else \
-                hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
+# relative path -> sha256 (symlinks as their target) of every file below a folder
+tree = _load("streamctl_tests_hostile_properties", "test_hostile_properties.py").tree
 
 
 class Lab:
