@@ -253,6 +253,12 @@ def _converter_for(name: str, default: object) -> Converter:
     return lambda value, *, parse_text=True: value
 
 
+def format_setting(flag: str | None, config: Config, env: Mapping[str, str] | None = None) -> str:
+    """The output format: `--format`, else STREAMCTL_FORMAT, else the config file's, else table.
+    One rule for the commands and for the Error document of a failing run (cli/errors.py)."""
+    return setting("format", flag, ENV_FORMAT, config, "table", env=env, flag="--format")
+
+
 def setting(
     name: str,
     flag_value: T | None,

@@ -109,10 +109,19 @@ def fail(message: str, code: ExitCode) -> "typer.Exit":
 
 
 def _wants_json(kwargs: dict[str, Any]) -> bool:
-    fmt = kwargs.get("fmt")
-    if "fmt" in kwargs and fmt is None:
-        fmt = os.environ.get("STREAMCTL_FORMAT")
-    return bool(kwargs.get("as_json")) or fmt == "json"
+    """--json, or (for a command with --format) the format setting as the command resolves it:
+    the flag, STREAMCTL_FORMAT or the config file's `format` (cli/config.py format_setting)."""
+    if kwargs.get("as_json"):
+        return True
+    if "fmt" not in kwargs:
+        return False
+    from streamctl.cli import context
+    from streamctl.cli.config import ENV_FORMAT, format_setting, load_config
+
+    try:
+        return format_setting(kwargs["fmt"], load_config(context.CONFIG_PATH)) == "json"
+    except StreamctlError:  # the setting itself is what failed: judge by the words given
+        return (kwargs["fmt"] or os.environ.get(ENV_FORMAT)) == "json"
 
 
 def _argv_wants_json(argv: Sequence[str]) -> bool:

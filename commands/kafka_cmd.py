@@ -8,6 +8,7 @@ import typer
 
 from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
+from streamctl.commands import options
 from streamctl.commands.options import BREAK_LOCK_OPT
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 
@@ -231,7 +232,7 @@ def commit_offsets(
       streamctl kafka commit-offsets orders --group orders-spark --execute
       streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
     """
-    from streamctl.cli.config import load_config, setting
+    from streamctl.cli.config import load_config
     from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.kafka import KafkaBroker
     from streamctl.operations import group_offsets, runner
@@ -243,13 +244,13 @@ def commit_offsets(
         if checkpoint or group:
             raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint or --group")
         config = load_config(context.CONFIG_PATH)
-        output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+        output = options.output_format(fmt, as_json, config)
         _earlier_commit(resume, undo, bootstrap, kafka_config, kafka_timeout, break_lock, output, config)
         return
     if not checkpoint or not group:
         raise UsageError("name a CHECKPOINT and its --group (or use --resume / --undo)")
     config, pipeline, location = _load(checkpoint)
-    output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+    output = options.output_format(fmt, as_json, config)
     ks = kafka_settings(bootstrap, kafka_config, kafka_timeout, pipeline, config)
     assert ks is not None
     q, chosen, target, _raws = _epoch_offsets(location, epoch)
@@ -329,9 +330,7 @@ def retention_floor(
     from streamctl.operations.trim import oldest_kept_epoch
 
     config, _pipeline, location = _load(checkpoint)
-    from streamctl.cli.config import setting
-
-    output = render.effective_format("json" if as_json else setting("format", fmt, "STREAMCTL_FORMAT", config, "table", flag="--format"))
+    output = options.output_format(fmt, as_json, config)
     q = inspect_checkpoint(location)
     try:
         low = oldest_kept_epoch(q, keep_epochs, keep_rollback_to)

@@ -8,7 +8,6 @@ from typing import Any, Optional
 import typer
 
 from streamctl.cli import context, render
-from streamctl.inspectors.sinks import SINK_KINDS
 
 FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
 QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
@@ -50,12 +49,9 @@ def settings() -> Any:
 
 
 def output_format(flag: Optional[str], as_json: bool, config: Any) -> str:
-    from streamctl.cli.config import setting
+    from streamctl.cli.config import format_setting
 
-    if as_json:
-        return "json"
-    fmt = setting("format", flag, "STREAMCTL_FORMAT", config, "table", flag="--format")
-    return render.effective_format(fmt)
+    return render.effective_format("json" if as_json else format_setting(flag, config))
 
 
 def quiet_period(flag: Optional[float], config: Any) -> float:
@@ -70,21 +66,18 @@ def checkpoints(args: list[str], config: Any) -> list[str]:
     return [resolve_checkpoint(a, config)[0] for a in args]
 
 
-def targets(args: list[str], sinks: Optional[list[str]], sink_kind: Any, app_id: Optional[str],
+def targets(args: list[str], sinks: Optional[list[str]], sink_kind: SinkKind, app_id: Optional[str],
             config: Any) -> list[tuple[str, Optional[str], str, Optional[str]]]:
     """(checkpoint, sink, sink kind, app id) per argument, by cli/config.py resolve_target. --sink
     is given once per checkpoint, in order."""
     from streamctl.cli.config import resolve_target
     from streamctl.inspectors.errors import UsageError
 
-    kind = str(sink_kind)
-    if kind not in SINK_KINDS:
-        raise UsageError(f"invalid value for --sink-kind: {kind!r} (choose from {', '.join(SINK_KINDS)})")
     if sinks and len(sinks) != len(args):
         raise UsageError(f"--sink was given {len(sinks)} time(s) for {len(args)} checkpoint(s): give one per checkpoint, in order")
     out = []
     for i, arg in enumerate(args):
-        t = resolve_target(arg, sinks[i] if sinks else None, kind, app_id, config)
+        t = resolve_target(arg, sinks[i] if sinks else None, str(sink_kind), app_id, config)
         out.append((t.checkpoint, t.sink, t.sink_kind, t.app_id))
     return out
 

@@ -16,6 +16,7 @@ unknown folders in a checkpoint root)::
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -133,6 +134,11 @@ def read_stop_request(storage: Storage) -> Optional[StopRequest]:
         raise LogParseError(path, f"unsupported stop request version {doc['version']} (this streamctl reads {STOP_VERSION})")
     _check(doc, path, _STOP_SPEC)
     return StopRequest(**{k: doc[k] for k in _STOP_SPEC})
+
+
+def now_ms() -> int:
+    """The protocol's clock: wall-clock milliseconds, as the lease's and the request's `*_ms` keys."""
+    return int(time.time() * 1000)
 
 
 def lease_status(lease: Lease, now_ms: int) -> str:

@@ -102,6 +102,12 @@ def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
     return fs, f"{loc['container']}/{loc['path']}".rstrip("/")
 
 
+def is_local_location(location: str) -> bool:
+    """A path, a `file://` URI or (on Windows) a drive letter: the local file system."""
+    scheme = urlparse(location).scheme.lower()
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
 class Storage:
     """A read-only view of one root folder. Paths passed to methods are relative, `/`-separated."""
 
@@ -119,7 +125,7 @@ class Storage:
         unknown scheme or a file system that cannot be reached."""
         parsed = urlparse(location)
         scheme = parsed.scheme.lower()
-        if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        if is_local_location(location):
             path = parsed.path if scheme == "file" else location
             if scheme == "file" and parsed.netloc not in ("", "localhost"):
                 raise StorageError(location, "file:// URIs must name a local path (file:///...)")
@@ -143,6 +149,16 @@ class Storage:
         except Exception as exc:  # pyarrow raises ArrowInvalid/OSError with long texts
             raise StorageError(location, f"cannot open file system: {_one_line(exc)}") from None
         return cls(display=location, fs=fs, fs_root=root)
+
+    @classmethod
+    def open_local(cls, location: str) -> "Optional[Storage]":
+        """`open` for a location on the local file system; None for any other, judged on the
+        words first (a remote store is never contacted). The agent protocol's rule: the agent
+        watches a local folder (pipeline/agent.py, operations/stop.py)."""
+        if not is_local_location(location):
+            return None
+        st = cls.open(location)
+        return st if st.is_local else None
 
     @property
     def is_local(self) -> bool:

@@ -14,28 +14,20 @@ import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
-from urllib.parse import urlparse
 
 from streamctl.inspectors.errors import StorageError, UsageError
-from streamctl.inspectors.lease import STOP_FILE, STOP_VERSION, Lease, lease_status, read_lease
+from streamctl.inspectors.lease import STOP_FILE, STOP_VERSION, Lease, lease_status, now_ms, read_lease
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import Root
 
 POLL_S = 0.2
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def local_checkpoint(location: str) -> Storage:
     """The checkpoint `location` opened for the protocol; UsageError unless it is local (judged on
     the URI first: a remote store is never contacted)."""
-    scheme = urlparse(location).scheme.lower()
-    if scheme not in ("", "file") and not (len(scheme) == 1 and os.name == "nt"):
-        raise UsageError(f"{location}: stop requests can only be written to local checkpoints (a path or file:// URI)")
-    st = Storage.open(location)
-    if not st.is_local:
+    st = Storage.open_local(location)
+    if st is None:
         raise UsageError(f"{location}: stop requests can only be written to local checkpoints (a path or file:// URI)")
     return st
 

@@ -56,7 +56,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, read_stop_request
+from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, now_ms, read_stop_request
 from streamctl.inspectors.storage import Storage
 
 __all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
@@ -67,10 +67,6 @@ _TERMINATED_CLASSES = (
     "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$",  # Spark 4.1
     "org.apache.spark.sql.execution.streaming.TERMINATED$",  # Spark 3.x / 4.0
 )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def write_json_atomic(folder: str, name: str, doc: dict[str, Any]) -> None:
@@ -101,13 +97,8 @@ def _newest(folder: str) -> Optional[int]:
 
 
 def _local_root(checkpoint: "str | Path") -> str:
-    from urllib.parse import urlparse
-
-    scheme = urlparse(str(checkpoint)).scheme.lower()
-    if scheme not in ("", "file") and not (len(scheme) == 1 and os.name == "nt"):
-        raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")
-    st = Storage.open(str(checkpoint))
-    if not st.is_local:
+    st = Storage.open_local(str(checkpoint))
+    if st is None:
         raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")
     return st.display
 

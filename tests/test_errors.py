@@ -181,6 +181,20 @@ def test_sink_kind_in_the_config_file_is_checked(cli: Callable, ck: Path, tmp_pa
     assert digests(ck.parent) == before
 
 
+def test_format_json_in_the_config_file_alone_prints_the_error_document(cli: Callable, ck: Path, tmp_path: Path) -> None:
+    """`format = "json"` in [defaults] is the same choice as --json (cli/config.py format_setting):
+    a failing run prints the Error document too, not only stderr's line; a flag still beats it."""
+    cfg = tmp_path / "streamctl.toml"
+    cfg.write_text('[defaults]\nformat = "json"\n')
+    before = digests(ck.parent)
+    argv = ["inspect", "epochs", str(ck), "--sink", f"{ck}/a", "--sink", f"{ck}/b"]
+    doc = error_doc(cli("--config", str(cfg), *argv), 2)
+    assert doc["message"] == "--sink was given 2 time(s) for 1 checkpoint(s): give one per checkpoint, in order"
+    r = cli("--config", str(cfg), *argv, "--format", "plain")
+    assert r.code == 2 and r.stdout == "" and one_line(r.stderr) == doc["message"], r
+    assert digests(ck.parent) == before
+
+
 def test_a_malformed_kafka_config_never_echoes_a_secret(cli: Callable, ck: Path) -> None:
     """Usage errors included: `KEY VALUE` (the value becomes an extra argument), `KEY:VALUE`, and
     credentials inside --bootstrap; no broker is needed to reject any of them."""
