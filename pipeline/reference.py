@@ -12,7 +12,7 @@ committed a batch reaching the topic's end offsets (``kafka_source.run_until_cau
 stopped between batches (through ``streamctl.pipeline.agent`` when that module is available: a
 stop request the agent honours after the batch in flight commits; otherwise ``query.stop()``
 once caught up, when no batch is running). Queries run one after the other, each with its own
-session confs (``examples._confs``):
+session confs (``session.scenario_confs``):
 
 ``root/file_sink/{checkpoint,output}``
     stateless: the value JSON parsed into ``i, key, value`` plus ``topic, partition, offset`` ->

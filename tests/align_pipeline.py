@@ -13,7 +13,7 @@ Kinds (`KINDS`):
   input file repeats the first id of the previous file, so state must remember it;
 * ``dedup_rocksdb``: the same with the RocksDB provider and changelog checkpointing;
 * ``coordinated``: stateless -> ``repartition(2)`` -> streamctl's coordinated sink (two writers);
-* ``tws``: ``transformWithState`` (streamctl.pipeline.state_features: map, list and value state,
+* ``tws``: ``transformWithState`` (streamctl.fixtures.state_features: map, list and value state,
   TTL, processing-time timers; RocksDB with changelog checkpointing) deduplicating the repeats ->
   JSON file sink; ``tws_v2``: the same with checkpoint format 2 (state unique ids in commits/).
   In processing-time mode the operator always asks for another (no-data) batch, so availableNow
@@ -97,7 +97,7 @@ class Pipeline:
         if self.kind.startswith("dedup"):
             df = df.dropDuplicates(["id"])
         elif self.kind.startswith("tws"):
-            from streamctl.pipeline.state_features import tws_dedup
+            from streamctl.fixtures.state_features import tws_dedup
 
             df = tws_dedup(df)
         if self.kind == "coordinated":

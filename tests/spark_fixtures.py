@@ -1,4 +1,4 @@
-"""Session-scoped PySpark fixtures: real checkpoints built by `streamctl.pipeline.examples`.
+"""Session-scoped PySpark fixtures: real checkpoints built by `streamctl.fixtures.examples`.
 
 A pytest plugin module. The tests run with --import-mode=importlib and `python -P`; either of
 these in tests/conftest.py loads it:
@@ -35,7 +35,7 @@ import pytest
 
 __all__ = ["spark", "spark_checkpoints", "fresh_copy", "SPARK35_SCENARIOS", "spark_major"]
 
-#: The example scenarios PySpark 3.5 can run (streamctl.pipeline.examples.SCENARIOS minus
+#: The example scenarios PySpark 3.5 can run (streamctl.fixtures.examples.SCENARIOS minus
 #: agg_rocksdb_v2, coordinated_sink and delta_foreach_batch).
 SPARK35_SCENARIOS = ("stateless_file_sink", "agg_hdfs", "agg_rocksdb", "join_hdfs", "dedup_rocksdb")
 
@@ -63,7 +63,7 @@ def spark() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def spark_checkpoints(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from streamctl.pipeline.examples import build_all
+    from streamctl.fixtures.examples import build_all
 
     root = tmp_path_factory.mktemp("spark-examples")
     return build_all(spark, root, None if spark_major() >= 4 else list(SPARK35_SCENARIOS))

@@ -162,7 +162,7 @@ def test_stop_times_out_and_withdraws(tmp_path: Path, cli: Any) -> None:
 def _start_query(spark: Any, root: Path, name: str) -> tuple[Any, Path, Path]:
     from pyspark.sql import functions as F
 
-    from streamctl.pipeline.examples import write_input_files
+    from streamctl.fixtures.examples import write_input_files
 
     inp, ckpt = root / "input", root / "checkpoint"
     write_input_files(inp, 0, 200)
@@ -250,7 +250,7 @@ import os, sys, time
 from pathlib import Path
 from pyspark.sql import SparkSession
 from streamctl.pipeline.agent import attach
-from streamctl.pipeline.examples import write_input_files
+from streamctl.fixtures.examples import write_input_files
 root = Path(sys.argv[1])
 spark = (SparkSession.builder.master("local[1]").appName("agent-kill")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")

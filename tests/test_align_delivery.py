@@ -374,7 +374,7 @@ def test_orphans_are_moved_to_the_backup(cli, spark, tmp_path, tree_snapshot, ki
 # -- a Delta sink cannot be rolled back ------------------------------------------------------------
 @pytest.mark.spark4
 def test_delta_sink_ahead_refuses(cli, spark, tmp_path, tree_snapshot):
-    from streamctl.pipeline.examples import build_delta_foreach_batch
+    from streamctl.fixtures.examples import build_delta_foreach_batch
 
     chk = build_delta_foreach_batch(spark, tmp_path)  # batches 0..5, the table has txn version 5
     out = chk.parent / "output"

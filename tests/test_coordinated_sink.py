@@ -1,5 +1,5 @@
 """streamctl's coordinated sink (streamctl.pipeline.coordinated_sink) and the two sink scenarios of
-streamctl.pipeline.examples (coordinated_sink, delta_foreach_batch): the commit protocol on its
+streamctl.fixtures.examples (coordinated_sink, delta_foreach_batch): the commit protocol on its
 own (no Spark), then real PySpark runs, replays and injected crashes."""
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def batch_ids(folder: Path) -> list[int]:
 
 
 def query_id(ckpt: Path) -> str:
-    from streamctl.pipeline.examples import query_id as qid
+    from streamctl.fixtures.examples import query_id as qid
 
     return qid(ckpt)
 
@@ -281,7 +281,7 @@ def test_delta_foreach_batch_scenario(spark_checkpoints):
 
 @pytest.mark.spark
 def test_coordinated_replayed_epoch_is_not_duplicated(spark, spark_checkpoints, fresh_copy):
-    from streamctl.pipeline.examples import rerun_sink
+    from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("coordinated_sink")
     out = ckpt.parent / "output"
@@ -298,7 +298,7 @@ def test_coordinated_replayed_epoch_is_not_duplicated(spark, spark_checkpoints, 
 def test_delta_replayed_batch_is_skipped(spark, spark_checkpoints, fresh_copy):
     from deltalake import DeltaTable
 
-    from streamctl.pipeline.examples import rerun_sink
+    from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("delta_foreach_batch")
     out = ckpt.parent / "output"
@@ -326,7 +326,7 @@ def uncommit_last(ckpt: Path, out: Path, epoch: int) -> None:
 def test_crash_before_commit_then_restart(spark, spark_checkpoints, fresh_copy):
     """crashBeforeCommitEpoch=5: the query fails with the batch's files in _staging/5/ and no
     record; a restart without the option replays batch 5 and commits it exactly once."""
-    from streamctl.pipeline.examples import rerun_sink
+    from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("coordinated_sink")
     out, inp = ckpt.parent / "output", spark_checkpoints["coordinated_sink"].parent / "input"
@@ -358,7 +358,7 @@ def test_crash_before_commit_then_restart(spark, spark_checkpoints, fresh_copy):
 def test_fail_after_publish_then_restart(spark, spark_checkpoints, fresh_copy):
     """failAfterPublishEpoch=5: files published to data/epoch=5/ without a record; the restart
     publishes the replay's files and a record naming only those."""
-    from streamctl.pipeline.examples import rerun_sink
+    from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("coordinated_sink")
     out, inp = ckpt.parent / "output", spark_checkpoints["coordinated_sink"].parent / "input"

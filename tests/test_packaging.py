@@ -468,10 +468,11 @@ def test_installed_wheel_imports_every_shipped_module_without_extras(installed: 
     venv: Path = installed["venv"]  # type: ignore[assignment]
     result = run([str(installed["python"]), "-c", code], env=clean_env(venv), cwd=installed["cwd"])
     bad = json.loads(result.stdout.strip().splitlines()[-1])
-    # The PySpark side (streamctl.pipeline: data sources, sinks, example pipelines) needs pyspark
-    # by nature and ships with the `spark` extra; everything else must import without extras.
+    # The PySpark side (streamctl.pipeline: data sources, sinks, the reference pipeline) and the
+    # fixture builders on it (streamctl.fixtures) need pyspark by nature and ship with the `spark`
+    # extra; everything else must import without extras.
     bad = {k: v for k, v in bad.items() if not (
-        k.startswith("streamctl.pipeline.") and v.startswith("ModuleNotFoundError")
+        k.startswith(("streamctl.pipeline.", "streamctl.fixtures.")) and v.startswith("ModuleNotFoundError")
         and ("'pyspark" in v or "'kafka" in v or "'py4j" in v))}
     assert not bad, "modules that fail to import from the installed wheel:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
 
@@ -479,11 +480,14 @@ def test_installed_wheel_imports_every_shipped_module_without_extras(installed: 
 # The rooms and what each may import (README: Layout). Read downwards: the entry point
 # (`cli/app.py`) registers the commands; a command builds a request, calls the write side
 # (`operations/`) or the readers (`inspectors/`) and renders through the presentation helpers of
-# `cli/`; the PySpark side (`pipeline/`) stands apart from the write side.
+# `cli/`; the PySpark side (`pipeline/`) stands apart from the write side; what builds example
+# checkpoints for tests and `./dev examples` (`fixtures/`) stands on the PySpark side, and no
+# runtime room imports it.
 LAYERS: dict[str, set[str]] = {
     "inspectors": {"inspectors"},
     "operations": {"operations", "inspectors"},
     "pipeline": {"pipeline", "inspectors"},
+    "fixtures": {"fixtures", "pipeline", "inspectors"},  # builds example checkpoints: tests, ./dev examples
     "commands": {"commands", "operations", "inspectors", "pipeline", "cli"},
     "cli": {"cli", "commands", "operations", "inspectors"},
     "completions": {"completions"},
@@ -533,8 +537,13 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
         ("inspectors", "streamctl.inspectors.x", "import streamctl.operations.plan\n"),
         ("cli", "streamctl.cli.render", "from streamctl.commands import inspect_cmd\n"),
         ("commands", "streamctl.commands.trim_cmd", "from streamctl.cli.app import app\n"),
-        ("commands", "streamctl.commands.trim_cmd", "from streamctl.pipeline.examples import get_spark\n"),
+        ("commands", "streamctl.commands.trim_cmd", "from streamctl.pipeline.session import get_spark\n"),
         ("pipeline", "streamctl.pipeline.agent", "from streamctl.operations.files import Root\n"),
+        # what builds fixtures ships apart: no runtime room imports it, not even the demo
+        ("pipeline", "streamctl.pipeline.reference", "from streamctl.fixtures.examples import build_all\n"),
+        ("commands", "streamctl.commands.demo_cmd", "def f():\n    from streamctl.fixtures import examples\n"),
+        ("operations", "streamctl.operations.align", "import streamctl.fixtures.state_features\n"),
+        ("fixtures", "streamctl.fixtures.examples", "from streamctl.operations.files import Root\n"),
     ]
     for room, me, code in cases:
         assert len(module_layer_problems(room, me, ast.parse(code), "x.py")) == 1, (room, code)

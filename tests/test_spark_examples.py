@@ -1,4 +1,4 @@
-"""Smoke tests: the checkpoints that real PySpark runs (streamctl.pipeline.examples) leave behind,
+"""Smoke tests: the checkpoints that real PySpark runs (streamctl.fixtures.examples) leave behind,
 and the committed PySpark 3.5 fixture. Assert only what Spark itself guarantees; snapshot
 versions depend on maintenance timing, so only their presence is checked."""
 from __future__ import annotations
@@ -200,13 +200,13 @@ def test_spark35_fixture_layout() -> None:
 
 @pytest.mark.spark
 def test_the_readme_main_job_runs_start_to_finish(tmp_path: Path) -> None:
-    """`./dev demo` runs `python -m streamctl.pipeline.examples --inspect`; here on two scenarios."""
+    """`./dev demo` runs `python -m streamctl.fixtures.examples --inspect`; here on two scenarios."""
     import os
     import subprocess
     import sys
 
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, NO_COLOR="1")
-    r = subprocess.run([sys.executable, "-m", "streamctl.pipeline.examples", "--dir", str(tmp_path),
+    r = subprocess.run([sys.executable, "-m", "streamctl.fixtures.examples", "--dir", str(tmp_path),
                         "--only", "stateless_file_sink,agg_hdfs", "--inspect"],
                        capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

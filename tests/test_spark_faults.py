@@ -1,4 +1,4 @@
-"""Real PySpark 4.1 checkpoints (see streamctl.pipeline.examples), inspected as written and then
+"""Real PySpark 4.1 checkpoints (see streamctl.fixtures.examples), inspected as written and then
 damaged the way operators and crashes damage them (docs/model.md#findings)."""
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_cop
     """What inspect says is what a restart of the real query does: an in-flight checkpoint
     (recoverable) replays its batch and is aligned again; one whose replay needs a deleted state
     file (unrestorable) fails."""
-    from streamctl.pipeline.examples import rerun_agg
+    from streamctl.fixtures.examples import rerun_agg
 
     chk = fresh_copy("agg_rocksdb")
     (chk / "commits/7").unlink()  # by hand, the way operators do it: the hidden .7.crc stays

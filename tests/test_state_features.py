@@ -1,5 +1,5 @@
 """Newer state features on the newest PySpark (issue 13 item 4): `transformWithState` with map,
-list and value state, TTL and processing-time timers (streamctl.pipeline.state_features), on the
+list and value state, TTL and processing-time timers (streamctl.fixtures.state_features), on the
 RocksDB provider with changelog checkpointing, in checkpoint format 1 (`tws`) and 2 (`tws_v2`,
 state unique ids in commits/). Layout: state schema v3 files `state/0/_stateSchema/default/…` and
 operator metadata v2 `state/0/_metadata/v2/<batch>` naming them.
