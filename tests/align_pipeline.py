@@ -15,7 +15,9 @@ Kinds (`KINDS`):
 * ``coordinated``: stateless -> ``repartition(2)`` -> streamctl's coordinated sink (two writers);
 * ``tws``: ``transformWithState`` (streamctl.fixtures.state_features: map, list and value state,
   TTL, processing-time timers; RocksDB with changelog checkpointing) deduplicating the repeats ->
-  JSON file sink; ``tws_v2``: the same with checkpoint format 2 (state unique ids in commits/).
+  JSON file sink; ``tws_v2``: the same with checkpoint format 2 (state unique ids in commits/);
+  ``tws_pandas``: the same processor through ``transformWithStateInPandas`` (pandas DataFrames in
+  and out, the same column families and timers), checkpoint format 1.
   In processing-time mode the operator always asks for another (no-data) batch, so availableNow
   never ends (Spark 4.3); these kinds run one `once` trigger per new input file instead, files
   waiting in ``pending/`` until their run (with none pending: one `once` run, which replays one
@@ -37,7 +39,7 @@ ROWS = 5
 COMPACT_INTERVAL = 3
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2")
+KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2", "tws_pandas")
 _CONFS = {
     "file": {},
     "dedup_file": {"spark.sql.streaming.stateStore.providerClass": HDFS},
@@ -49,6 +51,8 @@ _CONFS = {
     "tws_v2": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
                "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
+    "tws_pandas": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+                   "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
 }
 _BASE = {"spark.sql.streaming.fileSink.log.compactInterval": str(COMPACT_INTERVAL),
          "spark.sql.streaming.stateStore.checkpointFormatVersion": "1",
@@ -96,6 +100,10 @@ class Pipeline:
         df = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1).json(str(self.input))
         if self.kind.startswith("dedup"):
             df = df.dropDuplicates(["id"])
+        elif self.kind == "tws_pandas":
+            from streamctl.fixtures.state_features import tws_pandas_dedup
+
+            df = tws_pandas_dedup(df)
         elif self.kind.startswith("tws"):
             from streamctl.fixtures.state_features import tws_dedup
 

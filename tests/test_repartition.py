@@ -228,7 +228,8 @@ def test_align_and_trim_never_move_what_a_restart_reads(spark_checkpoints: dict[
 @pytest.mark.parametrize("kind", [
     "file", "dedup_file", "dedup_rocksdb",
     pytest.param("coordinated", marks=pytest.mark.spark4),  # a Python data source sink (Spark 4)
-    pytest.param("tws", marks=pytest.mark.spark4), pytest.param("tws_v2", marks=pytest.mark.spark4)])
+    pytest.param("tws", marks=pytest.mark.spark4), pytest.param("tws_v2", marks=pytest.mark.spark4),
+    pytest.param("tws_pandas", marks=pytest.mark.spark4)])
 def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any, cli: Any, tmp_path: Path,
                                                                      align_pipeline: Any, kind: str) -> None:
     """Item 3 with the delivery check: on a clean checkpoint of every query shape of
