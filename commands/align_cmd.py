@@ -85,8 +85,8 @@ def align(
     if target is None:
         return
     location, sink, sink_kind, app_id, config = target
-    req = AlignRequest(location, sink, sink_kind, app_id, to, allow_duplicates, allow_loss, discard_in_flight,
-                       options.quiet_period(quiet_period, config))
+    req = AlignRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config), to=to,
+                       allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight)
     # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
     mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json, lambda plan: (

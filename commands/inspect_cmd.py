@@ -148,8 +148,8 @@ def _reclaimable(target: Any, keep_epochs: int, quiet: float, inspection: Any = 
     from streamctl.operations.trim import TrimRequest, plan_trim
 
     try:
-        plan, sizes = plan_trim(TrimRequest(target.checkpoint, target.sink, target.sink_kind, target.app_id,
-                                            keep_epochs, None, False, quiet), inspection)
+        plan, sizes = plan_trim(TrimRequest(target.checkpoint, target.sink, target.sink_kind, target.app_id, quiet,
+                                            keep_epochs=keep_epochs), inspection)
     except StreamctlError as exc:
         return {"keep_epochs": keep_epochs, "refused": str(exc)}
     return {"keep_epochs": keep_epochs, "oldest_kept_epoch": plan.target,

@@ -72,15 +72,14 @@ def _load(checkpoint: str) -> tuple[Any, Any, str]:
 def _epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, int], int], list[tuple[int, str]]]:
     """The query, the epoch chosen, its merged Kafka offsets and each Kafka source's raw line."""
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.kafka import parse_kafka_offsets
     from streamctl.inspectors.logs import parse_offsets
     from streamctl.inspectors.storage import Storage
+    from streamctl.operations.plan import raise_unreadable
 
     q = inspect_checkpoint(location)
-    bad = [f for f in q.findings if f.code == "UNREADABLE"]
-    if bad:
-        raise StorageError(bad[0].details.get("path", location), bad[0].details.get("reason", "unreadable"))
+    raise_unreadable(q)
     if epoch == "committed":
         chosen = q.committed
     elif epoch == "planned":

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import ERROR, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize, verdict_of
+from streamctl.inspectors.findings import ERROR, WARNING, Finding, count_of, finding_records, ids_of, missing_ranges, ranges_text, summarize, verdict_of
 from streamctl.inspectors.logs import (
     batch_id_of,
     CommitEntry,
@@ -152,7 +152,7 @@ class QueryInspection:
             "kafka": self.kafka,
             "lease": self.lease,
             "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
-            "findings": [f.to_record() for f in sorted(self.findings, key=Finding.sort_key)],
+            "findings": finding_records(self.findings),
             "verdict": self.verdict,
             "reclaimable": None,  # filled by `inspect epochs --reclaimable` (streamctl.operations.trim)
         }

@@ -67,6 +67,11 @@ class Finding:
         return (SEVERITY_RANK.get(self.severity, 3), self.code, self.message)
 
 
+def finding_records(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """Findings as every document lists them: sorted (Finding.sort_key), as records."""
+    return [f.to_record() for f in sorted(findings, key=Finding.sort_key)]
+
+
 def verdict_of(findings: Iterable[Finding]) -> str:
     """unreadable if any UNREADABLE; else misaligned if any error; else recoverable if
     IN_FLIGHT; else aligned (warnings and info allowed)."""

@@ -109,31 +109,35 @@ _STOP_SPEC = {"version": ("int", False), "requested_at_ms": ("int", False), "req
               "reason": ("str", True)}
 
 
+def _read(storage: Storage, rel: str, what: str, version: int,
+          spec: dict[str, tuple[str, bool]]) -> Optional[dict[str, Any]]:
+    """The keys of `spec` from `rel`, checked; None when there is no such file. `what` names the
+    document in the message of a version newer than `version`."""
+    doc = _load(storage, rel)
+    if doc is None:
+        return None
+    path = storage.uri(rel)
+    if _int(doc.get("version")) and doc["version"] > version:
+        raise LogParseError(path, f"unsupported {what} version {doc['version']} (this streamctl reads {version})")
+    _check(doc, path, spec)
+    return {k: doc[k] for k in spec}
+
+
 def read_lease(storage: Storage) -> Optional[Lease]:
     """The lease in `<checkpoint>/_streamctl/lease.json`, None when there is none.
     StorageError when it cannot be read; LogParseError when it is malformed."""
-    doc = _load(storage, LEASE_FILE)
+    doc = _read(storage, LEASE_FILE, "lease", LEASE_VERSION, _LEASE_SPEC)
     if doc is None:
         return None
-    path = storage.uri(LEASE_FILE)
-    if _int(doc.get("version")) and doc["version"] > LEASE_VERSION:
-        raise LogParseError(path, f"unsupported lease version {doc['version']} (this streamctl reads {LEASE_VERSION})")
-    _check(doc, path, _LEASE_SPEC)
     if doc["state"] not in STATES:
-        raise LogParseError(path, f"'state' must be one of {', '.join(STATES)}")
-    return Lease(**{k: doc[k] for k in _LEASE_SPEC})
+        raise LogParseError(storage.uri(LEASE_FILE), f"'state' must be one of {', '.join(STATES)}")
+    return Lease(**doc)
 
 
 def read_stop_request(storage: Storage) -> Optional[StopRequest]:
     """The stop request in `<checkpoint>/_streamctl/stop.json`, None when there is none."""
-    doc = _load(storage, STOP_FILE)
-    if doc is None:
-        return None
-    path = storage.uri(STOP_FILE)
-    if _int(doc.get("version")) and doc["version"] > STOP_VERSION:
-        raise LogParseError(path, f"unsupported stop request version {doc['version']} (this streamctl reads {STOP_VERSION})")
-    _check(doc, path, _STOP_SPEC)
-    return StopRequest(**{k: doc[k] for k in _STOP_SPEC})
+    doc = _read(storage, STOP_FILE, "stop request", STOP_VERSION, _STOP_SPEC)
+    return None if doc is None else StopRequest(**doc)
 
 
 def now_ms() -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
-from streamctl.inspectors.findings import Finding, verdict_of, worst_verdict
+from streamctl.inspectors.findings import Finding, finding_records, verdict_of, worst_verdict
 
 if TYPE_CHECKING:
     from streamctl.inspectors.sinks import SinkLog
@@ -32,15 +32,18 @@ def epoch_report_of_records(records: list[dict[str, Any]]) -> dict[str, Any]:
     """`epoch_report` from `QueryInspection.to_record()` records (what a Spark task of a fleet
     scan sends back): the same document."""
     cross = cross_query_findings([_Position(r["checkpoint"], r["query_id"]) for r in records])  # type: ignore[misc]
-    ordered = sorted(records, key=lambda r: r["checkpoint"])
-    verdicts = [r["verdict"] for r in ordered]
-    if cross:
-        verdicts.append(verdict_of(cross))
+    return _queries_document("EpochReport", sorted(records, key=lambda r: r["checkpoint"]), cross)
+
+
+def _queries_document(kind: str, records: list[dict[str, Any]], cross: list[Finding]) -> dict[str, Any]:
+    """A report over several queries: their records, the cross-query findings, and the overall
+    verdict (the worst of every query's and of the cross-query findings')."""
+    verdicts = [str(r["verdict"]) for r in records] + ([verdict_of(cross)] if cross else [])
     return {
         "api_version": API_VERSION,
-        "kind": "EpochReport",
-        "queries": ordered,
-        "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
+        "kind": kind,
+        "queries": records,
+        "findings": finding_records(cross),
         "verdict": worst_verdict(verdicts),
     }
 
@@ -66,20 +69,19 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
         "state_epoch": q.state_epoch,
         "checkpoint_format": q.checkpoint_format,
         "operators": [op.to_record() for op in q.operators],
-        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
+        "findings": finding_records(findings),
         "verdict": verdict_of(findings),
     }
 
 
 def sink_report(log: "SinkLog") -> dict[str, Any]:
     """`inspect sink`: the sink's commit log on its own."""
-    findings = sorted(log.findings, key=Finding.sort_key)
     return {
         "api_version": API_VERSION,
         "kind": "SinkReport",
         "sink": log.to_record(),
-        "findings": [f.to_record() for f in findings],
-        "verdict": verdict_of(findings),
+        "findings": finding_records(log.findings),
+        "verdict": verdict_of(log.findings),
     }
 
 
@@ -103,18 +105,10 @@ def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
             "behind": by_status.get("behind", []),
             "broken": by_status.get("broken", []),
             "empty": by_status.get("empty", []),
-            "findings": [f.to_record() for f in sorted(q.findings, key=Finding.sort_key)],
+            "findings": finding_records(q.findings),
             "verdict": q.verdict,
         })
-    cross = cross_query_findings(queries)
-    verdicts: list[str] = [str(r["verdict"]) for r in records] + ([verdict_of(cross)] if cross else [])
-    return {
-        "api_version": API_VERSION,
-        "kind": "WriterReport",
-        "queries": records,
-        "findings": [f.to_record() for f in sorted(cross, key=Finding.sort_key)],
-        "verdict": worst_verdict(verdicts),
-    }
+    return _queries_document("WriterReport", records, cross_query_findings(queries))
 
 
 def kafka_report(q: QueryInspection, rows: list[Any], bootstrap: str, group: Optional[str],
@@ -131,6 +125,6 @@ def kafka_report(q: QueryInspection, rows: list[Any], bootstrap: str, group: Opt
         "partitions": [dict(r.to_record(), group_offset=group_offsets.get((r.topic, r.partition)) if group else None)
                        for r in rows],
         "topics": totals(rows),
-        "findings": [f.to_record() for f in sorted(findings, key=Finding.sort_key)],
+        "findings": finding_records(findings),
         "verdict": verdict_of(findings),
     }

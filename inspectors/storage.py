@@ -102,6 +102,24 @@ def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
     return fs, f"{loc['container']}/{loc['path']}".rstrip("/")
 
 
+def fsync_dir(path: str) -> bool:
+    """fsync a local folder, so the renames, creates and deletes in it are durable; False when it
+    cannot be opened (gone). A folder the file system cannot fsync is not an error. For the two
+    writers on the local file system, operations/files.py and the coordinated sink
+    (pipeline/coordinated_sink.py); reading never calls it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return True
+
+
 def is_local_location(location: str) -> bool:
     """A path, a `file://` URI or (on Windows) a drive letter: the local file system."""
     scheme = urlparse(location).scheme.lower()

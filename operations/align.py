@@ -21,14 +21,13 @@ from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
-from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, Option, Plan, Refused, Step, epochs_text,
-                                       refuse_layout_conflict)
+from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, CheckpointRequest, Option, Plan, Refused, Step,
+                                       epochs_text)
 
 ROLLBACK_SINKS = ("file", "coordinated")
 MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest
@@ -36,16 +35,11 @@ MAX_EPOCH_SPAN = 1_000_000  # epochs between two writers past which a restart po
 
 
 @dataclass
-class AlignRequest:
-    checkpoint: str
-    sink: Optional[str] = None
-    sink_kind: str = "auto"
-    app_id: Optional[str] = None
+class AlignRequest(CheckpointRequest):
     to: str = "auto"  # auto | max | <epoch>
     allow_duplicates: bool = False
     allow_loss: bool = False
     discard_in_flight: bool = False
-    quiet_period_s: float = 0.0
 
 
 @dataclass
@@ -66,17 +60,9 @@ class _Planner:
 
     # -- evidence ----------------------------------------------------------------------------
     def inspect(self) -> QueryInspection:
-        q = inspect_checkpoint(self.req.checkpoint, sink=self.req.sink, sink_kind=self.req.sink_kind,
-                               app_id=self.req.app_id, quiet_period_s=self.req.quiet_period_s)
-        bad = [f for f in q.findings if f.code == "UNREADABLE"]
-        if bad:
-            raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
-        live = [f for f in q.findings if f.code == "LIVE_QUERY"]
-        if live:
-            raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
+        q = self.req.inspect()
         if q.planned is None:
             raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
-        refuse_layout_conflict(q)
         missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]
         if missing_parts:
             raise Refused(f"{q.checkpoint}: {missing_parts[0].message}: align cannot recreate a state partition")

@@ -21,7 +21,7 @@ import zlib
 from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location
+from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir
 
 CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
@@ -217,7 +217,7 @@ class Root:
         parents = {self.local(h) if h else os.path.dirname(self.local("x")) for h in heads}
         walk = {p for p in parents if p not in self._synced or p in self._unsynced}
         for p in sorted(parents - walk):
-            if not _fsync_dir(p):
+            if not fsync_dir(p):
                 walk.add(p)  # gone since (an emptied folder removed): its parent changed
         dirs: set[str] = set()
         for p in walk:
@@ -228,7 +228,7 @@ class Root:
                     break
                 d = os.path.dirname(d)
         for d in sorted(dirs):
-            _fsync_dir(d)
+            fsync_dir(d)
         self._synced |= parents
         self._unsynced -= parents
 
@@ -294,7 +294,7 @@ class Root:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
             return
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             fh.write(data)
@@ -321,7 +321,7 @@ class Root:
                     return _create_exclusive_unlinked(path, data)
             finally:
                 os.unlink(tmp)
-            _fsync_dir(os.path.dirname(path))
+            fsync_dir(os.path.dirname(path))
             return True
         scheme = self.location.split("://", 1)[0].lower()
         if scheme in ("s3", "s3a", "s3n"):
@@ -693,21 +693,6 @@ def _hash_file(path: str) -> tuple[int, str]:
             h.update(block)
     finally:
         os.close(fd)
-
-
-def _fsync_dir(path: str) -> bool:
-    """fsync a folder; False when it cannot be opened (gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return True
 
 
 def maybe_digest(root: Root, rel: str) -> Optional[tuple[int, str]]:

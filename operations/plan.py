@@ -11,7 +11,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StreamctlError
+from streamctl.inspectors.errors import StorageError, StreamctlError
 
 EXACTLY_ONCE = "exactly-once"
 DUPLICATES = "duplicates"
@@ -157,3 +157,41 @@ def refuse_layout_conflict(q: Any) -> None:
             sources = ", ".join(f"{k} says {v}" for k, v in f.details.get("sources", {}).items())
             raise Refused(f"{q.checkpoint}: STATE_LAYOUT_CONFLICT: operator {f.details.get('operator')}: the partition "
                           f"count's sources disagree ({sources}); streamctl moves no state a restart may read")
+
+
+@dataclass
+class CheckpointRequest:
+    """What every checkpoint mutation (align, trim) names: the checkpoint, its sink (kind, Delta
+    app id) and the quiet period of the liveness check."""
+
+    checkpoint: str
+    sink: Optional[str] = None
+    sink_kind: str = "auto"
+    app_id: Optional[str] = None
+    quiet_period_s: float = 0.0
+
+    def inspect(self) -> Any:
+        """The checkpoint's inspection a mutation may act on (`refuse_unsafe`)."""
+        from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+        q = inspect_checkpoint(self.checkpoint, sink=self.sink, sink_kind=self.sink_kind, app_id=self.app_id,
+                               quiet_period_s=self.quiet_period_s)
+        refuse_unsafe(q)
+        return q
+
+
+def raise_unreadable(q: Any) -> None:
+    """StorageError (exit 3) naming the first file of the inspection that could not be read."""
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
+
+
+def refuse_unsafe(q: Any) -> None:
+    """No mutation acts on what it cannot read or on a live query: StorageError naming the
+    unreadable file; Refused for LIVE_QUERY or a STATE_LAYOUT_CONFLICT (refuse_layout_conflict)."""
+    raise_unreadable(q)
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    if live:
+        raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
+    refuse_layout_conflict(q)

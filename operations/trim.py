@@ -22,22 +22,17 @@ from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step, refuse_layout_conflict
+from streamctl.operations.plan import EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_unsafe
 
 FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
 
 
 @dataclass
-class TrimRequest:
-    checkpoint: str
-    sink: Optional[str] = None
-    sink_kind: str = "auto"
-    app_id: Optional[str] = None
+class TrimRequest(CheckpointRequest):
     keep_epochs: int = 10
     keep_rollback_to: Optional[int] = None
     purge: bool = False
-    quiet_period_s: float = 0.0
 
 
 def _size(st: Storage, rel: str) -> int:
@@ -89,15 +84,9 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     """The trim plan and the reclaimable files/bytes per category. `q`: an inspection of the same
     checkpoint, sink and quiet period already made (inspect epochs --reclaimable); else one is made."""
     if q is None:
-        q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
-                               app_id=req.app_id, quiet_period_s=req.quiet_period_s)
-    bad = [f for f in q.findings if f.code == "UNREADABLE"]
-    if bad:
-        raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
-    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
-    if live:
-        raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
-    refuse_layout_conflict(q)
+        q = req.inspect()
+    else:
+        refuse_unsafe(q)
     if q.verdict == "misaligned":
         codes = sorted({f.code for f in q.findings if f.severity == "error"})
         raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "

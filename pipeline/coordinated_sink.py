@@ -121,6 +121,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamctl.inspectors.storage import fsync_dir
+
 __all__ = [
     "SHORT_NAME",
     "BATCH_ID_PROPERTY",
@@ -272,19 +274,6 @@ def _row_line(row: Any, schema: StructType) -> str:
 # --------------------------------------------------------------------------- file helpers
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _remove(path: str) -> None:
     try:
         os.remove(path)
@@ -409,8 +398,8 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
                             f"{SHORT_NAME}: staged file {rel} of epoch {epoch} is gone") from None
                 published.append(f"{data_rel}/{name}")
             writers.append({"partition": m.partition, "attempt": m.attempt, "rows": m.rows, "files": published})
-        _fsync_dir(data_dir)
-        _fsync_dir(staging_dir)
+        fsync_dir(data_dir)
+        fsync_dir(staging_dir)
 
         if self.fail_after_publish_epoch == epoch:
             raise InjectedFault(
@@ -478,4 +467,4 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
                     os.rename(tmp, record_path)
         finally:
             _remove(tmp)
-        _fsync_dir(commits_dir)
+        fsync_dir(commits_dir)
