@@ -10,7 +10,8 @@ import typer
 
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import (APP_ID_OPT, BACKUP_DIR_OPT, BREAK_LOCK_OPT, CHECKPOINT_ARG, EXECUTE_OPT,
+                                       ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind)
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -35,15 +36,14 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 
 @handle_errors
 def align(
-    checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
-    sink: Optional[str] = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI)."),
+    checkpoint: Optional[str] = CHECKPOINT_ARG,
+    sink: Optional[str] = ONE_SINK_OPT,
     sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     to: str = typer.Option("auto", "--to", help="auto (the newest exactly-once epoch), max (the newest epoch the WAL "
                                                   "and every state store hold) or an epoch number."),
     execute: bool = EXECUTE_OPT,
-    backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
-                                             "(default CHECKPOINT/_streamctl/backups/<operation id>)."),
+    backup_dir: Optional[str] = BACKUP_DIR_OPT,
     allow_duplicates: bool = typer.Option(False, "--allow-duplicates", help="Accept a plan that delivers some epochs twice."),
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Accept a plan that loses some epochs."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Also drop the planned-but-uncommitted "

@@ -9,7 +9,7 @@ import typer
 from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import BREAK_LOCK_OPT
+from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 
 app = typer.Typer(
@@ -200,7 +200,7 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
 @app.command("commit-offsets")
 @handle_errors
 def commit_offsets(
-    checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
+    checkpoint: Optional[str] = CHECKPOINT_ARG,
     group: Optional[str] = typer.Option(None, "--group", help="The consumer group to publish the positions to."),
     bootstrap: Optional[str] = typer.Option(None, "--bootstrap", help=BOOTSTRAP_HELP),
     kafka_config: Optional[list[str]] = typer.Option(None, "--kafka-config", help=KAFKA_CONFIG_HELP),

@@ -30,7 +30,9 @@ class SinkKind(str, enum.Enum):
         return self.value
 
 
+CHECKPOINT_ARG = typer.Argument(None, help="A checkpoint path, URI or pipeline name.")
 SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
+ONE_SINK_OPT = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI).")
 SINK_KIND_OPT = typer.Option(SinkKind.auto, "--sink-kind", help=SINK_KIND_HELP)
 APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
 QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
@@ -38,6 +40,8 @@ FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
 # ... and of every mutating command
 EXECUTE_OPT = typer.Option(False, "--execute", help="Carry the plan out (default: print it, change nothing).")
+BACKUP_DIR_OPT = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
+                              "(default CHECKPOINT/_streamctl/backups/<operation id>).")
 BREAK_LOCK_OPT = typer.Option(False, "--break-lock", help="Take over a lock left by a process that is gone.")
 
 

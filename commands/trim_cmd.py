@@ -9,7 +9,8 @@ import typer
 
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import (APP_ID_OPT, BACKUP_DIR_OPT, BREAK_LOCK_OPT, CHECKPOINT_ARG, EXECUTE_OPT,
+                                       ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind)
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -30,16 +31,15 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 
 @handle_errors
 def trim(
-    checkpoint: Optional[str] = typer.Argument(None, help="A checkpoint path, URI or pipeline name."),
-    sink: Optional[str] = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI)."),
+    checkpoint: Optional[str] = CHECKPOINT_ARG,
+    sink: Optional[str] = ONE_SINK_OPT,
     sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Keep this many newest epochs as restart/rollback points (default 10)."),
     keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
     execute: bool = EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
-    backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where moved files, the plan and the journal go "
-                                             "(default CHECKPOINT/_streamctl/backups/<operation id>)."),
+    backup_dir: Optional[str] = BACKUP_DIR_OPT,
     break_lock: bool = BREAK_LOCK_OPT,
     quiet_period: Optional[float] = QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
