@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 ROWS = 5
 COMPACT_INTERVAL = 3
@@ -118,13 +120,25 @@ class Pipeline:
         w = w.option("checkpointLocation", str(self.checkpoint)).queryName(f"align_{self.kind}")
         return w.trigger(once=True) if self.kind.startswith("tws") else w.trigger(availableNow=True)
 
-    def run(self) -> None:
-        """Start the query (availableNow), wait until it has read every input file; raise what Spark raises."""
+    @contextmanager
+    def confs(self) -> Iterator[None]:
+        """The kind's session confs while the block runs (the session is shared: put back after)."""
         confs = dict(_BASE, **_CONFS[self.kind], **self.extra)
         saved = {k: self.spark.conf.get(k, None) for k in confs}
         try:
             for k, v in confs.items():
                 self.spark.conf.set(k, v)
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    self.spark.conf.unset(k)
+                else:
+                    self.spark.conf.set(k, v)
+
+    def run(self) -> None:
+        """Start the query (availableNow), wait until it has read every input file; raise what Spark raises."""
+        with self.confs():
             if not self.kind.startswith("tws"):
                 self.writer().start().awaitTermination()
                 return
@@ -134,12 +148,6 @@ class Pipeline:
                 self.writer().start().awaitTermination()
             if not pending:  # one batch: a replay after a rollback reads one epoch's files per start
                 self.writer().start().awaitTermination()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    self.spark.conf.unset(k)
-                else:
-                    self.spark.conf.set(k, v)
 
     # -- the delivery check -------------------------------------------------------------------
     def sink_ids(self) -> list[int]:
@@ -153,27 +161,7 @@ class Pipeline:
                         with open(self.output / rel) as fh:
                             ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
             return ids
-        from urllib.parse import unquote, urlparse
-
-        log = self.output / "_spark_metadata"
-        batches: dict[int, bool] = {}
-        for name in os.listdir(log):
-            stem, _, ext = name.partition(".")
-            if stem.isdigit() and ext in ("", "compact"):
-                batches[int(stem)] = ext == "compact"
-        compacts = [b for b, c in batches.items() if c]
-        first = max(compacts) if compacts else 0
-        files: dict[str, bool] = {}
-        for b in sorted(x for x in batches if x >= first):
-            lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
-            assert lines[0] == "v1", (b, lines[:1])
-            for line in lines[1:]:
-                if line.strip():
-                    files[json.loads(line)["path"]] = True
-        for uri in files:
-            with open(unquote(urlparse(uri).path)) as fh:
-                ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
-        return ids
+        return sink_log_ids(self.output / "_spark_metadata")
 
     def delivery(self) -> dict[str, Any]:
         got = Counter(self.sink_ids())
@@ -186,6 +174,96 @@ class Pipeline:
 
 
 # -- helpers for the delivery-check tests (appended) -------------------------------------------
+def sink_log_ids(log: Path) -> list[int]:
+    """Every id in the data files a file-sink log (`_spark_metadata`, or an archived copy)
+    commits: the newest compaction and the batches after it (read here by hand, not by streamctl's
+    reader: the check must not trust what it checks)."""
+    from urllib.parse import unquote, urlparse
+
+    batches: dict[int, bool] = {}
+    for name in os.listdir(log):
+        stem, _, ext = name.partition(".")
+        if stem.isdigit() and ext in ("", "compact"):
+            batches[int(stem)] = ext == "compact"
+    compacts = [b for b, c in batches.items() if c]
+    first = max(compacts) if compacts else 0
+    files: dict[str, bool] = {}
+    for b in sorted(x for x in batches if x >= first):
+        lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
+        assert lines[0] == "v1", (b, lines[:1])
+        for line in lines[1:]:
+            if line.strip():
+                files[json.loads(line)["path"]] = True
+    ids: list[int] = []
+    for uri in files:
+        with open(unquote(urlparse(uri).path)) as fh:
+            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+    return ids
+
+
+def wait_for(pred: Any, timeout: float, what: str, step: float = 0.05) -> Any:
+    """`pred()`'s first true value, polled every `step` s; AssertionError after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def newest(folder: Path) -> int | None:
+    """The highest numbered file in `folder` (offsets/, commits/), None for none or no folder."""
+    ids = [int(n) for n in os.listdir(folder) if n.isdigit()] if folder.exists() else []
+    return max(ids) if ids else None
+
+
+class Lab:
+    """A pipeline and its saved folders, put back IN PLACE (the file sink's log holds absolute
+    paths) before a test acts on them."""
+
+    def __init__(self, p: Pipeline, snaps: Path) -> None:
+        self.p = p
+        self.snaps = snaps
+
+    @property
+    def base(self) -> Path:
+        return self.p.base
+
+    @property
+    def ckpt(self) -> Path:
+        return self.p.checkpoint
+
+    @property
+    def out(self) -> Path:
+        return self.p.output
+
+    def save(self, name: str) -> None:
+        dest = self.snaps / name
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(self.base, dest, symlinks=True)
+
+    def put_back(self, name: str) -> None:
+        if self.base.exists():
+            shutil.rmtree(self.base)
+        shutil.copytree(self.snaps / name, self.base, symlinks=True)
+
+    def align_args(self, *extra: str) -> list[str]:
+        return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
+
+
+def build(root: Path, kind: str, spark: Any, files: int, **kw: Any) -> Pipeline:
+    """A pipeline run over input files 0..files-1 (one batch each), settled, and checked: every id
+    delivered exactly once (what a test then damages or acts on)."""
+    p = Pipeline(root, kind, spark, **kw)
+    p.add_input(0, files)
+    p.run()
+    settle(p.base)
+    assert p.delivery()["ok"], p.delivery()
+    return p
+
+
 def settle(folder: Path, quiet_s: float = 0.6, timeout_s: float = 6.0) -> None:
     """Wait until nothing below `folder` changes for `quiet_s` (the state store maintenance
     thread, every 200 ms, may still write a snapshot right after the query stopped)."""

@@ -38,21 +38,6 @@ def _put_lease(ckpt: Path, doc: dict[str, Any]) -> None:
     write_json_atomic(str(ckpt / "_streamctl"), "lease.json", doc)
 
 
-def _newest(folder: Path) -> int | None:
-    ids = [int(n) for n in os.listdir(folder) if n.isdigit()] if folder.exists() else []
-    return max(ids) if ids else None
-
-
-def _wait_for(pred: Any, timeout: float, what: str, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 # --------------------------------------------------------------------------- unit: lease_status and the reader
 
 
@@ -174,7 +159,7 @@ def _start_query(spark: Any, root: Path, name: str) -> tuple[Any, Path, Path]:
 
 
 @pytest.mark.spark
-def test_lease_appears_and_advances(spark: Any, tmp_path: Path) -> None:
+def test_lease_appears_and_advances(spark: Any, tmp_path: Path, align_pipeline: Any) -> None:
     from streamctl.pipeline.agent import attach
 
     q, ckpt, _ = _start_query(spark, tmp_path, "agent_lease")
@@ -187,13 +172,13 @@ def test_lease_appears_and_advances(spark: Any, tmp_path: Path) -> None:
         assert first.run_id == str(q.runId) and first.pid == os.getpid() and first.name == "agent_lease"
         assert first.expires_at_ms == first.heartbeat_ms + 5000
         assert lease_status(first, now_ms()) == "live"
-        later = _wait_for(lambda: (lambda l: l if l and l.last_batch is not None and l.last_batch >= 2 else None)(read_lease(st)),
+        later = align_pipeline.wait_for(lambda: (lambda l: l if l and l.last_batch is not None and l.last_batch >= 2 else None)(read_lease(st)),
                           90, "last_batch >= 2")
         assert later.heartbeat_ms > first.heartbeat_ms
         b = later.last_batch
-        _wait_for(lambda: (read_lease(st).last_batch or 0) > b, 30, "last_batch to advance")
+        align_pipeline.wait_for(lambda: (read_lease(st).last_batch or 0) > b, 30, "last_batch to advance")
         q.stop()  # user code stops the query: the agent releases the lease
-        gone = _wait_for(lambda: (lambda l: l if l.state == "released" else None)(read_lease(st)), 15, "release")
+        gone = align_pipeline.wait_for(lambda: (lambda l: l if l.state == "released" else None)(read_lease(st)), 15, "release")
         assert gone.released_at_ms is not None and gone.stop_request_ms is None
         assert lease_status(gone, now_ms()) == "released"
     finally:
@@ -203,7 +188,7 @@ def test_lease_appears_and_advances(spark: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any) -> None:
+def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any, align_pipeline: Any) -> None:
     """Three runs, stop requested at different moments: every time exit 0, lease released,
     and offsets/ and commits/ end at the same batch (nothing in flight)."""
     import random
@@ -216,10 +201,10 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
         agent = None
         try:
             agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
-            _wait_for(lambda: (_newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
+            align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
             time.sleep(rnd.uniform(0, 1.0))  # a different moment each time: mid-batch or idle
             status = q.status
-            planned_at_request = _newest(ckpt / "offsets")
+            planned_at_request = align_pipeline.newest(ckpt / "offsets")
             t0 = time.monotonic()
             r = cli("stop", str(ckpt), "--timeout", "60", "--reason", f"test {i}", "--json")
             took = time.monotonic() - t0
@@ -228,15 +213,15 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
             assert doc["stopped"] is True and doc["reason_not_stopped"] is None and doc["query_id"] == str(q.id)
             assert doc["lease"]["state"] == "released" and doc["lease"]["stop_request_ms"] is not None
             assert took < 30, took
-            _wait_for(lambda: not q.isActive, 10, "query inactive")
+            align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
             assert q.exception() is None
-            assert _newest(ckpt / "offsets") == _newest(ckpt / "commits"), (i, agent.stop_mode, sorted(os.listdir(ckpt / "offsets")))
+            assert align_pipeline.newest(ckpt / "offsets") == align_pipeline.newest(ckpt / "commits"), (i, agent.stop_mode, sorted(os.listdir(ckpt / "offsets")))
             assert agent.stop_mode == "graceful" and agent.stopped_clean is True
             # the batch planned when the request came was finished and committed, not cancelled
-            assert (_newest(ckpt / "commits") or -1) >= (planned_at_request or -1)
+            assert (align_pipeline.newest(ckpt / "commits") or -1) >= (planned_at_request or -1)
             assert not (ckpt / "_streamctl" / "stop.json").exists()
             lease = read_lease(Storage.open(str(ckpt)))
-            assert lease is not None and lease.state == "released" and lease.last_batch == _newest(ckpt / "commits")
+            assert lease is not None and lease.state == "released" and lease.last_batch == align_pipeline.newest(ckpt / "commits")
             print(f"run {i}: requested while {status['message']!r} (trigger active: {status['isTriggerActive']}), "
                   f"stopped in {took:.2f}s at batch {lease.last_batch}")
         finally:
@@ -267,7 +252,7 @@ q.awaitTermination()
 
 
 @pytest.mark.spark
-def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any) -> None:
+def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any, align_pipeline: Any) -> None:
     script = tmp_path / "driver.py"
     script.write_text(textwrap.dedent(_DRIVER))
     ckpt = tmp_path / "checkpoint"
@@ -284,7 +269,7 @@ def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any) -> None:
                 return None
             return lease if lease is not None and lease.last_batch is not None else None
 
-        lease = _wait_for(batch_seen, 120, "the subprocess's lease to show a batch", step=0.2)
+        lease = align_pipeline.wait_for(batch_seen, 120, "the subprocess's lease to show a batch", step=0.2)
         assert lease.pid == proc.pid
     finally:
         # SIGKILL the whole session: the Python driver and its JVM
@@ -296,7 +281,7 @@ def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any) -> None:
     assert lease.expires_at_ms - lease.heartbeat_ms == 3000
     assert lease.expires_at_ms > killed_at  # heartbeat every 0.5 s, ttl 3 s
     assert lease_status(lease, killed_at) == "live"
-    _wait_for(lambda: now_ms() >= lease.expires_at_ms, 5, "expiry")
+    align_pipeline.wait_for(lambda: now_ms() >= lease.expires_at_ms, 5, "expiry")
     assert read_lease(st) == lease  # nobody refreshed it
     assert lease_status(lease, now_ms()) == "stale"
     t0 = time.monotonic()

@@ -36,13 +36,7 @@ Pipeline = ap.Pipeline
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def build(tmp_path: Path, kind: str, spark: Any, files: int, **kw: Any) -> Any:
-    p = Pipeline(tmp_path, kind, spark, **kw)
-    p.add_input(0, files)
-    p.run()
-    ap.settle(p.base)
-    assert p.delivery()["ok"], p.delivery()
-    return p
+build = ap.build  # a pipeline run over its first input files and checked
 
 
 def inspect(cli: Any, p: Any) -> tuple[int, dict, set[str]]:
@@ -64,6 +58,16 @@ def plan(cli: Any, p: Any, tree_snapshot: Any, *extra: str) -> dict:
     doc = r.json()
     assert doc["kind"] == "AlignPlan" and doc["executed"] is False, doc
     return doc["plan"]
+
+
+def exactly_once_plan(cli: Any, p: Any, tree_snapshot: Any, code: str, strategy: str, target: int) -> tuple[dict, dict]:
+    """The damage is seen (exit 1, finding `code`) and the plan mends it exactly-once: `strategy`
+    to epoch `target`. Returns the inspection's query record and the plan."""
+    rc, q, codes = inspect(cli, p)
+    assert rc == 1 and code in codes, q["findings"]
+    pl = plan(cli, p, tree_snapshot)
+    assert pl["classification"] == "exactly-once" and pl["strategy"] == strategy and pl["target"] == target, pl
+    return q, pl
 
 
 def execute(cli: Any, p: Any, *extra: str) -> dict:
@@ -120,10 +124,7 @@ def test_lost_state_file_rolls_back(cli, spark, tmp_path, tree_snapshot, kind, s
     assert ap.remove_with_companions(store, f"5.{suffix}")
     for snap in ("5.snapshot", "5.zip"):  # a snapshot of version 5 would still restore it
         ap.remove_with_companions(store, snap)
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "STATE_UNRESTORABLE" in codes, q["findings"]
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 3, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "STATE_UNRESTORABLE", "rollback", 3)
     assert "commits/4" in steps(pl, "move", "checkpoint")
     execute(cli, p)
     restart(p)
@@ -162,10 +163,7 @@ def test_offsets_gap_narrows_the_retained_window(cli, spark, tmp_path, tree_snap
 def test_commit_ahead_rolls_back(cli, spark, tmp_path, tree_snapshot):
     p = build(tmp_path, "dedup_file", spark, 5)
     ap.remove_with_companions(p.checkpoint / "offsets", "4")  # P = 3, C = 4
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "COMMIT_AHEAD" in codes, q["findings"]
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 3, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "COMMIT_AHEAD", "rollback", 3)
     execute(cli, p)
     restart(p)
 
@@ -190,10 +188,8 @@ def test_file_sink_ahead_after_restore(cli, spark, tmp_path, tree_snapshot):
     p = build(tmp_path, "file", spark, 3)  # batches 0..2 (2.compact)
     restore_older_checkpoint(p, tmp_path, 2)  # the sink went on to 4
     assert sink_log_names(p) == ["0", "1", "2.compact", "3", "4"]
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_AHEAD" in codes and q["sink"]["epoch"] == 4 and q["committed"] == 2, q
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 2, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "SINK_AHEAD", "rollback", 2)
+    assert q["sink"]["epoch"] == 4 and q["committed"] == 2, q
     assert {"_spark_metadata/3", "_spark_metadata/4"} <= set(steps(pl, "move", "sink")), pl["steps"]
     execute(cli, p)
     assert sink_log_names(p) == ["0", "1", "2.compact"]
@@ -205,10 +201,8 @@ def test_file_sink_ahead_across_a_compaction(cli, spark, tmp_path, tree_snapshot
     p = build(tmp_path, "file", spark, 4)  # batches 0..3
     restore_older_checkpoint(p, tmp_path, 2)  # the sink went on to 5 (5.compact)
     assert "5.compact" in sink_log_names(p)
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_AHEAD" in codes and q["sink"]["epoch"] == 5 and q["committed"] == 3, q
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 3, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "SINK_AHEAD", "rollback", 3)
+    assert q["sink"]["epoch"] == 5 and q["committed"] == 3, q
     assert {"_spark_metadata/4", "_spark_metadata/5.compact"} <= set(steps(pl, "move", "sink")), pl["steps"]
     execute(cli, p)
     assert sink_log_names(p) == ["0", "1", "2.compact", "3"]
@@ -220,10 +214,8 @@ def test_file_sink_ahead_across_a_compaction(cli, spark, tmp_path, tree_snapshot
 def test_coordinated_sink_ahead_after_restore(cli, spark, tmp_path, tree_snapshot):
     p = build(tmp_path, "coordinated", spark, 3)
     restore_older_checkpoint(p, tmp_path, 2)
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_AHEAD" in codes and q["sink"]["epoch"] == 4 and q["committed"] == 2, q
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 2, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "SINK_AHEAD", "rollback", 2)
+    assert q["sink"]["epoch"] == 4 and q["committed"] == 2, q
     assert {"_commits/3.json", "_commits/4.json"} <= set(steps(pl, "move", "sink")), pl["steps"]
     execute(cli, p)
     assert sorted(f.name for f in (p.output / "_commits").glob("*.json")) == ["0.json", "1.json", "2.json"]
@@ -300,10 +292,8 @@ def test_file_sink_behind_rolls_back(cli, spark, tmp_path, tree_snapshot):
             shutil.move(str(crc), aside / crc.name)
     for n in ("4", ".4.crc"):
         shutil.move(str(log / n), aside / n)
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_BEHIND" in codes and q["sink"]["epoch"] == 3, q["findings"]
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 3, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "SINK_BEHIND", "rollback", 3)
+    assert q["sink"]["epoch"] == 3, q["findings"]
     execute(cli, p)
     restart(p)
 
@@ -315,10 +305,7 @@ def test_coordinated_writer_missing_rolls_back(cli, spark, tmp_path, tree_snapsh
     rec = json.loads((p.output / "_commits/3.json").read_text())
     victim = next(f for w in rec["writers"] for f in w["files"])
     (p.output / victim).unlink()
-    code, q, codes = inspect(cli, p)
-    assert code == 1 and "SINK_WRITER_MISSING" in codes, q["findings"]
-    pl = plan(cli, p, tree_snapshot)
-    assert pl["classification"] == "exactly-once" and pl["strategy"] == "rollback" and pl["target"] == 2, pl
+    q, pl = exactly_once_plan(cli, p, tree_snapshot, "SINK_WRITER_MISSING", "rollback", 2)
     execute(cli, p)
     restart(p)
 

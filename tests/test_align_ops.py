@@ -154,36 +154,12 @@ def journal_lines(backup: Path) -> list[dict[str, Any]]:
     return out
 
 
-class Lab:
+class Lab(ap.Lab):
     """The module's pipeline and its two snapshots, restorable in place."""
-
-    def __init__(self, p: Any, snaps: Path) -> None:
-        self.p = p
-        self.snaps = snaps
-
-    @property
-    def base(self) -> Path:
-        return self.p.base
-
-    @property
-    def ckpt(self) -> Path:
-        return self.p.checkpoint
-
-    @property
-    def out(self) -> Path:
-        return self.p.output
-
-    def save(self, name: str) -> None:
-        dest = self.snaps / name
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(self.base, dest, symlinks=True)
 
     def restore(self, name: str) -> None:
         """Put the saved folder back at the SAME path (the sink log holds absolute paths)."""
-        if self.base.exists():
-            shutil.rmtree(self.base)
-        shutil.copytree(self.snaps / name, self.base, symlinks=True)
+        self.put_back(name)
         self.p.files = INPUT_FILES
 
     def restart(self, more: int = 2) -> dict[str, Any]:
@@ -192,17 +168,11 @@ class Lab:
         self.p.run()
         return self.p.delivery()
 
-    def align_args(self, *extra: str) -> list[str]:
-        return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
-
 
 @pytest.fixture(scope="module")
 def lab(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     root = tmp_path_factory.mktemp("align-ops")
-    p = ap.Pipeline(root / "pipe", "file", spark)
-    p.add_input(0, INPUT_FILES)
-    p.run()
-    assert p.delivery()["ok"], p.delivery()
+    p = ap.build(root / "pipe", "file", spark, INPUT_FILES)
     assert sorted(int(n) for n in os.listdir(p.checkpoint / "commits") if n.isdigit()) == [0, 1, 2, 3, 4]
     lab = Lab(p, root / "snapshots")
     lab.save("clean")
@@ -239,6 +209,18 @@ def _positions(after: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- 1. crash at every journal step
 
 
+def crashed_align(lab: Lab, run_cli: Cli, n: int, failures: list[str]) -> Optional[Path]:
+    """The faulty pipeline put back, then `align --execute` crashed right after journal record
+    `n`: its backup folder; None (the failure noted) when the run did not crash there."""
+    lab.restore("faulty")
+    r = run_cli(*lab.align_args("--execute"), crash_after=n)
+    if r.code != CRASH_EXIT:
+        failures.append(f"N={n}: crash run exited {r.code}, expected {CRASH_EXIT}: {r!r}")
+        return None
+    (backup,) = backups_of(lab.ckpt)
+    return backup
+
+
 @spark_mark
 def test_crash_at_every_step_then_resume_delivers_exactly_once(lab: Lab, run_cli: Cli, journal_records: int) -> None:
     R = journal_records
@@ -248,12 +230,9 @@ def test_crash_at_every_step_then_resume_delivers_exactly_once(lab: Lab, run_cli
     timings: list[float] = []
     for n in range(1, R):
         t0 = time.monotonic()
-        lab.restore("faulty")
-        r = run_cli(*lab.align_args("--execute"), crash_after=n)
-        if r.code != CRASH_EXIT:
-            failures.append(f"N={n}: crash run exited {r.code}, expected {CRASH_EXIT}: {r!r}")
+        backup = crashed_align(lab, run_cli, n, failures)
+        if backup is None:
             continue
-        (backup,) = backups_of(lab.ckpt)
         recs = journal_lines(backup)
         kinds[n] = recs[-1].get("event", "?") + (f":{recs[-1].get('action')}" if recs[-1].get("action") else "")
         if len(recs) != n:
@@ -290,12 +269,9 @@ def test_crash_at_every_step_then_undo_restores_exact_bytes(lab: Lab, run_cli: C
     want = digests(lab.base)
     failures: list[str] = []
     for n in range(1, R):
-        lab.restore("faulty")
-        r = run_cli(*lab.align_args("--execute"), crash_after=n)
-        if r.code != CRASH_EXIT:
-            failures.append(f"N={n}: crash run exited {r.code}: {r!r}")
+        backup = crashed_align(lab, run_cli, n, failures)
+        if backup is None:
             continue
-        (backup,) = backups_of(lab.ckpt)
         r = run_cli("align", "--undo", str(backup), "--json")
         if r.code != 0:
             failures.append(f"N={n}: --undo exited {r.code}: {r!r}")
@@ -418,18 +394,8 @@ def test_stale_lock_after_crash_needs_break_lock(lab: Lab, run_cli: Cli) -> None
 def _start_live(p: Any) -> Any:
     """The pipeline's query with a processing-time trigger (it keeps running). The session is
     shared: its confs are put back once the query has started."""
-    confs = dict(ap._BASE, **ap._CONFS[p.kind])
-    saved = {k: p.spark.conf.get(k, None) for k in confs}
-    try:
-        for k, v in confs.items():
-            p.spark.conf.set(k, v)
+    with p.confs():
         return p.writer().trigger(processingTime="500 milliseconds").start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                p.spark.conf.unset(k)
-            else:
-                p.spark.conf.set(k, v)
 
 
 @spark_mark

@@ -43,42 +43,6 @@ ap = _load_pipeline()
 STREAMCTL = str(Path(sys.executable).parent / "streamctl")
 
 
-def _wait_for(pred: Any, timeout: float, what: str, step: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-def _newest(folder: Path) -> int | None:
-    ids = [int(n) for n in os.listdir(folder) if n.isdigit()] if folder.exists() else []
-    return max(ids) if ids else None
-
-
-def _sink_log_ids(log: Path) -> list[int]:
-    """Every id in the data files a file-sink log (possibly archived) commits."""
-    batches: dict[int, bool] = {}
-    for name in os.listdir(log):
-        stem, _, ext = name.partition(".")
-        if stem.isdigit() and ext in ("", "compact"):
-            batches[int(stem)] = ext == "compact"
-    compacts = [b for b, c in batches.items() if c]
-    first = max(compacts) if compacts else 0
-    files: dict[str, bool] = {}
-    for b in sorted(x for x in batches if x >= first):
-        for line in (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")[1:]:
-            if line.strip():
-                files[json.loads(line)["path"]] = True
-    ids: list[int] = []
-    for uri in files:
-        with open(unquote(urlparse(uri).path)) as fh:
-            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
-    return ids
-
-
 def _write_input(folder: Path, i: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     rows = [{"id": n, "key": f"k{n % 4}"} for n in range(i * ap.ROWS, i * ap.ROWS + ap.ROWS)]
@@ -166,7 +130,7 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
     agent = None
     try:
         agent = attach(q, ck, heartbeat_s=0.5, ttl_s=10, spark=spark, poll_s=0.1)
-        _wait_for(lambda: (_newest(ck / "commits") or -1) >= 2, 120, "3 committed batches")
+        ap.wait_for(lambda: (ap.newest(ck / "commits") or -1) >= 2, 120, "3 committed batches")
         # without --safe: refused, nothing of streamctl's left behind, the query still runs
         for extra in ((), ("--execute",)):
             r = cli("drop-sink", str(out), "--checkpoint", str(ck), *extra)
@@ -186,7 +150,7 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
         assert r.code == 0, r
         doc = r.json()
         assert doc["kind"] == "DropSinkResult" and doc["verified"] is True
-        _wait_for(lambda: not q.isActive, 10, "query inactive")
+        ap.wait_for(lambda: not q.isActive, 10, "query inactive")
         assert q.exception() is None and agent.stop_mode == "graceful"
     finally:
         stop_feeding.set()
@@ -206,7 +170,7 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
     assert not (out / "_spark_metadata").exists()
     old_log = archive / "files" / "sink" / "_spark_metadata"
     assert old_log.is_dir() and (archive / "files" / "checkpoint" / "offsets" / str(final)).is_file()
-    assert _newest(archive / "files" / "checkpoint" / "commits") == final
+    assert ap.newest(archive / "files" / "checkpoint" / "commits") == final
     journal = [json.loads(line) for line in (archive / "journal.jsonl").read_text().splitlines()]
     assert journal[0]["event"] == "writer_stopped" and journal[0]["stop_requested"] is True
     assert journal[1]["event"] == "drained" and journal[1]["planned"] == journal[1]["committed"] == final
@@ -224,7 +188,7 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
             shutil.copy2(f, inp2 / f.name)
     assert len(list(inp2.iterdir())) == fed[0] - (final + 1)
     writer(inp2, ck2, out2, available_now=True).start().awaitTermination()
-    got = Counter(_sink_log_ids(old_log)) + Counter(_sink_log_ids(out2 / "_spark_metadata"))
+    got = Counter(ap.sink_log_ids(old_log)) + Counter(ap.sink_log_ids(out2 / "_spark_metadata"))
     want = Counter(n for i in range(fed[0]) for n in range(i * ap.ROWS, i * ap.ROWS + ap.ROWS))
     assert got == want, (sorted((got - want).items())[:10], sorted((want - got).items())[:10])
 
@@ -240,9 +204,7 @@ def _run_cli(*args: str, crash: int | None = None) -> subprocess.CompletedProces
 @pytest.mark.spark
 @pytest.mark.spark_lines
 def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: Any, tmp_path: Path) -> None:
-    p = ap.Pipeline(tmp_path, "dedup_file", spark)
-    p.add_input(0, 3)
-    p.run()
+    p = ap.build(tmp_path, "dedup_file", spark, 3)
     template = tmp_path / "template"
     shutil.copytree(p.base, template, symlinks=True)
     outside = tmp_path / "outside.txt"
@@ -307,14 +269,12 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
 @pytest.mark.spark
 @pytest.mark.spark_lines
 def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_path: Path, cli: Any) -> None:
-    p = ap.Pipeline(tmp_path, "file", spark)
-    p.add_input(0, 2)
-    p.run()
+    p = ap.build(tmp_path, "file", spark, 2)
     # the sink log names a data file outside the sink root
     stranger = tmp_path / "elsewhere" / "part-stranger.json"
     stranger.parent.mkdir()
     stranger.write_text('{"id": 999999, "key": "x"}\n')
-    newest = p.output / "_spark_metadata" / str(_newest(p.output / "_spark_metadata"))
+    newest = p.output / "_spark_metadata" / str(ap.newest(p.output / "_spark_metadata"))
     with open(newest, "a") as fh:
         fh.write("\n" + json.dumps({"path": stranger.as_uri(), "size": 27, "isDir": False, "modificationTime": 1,
                                     "blockReplication": 1, "blockSize": 1, "action": "add"}))
@@ -340,10 +300,8 @@ def test_purge_data_never_touches_files_outside_the_sink_root(spark: Any, tmp_pa
 def test_discard_in_flight_epoch(spark: Any, tmp_path: Path, cli: Any) -> None:
     """P == C + 1 with the sink at C: refused, unless --discard-in-flight (offsets/P goes first;
     the hand-off's final epoch is C, so the successor gets P's input)."""
-    p = ap.Pipeline(tmp_path, "file", spark)
-    p.add_input(0, 2)
-    p.run()
-    last = _newest(p.checkpoint / "commits")
+    p = ap.build(tmp_path, "file", spark, 2)
+    last = ap.newest(p.checkpoint / "commits")
     assert last == 1
     # make epoch 1 in flight: no commit, nothing in the sink for it
     (p.checkpoint / "commits" / "1").unlink()
@@ -396,7 +354,7 @@ def test_kafka_handoff_successor_continues_exactly_once(spark: Any, tmp_path: Pa
     agent = None
     try:
         agent = attach(q, ck, heartbeat_s=0.5, ttl_s=10, spark=spark, poll_s=0.1)
-        _wait_for(lambda: (_newest(ck / "commits") or -1) >= 1, 120, "2 committed batches")
+        ap.wait_for(lambda: (ap.newest(ck / "commits") or -1) >= 1, 120, "2 committed batches")
         r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe", "--execute", "--stop-timeout", "90", "--json")
         assert r.code == 0, r
         doc = r.json()
@@ -413,9 +371,9 @@ def test_kafka_handoff_successor_continues_exactly_once(spark: Any, tmp_path: Pa
     q2 = query(tmp_path / "ck2", tmp_path / "out2", {"startingOffsets": starting}, True)
     q2.awaitTermination(300)
     assert not q2.isActive and q2.exception() is None
-    old = _sink_log_ids(Path(doc["archive"]) / "files" / "sink" / "_spark_metadata")
+    old = ap.sink_log_ids(Path(doc["archive"]) / "files" / "sink" / "_spark_metadata")
     assert len(old) == consumed
-    got = Counter(old) + Counter(_sink_log_ids(tmp_path / "out2" / "_spark_metadata"))
+    got = Counter(old) + Counter(ap.sink_log_ids(tmp_path / "out2" / "_spark_metadata"))
     assert got == Counter(range(produced[0])), (sorted((got - Counter(range(produced[0]))).items())[:10],
                                                  sorted((Counter(range(produced[0])) - got).items())[:10])
 
@@ -440,9 +398,7 @@ def test_undo_restores_checkpoint_and_sink_byte_for_byte_and_the_old_query_conti
     """drop-sink --execute, then --undo: checkpoint and sink are back byte for byte (an edited
     archive file is refused first, nothing changed), the old query restarts and the sink holds
     every record exactly once; an undone operation is not undone again; after --purge undo refuses."""
-    p = ap.Pipeline(tmp_path, "dedup_file", spark)
-    p.add_input(0, 3)
-    p.run()
+    p = ap.build(tmp_path, "dedup_file", spark, 3)
     ck_before, out_before = _digests(p.checkpoint), _digests(p.output)
     args = ("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--quiet-period", "0")
     r = cli(*args, "--execute", "--json")

@@ -37,29 +37,20 @@ ap = _load("streamctl_tests_align_pipeline", "align_pipeline.py")
 tree = _load("streamctl_tests_hostile_properties", "test_hostile_properties.py").tree
 
 
-class Lab:
-    def __init__(self, p: Any, snap: Path, outside: Path) -> None:
-        self.p, self.snap, self.outside = p, snap, outside
+class Lab(ap.Lab):
+    """The pipeline, its snapshot `snap` (saved as "start") and a folder outside every root that
+    no command may touch, all put back before each test."""
+
+    def __init__(self, p: Any, snaps: Path, outside: Path) -> None:
+        super().__init__(p, snaps)
+        self.outside = outside
 
     def restore(self) -> None:
-        if self.p.base.exists():
-            shutil.rmtree(self.p.base)
-        shutil.copytree(self.snap, self.p.base, symlinks=True)
+        self.put_back("start")
         if self.outside.exists():
             shutil.rmtree(self.outside)
         self.outside.mkdir()
         (self.outside / "precious.json").write_bytes(b'{"keep": "me"}\n')
-
-    @property
-    def ckpt(self) -> Path:
-        return self.p.checkpoint
-
-    @property
-    def out(self) -> Path:
-        return self.p.output
-
-    def align(self, *extra: str) -> list[str]:
-        return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
 
     def add_log_entry(self, batch: int, path: str, is_dir: bool) -> None:
         """Append an entry to the sink log file of `batch` (v1 header, one JSON entry a line)."""
@@ -79,14 +70,12 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Lab:
     root = tmp_path_factory.mktemp("hostile")
-    p = ap.Pipeline(root / "pipe", "file", spark)
-    p.add_input(0, INPUT_FILES)
-    p.run()
+    p = ap.build(root / "pipe", "file", spark, INPUT_FILES)
     for rel in ("offsets/4", "offsets/.4.crc", "commits/4", "commits/.4.crc", "commits/3", "commits/.3.crc"):
         (p.checkpoint / rel).unlink()
-    snap = root / "snap"
-    shutil.copytree(p.base, snap, symlinks=True)
-    return Lab(p, snap, root / "outside")
+    lab = Lab(p, root / "snaps", root / "outside")
+    lab.save("start")
+    return lab
 
 
 @pytest.fixture
@@ -114,7 +103,7 @@ def refused_json(r: Any) -> dict[str, Any]:
 def test_a_log_entry_naming_the_sink_log_folder_is_refused_and_nothing_moves(fresh: Lab, cli: Callable) -> None:
     fresh.add_log_entry(4, str(fresh.out / "_spark_metadata"), is_dir=True)
     before = fresh.everything()
-    doc = refused_json(cli(*fresh.align("--execute", "--json")))
+    doc = refused_json(cli(*fresh.align_args("--execute", "--json")))
     assert "nest" in doc["reason"] and "sink:_spark_metadata" in doc["reason"], doc
     assert fresh.everything() == before
     no_lock(fresh)
@@ -128,7 +117,7 @@ def test_a_log_entry_through_a_symlink_out_of_the_sink_is_refused(fresh: Lab, cl
     os.symlink(fresh.outside, fresh.out / "escape")
     fresh.add_log_entry(4, str(fresh.out / "escape" / "precious.json"), is_dir=False)
     before = fresh.everything()
-    doc = refused_json(cli(*fresh.align("--execute", "--json")))
+    doc = refused_json(cli(*fresh.align_args("--execute", "--json")))
     assert "outside the named roots" in doc["reason"] and "precious.json" in doc["reason"], doc
     assert fresh.everything() == before
     assert (fresh.outside / "precious.json").read_bytes() == b'{"keep": "me"}\n'
@@ -145,7 +134,7 @@ def test_a_backup_dir_holding_files_is_refused_and_kept(fresh: Lab, cli: Callabl
     (bdir / "files").mkdir()
     (bdir / "files" / "mine.txt").write_bytes(b"mine")
     before = fresh.everything()
-    doc = refused_json(cli(*fresh.align("--execute", "--json", "--backup-dir", str(bdir))))
+    doc = refused_json(cli(*fresh.align_args("--execute", "--json", "--backup-dir", str(bdir))))
     assert "is not empty (it holds files" in doc["reason"], doc
     assert fresh.everything() == before
     assert tree(bdir) == {"files/mine.txt": hashlib.sha256(b"mine").hexdigest()}
@@ -153,7 +142,7 @@ def test_a_backup_dir_holding_files_is_refused_and_kept(fresh: Lab, cli: Callabl
     # an empty folder is fine
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = cli(*fresh.align("--execute", "--json", "--backup-dir", str(empty)))
+    r = cli(*fresh.align_args("--execute", "--json", "--backup-dir", str(empty)))
     assert r.code == 0 and json.loads(r.stdout)["verified"] is True, r
 
 
@@ -178,7 +167,7 @@ def test_drop_sink_purge_never_deletes_a_named_archive_s_files(fresh: Lab, cli: 
 @pytest.mark.spark
 @pytest.mark.parametrize("damage", ["edit", "remove"])
 def test_undo_refuses_a_backup_that_differs_from_its_manifest(fresh: Lab, cli: Callable, damage: str) -> None:
-    r = cli(*fresh.align("--execute", "--json"))
+    r = cli(*fresh.align_args("--execute", "--json"))
     assert r.code == 0, r
     backup = Path(json.loads(r.stdout)["backup"])
     manifest = json.loads((backup / "manifest.json").read_text())
@@ -210,11 +199,11 @@ def test_an_early_failure_leaves_no_lock(fresh: Lab, cli: Callable, tmp_path: Pa
         (tmp_path / "a-file").write_bytes(b"x")
         target = tmp_path / "a-file" / "backup"
     before = fresh.everything()
-    r = cli(*fresh.align("--execute", "--json", "--backup-dir", str(target).replace("bogus:/", "bogus://")))
+    r = cli(*fresh.align_args("--execute", "--json", "--backup-dir", str(target).replace("bogus:/", "bogus://")))
     refused_json(r)
     assert fresh.everything() == before
     no_lock(fresh)
-    r = cli(*fresh.align("--execute", "--json"))  # the next run needs no --break-lock
+    r = cli(*fresh.align_args("--execute", "--json"))  # the next run needs no --break-lock
     assert r.code == 0, r
 
 
@@ -308,7 +297,7 @@ def test_a_folder_where_a_sink_log_file_should_be_is_unreadable_for_every_comman
     assert errors[0]["message"] == f"{path}: is a folder, expected a file"
     r = cli("inspect", "sink", str(fresh.out), "--json")
     assert r.code == 3 and [f["path"] for f in r.json()["findings"]] == [path], r
-    for args in (fresh.align("--json"), fresh.align("--execute", "--json"),
+    for args in (fresh.align_args("--json"), fresh.align_args("--execute", "--json"),
                  ["trim", str(fresh.ckpt), "--sink", str(fresh.out), "--json"]):
         doc = error_json(cli(*args), 3)
         assert doc["message"] == f"{path}: is a folder, expected a file", (args, doc)
@@ -321,19 +310,19 @@ def test_a_batch_id_beyond_a_long_is_no_batch_and_a_huge_one_is_a_bounded_refusa
     import time
 
     meta = fresh.out / "_spark_metadata"
-    plan = cli(*fresh.align("--json"))
+    plan = cli(*fresh.align_args("--json"))
     assert plan.code == 0, plan
     # 20 digits: not a Long, so Spark ignores the file; so does streamctl (the same plan)
     shutil.copy(meta / "2.compact", meta / "12345678901234567890.compact")
     shutil.copy(fresh.ckpt / "offsets" / "3", fresh.ckpt / "offsets" / "12345678901234567890")
-    again = cli(*fresh.align("--json"))
+    again = cli(*fresh.align_args("--json"))
     assert again.code == 0 and again.json()["plan"]["steps"] == plan.json()["plan"]["steps"], again
     # a Long, 19 digits: the sink log's chain follows the files that exist (it was range(0, id): MemoryError)
     (meta / "12345678901234567890.compact").unlink()
     shutil.copy(meta / "2.compact", meta / "9223372036854775806.compact")
     before = fresh.everything()
     t0 = time.monotonic()
-    r = cli(*fresh.align("--json"))
+    r = cli(*fresh.align_args("--json"))
     assert time.monotonic() - t0 < 60, r
     assert r.code == 0, r
     moves = [s["path"] for s in r.json()["plan"]["steps"] if s["action"] == "move"]
@@ -376,7 +365,7 @@ def test_a_permission_error_mid_execute_is_exit_3_naming_the_file_and_resume_fin
 
     deny()
     try:  # a real process: its lock outlives it, as after any failed --execute
-        proc = subprocess.run([str(Path(sys.executable).with_name("streamctl")), *fresh.align("--execute", "--json")],
+        proc = subprocess.run([str(Path(sys.executable).with_name("streamctl")), *fresh.align_args("--execute", "--json")],
                               capture_output=True, text=True, timeout=300,
                               env=dict(os.environ, STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1"))
     finally:

@@ -126,9 +126,7 @@ def test_trim_then_undo_restores_every_object(cli, store):
 @pytest.mark.spark
 def test_align_delivers_exactly_once_after_the_restart(cli, spark, store, tmp_path):
     fs = store.fs
-    p = ap.Pipeline(tmp_path, "coordinated", spark)
-    p.add_input(0, 3)
-    p.run()
+    p = ap.build(tmp_path, "coordinated", spark, 3)
     saved = tmp_path / "saved-checkpoint"
     shutil.copytree(p.checkpoint, saved)
     p.add_input(3, 2)
@@ -163,9 +161,7 @@ def test_drop_sink_retires_in_order_and_the_old_query_cannot_restart(cli, spark,
     import json
 
     fs = store.fs
-    p = ap.Pipeline(tmp_path, "coordinated", spark)
-    p.add_input(0, 3)
-    p.run()
+    p = ap.build(tmp_path, "coordinated", spark, 3)
     _upload(store, p.checkpoint, "drop/checkpoint")
     _upload(store, p.output, "drop/output")
     before_ck, before_out = _objects(fs, "drop/checkpoint"), _objects(fs, "drop/output")

@@ -70,10 +70,7 @@ def _state_steps(plan: dict) -> list[str]:
 def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any) -> None:
     ap = align_pipeline
     _needs_repartition(spark)
-    p = ap.Pipeline(tmp_path, "dedup_rocksdb", spark)
-    p.add_input(0, 3)  # batches 0, 1, 2 (2.compact: compactInterval 3)
-    p.run()
-    ap.settle(p.base)
+    p = ap.build(tmp_path, "dedup_rocksdb", spark, 3)  # batches 0, 1, 2 (2.compact: compactInterval 3)
     new = 2 * _partitions(p, 2)
     spark._streamingCheckpointManager.repartition(str(p.checkpoint), new)
     assert (p.checkpoint / "commits/3").exists() and _partitions(p, 3) == new
@@ -124,10 +121,7 @@ def test_repartition_hole_below_the_newest_batches_on_checkpoint_format_2(spark:
     _needs_repartition(spark)
     confs = {"spark.sql.streaming.fileSink.log.compactInterval": "5",
              "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
-    p = ap.Pipeline(tmp_path, "dedup_rocksdb", spark, extra_confs=confs)
-    p.add_input(0, 5)  # batches 0..4 (4.compact)
-    p.run()
-    ap.settle(p.base)
+    p = ap.build(tmp_path, "dedup_rocksdb", spark, 5, extra_confs=confs)  # batches 0..4 (4.compact)
     new = 2 * _partitions(p, 4)
     key = "spark.sql.streaming.stateStore.checkpointFormatVersion"  # Spark's rewriter checks the session's
     saved = spark.conf.get(key, None)
@@ -239,10 +233,7 @@ def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any,
     reads every state store and delivers every id exactly once. One pipeline per shape: two
     batches, then after align and trim one more, the file sink's first compaction (batch 2)."""
     ap = align_pipeline
-    p = ap.Pipeline(tmp_path, kind, spark)
-    p.add_input(0, 2)
-    p.run()
-    ap.settle(p.base)
+    p = ap.build(tmp_path, kind, spark, 2)
     before = _layout(p.checkpoint)
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
     assert r.code == 0 and "Traceback" not in r.stderr, (kind, r.stdout, r.stderr)

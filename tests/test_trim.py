@@ -11,17 +11,6 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
-def _harness():
-    spec = importlib.util.spec_from_file_location("streamctl_tests_align_pipeline_trim", Path(__file__).with_name("align_pipeline.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _harness()
-
-
 def _settle(tree_snapshot, root: Path, quiet_s: float = 1.5) -> None:
     """Wait until Spark's state maintenance thread (it outlives the query in this driver and
     writes HDFS snapshots shortly after) has stopped changing the tree."""
@@ -44,7 +33,8 @@ def _backup_bytes(backup: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("kind", ["dedup_rocksdb", pytest.param("dedup_rocksdb_v2", marks=pytest.mark.spark4), "dedup_file", "file"])
-def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, tmp_path, tree_snapshot, kind):
+def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, tmp_path, tree_snapshot, kind, align_pipeline):
+    ap = align_pipeline
     v2 = kind.endswith("_v2")
     p = ap.Pipeline(tmp_path, kind.removesuffix("_v2"), spark, name=kind,
                     extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"} if v2 else None)
@@ -104,7 +94,8 @@ def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, 
         assert cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output)).code == 0
 
 
-def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_path, tree_snapshot):
+def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_path, tree_snapshot, align_pipeline):
+    ap = align_pipeline
     p = ap.Pipeline(tmp_path, "dedup_file", spark)
     p.add_input(0, 5)
     p.run()
@@ -198,10 +189,11 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
 
 
 @pytest.mark.spark4
-def test_trim_purge_never_deletes_through_a_staging_symlink(cli, spark, tmp_path, tree_snapshot):
+def test_trim_purge_never_deletes_through_a_staging_symlink(cli, spark, tmp_path, tree_snapshot, align_pipeline):
     """Issue 14 class 2 on a real coordinated sink: `_staging` is a symlink to a folder outside
     the sink holding staging-like epoch folders. `trim --execute --purge` must not delete there:
     the plan refuses (exit 4) naming the path that leaves the sink, and nothing changes."""
+    ap = align_pipeline
     import os
     import shutil
 
