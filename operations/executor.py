@@ -38,6 +38,8 @@ BATCH_STEPS = 8192  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
 METER_SECONDS = 0.2
 COPY_THREADS = 8  # object-store reads and copies in flight at once
+LOCAL_THREADS = 4  # local hashing and renames: system calls that release the GIL, overlapped
+LOCAL_CHUNK = 512  # steps per task of those threads (a task per file costs more than the call)
 
 
 class Conflict(Refused):
@@ -144,6 +146,7 @@ _BEGIN_KEYS = frozenset(("event", "step", "action", "root", "path", "pre"))
 _DIGEST_KEYS = frozenset(("size", "sha256"))
 _ENTRY_KEYS = ("action", "backup", "path", "root", "sha256", "size", "uri")  # a manifest entry, sorted
 _ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
+_STEP_KEY_SET = frozenset(("action", "path", "reason", "root"))  # a plan step without content
 
 
 def _scalar(v: Any) -> str:
@@ -165,6 +168,9 @@ def _entry_json(m: dict[str, Any]) -> str:
         return (f'{{"action": {_scalar(m["action"])}, "backup": {_scalar(m["backup"])}, "path": {_scalar(m["path"])}, '
                 f'"root": {_scalar(m["root"])}, "sha256": {_scalar(m["sha256"])}, "size": {_scalar(m["size"])}, '
                 f'"uri": {_scalar(m["uri"])}}}')
+    if m.keys() == _STEP_KEY_SET:
+        return (f'{{"action": {_scalar(m["action"])}, "path": {_scalar(m["path"])}, "reason": {_scalar(m["reason"])}, '
+                f'"root": {_scalar(m["root"])}}}')
     if all(v is None or type(v) in (str, int) for v in m.values()):  # noqa: E721
         return "{" + ", ".join(f"{_quote(k)}: {_scalar(m[k])}" for k in sorted(m)) + "}"
     return json.dumps(m, sort_keys=True)
@@ -311,6 +317,7 @@ class Executor:
             touched: list[Step] = []
             deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
             copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
+            renames: list[int] = []  # local moves: renamed on LOCAL_THREADS threads, then recorded in plan order
             copied = {i for i in new if first_run and i in self._objects}
             t0 = time.monotonic()
             for i in batch:
@@ -321,9 +328,13 @@ class Executor:
                 if i in copied:
                     copies.append(i)
                     continue
+                if self._renamable(step, state.begun[i].get("pre")):
+                    renames.append(i)
+                    continue
                 self._delete_remote(deletes, state, pending, touched)
                 self._move_by_copy(copies, state, pending, touched)
-                deletes, copies = [], []
+                self._rename_many(renames, state, pending, touched)
+                deletes, copies, renames = [], [], []
                 self.progress(f"step {i + 1}/{len(self.plan.steps)}: {step.describe()}")
                 pre = state.begun[i].get("pre")
                 rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
@@ -338,6 +349,7 @@ class Executor:
                     pending, touched, t0 = [], [], time.monotonic()
             self._delete_remote(deletes, state, pending, touched)
             self._move_by_copy(copies, state, pending, touched)
+            self._rename_many(renames, state, pending, touched)
             self._sync(touched)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
@@ -355,6 +367,7 @@ class Executor:
         pres: dict[int, Optional[dict[str, Any]]] = {}
         listed: dict[str, list[int]] = {}
         remote: list[int] = []
+        local: list[int] = []
         for i in indices:
             step = self.plan.steps[i]
             root = self.roots[step.root]
@@ -363,7 +376,10 @@ class Executor:
             elif step.action == "move" and not (root.is_local and self.backup.is_local):
                 remote.append(i)
             else:
-                pres[i] = _digest_record(root.digest_if_exists(step.path))
+                local.append(i)
+        for i, d in zip(local, self._local_parallel(
+                lambda i: self.roots[self.plan.steps[i].root].digest_if_exists(self.plan.steps[i].path), local)):
+            pres[i] = _digest_record(d)
         for i, d in zip(remote, self._parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
                 self.plan.steps[i].path), remote)):
             step = self.plan.steps[i]
@@ -388,6 +404,46 @@ class Executor:
 
         with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(indices))) as pool:
             return list(pool.map(fn, indices))
+
+    @staticmethod
+    def _local_parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
+        """fn over indices in chunks of LOCAL_CHUNK on at most LOCAL_THREADS threads, in order:
+        local reads and renames are system calls that release the GIL, so two cores overlap them."""
+        if len(indices) <= LOCAL_CHUNK:
+            return [fn(i) for i in indices]
+        from concurrent.futures import ThreadPoolExecutor
+
+        chunks = [indices[k:k + LOCAL_CHUNK] for k in range(0, len(indices), LOCAL_CHUNK)]
+        with ThreadPoolExecutor(max_workers=min(LOCAL_THREADS, len(chunks))) as pool:
+            return [r for part in pool.map(lambda chunk: [fn(i) for i in chunk], chunks) for r in part]
+
+    def _renamable(self, step: Step, pre: Any) -> bool:
+        """A move the atomic local rename can do (a file or folder that was there when its begin
+        record was written, both roots local); not with the test hook's per-step delay."""
+        return (step.action == "move" and isinstance(pre, dict) and not self.delay
+                and self.backup.is_local and self.roots[step.root].is_local)
+
+    def _rename_many(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
+                     touched: list[Step]) -> None:
+        """Local moves by one renameat2(RENAME_NOREPLACE) each, on threads (independent steps: no
+        two paths nest, and their begin records are durable), then recorded in plan order; a step
+        the rename cannot do (moved already by a crashed run, something at its backup path,
+        another file system) takes the general path of `_apply`, in order."""
+        if not indices:
+            return
+        for i in indices:
+            self.progress(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
+        done = self._local_parallel(lambda i: self.roots[self.plan.steps[i].root].rename_into(
+            self.plan.steps[i].path, self.backup, backup_rel(self.plan.steps[i])), indices)
+        for i, renamed in zip(indices, done):
+            step, pre = self.plan.steps[i], state.begun[i]["pre"]
+            entry = (dict(_entry_base(step, self.roots[step.root]), action="moved", size=pre["size"], sha256=pre["sha256"])
+                     if renamed else self._apply(step, pre))
+            rec = {"event": "done", "step": i, "manifest": entry}
+            pending.append(rec)
+            state.done[i] = rec
+            touched.append(step)
+            self.meter.tick(pre.get("size") or 0)
 
     def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                       touched: list[Step]) -> None:

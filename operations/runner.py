@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 from streamctl.inspectors.errors import StorageError, UsageError
-from streamctl.operations.files import Root
+from streamctl.operations.files import Root, check_rel
 from streamctl.operations.plan import Plan, Refused
 
 
@@ -101,26 +101,36 @@ def nested_steps(plan: Plan) -> list[tuple[str, str]]:
 
 
 def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
-    """Step paths that, resolved (symlinks followed, on local roots), leave their root. Each
-    distinct folder is resolved once; a step's own name is resolved only when it is a symlink
-    (found by one listing of a folder many steps touch, else one lstat)."""
+    """Step paths that, resolved (symlinks followed, on local roots), leave their root. Steps are
+    grouped by their folder (relative, so each folder is checked and resolved once); a step's own
+    name is resolved only when it is a symlink (found by one listing of a folder many steps touch,
+    else one lstat). A name that is no symlink resolves inside its resolved folder, so a folder
+    that resolves inside its root keeps every such name inside it."""
     out: list[str] = []
     real_roots: dict[str, str] = {}
-    by_dir: dict[str, list[tuple[str, str, Root, str]]] = {}
+    by_dir: dict[tuple[str, str], list[str]] = {}
     for s in plan.steps:
         root = roots.get(s.root)
         if root is None or not root.is_local:
             continue  # object stores have no symlinks; a Kafka group is no file root
         if s.root not in real_roots:
             real_roots[s.root] = os.path.realpath(root.location)
-        path = root.local(s.path)
-        by_dir.setdefault(os.path.dirname(path), []).append((path, s.root, root, s.path))
-    for parent, members in by_dir.items():
+        rel = check_rel(s.path, root.location)
+        by_dir.setdefault((s.root, rel.rpartition("/")[0]), []).append(rel)
+    for (name, head), rels in by_dir.items():
+        root, top = roots[name], real_roots[name]
+        parent = root.local(head) if head else root.location
         real_parent = os.path.realpath(parent)
-        links = _links(parent, [m[0] for m in members])
-        for path, name, root, rel in members:
-            real = os.path.realpath(path) if path in links else os.path.join(real_parent, os.path.basename(path))
-            top = real_roots[name]
+        inside = real_parent == top or real_parent.startswith(top.rstrip(os.sep) + os.sep)
+        paths = {os.path.join(parent, rel.rpartition("/")[2]): rel for rel in rels}
+        links = _links(parent, list(paths))
+        for path, rel in paths.items():
+            if path in links:
+                real = os.path.realpath(path)
+            elif inside:
+                continue
+            else:
+                real = os.path.join(real_parent, os.path.basename(path))
             if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
                 out.append(f"{root.uri(rel)} (resolves to {real})")
     return out

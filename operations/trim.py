@@ -35,11 +35,6 @@ class TrimRequest(CheckpointRequest):
     purge: bool = False
 
 
-def _size(st: Storage, rel: str) -> int:
-    e = st.lookup(rel)
-    return int(e.size or 0) if e is not None else 0
-
-
 def _zip_ssts(st: Storage, rel: str) -> set[str]:
     """SST files a RocksDB checkpoint zip names (`metadata`: sstFiles[].dfsSstFileName)."""
     try:
@@ -102,11 +97,17 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
     action = "delete" if req.purge else "move"
 
+    unsized: dict[int, tuple[Storage, list[tuple[str, str]]]] = {}  # files whose listing gave no size
+
     def add(root: str, storage: Storage, rel: str, category: str, reason: str, size: Optional[int] = None) -> None:
-        """A step; `size` from the folder listing when it has one (no request per file on object stores)."""
+        """A step; `size` from the folder listing when it has one (no request per file on object
+        stores), else asked for all such files at once (Storage.sizes)."""
         steps.append(Step(action, root, rel, reason))
         sizes[category]["files"] += 1
-        sizes[category]["bytes"] += int(size) if size is not None else _size(storage, rel)
+        if size is not None:
+            sizes[category]["bytes"] += int(size)
+        else:
+            unsized.setdefault(id(storage), (storage, []))[1].append((rel, category))
 
     keep_offsets = low - 1
     if q.async_progress:  # the previous batch Spark reads is the previous offsets file on disk
@@ -170,6 +171,9 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             for e in sink_st.list_dir(COORD_STAGING) or []:
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
                     add("sink", sink_st, f"{COORD_STAGING}/{e.name}", "staging", "staging of an epoch that is committed or aborted")
+    for storage, files in unsized.values():
+        for (_rel, category), size in zip(files, storage.sizes([rel for rel, _c in files])):
+            sizes[category]["bytes"] += size
     plan = Plan(
         command="trim",
         roots={"checkpoint": st.display, **({"sink": Storage.open(req.sink).display} if req.sink else {})},
