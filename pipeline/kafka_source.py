@@ -707,22 +707,26 @@ def offsets_reached(offsets: Mapping[str, Mapping[str, Any]], target: Mapping[st
 
 
 def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> Tuple[Optional[int], Optional[str]]:
-    """(batch id, the source's offset line) of the latest batch that has both ``offsets/N`` and
-    ``commits/N`` in `checkpoint`; (None, None) when there is none."""
+    """(batch id, the source's offset line as Spark wrote it, ``-`` for none yet) of the latest
+    batch that has both ``offsets/N`` and ``commits/N`` in `checkpoint`; (None, None) when there is
+    none. ``offsets/N`` is read by the one reader of that format (inspectors/logs.py parse_offsets)."""
+    from streamctl.inspectors.logs import parse_offsets
+
     ckpt = Path(checkpoint)
     try:
         commits = {int(n) for n in os.listdir(ckpt / "commits") if n.isdigit()}
     except FileNotFoundError:
         return None, None
     for batch in sorted(commits, reverse=True):
+        path = ckpt / "offsets" / str(batch)
         try:
-            lines = (ckpt / "offsets" / str(batch)).read_text(encoding="utf-8").split("\n")
+            data = path.read_bytes()
         except FileNotFoundError:
             continue
-        idx = 2 + source_index
-        if len(lines) > idx:
-            return batch, lines[idx]
-        return batch, None
+        source = next((s for s in parse_offsets(data, str(path), batch).sources if s.source_id == source_index), None)
+        if source is None:
+            return batch, None
+        return batch, "-" if source.raw is None else source.raw
     return None, None
 
 
