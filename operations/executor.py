@@ -5,6 +5,10 @@ Backup folder layout (`--backup-dir`, by default `<checkpoint>/_streamctl/backup
 
     plan.json        the plan, steps and the contents of written files included
     journal.jsonl    one JSON object per line: start, begin/done per step, finished, verified, undo
+                     (local file systems: appended, one fsync per group commit)
+    journal/<n>.jsonl  the same records on object stores, which cannot append: one segment object
+                     per group commit, numbered from 000001, read in order (a journal.jsonl of the
+                     earlier single-object layout is read first)
     manifest.json    every file moved or replaced: root, path, backup path, size, sha256 (written when
                      the steps are done; until then the journal's `done` records carry the same entries)
     files/<root>/<path>   the backed-up files, at their original relative paths
@@ -19,6 +23,7 @@ import hashlib
 import json
 import json.encoder
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -30,6 +35,8 @@ from streamctl.operations.plan import Plan, Refused, Step
 
 PLAN_FILE = "plan.json"
 JOURNAL_FILE = "journal.jsonl"
+SEGMENT_DIR = "journal"  # object stores: journal/<n>.jsonl, one object per group commit
+_SEGMENT = re.compile(r"([0-9]+)\.jsonl")
 MANIFEST_FILE = "manifest.json"
 CRASH_ENV = "STREAMCTL_TEST_CRASH_AFTER"
 DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
@@ -59,22 +66,27 @@ class JournalState:
 
 
 class Journal:
+    """The journal of one backup folder. Local: journal.jsonl, appended with one write and one
+    fsync per group commit. Object stores (no append): each group commit is a new segment object
+    journal/<n>.jsonl, created only if absent (the store's conditional create, as the lock), so
+    nothing written is ever rewritten and a long operation writes each record once."""
+
     _writes = 0  # per process, for the crash hook
 
     def __init__(self, backup: Root) -> None:
         self.backup = backup
-        self._remote_data: Optional[bytes] = None  # the journal object's bytes as last read or written
+        self._next: Optional[int] = None  # object stores: the number of the next segment
         self._checked_end = False  # local: whether the file's end was checked for a torn line
 
     def path(self) -> str:
-        return self.backup.uri(JOURNAL_FILE)
+        return journal_location(self.backup)
 
     def append(self, record: dict[str, Any]) -> None:
         self.append_many([record])
 
     def append_many(self, records: list[dict[str, Any]]) -> None:
         """Append records and make them durable together: one write and one fsync (local), one
-        rewrite of the journal object (object stores). The group commit of the executor."""
+        new segment object (object stores). The group commit of the executor."""
         if not records:
             return
         now = int(time.time() * 1000)
@@ -86,59 +98,97 @@ class Journal:
             lines = lines[:crash_at]
         data = b"".join(lines)
         if self.backup.is_local:
-            path = self.backup.local(JOURNAL_FILE)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "ab+") as fh:
-                if not self._checked_end:  # a torn last line of a crashed run: never glue a record to it
-                    self._checked_end = True
-                    if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
-                        data = b"\n" + data
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-        else:  # no append on object stores: the whole object again (read once per process: the lock is ours)
-            if self._remote_data is None:
-                self._remote_data = self.backup.read_all(JOURNAL_FILE) if self.backup.exists(JOURNAL_FILE) else b""
-            if self._remote_data and not self._remote_data.endswith(b"\n"):
-                self._remote_data += b"\n"
-            self._remote_data += data
-            self.backup.write_atomic(JOURNAL_FILE, self._remote_data)
+            self._append_local(data)
+        elif data:
+            self._write_segment(data)
         Journal._writes += len(lines)
         if crash_at is not None:
             os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
 
+    def _append_local(self, data: bytes) -> None:
+        path = self.backup.local(JOURNAL_FILE)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "ab+") as fh:
+            if not self._checked_end:  # a torn last line of a crashed run: never glue a record to it
+                self._checked_end = True
+                if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
+                    data = b"\n" + data
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def _write_segment(self, data: bytes) -> None:
+        """One group commit on an object store: the next segment, created only if no object has its
+        name (listed once per process: the lock is ours, so no one else numbers segments)."""
+        if self._next is None:
+            self._next = max(self._segments(), default=0) + 1
+        rel = f"{SEGMENT_DIR}/{self._next:06d}.jsonl"
+        if not self.backup.create_exclusive(rel, data):
+            raise Conflict(f"{self.backup.uri(rel)} already exists: another process writes this journal "
+                           "(the lock is no longer ours); nothing was overwritten")
+        self._next += 1
+
+    def _segments(self) -> list[int]:
+        """The numbers of the journal's segment objects, ascending (names other than <n>.jsonl are
+        not segments)."""
+        found = [_SEGMENT.fullmatch(e.name) for e in self.backup.storage.list_dir(SEGMENT_DIR) or [] if not e.is_dir]
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def _chunks(self) -> list[bytes]:
+        """The journal's bytes in record order: journal.jsonl (local, or an object store's backup
+        of the earlier single-object layout), then the segments by number."""
+        chunks = [self.backup.read_all(JOURNAL_FILE)] if self.backup.exists(JOURNAL_FILE) else []
+        if self.backup.is_local:
+            return chunks
+        numbers = self._segments()
+        self._next = max(numbers, default=0) + 1
+        return chunks + parallel(lambda n: self.backup.read_all(f"{SEGMENT_DIR}/{n:06d}.jsonl"), numbers)
+
     def read(self) -> JournalState:
         state = JournalState()
-        if not self.backup.exists(JOURNAL_FILE):
-            if not self.backup.is_local:
-                self._remote_data = b""
-            return state
-        data = self.backup.read_all(JOURNAL_FILE)
-        if not self.backup.is_local:
-            self._remote_data = data
-        for line in data.decode("utf-8", "replace").splitlines():
-            try:
-                rec = load_json(line)
-            except ValueError:
-                continue  # a torn last line of a crashed run
-            ev = rec.get("event")
-            if ev == "start":
-                state.started = True
-            elif ev == "begin":
-                state.begun.setdefault(int(rec["step"]), rec)
-            elif ev == "done":
-                state.done[int(rec["step"])] = rec
-            elif ev == "finished":
-                state.finished = True
-            elif ev == "verified":
-                state.verified = rec
-            elif ev == "undo_done":
-                state.undone.add(int(rec["step"]))
-            elif ev == "undone":
-                state.undo_finished = True
-            elif ev == "purge_begin":
-                state.purged = True
+        for chunk in self._chunks():  # each on its own: a torn end never runs into the next chunk
+            for line in chunk.decode("utf-8", "replace").splitlines():
+                try:
+                    rec = load_json(line)
+                except ValueError:
+                    continue  # a torn line of a crashed run
+                _apply_record(state, rec)
         return state
+
+
+def _apply_record(state: JournalState, rec: dict[str, Any]) -> None:
+    ev = rec.get("event")
+    if ev == "start":
+        state.started = True
+    elif ev == "begin":
+        state.begun.setdefault(int(rec["step"]), rec)
+    elif ev == "done":
+        state.done[int(rec["step"])] = rec
+    elif ev == "finished":
+        state.finished = True
+    elif ev == "verified":
+        state.verified = rec
+    elif ev == "undo_done":
+        state.undone.add(int(rec["step"]))
+    elif ev == "undone":
+        state.undo_finished = True
+    elif ev == "purge_begin":
+        state.purged = True
+
+
+def journal_location(backup: Root) -> str:
+    """Where a backup's journal is: its journal.jsonl (local) or its journal/ folder of segments."""
+    return backup.uri(JOURNAL_FILE if backup.is_local else SEGMENT_DIR)
+
+
+def parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """fn over items on at most COPY_THREADS threads (object-store requests overlap), in order."""
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 _quote = json.encoder.encode_basestring_ascii  # what json.dumps does with a str (ensure_ascii)
@@ -380,7 +430,7 @@ class Executor:
         for i, d in zip(local, self._local_parallel(
                 lambda i: self.roots[self.plan.steps[i].root].digest_if_exists(self.plan.steps[i].path), local)):
             pres[i] = _digest_record(d)
-        for i, d in zip(remote, self._parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
+        for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
                 self.plan.steps[i].path), remote)):
             step = self.plan.steps[i]
             if d is not None:
@@ -394,16 +444,6 @@ class Executor:
                 size = sizes[self.plan.steps[i].path]
                 pres[i] = None if size is None else {"size": size, "sha256": None}
         return pres
-
-    @staticmethod
-    def _parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
-        """fn over indices on at most COPY_THREADS threads (object-store requests overlap), in order."""
-        if len(indices) <= 1:
-            return [fn(i) for i in indices]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(indices))) as pool:
-            return list(pool.map(fn, indices))
 
     @staticmethod
     def _local_parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
@@ -461,7 +501,7 @@ class Executor:
             step, pre = self.plan.steps[i], state.begun[i]["pre"]
             self.roots[step.root].copy_checked(step.path, self.backup, backup_rel(step), (pre["size"], pre["sha256"]))
 
-        self._parallel(copy, indices)
+        parallel(copy, indices)
         by_root: dict[str, list[str]] = {}
         for i in indices:
             by_root.setdefault(self.plan.steps[i].root, []).append(self.plan.steps[i].path)
@@ -692,12 +732,25 @@ class Executor:
         return done
 
 
+_BACKUP_FILE = re.compile(rf"/(?:{re.escape(PLAN_FILE)}|{re.escape(MANIFEST_FILE)}|{re.escape(JOURNAL_FILE)}"
+                          rf"|{SEGMENT_DIR}/[0-9]+\.jsonl)/*$")
+_SEGMENT_FOLDER = re.compile(rf"/{SEGMENT_DIR}/*$")
+
+
+def _without(location: str, pattern: "re.Pattern[str]") -> str:
+    """`location` without the end `pattern` matches; a URI's query (an object store's endpoint
+    options) is kept."""
+    head, sep, query = location.partition("?") if "://" in location else (location, "", "")
+    return pattern.sub("", head.rstrip("/")) + sep + query
+
+
 def load(backup_location: str) -> tuple[Plan, Root]:
-    """The plan and backup root of an earlier operation, from its backup folder or journal path."""
-    loc = backup_location.rstrip("/")
-    if loc.endswith(JOURNAL_FILE) or loc.endswith(PLAN_FILE) or loc.endswith(MANIFEST_FILE):
-        loc = loc.rsplit("/", 1)[0]
-    backup = Root("backup", loc)
+    """The plan and backup root of an earlier operation, from its backup folder, one of its files
+    or its journal/ folder."""
+    folder = _without(backup_location, _BACKUP_FILE)  # the folder, or one of its files
+    backup = Root("backup", folder)
+    if not backup.exists(PLAN_FILE) and _without(folder, _SEGMENT_FOLDER) != folder:
+        backup = Root("backup", _without(folder, _SEGMENT_FOLDER))  # its journal/ folder of segments
     if not backup.exists(PLAN_FILE):
         raise StorageError(backup.uri(PLAN_FILE), "does not exist: not a streamctl backup folder (give the folder "
                                                   "that holds plan.json and journal.jsonl)")

@@ -260,9 +260,9 @@ class Outcome:
 
     @property
     def journal(self) -> str:
-        from streamctl.operations.executor import JOURNAL_FILE
+        from streamctl.operations.executor import journal_location
 
-        return self.backup.uri(JOURNAL_FILE)
+        return journal_location(self.backup)
 
 
 @dataclass

@@ -80,6 +80,7 @@ class _CountingProxy:
 
         proxy = self
         self.requests: list[tuple[str, str]] = []
+        self.sent: list[tuple[str, str, int]] = []  # method, path, request body bytes
         self.in_flight = self.max_in_flight = 0
         lock = threading.Lock()
 
@@ -111,6 +112,7 @@ class _CountingProxy:
                 body, headers = self._body()
                 with lock:
                     proxy.requests.append((self.command, self.path))
+                    proxy.sent.append((self.command, self.path, len(body or b"")))
                     proxy.in_flight += 1
                     proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
                 try:

@@ -118,9 +118,44 @@ def test_trim_then_undo_restores_every_object(cli, store):
     after = _objects(fs, "trim")
     removed = set(before) - set(after)
     assert "offsets/0" in removed and "state/0/0/1.changelog" in removed and "offsets/3" in after
+    segments = _journal_objects(fs, _prefix(result["backup"]))  # one object per group commit, no journal.jsonl
+    assert sorted(segments) == [f"{n:06d}.jsonl" for n in range(1, len(segments) + 1)] and len(segments) >= 3
+    assert _prefix(result["journal"]) == f"{_prefix(result['backup'])}/journal"
     undo = cli("trim", "--undo", result["backup"], "--json")
     assert undo.code == 0, undo.stderr
     assert _objects(fs, "trim") == before
+
+
+def test_undo_of_a_backup_in_the_single_object_journal_layout(cli, store):
+    """A backup written by the previous release on an object store has one journal.jsonl object
+    (rewritten whole at every group commit) instead of journal/<n>.jsonl segments: undo reads it,
+    appends its own records as segments after it, and a second undo sees the first one."""
+    import pyarrow.fs as pafs
+
+    fs = store.fs
+    _upload(store, FIXTURE, "legacy")
+    before = _objects(fs, "legacy")
+    done = cli("trim", store.uri("legacy"), "--keep-epochs", "1", "--execute", "--json")
+    assert done.code == 0, done.stderr
+    backup = done.json()["backup"]
+    folder = f"chk/{_prefix(backup)}"
+    segments = sorted(_journal_objects(fs, _prefix(backup)))
+    with fs.open_output_stream(f"{folder}/journal.jsonl") as out:  # the earlier layout, record for record
+        for name in segments:
+            out.write(_read(fs, f"{folder}/journal/{name}"))
+    for name in segments:
+        fs.delete_file(f"{folder}/journal/{name}")
+    assert set(_journal_objects(fs, _prefix(backup))) == {"journal.jsonl"}
+    assert _objects(fs, "legacy") != before
+
+    head, _, query = backup.partition("?")
+    undo = cli("trim", "--undo", f"{head}/journal.jsonl?{query}", "--json")
+    assert undo.code == 0, undo.stderr
+    assert _objects(fs, "legacy") == before
+    assert set(_journal_objects(fs, _prefix(backup))) >= {"journal.jsonl", "000001.jsonl"}
+    again = cli("trim", "--undo", backup, "--json")
+    assert again.code == 4 and "was undone" in again.stderr, again
+    assert fs.get_file_info(f"{folder}/journal.jsonl").type == pafs.FileType.File  # never rewritten
 
 
 @pytest.mark.spark
@@ -284,3 +319,49 @@ def _fs_selector(path: str):
     import pyarrow.fs as pafs
 
     return pafs.FileSelector(path, recursive=False)
+
+
+def _journal_objects(fs, prefix: str) -> dict[str, int]:
+    """Size of every journal object of a backup: the segments journal/<n>.jsonl (and a
+    journal.jsonl of the earlier single-object layout)."""
+    import pyarrow.fs as pafs
+
+    out = {i.path.rsplit("/", 1)[1]: i.size for i in fs.get_file_info(pafs.FileSelector(f"chk/{prefix}/journal", allow_not_found=True))
+           if i.type == pafs.FileType.File}
+    single = fs.get_file_info(f"chk/{prefix}/journal.jsonl")
+    if single.type == pafs.FileType.File:
+        out["journal.jsonl"] = single.size
+    return out
+
+
+def test_the_journal_is_written_once_on_s3_however_many_group_commits(cli, s3):
+    """Object stores cannot append: every group commit is its own journal segment object
+    (journal/000001.jsonl, ...), never a rewrite of what is already there. Counted by the proxy in
+    front of the real S3 server: the journal bytes a trim and its undo send are exactly the
+    journal's size at the end, though the undo commits a group at least every second (printed for
+    BENCHMARKS.md)."""
+    _osf = _load("test_object_store")
+    fs, port = s3
+    prefix = "journal-bytes"
+    _many_epochs(fs, prefix, 20)
+    proxy = _osf._CountingProxy(port, delay=0.002)
+    sent = {}
+    try:
+        uri = f"s3://chk/{prefix}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+        backup = f"s3://chk/{prefix}-backup?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
+        for what, args in (("trim", ("trim", uri, "--keep-epochs", "1", "--execute", "--json", "--backup-dir", backup)),
+                           ("undo", ("trim", "--undo", backup, "--json"))):
+            start = len(proxy.sent)
+            r = cli(*args)
+            assert r.code == 0, r.stderr
+            sent[what] = [(m, p, n) for m, p, n in proxy.sent[start:] if f"/{prefix}-backup/journal" in p and m == "PUT"]
+    finally:
+        proxy.close()
+    objects = _journal_objects(fs, f"{prefix}-backup")
+    written = sum(n for m, p, n in sent["trim"] + sent["undo"])
+    print(f"[journal] trim of {r.json()['restored']} S3 objects and its undo: {len(sent['trim'])} + {len(sent['undo'])} journal writes, "
+          f"{sum(n for *_x, n in sent['trim']):,} + {sum(n for *_x, n in sent['undo']):,} bytes sent; "
+          f"the journal is {sum(objects.values()):,} bytes in {len(objects)} object(s)")
+    assert len(sent["undo"]) >= 3, sent["undo"]  # several group commits, each its own object
+    assert "journal.jsonl" not in objects and len(objects) == len(sent["trim"]) + len(sent["undo"])
+    assert written == sum(objects.values())  # every record sent once, nothing rewritten
