@@ -125,8 +125,8 @@ def drop_sink(
         if sink or checkpoint:
             raise UsageError("--resume/--undo take the operation's archive folder; do not also name a sink or checkpoint")
         if resume:
-            _show(mutation.call("drop-sink", as_json, lambda _t: runner.resume(teardown.operation(), resume, break_lock,
-                                                                              say=say), meter=False), as_json)
+            _show(mutation.call("drop-sink", as_json, lambda tick: runner.resume(teardown.operation(), resume, break_lock,
+                                                                                say=say, meter=tick)), as_json)
         else:
             mutation.show_undo("drop-sink", mutation.call("drop-sink", as_json, lambda tick: runner.undo(
                 teardown.operation(), undo, break_lock, meter=tick)), as_json)
@@ -181,8 +181,8 @@ def drop_sink(
             return teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
 
         request = runner.Request(ck_root.location, planner, archive, break_lock, opening)
-        _show(mutation.call("drop-sink", as_json, lambda _t: runner.execute(teardown.operation(), request, say=say),
-                            meter=False), as_json)
+        _show(mutation.call("drop-sink", as_json, lambda tick: runner.execute(teardown.operation(), request, say=say,
+                                                                               meter=tick)), as_json)
         return
 
     from streamctl.inspectors.lease import lease_status

@@ -173,10 +173,11 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
     with KafkaBroker(ks.bootstrap, ks.config, ks.timeout) as broker:
         op = group_offsets.operation(broker)
         try:
-            if resume:
-                outcome = runner.resume(op, resume, break_lock)
-            else:
-                done = runner.undo(op, undo, break_lock)  # type: ignore[arg-type]
+            with render.progress(output != "json") as tick:  # partitions done on a terminal's stderr
+                if resume:
+                    outcome = runner.resume(op, resume, break_lock, meter=tick)
+                else:
+                    done = runner.undo(op, undo, break_lock, meter=tick)  # type: ignore[arg-type]
         except Refused as exc:
             if output == "json":
                 render.emit_json({"api_version": "streamctl/v1", "kind": "KafkaCommitOffsetsRefusal", "reason": str(exc)})
@@ -268,8 +269,9 @@ def commit_offsets(
                 return again
 
             try:
-                outcome = runner.execute(group_offsets.operation(broker),
-                                         runner.Request(location, planner, backup_dir, break_lock))
+                with render.progress(output != "json") as tick:  # partitions done on a terminal's stderr
+                    outcome = runner.execute(group_offsets.operation(broker),
+                                             runner.Request(location, planner, backup_dir, break_lock), meter=tick)
             except Refused as exc:
                 refusal = str(exc)
     _show_commit(_commit_doc(plan, q.checkpoint, outcome, refusal), output)

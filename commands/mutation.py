@@ -57,13 +57,13 @@ def runner() -> Any:
     return module
 
 
-def call(name: str, as_json: bool, action: Callable[[Callable[[str], None]], Any], meter: bool = True) -> Any:
+def call(name: str, as_json: bool, action: Callable[[Callable[[str], None]], Any]) -> Any:
     """Run `action(tick)` (a runner call) with the terminal's progress line; a refusal is rendered
     (a `<Command>Refusal` document with --json) and leaves with its exit code."""
     from streamctl.operations.plan import Refused
 
     try:
-        with render.progress(meter and not as_json) as tick:  # files, bytes, rate, eta on a terminal's stderr
+        with render.progress(not as_json) as tick:  # files, bytes, rate, eta on a terminal's stderr
             return action(tick)
     except Refused as exc:
         raise refused(exc, as_json, f"{title(name)}Refusal") from None

@@ -284,10 +284,11 @@ def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
 
 
 class Meter:
-    """Files done, bytes, rate and eta of a running operation, at most every METER_SECONDS."""
+    """Files done, bytes, rate and eta of a running operation, at most every METER_SECONDS (and
+    at the last one); `what` names the things counted, `label` what is done to them."""
 
-    def __init__(self, total: int, out: Optional[Callable[[str], None]]) -> None:
-        self.total, self.out = total, out
+    def __init__(self, total: int, out: Optional[Callable[[str], None]], what: str = "files", label: str = "") -> None:
+        self.total, self.out, self.what, self.label = total, out, what, label
         self.files = self.bytes = 0
         self.t0 = self.last = time.monotonic()
 
@@ -302,8 +303,8 @@ class Meter:
         self.last = now
         rate = self.files / max(now - self.t0, 1e-6)
         eta = max(self.total - self.files, 0) / rate if rate else 0.0
-        self.out(f"{self.files:,}/{self.total:,} files, {self.bytes / 1e6:,.1f} MB, {rate:,.0f} files/s, "
-                 f"eta {eta:,.0f} s")
+        self.out(f"{self.label}{self.files:,}/{self.total:,} {self.what}, {self.bytes / 1e6:,.1f} MB, "
+                 f"{rate:,.0f} {self.what}/s, eta {eta:,.0f} s")
 
 
 class Executor:
@@ -352,6 +353,7 @@ class Executor:
                             "steps": len(self.plan.steps)})
             state.started = True
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
+        self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         for start in range(0, len(todo), BATCH_STEPS):
             batch = todo[start:start + BATCH_STEPS]
             new = [i for i in batch if i not in state.begun]
@@ -649,6 +651,7 @@ class Executor:
             raise Conflict("undo refused, files changed after the operation: " + "; ".join(conflicts[:5])
                            + (f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""))
         pending: list[dict[str, Any]] = [{"event": "undo_start", "steps": len(todo)}]
+        self.meter = Meter(len(todo), self.meter.out, label="undo: ")
         restored = []
         touched: list[Step] = []
         t0 = time.monotonic()
@@ -656,7 +659,7 @@ class Executor:
             step = self.plan.steps[i]
             self.progress(f"undo step {i + 1}: {step.describe()}")
             restored.extend(self._undo_step(i, state))
-            self.meter.tick(0)
+            self.meter.tick(((state.done.get(i) or {}).get("manifest") or {}).get("size") or 0)
             pending.append({"event": "undo_done", "step": i})
             touched.append(step)
             if len(touched) >= BATCH_STEPS or time.monotonic() - t0 > BATCH_SECONDS:

@@ -260,12 +260,21 @@ class Root:
 
     def walk_files(self, rel: str) -> list[str]:
         """Files under folder `rel`, relative to it, sorted."""
-        out: list[str] = []
+        return [name for name, _size in self._walk(rel, sizes=False)]
+
+    def walk_sizes(self, rel: str) -> list[tuple[str, int]]:
+        """(path relative to `rel`, size) of every file under folder `rel`, sorted; none when it
+        does not exist (object stores: one recursive listing)."""
+        return self._walk(rel, sizes=True)
+
+    def _walk(self, rel: str, sizes: bool) -> list[tuple[str, int]]:
+        out: list[tuple[str, int]] = []
         if self.is_local:
             base = self.local(rel)
             for dirpath, _dirs, files in os.walk(base):
                 for f in files:
-                    out.append(os.path.relpath(os.path.join(dirpath, f), base).replace(os.sep, "/"))
+                    path = os.path.join(dirpath, f)
+                    out.append((os.path.relpath(path, base).replace(os.sep, "/"), os.lstat(path).st_size if sizes else 0))
             return sorted(out)
         import pyarrow.fs as pafs
 
@@ -273,7 +282,7 @@ class Root:
         sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         for info in self._fs.get_file_info(sel):  # type: ignore[union-attr]
             if info.type == pafs.FileType.File:
-                out.append(info.path[len(base):].lstrip("/"))
+                out.append((info.path[len(base):].lstrip("/"), int(info.size or 0)))
         return sorted(out)
 
     # -- changes --------------------------------------------------------------------------

@@ -12,9 +12,9 @@ checkpoint is only read (and locked while the operation runs)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, write_manifest, write_plan
+from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, Meter, write_manifest, write_plan
 from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 
@@ -68,8 +68,9 @@ def committed(plan: Plan) -> Offsets:
 class GroupOffsets:
     """The steps of a commit-offsets plan, as the runner runs them (the `Steps` of operations/runner.py)."""
 
-    def __init__(self, plan: Plan, backup: Root, broker: Any) -> None:
-        self.plan, self.backup, self.broker = plan, backup, broker
+    def __init__(self, plan: Plan, backup: Root, broker: Any, meter: Optional[Callable[[str], None]] = None) -> None:
+        """`meter` gets the partitions done (a terminal's progress line)."""
+        self.plan, self.backup, self.broker, self.meter = plan, backup, broker, meter
         self.group = str(plan.settings["group"])
         self.journal = Journal(backup)
 
@@ -101,6 +102,7 @@ class GroupOffsets:
         previous = offsets_of(state.begun[0]["pre"]["offsets"])
         entries = [{"topic": t, "partition": p, "previous": previous.get((t, p)), "committed": off}
                    for (t, p), off in sorted(committed(self.plan).items())]
+        self._tick(len(entries), "commit: ")
         self.journal.append({"event": "done", "step": 0, "manifest": {"group": self.group, "offsets": entries}})
         write_manifest(self.backup, self.plan, group=self.group, offsets=entries)
         self.journal.append({"event": "finished"})
@@ -151,8 +153,16 @@ class GroupOffsets:
             raise Conflict(f"undo refused: {str(exc).split(': ', 1)[-1]}") from None
         except KafkaError as exc:
             raise Conflict(f"undo refused: {exc}") from None
+        undone = [f"{t}/{p}" for t, p in sorted(set(restore) | set(drop))]
+        self._tick(len(undone), "undo: ")
         self.journal.append_many([{"event": "undo_done", "step": 0}, {"event": "undone"}])
-        return [f"{t}/{p}" for t, p in sorted(set(restore) | set(drop))]
+        return undone
+
+    def _tick(self, n: int, label: str) -> None:
+        """n partitions done at once (one commit request carries them all)."""
+        meter = Meter(n, self.meter, "partitions", label)
+        for _ in range(n):
+            meter.tick(0)
 
 
 def verify_commit(broker: Any, plan: Plan) -> tuple[bool, dict[str, Any]]:
@@ -179,4 +189,4 @@ def operation(broker: Any) -> Any:
 
     return Operation(COMMAND, lambda plan, _roots: verify_commit(broker, plan), resumable=_nothing, undoable=_nothing,
                      undo_check=lambda plan, _roots: verify_undo(broker, plan),
-                     steps=lambda plan, _roots, backup, _say, _meter: GroupOffsets(plan, backup, broker))
+                     steps=lambda plan, _roots, backup, _say, meter: GroupOffsets(plan, backup, broker, meter))

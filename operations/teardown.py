@@ -360,11 +360,25 @@ def _file_counts(steps: list[Step], roots: dict[str, Root], sink_logs: tuple[str
 # ------------------------------------------------------------------------------ purge and verify
 
 
-def purge(plan: Plan, archive: Root, journal: Any) -> None:
-    """--purge: delete the archived copies, journaled (idempotent: a resumed run deletes again)."""
+PURGE_BATCH = 1000  # archived files deleted per request on S3 (DeleteObjects), per meter update
+
+
+def purge(plan: Plan, archive: Root, journal: Any, meter: Optional[Callable[[str], None]] = None) -> None:
+    """--purge: delete the archived copies, journaled (idempotent: a resumed run deletes again):
+    the files of one listing in batches (`meter` gets files done, bytes, rate and eta), then what
+    is left of the folders."""
+    from streamctl.operations.executor import Meter
+
     for name in ("checkpoint", "sink"):
         rel = f"files/{name}"
         journal.append({"event": "purge_begin", "path": rel})
+        files = archive.walk_sizes(rel)
+        done = Meter(len(files), meter, label=f"purge {rel}: ")
+        for start in range(0, len(files), PURGE_BATCH):
+            batch = files[start:start + PURGE_BATCH]
+            archive.delete_many([f"{rel}/{sub}" for sub, _size in batch])
+            for _sub, size in batch:
+                done.tick(size)
         if archive.exists(rel):
             archive.delete(rel)
         journal.append({"event": "purge_done", "path": rel})
@@ -430,7 +444,7 @@ def finish(plan: Plan, roots: dict[str, Root], steps: Any) -> None:
     """After the moves: --purge deletes the archived copies; folders emptied entry by entry
     (`offsets/` with --discard-in-flight, `state/`) go."""
     if plan.settings.get("purge"):
-        purge(plan, roots["archive"], steps.journal)
+        purge(plan, roots["archive"], steps.journal, getattr(getattr(steps, "meter", None), "out", None))
     for rel in ("state", "offsets"):
         if roots["checkpoint"].exists(rel) and not roots["checkpoint"].walk_files(rel):
             roots["checkpoint"].remove_empty_dirs(rel)
