@@ -259,3 +259,28 @@ def test_retention_floor_is_the_start_of_the_oldest_kept_epoch(cli, kafka_agg):
     r = cli("kafka", "retention-floor", str(chk), "--keep-epochs", "2")
     assert r.code == 0 and topic in r.stdout and "retention floor" in r.stdout
 
+
+
+def test_commit_offsets_shows_progress_on_a_terminal_only(kafka_broker, kafka_agg, tmp_path):
+    """A real `streamctl kafka commit-offsets` process with its stderr on a pseudo-terminal shows
+    the partitions done (the meter of every mutation), for --execute and --undo; piped or with
+    --json it prints none."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("streamctl_tests_terminal_kafka", Path(__file__).with_name("terminal.py"))
+    term = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(term)
+    chk, topic = kafka_agg
+
+    def commit(group: str) -> tuple[str, ...]:
+        return ("kafka", "commit-offsets", str(chk), "--group", group, "--bootstrap", kafka_broker.bootstrap, "--execute")
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    r = term.run(*commit(f"progress-{topic}"), "--epoch", "1", "--backup-dir", str(first), terminal=True)
+    assert r.code == 0 and r.progress() and "commit: " in r.stderr, r
+    r = term.run("kafka", "commit-offsets", "--undo", str(first), terminal=True)
+    assert r.code == 0 and r.progress() and "undo: " in r.stderr, r
+    r = term.run(*commit(f"progress-piped-{topic}"), "--backup-dir", str(second), terminal=False)  # (the undo deleted the first group)
+    assert r.code == 0 and not r.progress() and "partitions/s" not in r.stderr, r
+    r = term.run("kafka", "commit-offsets", "--undo", str(second), "--json", terminal=True)
+    assert r.code == 0 and json.loads(r.stdout)["verified"] and not r.progress(), r
