@@ -420,7 +420,9 @@ def test_crash_after_every_journal_record_then_resume_or_undo_on_the_store(store
     assert records == 9, records  # start, 3 begin, 3 done, finished, verified
 
     failures = []
-    for n in range(1, records):
+    # every record on S3; on GCS and Azure (the same journal code, their own conditional create and
+    # listing) the boundaries: start alone, every begin, the first done, finished
+    for n in range(1, records) if store.name == "s3" else (1, 4, 5, records - 1):
         seen = _backups(fs, prefix)
         code, _out, err = _run(*trim, crash_after=n)
         (op,) = _backups(fs, prefix) - seen
