@@ -108,52 +108,46 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
     that resolves inside its root keeps every such name inside it."""
     out: list[str] = []
     real_roots: dict[str, str] = {}
-    by_dir: dict[tuple[str, str], list[str]] = {}
+    by_dir: dict[tuple[str, str], dict[str, str]] = {}  # (root, folder) -> name -> rel
     for s in plan.steps:
         root = roots.get(s.root)
         if root is None or not root.is_local:
             continue  # object stores have no symlinks; a Kafka group is no file root
         if s.root not in real_roots:
             real_roots[s.root] = os.path.realpath(root.location)
-        rel = check_rel(s.path, root.location)
-        by_dir.setdefault((s.root, rel.rpartition("/")[0]), []).append(rel)
-    for (name, head), rels in by_dir.items():
-        root, top = roots[name], real_roots[name]
+        head, _, name = check_rel(s.path, root.location).rpartition("/")
+        by_dir.setdefault((s.root, head), {})[name] = s.path
+    for (root_name, head), names in by_dir.items():
+        root, top = roots[root_name], real_roots[root_name]
         parent = root.local(head) if head else root.location
         real_parent = os.path.realpath(parent)
         inside = real_parent == top or real_parent.startswith(top.rstrip(os.sep) + os.sep)
-        paths = {os.path.join(parent, rel.rpartition("/")[2]): rel for rel in rels}
-        links = _links(parent, list(paths))
-        for path, rel in paths.items():
-            if path in links:
-                real = os.path.realpath(path)
-            elif inside:
-                continue
-            else:
-                real = os.path.join(real_parent, os.path.basename(path))
+        links = _links(parent, names)
+        for name in (names if not inside else links):
+            path = os.path.join(parent, name)
+            real = os.path.realpath(path) if name in links else os.path.join(real_parent, name)
             if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
-                out.append(f"{root.uri(rel)} (resolves to {real})")
+                out.append(f"{root.uri(names[name])} (resolves to {real})")
     return out
 
 
 LISTING_FROM = 16  # steps in one folder from which one listing is cheaper than an lstat each
 
 
-def _links(parent: str, paths: list[str]) -> set[str]:
-    """Which of these paths (all in `parent`; checked rels: no "." or ".." names) are symlinks.
+def _links(parent: str, names: "dict[str, str] | list[str]") -> set[str]:
+    """Which of these names (entries of `parent`; checked: no "." or ".." names) are symlinks.
     A name that is not one resolves to itself inside its resolved folder."""
-    if len(paths) >= LISTING_FROM:
+    if len(names) >= LISTING_FROM:
         try:
             with os.scandir(parent) as it:
-                names = {e.name for e in it if e.is_symlink()}
-            return {p for p in paths if os.path.basename(p) in names}
+                return {e.name for e in it if e.name in names and e.is_symlink()}
         except OSError:
             pass  # not listable: look at each
     out = set()
-    for p in paths:
+    for name in names:
         try:
-            if stat.S_ISLNK(os.lstat(p).st_mode):
-                out.add(p)
+            if stat.S_ISLNK(os.lstat(os.path.join(parent, name)).st_mode):
+                out.add(name)
         except OSError:
             pass  # nothing there (yet): realpath would keep the name as it is
     return out

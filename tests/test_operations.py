@@ -232,3 +232,26 @@ def test_many_local_moves_on_threads_resume_after_a_crash_and_undo_exactly(tmp_p
 
     Executor(plan, roots, Root("backup", str(backup))).undo()
     assert _tree(ck) == before
+
+
+def test_escaping_steps_finds_links_out_among_many_names_and_folders_that_lead_out(tmp_path: Path) -> None:
+    """One listing answers for a folder of many steps (LISTING_FROM): a symlink out among 40 plain
+    names is found; a folder that is itself a link out takes every name in it along."""
+    from streamctl.operations.runner import LISTING_FROM, escaping_steps
+
+    ck, outside = tmp_path / "ck", tmp_path / "outside"
+    (ck / "state" / "0" / "0").mkdir(parents=True)
+    (outside / "store").mkdir(parents=True)
+    (outside / "precious").write_bytes(b"x")
+    for v in range(40):
+        (ck / "state" / "0" / "0" / f"{v}.delta").write_bytes(b"d")
+    os.symlink(outside / "precious", ck / "state" / "0" / "0" / "40.delta")
+    os.symlink(outside / "store", ck / "state" / "0" / "1")
+    (outside / "store" / "1.delta").write_bytes(b"d")
+    steps = [Step("move", "checkpoint", f"state/0/0/{v}.delta", "old") for v in range(41)]
+    steps += [Step("move", "checkpoint", "state/0/1/1.delta", "old"), Step("move", "checkpoint", "state/0/1/2.delta", "gone")]
+    assert 41 >= LISTING_FROM
+    out = escaping_steps(_plan(steps, {"checkpoint": str(ck)}), {"checkpoint": Root("checkpoint", str(ck))})
+    assert sorted(o.split(" (resolves")[0].split("/state/")[1] for o in out) == ["0/0/40.delta", "0/1/1.delta",
+                                                                                 "0/1/2.delta"]
+    assert all(str(outside) in o for o in out)
