@@ -29,6 +29,8 @@ from streamctl.inspectors.state import (
     StateFiles,
     StoreFiles,
     StoreStatus,
+    checksum_mismatch,
+    is_full_file,
     read_state,
     store_status,
 )
@@ -701,6 +703,7 @@ class _Inspector:
                     details={"operator": op_id, "version": required,
                              "stores": [{"partition": s.partition, "store": s.store, "path": st.uri(s.path),
                                          "missing": list(s.missing)} for s in bad]}))
+            self._corrupt_findings(op, statuses)
             orphan_files = [f"{s.path}/{n}" for s in statuses for n in s.orphans + s.temp_files]
             orphan_files += [f"state/{op_id}/{p}/{store.store + '/' if store.store != DEFAULT_STORE else ''}{n}"
                              for p, stores in op.partitions.items() for store in stores.values() for n in store.orphan_crc]
@@ -721,6 +724,51 @@ class _Inspector:
                     details={"operator": op_id, "files": [st.uri(f) for f in orphan_files]}))
         return reports
 
+
+    def _corrupt_findings(self, op: OperatorFiles, statuses: list[StoreStatus]) -> None:
+        """A file a restart reads that does not match its checksum companion. A corrupt delta or
+        changelog fails the restart (observed 4.3.0: CANNOT_LOAD_STATE_STORE, "Stream is
+        corrupted", with or without row checksums): error. A corrupt snapshot/zip does not when
+        an older snapshot (or version 0) and intact incrementals up to the restart's version
+        exist: Spark 4.1+'s auto snapshot repair loads those (observed 4.3.0): warning. Only the
+        files of the restore chain (and, for a corrupt snapshot, of its fallback) are read."""
+        stores = {(s.partition, s.store): s for s in op.stores()}
+        fatal: list[str] = []
+        repaired: list[str] = []
+        for status in statuses:
+            files = stores.get((status.partition, status.store))
+            if files is None or not files.crc_names:
+                continue
+
+            def corrupt(names: tuple[str, ...]) -> list[str]:
+                out = []
+                for name in names:
+                    why = checksum_mismatch(self.st, status.path, name, files.crc_names)
+                    if why:
+                        out.append(f"{status.path}/{name} ({why})")
+                return out
+
+            bad = corrupt(status.restore_files)
+            if not bad:
+                continue
+            only_snapshot = len(bad) == 1 and is_full_file(status.restore_files[0]) and \
+                bad[0].startswith(f"{status.path}/{status.restore_files[0]} ")
+            if only_snapshot and status.fallback_files and not corrupt(status.fallback_files):
+                repaired += bad
+            else:
+                fatal += bad
+        for items, severity, effect in (
+                (fatal, ERROR, "Spark's restart fails loading the store (CANNOT_LOAD_STATE_STORE)"),
+                (repaired, WARNING, "Spark 4.1+ restarts from an older snapshot and replays the changes above it "
+                                    "(auto snapshot repair; older lines fail)")):
+            if items:
+                self.findings.append(Finding(
+                    "STATE_FILE_CORRUPT",
+                    f"operator {op.operator_id}: {len(items)} state file(s) a restart reads do not match their "
+                    f"checksum: {summarize(items, 3)}: {effect}; align and trim refuse (exit 4)",
+                    severity=severity,
+                    details={"operator": op.operator_id, "files": [self.st.uri(i.split(" (", 1)[0]) for i in items],
+                             "restart": "fails" if severity == ERROR else "auto_snapshot_repair"}))
 
     def _layout_conflict(self, op_id: int, layout: dict[str, int], contested: list[int]) -> None:
         sources = ", ".join(f"{k} says {v}" for k, v in layout.items())

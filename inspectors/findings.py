@@ -39,6 +39,8 @@ CODES: dict[str, str] = {
     "STATE_LAYOUT_CONFLICT": WARNING,
     # the gaps async progress tracking leaves in offsets/ and commits/ (not LOG_GAP)
     "ASYNC_PROGRESS": INFO,
+    # a state file a restart reads does not match its checksum companion
+    "STATE_FILE_CORRUPT": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -56,7 +56,7 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
     elif q.planned is not None:
         required = q.planned
     state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "STATE_SCHEMA_MISSING",
-                   "STATE_METADATA_MISSING", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
+                   "STATE_METADATA_MISSING", "STATE_FILE_CORRUPT", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
     findings = [f for f in q.findings if f.code in state_codes]
     return {
         "api_version": API_VERSION,

@@ -54,6 +54,7 @@ class StoreFiles:
     exts: dict[bool, str] = field(default_factory=dict)  # full? -> extension seen
     temp_files: list[str] = field(default_factory=list)
     orphan_crc: list[str] = field(default_factory=list)
+    crc_names: set[str] = field(default_factory=set)  # checksum companions present (hidden and visible)
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
@@ -106,6 +107,8 @@ class StoreFiles:
         if "tmp" in joined or "temp-" in joined:
             self.temp_files.extend(n for n in names if is_temp_name(n))
         crc_targets = _VISIBLE_CRC_RE.findall(joined) if ".crc" in joined else []
+        if ".crc" in joined:
+            self.crc_names = {n for n in names if n.endswith(".crc")}
         if crc_targets:
             present = set(names)
             # 4.1+ visible checksum companions are fine unless their file is gone.
@@ -334,6 +337,8 @@ class StoreStatus:
     orphans: tuple[str, ...]
     temp_files: tuple[str, ...]
     restorable_versions: frozenset[int] = frozenset()  # every version <= planned + 1 that can be restored
+    restore_files: tuple[str, ...] = ()  # what Spark reads to restore `required_version`, oldest first
+    fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
 
     @property
     def chain(self) -> str:
@@ -458,6 +463,10 @@ def store_status(
         if not req_ok:
             missing = _missing_for(store, required, full_at, incr_at, valid_ids)
     snapshots = sorted(set(store.full) | {v for v in store.full_ids if full_at(v)})
+    chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
+    fallback = None
+    if chain and is_full_file(chain[0]) and store.crc_names:  # only a checksum can call the snapshot corrupt
+        fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=int(chain[0].split("_")[0].split(".")[0]))
     return StoreStatus(
         operator_id=store.operator_id,
         partition=store.partition,
@@ -478,12 +487,90 @@ def store_status(
         orphans=tuple(sorted(orphans, key=_version_sort_key)),
         temp_files=tuple(sorted(store.temp_files)),
         restorable_versions=frozenset(v for v, ok in restorable.items() if ok),
+        restore_files=tuple(chain or ()),
+        fallback_files=tuple(fallback or ()),
     )
 
 
 def _version_sort_key(name: str) -> tuple[int, str]:
     head = name.split(".", 1)[0].split("_", 1)[0]
     return (int(head) if head.isdigit() else -1, name)
+
+
+MAX_CHANGE_FILE_REPLAY = 500  # spark.sql.streaming.stateStore.autoSnapshotRepair.maxChangeFileReplay (4.1+)
+
+
+def _restore_files(store: StoreFiles, required: int, full_at: Any, incr_at: Any, valid_ids: Mapping[int, str],
+                   below: Optional[int] = None) -> Optional[list[str]]:
+    """The files a restart reads to restore `required`: the newest full version at or below it
+    (below `below` when given), then every incremental file above it; None when an incremental
+    is missing. Cost: the chain (at most MAX_CHANGE_FILE_REPLAY incrementals past `below`)."""
+    top = required if below is None else below - 1
+    known = set(store.full) | set(store.full_ids)
+    base = max((v for v in known if 0 < v <= top and full_at(v)), default=0)
+    if below is not None and required - base > MAX_CHANGE_FILE_REPLAY:
+        return None
+
+    def name(v: int, full: bool) -> str:
+        if v in (store.full if full else store.incr):
+            return store.file_name(v, None, full)
+        ids = (store.full_ids if full else store.incr_ids).get(v, set())
+        uid = valid_ids.get(v) if valid_ids.get(v) in ids else min(ids)
+        return store.file_name(v, uid, full)
+
+    files = [name(base, True)] if base else []
+    for v in range(base + 1, required + 1):
+        if not incr_at(v):
+            return None
+        files.append(name(v, False))
+    return files
+
+
+def is_full_file(name: str) -> bool:
+    """A snapshot (HDFS `.snapshot`, RocksDB `.zip`), not a delta or changelog."""
+    return name.endswith(tuple(f".{ext}" for ext in FULL_EXT))
+
+
+HADOOP_CRC_MAGIC = b"crc\0"
+
+
+def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[str]) -> Optional[str]:
+    """Why state file `folder/name` does not match its checksum companion, None when it does
+    (or has none). Two companions (docs/formats/state.md): Hadoop's hidden `.<name>.crc`
+    (`ChecksumFileSystem`: `crc\0`, the bytes per checksum as a big-endian int, then one
+    big-endian CRC32 per chunk), and Spark 4.1+'s visible `<name>.crc` (JSON whose
+    `mainFileSize` is the file's size; its CRC32C `value` is not recomputed). Files larger than
+    DEFAULT_MAX_READ are not read."""
+    import zlib
+
+    rel = f"{folder}/{name}"
+    if f"{name}.crc" in crc_names:
+        try:
+            meta = json.loads(storage.read(f"{rel}.crc", 1 << 16))
+            size = storage.stat(rel).size
+        except (StorageError, ValueError):
+            meta, size = None, None
+        want = meta.get("mainFileSize") if isinstance(meta, dict) else None
+        if isinstance(want, int) and size is not None and size != want:
+            return f"{size} bytes, its {name}.crc says {want}"
+    if f".{name}.crc" not in crc_names:
+        return None
+    try:
+        sums = storage.read(f"{folder}/.{name}.crc", 1 << 24)
+        data = storage.read(rel)
+    except StorageError:
+        return None  # too large or unreadable here: what Spark reads is not judged
+    if len(sums) < 8 or sums[:4] != HADOOP_CRC_MAGIC:
+        return None
+    chunk = int.from_bytes(sums[4:8], "big")
+    if chunk <= 0:
+        return None
+    expected = [sums[i:i + 4] for i in range(8, len(sums) - 3, 4)]
+    actual = [zlib.crc32(data[i:i + chunk]).to_bytes(4, "big") for i in range(0, len(data), chunk)]
+    if expected != actual:
+        bad = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+        return f"bytes {bad * chunk}.. do not match its .{name}.crc"
+    return None
 
 
 def _missing_for(store: StoreFiles, required: int, full_at: Any, incr_at: Any, valid_ids: Mapping[int, str]) -> list[str]:

@@ -27,7 +27,7 @@ from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.inspectors.state import state_file
 from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, CheckpointRequest, Option, Plan, Refused, Step,
-                                       epochs_text)
+                                       epochs_text, refuse_corrupt_state)
 
 ROLLBACK_SINKS = ("file", "coordinated")
 MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest
@@ -252,6 +252,7 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     if unfixable:  # every epoch's restart reads them: no choice of epoch brings them back
         raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
                       "state schema or operator metadata files: put them back from a copy of the checkpoint")
+    refuse_corrupt_state(q)
     stores = [s for op in q.operators for s in op.stores]
     sink = q.sink
     sink_st: Optional[Storage] = None

@@ -149,6 +149,15 @@ def epochs_text(epochs: list[int]) -> str:
     return ", ".join(out)
 
 
+def refuse_corrupt_state(q: Any) -> None:
+    """A state file a restart reads does not match its checksum (STATE_FILE_CORRUPT): no plan
+    decides which copy is right; refuse naming the files."""
+    for f in q.findings:
+        if f.code == "STATE_FILE_CORRUPT":
+            raise Refused(f"{q.checkpoint}: STATE_FILE_CORRUPT: {f.message.split(': Spark', 1)[0]}; streamctl moves no "
+                          "state around a corrupt file: put it back from a copy of the checkpoint")
+
+
 def refuse_layout_conflict(q: Any) -> None:
     """Never repair what a restart reads: when the sources of a state layout disagree
     (STATE_LAYOUT_CONFLICT), no mutation may move state; refuse naming the sources."""

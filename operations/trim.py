@@ -22,7 +22,8 @@ from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_unsafe
+from streamctl.operations.plan import (EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_corrupt_state,
+                                       refuse_unsafe)
 
 FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
@@ -82,6 +83,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         q = req.inspect()
     else:
         refuse_unsafe(q)
+    refuse_corrupt_state(q)
     if q.verdict == "misaligned":
         codes = sorted({f.code for f in q.findings if f.severity == "error"})
         raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "
