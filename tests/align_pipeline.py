@@ -17,7 +17,9 @@ Kinds (`KINDS`):
   TTL, processing-time timers; RocksDB with changelog checkpointing) deduplicating the repeats ->
   JSON file sink; ``tws_v2``: the same with checkpoint format 2 (state unique ids in commits/);
   ``tws_pandas``: the same processor through ``transformWithStateInPandas`` (pandas DataFrames in
-  and out, the same column families and timers), checkpoint format 1.
+  and out, the same column families and timers), checkpoint format 1;
+* ``dedup_offsets_v2``: ``dedup_file`` with offsets log version 2 (`<sourceId>:<offset>` lines,
+  ``spark.sql.streaming.offsetLog.formatVersion=2``, Spark 4.3).
   In processing-time mode the operator always asks for another (no-data) batch, so availableNow
   never ends (Spark 4.3); these kinds run one `once` trigger per new input file instead, files
   waiting in ``pending/`` until their run (with none pending: one `once` run, which replays one
@@ -41,7 +43,7 @@ ROWS = 5
 COMPACT_INTERVAL = 3
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2", "tws_pandas")
+KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2", "tws_pandas", "dedup_offsets_v2")
 _CONFS = {
     "file": {},
     "dedup_file": {"spark.sql.streaming.stateStore.providerClass": HDFS},
@@ -53,6 +55,8 @@ _CONFS = {
     "tws_v2": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
                "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
+    "dedup_offsets_v2": {"spark.sql.streaming.stateStore.providerClass": HDFS,
+                         "spark.sql.streaming.offsetLog.formatVersion": "2"},
     "tws_pandas": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
                    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
 }
