@@ -21,6 +21,7 @@ from streamctl.inspectors.logs import (
     parse_commit,
     parse_offsets,
     parse_query_metadata,
+    source_id_of,
 )
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
@@ -442,9 +443,10 @@ class _Inspector:
         sources = []
         if "sources" in root:
             for e in sorted(st.list_dir("sources") or [], key=lambda x: x.name):
-                if e.is_dir and e.name.isdigit():
+                sid = source_id_of(e.name) if e.is_dir else None
+                if sid is not None:
                     try:
-                        sources.append(read_source(st, int(e.name)))
+                        sources.append(read_source(st, sid))
                     except StreamctlError as exc:
                         self.unreadable(exc)
 
@@ -739,24 +741,16 @@ class _Inspector:
             files = stores.get((status.partition, status.store))
             if files is None or not files.crc_names:
                 continue
-
-            def corrupt(names: tuple[str, ...]) -> list[str]:
-                out = []
-                for name in names:
-                    why = checksum_mismatch(self.st, status.path, name, files.crc_names)
-                    if why:
-                        out.append(f"{status.path}/{name} ({why})")
-                return out
-
-            bad = corrupt(status.restore_files)
+            bad = self._mismatches(status.path, status.restore_files, files.crc_names)
             if not bad:
                 continue
-            only_snapshot = len(bad) == 1 and is_full_file(status.restore_files[0]) and \
-                bad[0].startswith(f"{status.path}/{status.restore_files[0]} ")
-            if only_snapshot and status.fallback_files and not corrupt(status.fallback_files):
-                repaired += bad
+            texts = [f"{status.path}/{name} ({why})" for name, why in bad]
+            snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
+            if snapshot_only and status.fallback_files and not self._mismatches(
+                    status.path, status.fallback_files, files.crc_names):
+                repaired += texts
             else:
-                fatal += bad
+                fatal += texts
         for items, severity, effect in (
                 (fatal, ERROR, "Spark's restart fails loading the store (CANNOT_LOAD_STATE_STORE)"),
                 (repaired, WARNING, "Spark 4.1+ restarts from an older snapshot and replays the changes above it "
@@ -769,6 +763,15 @@ class _Inspector:
                     severity=severity,
                     details={"operator": op.operator_id, "files": [self.st.uri(i.split(" (", 1)[0]) for i in items],
                              "restart": "fails" if severity == ERROR else "auto_snapshot_repair"}))
+
+    def _mismatches(self, folder: str, names: tuple[str, ...], crc_names: set[str]) -> list[tuple[str, str]]:
+        """(name, why) of each of `names` in `folder` that does not match its checksum companion."""
+        out = []
+        for name in names:
+            why = checksum_mismatch(self.st, folder, name, crc_names)
+            if why:
+                out.append((name, why))
+        return out
 
     def _layout_conflict(self, op_id: int, layout: dict[str, int], contested: list[int]) -> None:
         sources = ", ".join(f"{k} says {v}" for k, v in layout.items())

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional
 from streamctl.inspectors.checkpoint import QueryInspection
 from streamctl.inspectors.errors import StreamctlError, UsageError
 from streamctl.inspectors.findings import Finding, summarize
-from streamctl.inspectors.logs import load_json
+from streamctl.inspectors.logs import SourceId, load_json
 
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential")
 
@@ -73,7 +73,7 @@ def parse_kafka_offsets(raw: Optional[str]) -> Optional[Offsets]:
 class KafkaSource:
     """One Kafka source of a query, as the checkpoint records it."""
 
-    source_id: int
+    source_id: SourceId
     committed: Optional[Offsets]  # offsets/C: consumed through (exclusive end of batch C)
     planned: Optional[Offsets]  # offsets/P
     committed_raw: Optional[str]
@@ -320,7 +320,7 @@ class KafkaBroker:
 class PartitionPosition:
     topic: str
     partition: int
-    source_id: int
+    source_id: SourceId
     committed: Optional[int]
     planned: Optional[int]
     earliest: Optional[int]

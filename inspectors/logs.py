@@ -183,11 +183,29 @@ def parse_query_metadata(data: bytes, path: str) -> str:
 # --- offsets --------------------------------------------------------------------------------
 
 
+SourceId = Union[int, str]  # the source's ordinal, or its name (`DataStreamReader.name`, 4.2+)
+_SOURCE_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")  # what `DataStreamReader.name` accepts
+
+
+def source_id_of(text: str) -> Optional[SourceId]:
+    """A source id as offsets v2 lines and `sources/<id>/` folders spell it: an ordinal (`0`) or,
+    with source evolution (`spark.sql.streaming.queryEvolution.enableSourceEvolution`, 4.2+), the
+    name given by `DataStreamReader.name`; None for anything else."""
+    if text.isdigit():
+        return int(text)
+    return text if _SOURCE_NAME_RE.match(text) else None
+
+
+def source_sort_key(sid: SourceId) -> tuple[int, int, str]:
+    """Ordinals first, in order, then names."""
+    return (0, sid, "") if isinstance(sid, int) else (1, 0, sid)
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOffset:
     """One source's line: `raw` is the exact text Spark wrote, None for `-` (no offset yet)."""
 
-    source_id: int
+    source_id: SourceId
     raw: Optional[str]
 
     def parsed(self) -> Any:
@@ -222,13 +240,14 @@ def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
     metadata = _json_object(meta_text, path, "metadata line") if meta_text else {}
     sources: list[SourceOffset] = []
     for i, line in enumerate(lines[2:]):
+        sid: Optional[SourceId]
         if version == 1:
             sid, text = i, line
         else:
             head, sep, text = line.partition(":")
-            if not sep or not head.strip().isdigit():
+            sid = source_id_of(head.strip()) if sep else None
+            if sid is None:
                 raise LogParseError(path, f"line {i + 3}: expected '<sourceId>:<offset>'")
-            sid = int(head.strip())
         if text.strip() == "-":
             sources.append(SourceOffset(sid, None))
             continue
@@ -237,7 +256,7 @@ def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
         except json.JSONDecodeError as exc:
             raise LogParseError(path, f"source {sid} offset is not valid JSON ({exc.msg})") from None
         sources.append(SourceOffset(sid, text))
-    sources.sort(key=lambda s: s.source_id)
+    sources.sort(key=lambda s: source_sort_key(s.source_id))
     return OffsetEntry(batch_id, version, metadata, tuple(sources))
 
 

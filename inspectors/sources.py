@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.logs import LogParseError, _decode, _json_object, _lines, batch_id_of, parse_version_line
+from streamctl.inspectors.logs import (LogParseError, SourceId, _decode, _json_object, _lines, batch_id_of,
+                                      parse_version_line)
 from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1
@@ -108,7 +109,7 @@ def read_compactible_log(storage: Storage, rel: str = "") -> list[CompactibleBat
 class SourceInfo:
     """What `sources/<n>/` holds."""
 
-    source_id: int
+    source_id: SourceId
     kind: str  # "kafka" | "rate" | "file" | "empty" | "unknown"
     kafka_initial: Optional[KafkaInitialOffsets] = None
     rate_start_ms: Optional[int] = None
@@ -116,7 +117,7 @@ class SourceInfo:
     file_log_files: int = 0
 
 
-def read_source(storage: Storage, source_id: int) -> SourceInfo:
+def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     """Classify and read `sources/<source_id>/`. LogParseError/StorageError on bad files."""
     rel = f"sources/{source_id}"
     entries = storage.list_dir(rel) or []

@@ -466,7 +466,8 @@ def store_status(
     chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
     fallback = None
     if chain and is_full_file(chain[0]) and store.crc_names:  # only a checksum can call the snapshot corrupt
-        fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=int(chain[0].split("_")[0].split(".")[0]))
+        base = state_file(chain[0])
+        fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=base.version if base else None)
     return StoreStatus(
         operator_id=store.operator_id,
         partition=store.partition,

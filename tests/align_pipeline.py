@@ -19,7 +19,10 @@ Kinds (`KINDS`):
   ``tws_pandas``: the same processor through ``transformWithStateInPandas`` (pandas DataFrames in
   and out, the same column families and timers), checkpoint format 1;
 * ``dedup_offsets_v2``: ``dedup_file`` with offsets log version 2 (`<sourceId>:<offset>` lines,
-  ``spark.sql.streaming.offsetLog.formatVersion=2``, Spark 4.3).
+  ``spark.sql.streaming.offsetLog.formatVersion=2``, Spark 4.3);
+* ``named_source``: ``file`` with a named source (``DataStreamReader.name("orders")`` and
+  ``spark.sql.streaming.queryEvolution.enableSourceEvolution``, PySpark 4.2+): offsets v2 lines
+  ``orders:<offset>`` and ``sources/orders/``.
   In processing-time mode the operator always asks for another (no-data) batch, so availableNow
   never ends (Spark 4.3); these kinds run one `once` trigger per new input file instead, files
   waiting in ``pending/`` until their run (with none pending: one `once` run, which replays one
@@ -43,7 +46,8 @@ ROWS = 5
 COMPACT_INTERVAL = 3
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2", "tws_pandas", "dedup_offsets_v2")
+KINDS = ("file", "dedup_file", "dedup_rocksdb", "coordinated", "tws", "tws_v2", "tws_pandas", "dedup_offsets_v2",
+         "named_source")
 _CONFS = {
     "file": {},
     "dedup_file": {"spark.sql.streaming.stateStore.providerClass": HDFS},
@@ -57,6 +61,7 @@ _CONFS = {
                "spark.sql.streaming.stateStore.checkpointFormatVersion": "2"},
     "dedup_offsets_v2": {"spark.sql.streaming.stateStore.providerClass": HDFS,
                          "spark.sql.streaming.offsetLog.formatVersion": "2"},
+    "named_source": {"spark.sql.streaming.queryEvolution.enableSourceEvolution": "true"},
     "tws_pandas": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB,
                    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
 }
@@ -103,7 +108,10 @@ class Pipeline:
     # -- the query ----------------------------------------------------------------------------
     def writer(self) -> Any:
         spark = self.spark
-        df = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1).json(str(self.input))
+        reader = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1)
+        if self.kind == "named_source":
+            reader = reader.name("orders")
+        df = reader.json(str(self.input))
         if self.kind.startswith("dedup"):
             df = df.dropDuplicates(["id"])
         elif self.kind == "tws_pandas":

@@ -39,6 +39,14 @@ def test_offsets_v2_grammar_splits_at_first_colon_and_orders_by_source_id():
     assert [(s.source_id, s.raw) for s in entry.sources] == [(0, None), (1, '{"a":{"0":1}}')]
 
 
+def test_offsets_v2_named_sources():
+    """Source evolution (PySpark 4.2+ `DataStreamReader.name`): the id is the name (observed 4.3.0:
+    `orders:{"logOffset":0}`, `sources/orders/`); ordinals sort before names."""
+    text = f'v2\n{META}\norders:{{"logOffset":0}}\nclicks_2:-\n0:{{"x":1}}\n'
+    entry = parse_offsets(text.encode(), "offsets/4", 4)
+    assert [s.source_id for s in entry.sources] == [0, "clicks_2", "orders"]
+
+
 @pytest.mark.parametrize(
     "data, reason",
     [
@@ -52,6 +60,7 @@ def test_offsets_v2_grammar_splits_at_first_colon_and_orders_by_source_id():
         (b"v1\n{}\n\xff\xfe\x00garbage", "not UTF-8"),
         (b"\x00\x01\x02\x03binary", "bad version line"),
         (b"v2\n{}\nnocolon", "expected '<sourceId>:<offset>'"),
+        (b"v2\n{}\nbad name:{}", "expected '<sourceId>:<offset>'"),
     ],
 )
 def test_offsets_bad_input_is_one_line_error_naming_the_file(data, reason):

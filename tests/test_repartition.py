@@ -223,20 +223,22 @@ def test_align_and_trim_never_move_what_a_restart_reads(spark_checkpoints: dict[
     "file", "dedup_file", "dedup_rocksdb",
     pytest.param("coordinated", marks=pytest.mark.spark4),  # a Python data source sink (Spark 4)
     pytest.param("tws", marks=pytest.mark.spark4), pytest.param("tws_v2", marks=pytest.mark.spark4),
-    pytest.param("tws_pandas", marks=pytest.mark.spark4), pytest.param("dedup_offsets_v2", marks=pytest.mark.spark4)])
+    pytest.param("tws_pandas", marks=pytest.mark.spark4), pytest.param("dedup_offsets_v2", marks=pytest.mark.spark4),
+    pytest.param("named_source", marks=pytest.mark.spark4)])
 def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any, cli: Any, tmp_path: Path,
                                                                      align_pipeline: Any, kind: str) -> None:
     """Item 3 with the delivery check: on a clean checkpoint of every query shape of
     tests/align_pipeline.py (stateless file sink, dedup on HDFS and RocksDB, the coordinated sink,
-    transformWithState on checkpoint format 1 and 2 and in pandas, offsets log v2),
+    transformWithState on checkpoint format 1 and 2 and in pandas, offsets log v2, a named source),
     `align --execute` changes nothing a restart
     reads and `trim --keep-epochs 1 --execute` moves no partition folder; the restart after both
     reads every state store and delivers every id exactly once. One pipeline per shape: two
     batches, then after align and trim one more, the file sink's first compaction (batch 2)."""
     ap = align_pipeline
     p = ap.build(tmp_path, kind, spark, 2)
-    if kind == "dedup_offsets_v2":  # Spark wrote the `<sourceId>:<offset>` grammar streamctl must read
-        assert (p.checkpoint / "offsets/1").read_text().split("\n")[::2] == ["v2", '0:{"logOffset":1}'], kind
+    if kind in ("dedup_offsets_v2", "named_source"):  # Spark wrote the `<sourceId>:<offset>` grammar
+        sid = "orders" if kind == "named_source" else "0"
+        assert (p.checkpoint / "offsets/1").read_text().split("\n")[::2] == ["v2", sid + ':{"logOffset":1}'], kind
     before = _layout(p.checkpoint)
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
     assert r.code == 0 and "Traceback" not in r.stderr, (kind, r.stdout, r.stderr)
@@ -250,6 +252,8 @@ def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any,
     assert d["ok"], (kind, d)
     code, q, codes = _inspect(cli, p, sink=True)
     assert code == 0 and q["committed"] == 2, (kind, q["findings"])
+    if kind == "named_source":
+        assert [(x["source"], x["kind"]) for x in q["sources"]] == [("orders", "file")], q["sources"]
 
 
 @pytest.mark.spark_lines
