@@ -733,7 +733,10 @@ class _Inspector:
         corrupted", with or without row checksums): error. A corrupt snapshot/zip does not when
         an older snapshot (or version 0) and intact incrementals up to the restart's version
         exist: Spark 4.1+'s auto snapshot repair loads those (observed 4.3.0): warning. Only the
-        files of the restore chain (and, for a corrupt snapshot, of its fallback) are read."""
+        files of the restore chain (and, for a corrupt snapshot, of its fallback) are read, and
+        only on the local file system."""
+        if not self.st.is_local:  # object stores: a GET per file of every chain (and Spark's S3 reads
+            return                  # verify no Hadoop sidecar); not read there
         stores = {(s.partition, s.store): s for s in op.stores()}
         fatal: list[str] = []
         repaired: list[str] = []
