@@ -37,8 +37,9 @@ def write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: f
             fleet.write_parquet(parquet, records)
         if metrics_file:
             from streamctl.inspectors.metrics import format_metrics
+            from streamctl.inspectors.storage import write_text_atomic
 
-            fleet.write_text_atomic(metrics_file, format_metrics(doc, started, duration))
+            write_text_atomic(metrics_file, format_metrics(doc, started, duration))
     except OSError as exc:
         raise StreamctlError(f"cannot write {exc.filename or 'output'}: {exc.strerror or exc}") from None
 

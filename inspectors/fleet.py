@@ -16,14 +16,13 @@ import glob
 import json
 import os
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 from streamctl.inspectors.errors import UsageError
-from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage
+from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage, atomic_write, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from streamctl.inspectors.checkpoint import QueryInspection
@@ -226,35 +225,6 @@ class SparkRunner:
 
 # ----------------------------------------------------------------------------------- outputs
 
-def _atomic_write(path: str, write: Callable[[str], None]) -> None:
-    """`write(tmp)` to a temporary file beside `path`, then rename it over `path`: readers see
-    the old file or the new one, never half of one."""
-    path = os.path.abspath(os.path.expanduser(path))
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    _atomic_write(path, write)
-
-
 def jsonl_lines(records: list[dict[str, Any]]) -> Iterator[str]:
     for r in records:
         yield json.dumps(r, sort_keys=True, ensure_ascii=False) + "\n"
@@ -296,4 +266,4 @@ def write_parquet(path: str, records: list[dict[str, Any]]) -> None:
     ])
     rows = [flat_row(r) for r in records]
     table = pa.Table.from_pylist(rows, schema=schema)
-    _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))

@@ -52,12 +52,11 @@ import os
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Optional
 
 from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, now_ms, read_stop_request
-from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.storage import Storage, write_text_atomic
 
 __all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
 
@@ -70,22 +69,9 @@ _TERMINATED_CLASSES = (
 
 
 def write_json_atomic(folder: str, name: str, doc: dict[str, Any]) -> None:
-    """Write ``folder/name`` atomically: a temp file ``.<name>.<uuid>.tmp`` in the same folder,
-    flushed and fsynced, then ``os.replace``."""
+    """Write ``folder/name`` (JSON, one line) atomically: inspectors/storage.py write_text_atomic."""
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{name}.{uuid.uuid4()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(doc, sort_keys=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, os.path.join(folder, name))
-    finally:
-        if os.path.exists(tmp):
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    write_text_atomic(os.path.join(folder, name), json.dumps(doc, sort_keys=False) + "\n")
 
 
 def _newest(folder: str) -> Optional[int]:
