@@ -336,7 +336,18 @@ class Storage:
         """(file names, folder names) of one folder; ([], []) when it does not exist.
 
         Locally one `scandir`: the kind of each entry comes with the listing (no stat per name),
-        so a folder named like a file (`5.delta/`) is seen as the folder it is."""
+        so a folder named like a file (`5.delta/`) is seen as the folder it is; names only (no
+        Entry per file: a state folder holds hundreds)."""
+        if self._local_root is not None:
+            def scan(path: str) -> tuple[list[str], list[str]]:
+                files: list[str] = []
+                dirs: list[str] = []
+                with os.scandir(path) as it:
+                    for de in it:
+                        (dirs if _is_dir(de) else files).append(de.name)
+                return files, dirs
+
+            return self._local_call(rel, scan) or ([], [])
         entries = self.list_dir(rel) or []
         return [e.name for e in entries if not e.is_dir], [e.name for e in entries if e.is_dir]
 
