@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Union
 from streamctl.inspectors.errors import StreamctlError
 from streamctl.inspectors.findings import ids_of, missing_ranges
 
-OFFSETS_MAX_VERSION = 2  # v1 everywhere; v2 (`sourceId:offset` lines) on Spark master
+OFFSETS_MAX_VERSION = 2  # v1 by default; v2 (`sourceId:offset` lines) from Spark 4.3.0
 COMMITS_MAX_VERSION = 2  # v1 in 3.x; v2 adds stateUniqueIds (4.0, checkpoint format 2)
 
 _VERSION_RE = re.compile(r"^v([0-9]+)$")

@@ -43,11 +43,16 @@ def _align(cli: Any, p: Any, sink: bool, execute: bool) -> Any:
     return r
 
 
-def _partitions(p: Any, batch: int) -> int:
+def _offsets_metadata(p: Any, batch: int) -> tuple[str, dict]:
+    """`offsets/<batch>`'s version line and metadata JSON (line 2 in v1 and v2 alike)."""
     import json
 
     lines = (p.checkpoint / f"offsets/{batch}").read_text().split("\n")
-    return int(json.loads(lines[1])["conf"]["spark.sql.shuffle.partitions"])
+    return lines[0], json.loads(lines[1])
+
+
+def _partitions(p: Any, batch: int) -> int:
+    return int(_offsets_metadata(p, batch)[1]["conf"]["spark.sql.shuffle.partitions"])
 
 
 def _restart_through_compaction(cli: Any, p: Any, files: int, compaction: int, committed: int) -> None:
@@ -67,13 +72,25 @@ def _state_steps(plan: dict) -> list[str]:
 
 
 @pytest.mark.spark4
-def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any) -> None:
+@pytest.mark.parametrize("offsets_version", ["1", "2"])
+def test_finished_repartition_with_file_sink(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any,
+                                             offsets_version: str) -> None:
+    """On offsets log v1 and v2 (`spark.sql.streaming.offsetLog.formatVersion`, 4.3.0). On v2 the
+    repartition batch is told the same way (its conf's partition count): Spark's runner copies the
+    last committed batch's `OffsetSeqMetadataV2` with only that key changed, so the optional
+    `controlBatchInfo` is not the marker (4.3.0 never writes it)."""
     ap = align_pipeline
     _needs_repartition(spark)
-    p = ap.build(tmp_path, "dedup_rocksdb", spark, 3)  # batches 0, 1, 2 (2.compact: compactInterval 3)
+    confs = {"spark.sql.streaming.offsetLog.formatVersion": offsets_version}
+    p = ap.build(tmp_path, "dedup_rocksdb", spark, 3, extra_confs=confs)  # batches 0, 1, 2 (2.compact)
     new = 2 * _partitions(p, 2)
     spark._streamingCheckpointManager.repartition(str(p.checkpoint), new)
     assert (p.checkpoint / "commits/3").exists() and _partitions(p, 3) == new
+    (version, meta), (_, before) = _offsets_metadata(p, 3), _offsets_metadata(p, 2)
+    assert version == f"v{offsets_version}" and "controlBatchInfo" not in meta, meta
+    for m in (meta, before):
+        del m["conf"]["spark.sql.shuffle.partitions"]
+    assert meta == before, (meta, before)  # a copy of the last committed batch's metadata
     assert (p.checkpoint / f"state/0/{new - 1}").is_dir() and not (p.output / "_spark_metadata/3").exists()
 
     # symptom 1: the new partitions are what a restart reads, never STATE_ORPHANS
@@ -147,16 +164,18 @@ def test_repartition_hole_below_the_newest_batches_on_checkpoint_format_2(spark:
 
 
 @pytest.mark.spark4
-def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any) -> None:
+@pytest.mark.parametrize("kind", ["dedup_file", "dedup_offsets_v2"])  # offsets log v1, v2
+def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any, kind: str) -> None:
     ap = align_pipeline
     _needs_repartition(spark)
-    p = ap.Pipeline(tmp_path, "dedup_file", spark)  # HDFS provider: Spark's repartition fails
+    p = ap.Pipeline(tmp_path, kind, spark)  # HDFS provider: Spark's repartition fails
     p.add_input(0, 2)
     p.run()
     ap.settle(p.base)
     with pytest.raises(Exception, match="STATE_REPARTITION_INVALID_CHECKPOINT"):
         spark._streamingCheckpointManager.repartition(str(p.checkpoint), 2 * _partitions(p, 1))
     assert (p.checkpoint / "offsets/2").exists() and not (p.checkpoint / "commits/2").exists()
+    assert _offsets_metadata(p, 2)[0] == ("v2" if kind == "dedup_offsets_v2" else "v1")
 
     # symptom 3: not IN_FLIGHT/recoverable: Spark refuses to start from it
     code, q, codes = _inspect(cli, p, sink=True)
