@@ -45,6 +45,7 @@ BATCH_STEPS = 8192  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
 METER_SECONDS = 0.2
 COPY_THREADS = 8  # object-store reads and copies in flight at once
+UNDO_COPY_BATCH = 256  # undo on object stores: copies put back per batched delete of their backups
 LOCAL_THREADS = 4  # local hashing and renames: system calls that release the GIL, overlapped
 LOCAL_CHUNK = 512  # steps per task of those threads (a task per file costs more than the call)
 
@@ -652,21 +653,74 @@ class Executor:
                            + (f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""))
         pending: list[dict[str, Any]] = [{"event": "undo_start", "steps": len(todo)}]
         self.meter = Meter(len(todo), self.meter.out, label="undo: ")
-        restored = []
+        restored: list[str] = []
         touched: list[Step] = []
+        copyable = self._copyable(todo, state)
+        copies: list[int] = []  # object stores: put back by parallel copies, then batched deletes
         t0 = time.monotonic()
         for i in todo:  # group commit as in run(): an undo_done record is durable only after its effect
             step = self.plan.steps[i]
             self.progress(f"undo step {i + 1}: {step.describe()}")
-            restored.extend(self._undo_step(i, state))
-            self.meter.tick(((state.done.get(i) or {}).get("manifest") or {}).get("size") or 0)
-            pending.append({"event": "undo_done", "step": i})
-            touched.append(step)
+            if i in copyable:
+                copies.append(i)
+                if len(copies) < UNDO_COPY_BATCH:
+                    continue
+            else:
+                self._undo_by_copy(copies, state, pending, touched, restored)
+                restored.extend(self._undo_step(i, state))
+                self._undo_done(i, state, pending, touched)
+            self._undo_by_copy(copies, state, pending, touched, restored)
+            copies = []
             if len(touched) >= BATCH_STEPS or time.monotonic() - t0 > BATCH_SECONDS:
                 self._commit_done(touched, pending)
                 pending, touched, t0 = [], [], time.monotonic()
+        self._undo_by_copy(copies, state, pending, touched, restored)
         self._commit_done(touched, pending + [{"event": "undone"}])
         return restored
+
+    def _undo_done(self, i: int, state: JournalState, pending: list[dict[str, Any]], touched: list[Step]) -> None:
+        self.meter.tick(((state.done.get(i) or {}).get("manifest") or {}).get("size") or 0)
+        pending.append({"event": "undo_done", "step": i})
+        touched.append(self.plan.steps[i])
+
+    def _copyable(self, todo: list[int], state: JournalState) -> set[int]:
+        """Moves an undo puts back by copy -> verify -> batched delete: an object store on either
+        side, the backup one plain file (one recursive listing of the backup's files/) whose
+        manifest entry has its sha256."""
+        if self.backup.is_local and all(r.is_local for r in self.roots.values()):
+            return set()
+        files = {f"files/{rel}" for rel, _size in self.backup.walk_sizes("files")}
+        out = set()
+        for i in todo:
+            step, m = self.plan.steps[i], ((state.done.get(i) or {}).get("manifest") or {})
+            if (step.action == "move" and m.get("action") == "moved" and m.get("sha256") and backup_rel(step) in files
+                    and not (self.backup.is_local and self.roots[step.root].is_local)):
+                out.add(i)
+        return out
+
+    def _undo_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
+                      touched: list[Step], restored: list[str]) -> None:
+        """Put back moved files by copy: on COPY_THREADS threads each backed-up file is copied to
+        its path and read back against the manifest's sha256 (a path that holds it again already,
+        checked identical before the undo began, keeps its backup copy, as in _undo_step), then
+        the backup copies go in batched deletes once every copy is whole."""
+        if not indices:
+            return
+
+        def put_back(i: int) -> bool:
+            step = self.plan.steps[i]
+            root, m = self.roots[step.root], state.done[i]["manifest"]
+            if root.exists(step.path):
+                return False
+            self.backup.copy_checked(backup_rel(step), root, step.path, (m["size"], m["sha256"]))
+            return True
+
+        done = parallel(put_back, indices)
+        self.backup.delete_many([backup_rel(self.plan.steps[i]) for i, copied in zip(indices, done) if copied])
+        for i, copied in zip(indices, done):
+            if copied:
+                restored.append(self.roots[self.plan.steps[i].root].uri(self.plan.steps[i].path))
+            self._undo_done(i, state, pending, touched)
 
     def _backup_mismatches(self, todo: list[int], state: JournalState) -> list[str]:
         """Every backed-up file of these steps checked against the manifest (size and sha256)
