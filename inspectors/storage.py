@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pyarrow.fs
 
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
 REMOTE_SCHEMES = ("s3", "s3a", "s3n", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az")
 DEFAULT_MAX_READ = 64 * 1024 * 1024
 
@@ -104,6 +106,20 @@ def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
         kwargs.update(blob_storage_authority=loc["blob_authority"], dfs_storage_authority=loc["dfs_authority"])
     fs = pafs.AzureFileSystem(loc["account"], account_key=os.environ[AZURE_KEY_ENV], **kwargs)
     return fs, f"{loc['container']}/{loc['path']}".rstrip("/")
+
+
+def parallel_map(fn: "Callable[[A], B]", items: "list[A]", threads: int, chunk: int = 1) -> "list[B]":
+    """[fn(x) for x in items], in order, on at most `threads` threads with `chunk` items per task
+    (a task per item costs more than a short system call); in this thread when one task would
+    do. For calls that wait with the GIL released: system calls, object-store requests. The
+    first exception is raised, as the sequential loop would raise it."""
+    if len(items) <= chunk:
+        return [fn(x) for x in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = [items[k:k + chunk] for k in range(0, len(items), chunk)]
+    with ThreadPoolExecutor(max_workers=min(threads, len(chunks))) as pool:
+        return [r for part in pool.map(lambda c: [fn(x) for x in c], chunks) for r in part]
 
 
 def atomic_write(path: str, write: "Callable[[str], None]") -> None:
@@ -378,13 +394,7 @@ class Storage:
             e = self.lookup(rel)
             return int(e.size or 0) if e is not None else 0
 
-        if len(rels) <= SIZE_CHUNK:
-            return [one(r) for r in rels]
-        from concurrent.futures import ThreadPoolExecutor
-
-        chunks = [rels[k:k + SIZE_CHUNK] for k in range(0, len(rels), SIZE_CHUNK)]
-        with ThreadPoolExecutor(max_workers=min(SIZE_THREADS, len(chunks))) as pool:
-            return [n for part in pool.map(lambda chunk: [one(r) for r in chunk], chunks) for n in part]
+        return parallel_map(one, rels, SIZE_THREADS, SIZE_CHUNK)
 
     def kind(self, rel: str = "") -> str:
         """'file', 'dir' or 'missing'."""

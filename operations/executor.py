@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.logs import load_json
+from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused, Step
 
@@ -183,13 +184,9 @@ def journal_location(backup: Root) -> str:
 
 
 def parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    """fn over items on at most COPY_THREADS threads (object-store requests overlap), in order."""
-    if len(items) <= 1:
-        return [fn(i) for i in items]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(items))) as pool:
-        return list(pool.map(fn, items))
+    """fn over items on at most COPY_THREADS threads, one item per task (object-store requests
+    overlap), in order."""
+    return parallel_map(fn, items, COPY_THREADS)
 
 
 _quote = json.encoder.encode_basestring_ascii  # what json.dumps does with a str (ensure_ascii)
@@ -452,13 +449,7 @@ class Executor:
     def _local_parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
         """fn over indices in chunks of LOCAL_CHUNK on at most LOCAL_THREADS threads, in order:
         local reads and renames are system calls that release the GIL, so two cores overlap them."""
-        if len(indices) <= LOCAL_CHUNK:
-            return [fn(i) for i in indices]
-        from concurrent.futures import ThreadPoolExecutor
-
-        chunks = [indices[k:k + LOCAL_CHUNK] for k in range(0, len(indices), LOCAL_CHUNK)]
-        with ThreadPoolExecutor(max_workers=min(LOCAL_THREADS, len(chunks))) as pool:
-            return [r for part in pool.map(lambda chunk: [fn(i) for i in chunk], chunks) for r in part]
+        return parallel_map(fn, indices, LOCAL_THREADS, LOCAL_CHUNK)
 
     def _renamable(self, step: Step, pre: Any) -> bool:
         """A move the atomic local rename can do (a file or folder that was there when its begin

@@ -21,7 +21,7 @@ import zlib
 from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir
+from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir, parallel_map
 
 CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
@@ -483,10 +483,7 @@ class Root:
         elif scheme in AZURE_SCHEMES:
             self._azure_delete_many(rels)
         else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(rels))) as pool:
-                list(pool.map(self._delete_file, rels))
+            parallel_map(self._delete_file, rels, DELETE_THREADS)
 
     def _delete_file(self, rel: str) -> None:
         try:
@@ -708,15 +705,10 @@ FSYNC_THREADS = 8
 
 
 def _fsync_dirs(paths: list[str]) -> list[bool]:
-    """fsync_dir of each folder, on FSYNC_THREADS threads when there are many: fsync waits for the
-    disk with the GIL released, and concurrent fsyncs share the file system's journal commits
-    (hundreds of state folders per group commit otherwise wait for one flush each)."""
-    if len(paths) < 4:
-        return [fsync_dir(p) for p in paths]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=min(FSYNC_THREADS, len(paths))) as pool:
-        return list(pool.map(fsync_dir, paths))
+    """fsync_dir of each folder on FSYNC_THREADS threads: fsync waits for the disk with the GIL
+    released, and concurrent fsyncs share the file system's journal commits (hundreds of state
+    folders per group commit otherwise wait for one flush each)."""
+    return parallel_map(fsync_dir, paths, FSYNC_THREADS)
 
 
 def maybe_digest(root: Root, rel: str) -> Optional[tuple[int, str]]:
