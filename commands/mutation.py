@@ -120,7 +120,8 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
     except Refused as exc:
         raise refused(exc, as_json, f"{title(name)}Refusal") from None
     doc = {"api_version": API_VERSION, "kind": f"{title(name)}Plan", "executed": False, "plan": plan.to_record()}
-    emit(doc, as_json, [nothing_to_do(plan)] if nothing_to_do is not None and not plan.steps else lines(plan))
+    emit(doc, as_json, [] if as_json else [nothing_to_do(plan)] if nothing_to_do is not None and not plan.steps
+         else lines(plan))  # every step described: not for --json
 
 
 def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:

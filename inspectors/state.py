@@ -58,6 +58,7 @@ class StoreFiles:
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
+    names: tuple[str, ...] = ()  # the folder's file names as listed (trim plans from them: one listing)
 
     @property
     def path(self) -> str:
@@ -88,6 +89,7 @@ class StoreFiles:
     def add_names(self, names: list[str]) -> None:
         """Classify one folder's file names. Bulk regex over the joined names: a 200-file store
         folder costs one C call instead of 200 Python ones."""
+        self.names += tuple(names)
         joined = "\n".join(names)
         for ext, pattern in _EXT_PATTERNS:
             if ext not in joined:
@@ -217,6 +219,24 @@ def state_file(name: str) -> Optional[StateFileName]:
     return StateFileName(int(m.group(1)), m.group(2), m.group(3), companion)
 
 
+_STATE_FILES_RE = re.compile(r"^(\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)((?:\.crc)*)$", re.M)
+
+
+def state_files(names: "list[str] | tuple[str, ...]") -> list[tuple[str, StateFileName]]:
+    """[(name, state_file(name))] for the names that are state files or their checksum companions,
+    in order: one regex over the joined names (a trim plan parses 130,000 of them)."""
+    joined = "\n".join(names)
+    if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
+        return [(n, f) for n, f in ((n, state_file(n)) for n in names) if f is not None]
+    out = []
+    for m in _STATE_FILES_RE.finditer(joined):
+        dot, version, uid, ext, crcs = m.groups()
+        if dot and not crcs:
+            continue  # `.5.delta`: hidden, but no checksum companion
+        out.append((m.group(0), StateFileName(int(version), uid, ext, bool(crcs))))
+    return out
+
+
 def _digits(name: str) -> Optional[int]:
     return int(name) if name.isascii() and name.isdigit() else None
 
@@ -338,6 +358,7 @@ class StoreStatus:
     temp_files: tuple[str, ...]
     restorable_versions: frozenset[int] = frozenset()  # every version <= planned + 1 that can be restored
     restore_files: tuple[str, ...] = ()  # what Spark reads to restore `required_version`, oldest first
+    listing: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the store folder's file names
     fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
 
     @property
@@ -490,6 +511,7 @@ def store_status(
         restorable_versions=frozenset(v for v, ok in restorable.items() if ok),
         restore_files=tuple(chain or ()),
         fallback_files=tuple(fallback or ()),
+        listing=store.names,
     )
 
 

@@ -388,13 +388,22 @@ class Storage:
         return Entry(info.base_name, info.type == pafs.FileType.Directory, info.size, info.mtime_ns)
 
     def sizes(self, rels: list[str]) -> list[int]:
-        """The size of each file (0 when missing), in order: `lookup` on a few threads in chunks
-        (a stat, or a request on object stores, each waits with the GIL released)."""
+        """The size of each file (0 when missing), in order. Local: one stat each in a plain loop
+        (on threads they fight for the GIL: slower, BENCHMARKS.md); object stores: `lookup` on a
+        few threads in chunks (each request waits with the GIL released)."""
         def one(rel: str) -> int:
             e = self.lookup(rel)
             return int(e.size or 0) if e is not None else 0
 
-        return parallel_map(one, rels, SIZE_THREADS, SIZE_CHUNK)
+        if self._local_root is None:
+            return parallel_map(one, rels, SIZE_THREADS, SIZE_CHUNK)
+        root, out = self._local_root.rstrip("/") or "/", []
+        for rel in rels:
+            try:
+                out.append(os.stat(f"{root}/{rel.strip('/')}" if os.sep == "/" else self._local(rel)).st_size)
+            except OSError:
+                out.append(one(rel))  # missing (0), a dangling symlink or permission denied (StorageError)
+        return out
 
     def kind(self, rel: str = "") -> str:
         """'file', 'dir' or 'missing'."""

@@ -47,8 +47,6 @@ BATCH_SECONDS = 1.0  # and done records durable at the latest this long after th
 METER_SECONDS = 0.2
 COPY_THREADS = 8  # object-store reads and copies in flight at once
 UNDO_COPY_BATCH = 256  # undo on object stores: copies put back per batched delete of their backups
-LOCAL_THREADS = 4  # local hashing and renames: system calls that release the GIL, overlapped
-LOCAL_CHUNK = 512  # steps per task of those threads (a task per file costs more than the call)
 
 
 class Conflict(Refused):
@@ -277,6 +275,12 @@ def _entry_base(step: Step, root: Root) -> dict[str, Any]:
     return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": backup_rel(step)}
 
 
+def _moved_entry(step: Step, root: Root, size: Any, sha256: Any) -> dict[str, Any]:
+    """The manifest entry of a file moved into the backup (the common case, built directly)."""
+    return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": f"files/{step.root}/{step.path}",
+            "action": "moved", "size": size, "sha256": sha256}
+
+
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
     return None if d is None else {"size": d[0], "sha256": d[1]}
 
@@ -316,6 +320,7 @@ class Executor:
         self.backup = backup
         self.journal = Journal(backup)
         self.progress = progress or (lambda _m: None)
+        self._say = progress  # None: the per-step lines are not even formatted (100,000 steps)
         self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
@@ -342,7 +347,9 @@ class Executor:
         effects are durable (its folders fsynced), together with the next batch's begin records,
         or at the latest BATCH_SECONDS after the batch started acting. So no effect is ever
         durable before the record that lets resume and undo find it, and a crash at any point
-        leaves only begun steps to run again."""
+        leaves only begun steps to run again. The next batch's files are read and hashed on a
+        second thread while a batch acts (reads and renames overlap on two cores); its begin
+        records are still written before any of its steps acts."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
@@ -352,61 +359,75 @@ class Executor:
             state.started = True
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
-        for start in range(0, len(todo), BATCH_STEPS):
-            batch = todo[start:start + BATCH_STEPS]
-            new = [i for i in batch if i not in state.begun]
-            pres = self._pre_images(new)
-            for i in new:
-                step = self.plan.steps[i]
-                rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
-                       "path": step.path, "pre": pres[i]}
-                pending.append(rec)
-                state.begun[i] = rec
-            self.journal.append_many(pending)
-            pending = []
-            touched: list[Step] = []
-            deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
-            copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
-            renames: list[int] = []  # local moves: renamed on LOCAL_THREADS threads, then recorded in plan order
-            copied = {i for i in new if first_run and i in self._objects}
-            t0 = time.monotonic()
-            for i in batch:
-                step = self.plan.steps[i]
-                if step.action == "delete" and not self.roots[step.root].is_local:
-                    deletes.append(i)
-                    continue
-                if i in copied:
-                    copies.append(i)
-                    continue
-                if self._renamable(step, state.begun[i].get("pre")):
-                    renames.append(i)
-                    continue
-                self._delete_remote(deletes, state, pending, touched)
-                self._move_by_copy(copies, state, pending, touched)
-                self._rename_many(renames, state, pending, touched)
-                deletes, copies, renames = [], [], []
-                self.progress(f"step {i + 1}/{len(self.plan.steps)}: {step.describe()}")
-                pre = state.begun[i].get("pre")
-                rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
-                self.meter.tick(pre.get("size") or 0 if isinstance(pre, dict) else 0)
-                pending.append(rec)
-                state.done[i] = rec
-                touched.append(step)
-                if self.delay:
-                    time.sleep(self.delay)
-                if time.monotonic() - t0 > BATCH_SECONDS:
-                    self._commit_done(touched, pending)
-                    pending, touched, t0 = [], [], time.monotonic()
-            self._delete_remote(deletes, state, pending, touched)
-            self._move_by_copy(copies, state, pending, touched)
-            self._rename_many(renames, state, pending, touched)
-            self._sync(touched)
+        batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=1) as reader:
+            ahead = None
+            for n, batch in enumerate(batches):
+                new = [i for i in batch if i not in state.begun]
+                pres = ahead.result() if ahead is not None else self._pre_images(new)
+                if n + 1 < len(batches):  # the next batch is read and hashed while this one acts
+                    ahead = reader.submit(self._pre_images, [i for i in batches[n + 1] if i not in state.begun])
+                pending = self._batch(batch, new, pres, state, pending, first_run)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": "finished"})
             state.finished = True
         self.journal.append_many(pending)
         return state
+
+    def _batch(self, batch: list[int], new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,
+               pending: list[dict[str, Any]], first_run: bool) -> list[dict[str, Any]]:
+        """One group commit: the begin records of the batch's new steps made durable (after
+        `pending`, the done records of the batch before), then the steps, their folders fsynced;
+        returns the batch's done records, which go with the next commit."""
+        for i in new:
+            step = self.plan.steps[i]
+            rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
+                   "path": step.path, "pre": pres[i]}
+            pending.append(rec)
+            state.begun[i] = rec
+        self.journal.append_many(pending)
+        pending = []
+        touched: list[Step] = []
+        deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
+        copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
+        renames: list[int] = []  # local moves: renamed, then recorded in plan order
+        copied = {i for i in new if first_run and i in self._objects}
+        t0 = time.monotonic()
+        for i in batch:
+            step = self.plan.steps[i]
+            if step.action == "delete" and not self.roots[step.root].is_local:
+                deletes.append(i)
+                continue
+            if i in copied:
+                copies.append(i)
+                continue
+            if self._renamable(step, state.begun[i].get("pre")):
+                renames.append(i)
+                continue
+            self._delete_remote(deletes, state, pending, touched)
+            self._move_by_copy(copies, state, pending, touched)
+            self._rename_many(renames, state, pending, touched)
+            deletes, copies, renames = [], [], []
+            self._step_line(i)
+            pre = state.begun[i].get("pre")
+            rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
+            self.meter.tick(pre.get("size") or 0 if isinstance(pre, dict) else 0)
+            pending.append(rec)
+            state.done[i] = rec
+            touched.append(step)
+            if self.delay:
+                time.sleep(self.delay)
+            if time.monotonic() - t0 > BATCH_SECONDS:
+                self._commit_done(touched, pending)
+                pending, touched, t0 = [], [], time.monotonic()
+        self._delete_remote(deletes, state, pending, touched)
+        self._move_by_copy(copies, state, pending, touched)
+        self._rename_many(renames, state, pending, touched)
+        self._sync(touched)
+        return pending
 
     def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
         """What each step's file is before it acts (size, sha256), for its begin record. Files a
@@ -427,9 +448,9 @@ class Executor:
                 remote.append(i)
             else:
                 local.append(i)
-        for i, d in zip(local, self._local_parallel(
-                lambda i: self.roots[self.plan.steps[i].root].digest_if_exists(self.plan.steps[i].path), local)):
-            pres[i] = _digest_record(d)
+        for i in local:  # one thread: threads on small local files fight for the GIL (BENCHMARKS.md)
+            step = self.plan.steps[i]
+            pres[i] = _digest_record(self.roots[step.root].digest_if_exists(step.path))
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
                 self.plan.steps[i].path), remote)):
             step = self.plan.steps[i]
@@ -445,11 +466,14 @@ class Executor:
                 pres[i] = None if size is None else {"size": size, "sha256": None}
         return pres
 
-    @staticmethod
-    def _local_parallel(fn: Callable[[int], Any], indices: list[int]) -> list[Any]:
-        """fn over indices in chunks of LOCAL_CHUNK on at most LOCAL_THREADS threads, in order:
-        local reads and renames are system calls that release the GIL, so two cores overlap them."""
-        return parallel_map(fn, indices, LOCAL_THREADS, LOCAL_CHUNK)
+    def _step_line(self, i: int) -> None:
+        if self._say is not None:
+            self._say(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
+
+    def _step_lines(self, indices: list[int]) -> None:
+        if self._say is not None:
+            for i in indices:
+                self._step_line(i)
 
     def _renamable(self, step: Step, pre: Any) -> bool:
         """A move the atomic local rename can do (a file or folder that was there when its begin
@@ -459,25 +483,34 @@ class Executor:
 
     def _rename_many(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                      touched: list[Step]) -> None:
-        """Local moves by one renameat2(RENAME_NOREPLACE) each, on threads (independent steps: no
-        two paths nest, and their begin records are durable), then recorded in plan order; a step
-        the rename cannot do (moved already by a crashed run, something at its backup path,
-        another file system) takes the general path of `_apply`, in order."""
+        """Local moves by one renameat2(RENAME_NOREPLACE) each (independent steps: no two paths
+        nest, and their begin records are durable), then recorded in plan order; a step the
+        rename cannot do (moved already by a crashed run, something at its backup path, another
+        file system) takes the general path of `_apply`, in order. One thread: renames on one
+        file system do not overlap on two cores, and threads fight for the GIL between them
+        (measured: BENCHMARKS.md)."""
         if not indices:
             return
+        self._step_lines(indices)
+        steps = self.plan.steps
+        by_root: dict[str, list[int]] = {}
         for i in indices:
-            self.progress(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
-        done = self._local_parallel(lambda i: self.roots[self.plan.steps[i].root].rename_into(
-            self.plan.steps[i].path, self.backup, backup_rel(self.plan.steps[i])), indices)
-        for i, renamed in zip(indices, done):
-            step, pre = self.plan.steps[i], state.begun[i]["pre"]
-            entry = (dict(_entry_base(step, self.roots[step.root]), action="moved", size=pre["size"], sha256=pre["sha256"])
-                     if renamed else self._apply(step, pre))
+            by_root.setdefault(steps[i].root, []).append(i)
+        renamed: dict[int, bool] = {}
+        for name, idx in by_root.items():
+            rels = [steps[i].path for i in idx]
+            renamed.update(zip(idx, self.roots[name].rename_many_into(rels, self.backup, [f"files/{name}/{r}" for r in rels])))
+        tick = self.meter.tick if self.meter.out is not None else None
+        for i in indices:
+            step, pre = steps[i], state.begun[i]["pre"]
+            entry = (_moved_entry(step, self.roots[step.root], pre["size"], pre["sha256"])
+                     if renamed[i] else self._apply(step, pre))
             rec = {"event": "done", "step": i, "manifest": entry}
             pending.append(rec)
             state.done[i] = rec
             touched.append(step)
-            self.meter.tick(pre.get("size") or 0)
+            if tick is not None:
+                tick(pre.get("size") or 0)
 
     def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                       touched: list[Step]) -> None:
@@ -488,8 +521,7 @@ class Executor:
         if not indices:
             return
 
-        for i in indices:
-            self.progress(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
+        self._step_lines(indices)
 
         def copy(i: int) -> None:
             step, pre = self.plan.steps[i], state.begun[i]["pre"]
@@ -651,7 +683,8 @@ class Executor:
         t0 = time.monotonic()
         for i in todo:  # group commit as in run(): an undo_done record is durable only after its effect
             step = self.plan.steps[i]
-            self.progress(f"undo step {i + 1}: {step.describe()}")
+            if self._say is not None:
+                self._say(f"undo step {i + 1}: {step.describe()}")
             if i in copyable:
                 copies.append(i)
                 if len(copies) < UNDO_COPY_BATCH:

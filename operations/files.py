@@ -544,6 +544,20 @@ class Root:
             dest._makedirs(parent)
         return _RENAME.noreplace(src, dst)
 
+    def rename_many_into(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> list[bool]:
+        """`rename_into` of many paths in one loop (a step of a 100,000-file trim is a few
+        microseconds of Python around the kernel's rename, not a call chain per file)."""
+        if not (self.is_local and dest.is_local) or _RENAME.noreplace is None:
+            return [False] * len(rels)
+        rename, made, out = _RENAME.noreplace, dest._made, []
+        for rel, dest_rel in zip(rels, dest_rels):
+            src, dst = self.local(rel), dest.local(dest_rel)
+            parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
+            if parent not in made:
+                dest._makedirs(parent)
+            out.append(rename(src, dst))
+        return out
+
     def move_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file
         system, else copy -> fsync -> verify -> delete. Remote: copy -> verify -> delete."""
@@ -684,10 +698,22 @@ def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
     return True
 
 
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_NOATIME = getattr(os, "O_NOATIME", 0)
+
+
 def _hash_file(path: str) -> tuple[int, str]:
     """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
-    half the cost on small files); a folder raises IsADirectoryError."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
+    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
+    global _NOATIME
+    try:
+        fd = os.open(path, _READ_FLAGS | _NOATIME)
+    except PermissionError:
+        if not _NOATIME:
+            raise
+        _NOATIME = 0  # not the owner of the files: plain reads from now on
+        fd = os.open(path, _READ_FLAGS)
     try:
         h = hashlib.sha256()
         size = 0

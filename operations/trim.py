@@ -21,7 +21,7 @@ from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
-from streamctl.inspectors.state import state_file
+from streamctl.inspectors.state import state_files
 from streamctl.operations.plan import (EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_corrupt_state,
                                        refuse_unsafe)
 
@@ -121,12 +121,15 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
     for s in stores:
-        entries = {e.name: e for e in st.list_dir(s.path) or [] if not e.is_dir}
-        listing = [(name, state_file(name)) for name in sorted(entries)]
+        if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
+            sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked in bulk (Storage.sizes)
+        else:  # object stores: the listing carries the sizes
+            sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
+        listing = state_files(sorted(sized))
         full: set[int] = set()
         incr: set[int] = set()
         for _name, f in listing:
-            if f is not None and not f.companion:
+            if not f.companion:
                 (full if f.ext in FULL else incr).add(f.version)
         # the oldest base any kept version restores from
         floor = None
@@ -142,11 +145,9 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             continue
         kept_zips = []
         for name, f in listing:
-            if f is None:
-                continue
             if f.version < floor:
                 add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f.version} below the oldest kept restore chain ({floor})",
-                    entries[name].size)
+                    sized[name])
             elif f.ext == "zip" and not f.companion:
                 kept_zips.append(name)
         if s.provider == "rocksdb" and kept_zips:

@@ -134,3 +134,20 @@ def test_operator_metadata_v1_and_v2():
     assert v2.version == 2 and v2.stores == (("default", 4),)
     with pytest.raises(LogParseError):
         parse_operator_metadata(b"v3\n{}", "m")
+
+
+def test_state_files_parses_a_folder_as_state_file_parses_each_name():
+    """The bulk parse a trim plan uses (one regex over a store folder's names) says exactly what
+    `state_file` says of each name: versions, unique ids, companions hidden and visible, and the
+    names that are no state file (temp files, hidden files without a checksum suffix, others)."""
+    from streamctl.inspectors.state import state_file, state_files
+
+    names = ["1.delta", "2.snapshot", ".1.delta.crc", "1.delta.crc", ".2.snapshot.crc.crc", "3_ab-12.zip",
+             ".3_ab-12.zip.crc", "4.changelog", ".5.delta", "..5.delta.crc", "5.delta.tmp", ".5.delta.abc.tmp",
+             "temp-123", "6.delta.crcx", "7.delta.crc.tmp", "x.delta", "8_.delta", "9_a.b.delta", "10_a_b.zip",
+             "_metadata", "SSTs", "11.DELTA", "012.delta", "13.zip.crc.crc.crc", ".crc", "14.delta\n15.delta"]
+    want = [(n, state_file(n)) for n in names if state_file(n) is not None]
+    assert state_files(names) == want
+    assert state_files([n for n in names if "\n" not in n]) == [(n, f) for n, f in want if "\n" not in n]
+    assert {n for n, _f in want} >= {"1.delta", ".1.delta.crc", "3_ab-12.zip", "10_a_b.zip", "13.zip.crc.crc.crc"}
+    assert state_files([]) == []

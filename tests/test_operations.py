@@ -1,6 +1,7 @@
 """The write side without Spark: Root, the executor's idempotency, undo, the lock, Hadoop crc."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -195,32 +196,36 @@ def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path)
     assert 0 in journal.read().begun
 
 
-def test_many_local_moves_on_threads_resume_after_a_crash_and_undo_exactly(tmp_path: Path) -> None:
-    """More moves than one thread chunk (LOCAL_CHUNK): hashing and renames run on threads. A crash
-    after half the done records of the group commit leaves renamed files without their records;
-    the resume records them from the backup, and undo puts back every byte."""
-    from streamctl.operations.executor import LOCAL_CHUNK
+def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_exactly(tmp_path: Path) -> None:
+    """More moves than one group commit (BATCH_STEPS): the second batch is read and hashed while
+    the first one renames. A crash after half the done records of the first batch (in the write
+    that also carries the second batch's begin records) leaves renamed files without their
+    records and the second batch untouched; the resume records them from the backup, moves the
+    rest, and undo puts back every byte."""
+    from streamctl.operations.executor import BATCH_STEPS
 
     ck, backup = tmp_path / "ck", tmp_path / "backup"
     for part in range(6):
         (ck / "state" / "0" / str(part)).mkdir(parents=True)
-        for v in range(LOCAL_CHUNK // 2):
+        for v in range(BATCH_STEPS // 5):
             (ck / "state" / "0" / str(part) / f"{v}.delta").write_bytes(f"{part}/{v}".encode() * (v % 7))
     before = _tree(ck)
     steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
-    assert len(steps) > 2 * LOCAL_CHUNK
+    assert BATCH_STEPS < len(steps) < 2 * BATCH_STEPS
     plan = _plan(steps, {"checkpoint": str(ck)})
     Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
-    crash = 1 + len(steps) + len(steps) // 2  # start, every begin, half the done records
+    crash = 1 + BATCH_STEPS + BATCH_STEPS // 2  # start, the first batch's begin records, half its done records
     code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
             "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
             "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
     proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
                           env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER=str(crash)))
     assert proc.returncode == 86
-    events = [json.loads(line)["event"] for line in (backup / JOURNAL_FILE).read_text().splitlines()]
-    assert events.count("done") == len(steps) // 2 and "finished" not in events
-    assert _tree(ck) == {}  # every rename ran before the records of the group commit
+    records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
+    events = [r["event"] for r in records]
+    assert events.count("done") == BATCH_STEPS // 2 and events.count("begin") == BATCH_STEPS and "finished" not in events
+    # every rename of the first batch ran before its records' group commit; the second batch is untouched
+    assert set(_tree(ck)) == {s.path for s in steps[BATCH_STEPS:]}
 
     roots = {"checkpoint": Root("checkpoint", str(ck))}
     state = Executor(plan, roots, Root("backup", str(backup))).run()
@@ -228,6 +233,7 @@ def test_many_local_moves_on_threads_resume_after_a_crash_and_undo_exactly(tmp_p
     manifest = {m["path"]: m for m in json.loads((backup / MANIFEST_FILE).read_text())["files"]}
     assert {p: m["action"] for p, m in manifest.items()} == {p: "moved" for p in before}
     assert {p: m["size"] for p, m in manifest.items()} == {p: len(b) for p, b in before.items()}
+    assert {p: m["sha256"] for p, m in manifest.items()} == {p: hashlib.sha256(b).hexdigest() for p, b in before.items()}
     assert _tree(backup / "files" / "checkpoint") == before
 
     Executor(plan, roots, Root("backup", str(backup))).undo()
