@@ -34,6 +34,7 @@ FULL_EXT = {"snapshot": "hdfs", "zip": "rocksdb"}
 INCR_EXT = {"delta": "hdfs", "changelog": "rocksdb"}
 OPERATOR_METADATA_MAX_VERSION = 2
 _STATE_FILE_RE = re.compile(r"([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)\Z")
+_CRC_NAMES_RE = re.compile(r"^[^\n]*\.crc$", re.M)
 _VISIBLE_CRC_RE = re.compile(r"^([^.\n][^\n]*)\.crc$", re.M)
 _STATE_ID_FILES_RE = re.compile(r"^([0-9]+)_([^.\n]+)\.(delta|snapshot|zip|changelog)$", re.M)
 _EXT_PATTERNS = tuple((ext, re.compile(rf"^([0-9]+)\.{ext}$", re.M)) for ext in ("delta", "snapshot", "zip", "changelog"))
@@ -110,7 +111,7 @@ class StoreFiles:
             self.temp_files.extend(n for n in names if is_temp_name(n))
         crc_targets = _VISIBLE_CRC_RE.findall(joined) if ".crc" in joined else []
         if ".crc" in joined:
-            self.crc_names = {n for n in names if n.endswith(".crc")}
+            self.crc_names = set(_CRC_NAMES_RE.findall(joined))
         if crc_targets:
             present = set(names)
             # 4.1+ visible checksum companions are fine unless their file is gone.
@@ -219,7 +220,8 @@ def state_file(name: str) -> Optional[StateFileName]:
     return StateFileName(int(m.group(1)), m.group(2), m.group(3), companion)
 
 
-_STATE_FILES_RE = re.compile(r"^(\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)((?:\.crc)*)$", re.M)
+_STATE_FILES_RE = re.compile(r"^((\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)((?:\.crc)*))$", re.M)
+_tuple = tuple.__new__
 
 
 def state_files(names: "list[str] | tuple[str, ...]") -> list[tuple[str, StateFileName]]:
@@ -228,13 +230,9 @@ def state_files(names: "list[str] | tuple[str, ...]") -> list[tuple[str, StateFi
     joined = "\n".join(names)
     if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
         return [(n, f) for n, f in ((n, state_file(n)) for n in names) if f is not None]
-    out = []
-    for m in _STATE_FILES_RE.finditer(joined):
-        dot, version, uid, ext, crcs = m.groups()
-        if dot and not crcs:
-            continue  # `.5.delta`: hidden, but no checksum companion
-        out.append((m.group(0), StateFileName(int(version), uid, ext, bool(crcs))))
-    return out
+    return [(name, _tuple(StateFileName, (int(version), uid or None, ext, bool(crcs))))
+            for name, dot, version, uid, ext, crcs in _STATE_FILES_RE.findall(joined)
+            if crcs or not dot]  # `.5.delta`: hidden, but no checksum companion
 
 
 def _digits(name: str) -> Optional[int]:

@@ -359,8 +359,11 @@ class Storage:
                 files: list[str] = []
                 dirs: list[str] = []
                 with os.scandir(path) as it:
-                    for de in it:
-                        (dirs if _is_dir(de) else files).append(de.name)
+                    for de in it:  # _is_dir inlined: a state folder holds hundreds of names
+                        try:
+                            (dirs if de.is_dir() else files).append(de.name)
+                        except OSError:
+                            files.append(de.name)
                 return files, dirs
 
             return self._local_call(rel, scan) or ([], [])

@@ -32,6 +32,7 @@ from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.files import Root
+from streamctl.operations.hasher import Hasher
 from streamctl.operations.plan import Plan, Refused, Step
 
 PLAN_FILE = "plan.json"
@@ -90,13 +91,13 @@ class Journal:
         if not records:
             return
         now = int(time.time() * 1000)
-        lines = [record_line(r, now).encode() for r in records]
+        lines = [record_line(r, now) for r in records]
         crash_after = os.environ.get(CRASH_ENV)
         crash_at = None
         if crash_after and crash_after.isdigit() and Journal._writes + len(lines) >= int(crash_after):
             crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
             lines = lines[:crash_at]
-        data = b"".join(lines)
+        data = "".join(lines).encode()
         if self.backup.is_local:
             self._append_local(data)
         elif data:
@@ -195,6 +196,26 @@ _ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
 _STEP_KEY_SET = frozenset(("action", "path", "reason", "root"))  # a plan step without content
 
 
+_QUOTED: dict[str, str] = {}  # _q's memo: actions, root names, reasons repeat over 100,000 steps
+
+
+def _q(v: str) -> str:
+    """_quote of a string that repeats (an action, a root name, a step's reason), memoised."""
+    t = _QUOTED.get(v)
+    if t is None:
+        if len(_QUOTED) > 4096:
+            _QUOTED.clear()
+        t = _QUOTED[v] = _quote(v)
+    return t
+
+
+class _Entry(dict):  # type: ignore[type-arg]
+    """A manifest entry that keeps its JSON text: the done record and manifest.json write the
+    same text, encoded once (`_entry_json`). Never changed after it is made."""
+
+    __slots__ = ("text",)
+
+
 def _scalar(v: Any) -> str:
     """json.dumps of a str, int or None (the common cases) without the encoder's set-up per call."""
     if type(v) is str:  # noqa: E721
@@ -210,6 +231,8 @@ def _entry_json(m: dict[str, Any]) -> str:
     """json.dumps(m, sort_keys=True) of a manifest entry (or a plan step, any flat record); the
     common shapes without the general encoder (two journal records per step, the plan and the
     manifest: most of an operation's encoding time otherwise)."""
+    if type(m) is _Entry:  # noqa: E721
+        return m.text
     if m.keys() == _ENTRY_KEY_SET:
         return (f'{{"action": {_scalar(m["action"])}, "backup": {_scalar(m["backup"])}, "path": {_scalar(m["path"])}, '
                 f'"root": {_scalar(m["root"])}, "sha256": {_scalar(m["sha256"])}, "size": {_scalar(m["size"])}, '
@@ -222,6 +245,14 @@ def _entry_json(m: dict[str, Any]) -> str:
     return json.dumps(m, sort_keys=True)
 
 
+def _step_json(step: Step) -> str:
+    """_entry_json(step.to_record()): a plan step, its repeated strings quoted once."""
+    if step.content is not None:
+        return _entry_json(step.to_record())
+    return (f'{{"action": {_q(step.action)}, "path": {_quote(step.path)}, "reason": {_q(step.reason)}, '
+            f'"root": {_q(step.root)}}}')
+
+
 def record_line(rec: dict[str, Any], now: int) -> str:
     """One journal line: json.dumps(dict(rec, time_ms=now), sort_keys=True) + newline, the begin
     and done records of steps written without the general encoder (the same text; a test
@@ -231,20 +262,25 @@ def record_line(rec: dict[str, Any], now: int) -> str:
         pre = rec["pre"]
         if pre is None or (isinstance(pre, dict) and pre.keys() == _DIGEST_KEYS):
             pre_json = "null" if pre is None else f'{{"sha256": {_scalar(pre["sha256"])}, "size": {_scalar(pre["size"])}}}'
-            return (f'{{"action": {_scalar(rec["action"])}, "event": "begin", "path": {_scalar(rec["path"])}, '
-                    f'"pre": {pre_json}, "root": {_scalar(rec["root"])}, "step": {rec["step"]}, "time_ms": {now}}}\n')
+            return (f'{{"action": {_q(rec["action"])}, "event": "begin", "path": {_quote(rec["path"])}, '
+                    f'"pre": {pre_json}, "root": {_q(rec["root"])}, "step": {rec["step"]}, "time_ms": {now}}}\n')
     elif ev == "done" and len(rec) == 3 and isinstance(rec.get("manifest"), dict) and type(rec.get("step")) is int:  # noqa: E721
         return f'{{"event": "done", "manifest": {_entry_json(rec["manifest"])}, "step": {rec["step"]}, "time_ms": {now}}}\n'
     return json.dumps(dict(rec, time_ms=now), sort_keys=True) + "\n"
 
 
-def _json_file(doc: dict[str, Any]) -> bytes:
+def _json_file(doc: dict[str, Any], encoded: Optional[dict[str, list[str]]] = None) -> bytes:
     """plan.json / manifest.json: one key per line at the top, lists one item per line, each item
-    compact (json's C encoder: indent=2 takes the pure-Python one, seconds on 100,000 steps)."""
+    compact (json's C encoder: indent=2 takes the pure-Python one, seconds on 100,000 steps).
+    `encoded`: lists whose items are JSON texts already."""
     parts = []
+    doc = dict(doc, **(encoded or {}))
     for key in sorted(doc):
         value = doc[key]
-        if isinstance(value, list) and value:
+        if encoded and key in encoded:
+            items = ",\n    ".join(value)
+            parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]" if value else f"  {json.dumps(key)}: []")
+        elif isinstance(value, list) and value:
             items = ",\n    ".join(_entry_json(v) if isinstance(v, dict) else json.dumps(v, sort_keys=True)
                                       for v in value)
             parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]")
@@ -258,7 +294,7 @@ def write_plan(backup: Root, plan: Plan) -> None:
     if backup.exists(PLAN_FILE):
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
-    backup.write_atomic(PLAN_FILE, _json_file(plan.to_record()))
+    backup.write_atomic(PLAN_FILE, _json_file(plan.to_record(steps=False), {"steps": [_step_json(s) for s in plan.steps]}))
 
 
 def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
@@ -276,9 +312,13 @@ def _entry_base(step: Step, root: Root) -> dict[str, Any]:
 
 
 def _moved_entry(step: Step, root: Root, size: Any, sha256: Any) -> dict[str, Any]:
-    """The manifest entry of a file moved into the backup (the common case, built directly)."""
-    return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": f"files/{step.root}/{step.path}",
-            "action": "moved", "size": size, "sha256": sha256}
+    """The manifest entry of a file moved into the backup (the common case, built directly and
+    encoded once: `_Entry`)."""
+    uri, backup = root.uri(step.path), f"files/{step.root}/{step.path}"
+    entry = _Entry(root=step.root, path=step.path, uri=uri, backup=backup, action="moved", size=size, sha256=sha256)
+    entry.text = (f'{{"action": "moved", "backup": {_quote(backup)}, "path": {_quote(step.path)}, "root": {_q(step.root)}, '
+                  f'"sha256": {_scalar(sha256)}, "size": {_scalar(size)}, "uri": {_quote(uri)}}}')
+    return entry
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
@@ -324,6 +364,7 @@ class Executor:
         self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
+        self._hasher: Optional[Hasher] = None  # the hashing co-process while run() runs
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -347,9 +388,9 @@ class Executor:
         effects are durable (its folders fsynced), together with the next batch's begin records,
         or at the latest BATCH_SECONDS after the batch started acting. So no effect is ever
         durable before the record that lets resume and undo find it, and a crash at any point
-        leaves only begun steps to run again. The next batch's files are read and hashed on a
-        second thread while a batch acts (reads and renames overlap on two cores); its begin
-        records are still written before any of its steps acts."""
+        leaves only begun steps to run again. The next batch's local files are read and hashed
+        by a co-process (operations/hasher.py) while a batch acts, so reads and renames overlap
+        on two cores; its begin records are still written before any of its steps acts."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
@@ -360,16 +401,20 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=1) as reader:
-            ahead = None
+        self._hasher = Hasher() if len(batches) > 1 else None  # one group commit: nothing to overlap
+        ahead: Optional[tuple[list[int], Optional[int]]] = None
+        try:
             for n, batch in enumerate(batches):
                 new = [i for i in batch if i not in state.begun]
-                pres = ahead.result() if ahead is not None else self._pre_images(new)
-                if n + 1 < len(batches):  # the next batch is read and hashed while this one acts
-                    ahead = reader.submit(self._pre_images, [i for i in batches[n + 1] if i not in state.begun])
+                pres = self._pre_images(new, ahead)
+                ahead = None
+                if self._hasher is not None and n + 1 < len(batches):  # read and hashed while this batch acts
+                    ahead = self._submit(self._hasher, [i for i in batches[n + 1] if i not in state.begun])
                 pending = self._batch(batch, new, pres, state, pending, first_run)
+        finally:
+            if self._hasher is not None:
+                self._hasher.close(kill=ahead is not None)  # answers left unread: it may wait to write them
+                self._hasher = None
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": "finished"})
@@ -429,12 +474,29 @@ class Executor:
         self._sync(touched)
         return pending
 
-    def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
-        """What each step's file is before it acts (size, sha256), for its begin record. Files a
-        --purge deletes on an object store get their size from one listing per folder, no read
-        (no undo can use a digest of a purged file). Objects are read on COPY_THREADS threads,
-        one request each; those that are plain files are noted in `_objects` (their moves go by
-        copy -> verify -> batched delete)."""
+    def _local_reads(self, indices: list[int]) -> list[int]:
+        """The steps whose pre-image is a local read (not an object-store move or purge)."""
+        out = []
+        for i in indices:
+            step = self.plan.steps[i]
+            if self.roots[step.root].is_local and (step.action != "move" or self.backup.is_local):
+                out.append(i)
+        return out
+
+    def _submit(self, hasher: Hasher, indices: list[int]) -> tuple[list[int], Optional[int]]:
+        """Send the local files of these steps to the hashing co-process (operations/hasher.py):
+        the steps and the request's size, for `_pre_images`."""
+        local = self._local_reads(indices)
+        return local, hasher.submit([self.roots[self.plan.steps[i].root].local(self.plan.steps[i].path) for i in local])
+
+    def _pre_images(self, indices: list[int], ahead: Optional[tuple[list[int], Optional[int]]] = None
+                    ) -> dict[int, Optional[dict[str, Any]]]:
+        """What each step's file is before it acts (size, sha256), for its begin record. Local
+        files: the answers of the hashing co-process when `ahead` (what `_submit` sent) has them,
+        else read here. Files a --purge deletes on an object store get their size from one
+        listing per folder, no read (no undo can use a digest of a purged file). Objects are read
+        on COPY_THREADS threads, one request each; those that are plain files are noted in
+        `_objects` (their moves go by copy -> verify -> batched delete)."""
         pres: dict[int, Optional[dict[str, Any]]] = {}
         listed: dict[str, list[int]] = {}
         remote: list[int] = []
@@ -448,7 +510,15 @@ class Executor:
                 remote.append(i)
             else:
                 local.append(i)
-        for i in local:  # one thread: threads on small local files fight for the GIL (BENCHMARKS.md)
+        hashed: dict[int, Any] = {}
+        if ahead is not None and self._hasher is not None:
+            answers = self._hasher.result(ahead[1])
+            if answers is not None:  # "?": a folder or an error, asked again here
+                hashed = {i: a for i, a in zip(ahead[0], answers) if a != "?"}
+        for i in local:  # in this thread: threads on small local files fight for the GIL (BENCHMARKS.md)
+            if i in hashed:
+                pres[i] = _digest_record(hashed[i])
+                continue
             step = self.plan.steps[i]
             pres[i] = _digest_record(self.roots[step.root].digest_if_exists(step.path))
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(

@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import struct
+import sys
 import threading
 import uuid
 import zlib
@@ -22,6 +23,7 @@ from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir, parallel_map
+from streamctl.operations.hasher import hash_file as _hash_file
 
 CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
@@ -47,9 +49,18 @@ def crc_name(rel: str) -> str:
     return f"{head}/.{name}.crc" if head else f".{name}.crc"
 
 
+def is_normal_rel(rel: str) -> bool:
+    """What `_NOT_NORMAL` finds nothing in, by substring tests (a check per path of a
+    100,000-step plan, several times: a regex search costs more)."""
+    if not rel or "\\" in rel or "//" in rel or rel[0] == "/" or rel[-1] == "/":
+        return False
+    return "." not in rel or not (rel in (".", "..") or rel.startswith(("./", "../")) or rel.endswith(("/.", "/.."))
+                                  or "/./" in rel or "/../" in rel)
+
+
 def check_rel(rel: str, where: str) -> str:
     """A relative, normalised path that cannot leave its root."""
-    if rel and _NOT_NORMAL.search(rel) is None:  # already normal: the usual case, fast
+    if is_normal_rel(rel):  # already normal: the usual case, fast
         return rel
     parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or any(p == ".." for p in parts) or rel.startswith("/"):
@@ -66,6 +77,7 @@ class Root:
                                          "exclusive create, backup and undo on it (inspections work)")
         self.name = name
         self.storage = Storage.open(location)
+        self.is_local = self.storage.is_local  # asked per step: an attribute, not a property chain
         self.location = self.storage.display
         self._fs = None
         self._fs_root = ""
@@ -76,10 +88,6 @@ class Root:
         if not self.storage.is_local:
             self._fs = self.storage._fs  # noqa: SLF001 - same package family, one opener
             self._fs_root = self.storage._fs_root  # noqa: SLF001
-
-    @property
-    def is_local(self) -> bool:
-        return self.storage.is_local
 
     def uri(self, rel: str) -> str:
         return self.storage.uri(rel)
@@ -649,7 +657,8 @@ class _Renamer:
         return None if self._fn is None else self._rename
 
     def _rename(self, src: str, dst: str) -> bool:
-        if self._fn(self.AT_FDCWD, os.fsencode(src), self.AT_FDCWD, os.fsencode(dst), self.RENAME_NOREPLACE) == 0:
+        if self._fn(self.AT_FDCWD, src.encode(_FS_ENCODING, _FS_ERRORS), self.AT_FDCWD, dst.encode(_FS_ENCODING, _FS_ERRORS),
+                    self.RENAME_NOREPLACE) == 0:
             return True
         err = self._get_errno()
         if err in (errno.EINVAL, errno.ENOSYS):  # a file system (or kernel) without it: never again
@@ -657,6 +666,7 @@ class _Renamer:
         return False
 
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # what os.fsencode uses
 _RENAME = _Renamer()
 
 
@@ -696,35 +706,6 @@ def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
         fh.flush()
         os.fsync(fh.fileno())
     return True
-
-
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_NOATIME = getattr(os, "O_NOATIME", 0)
-
-
-def _hash_file(path: str) -> tuple[int, str]:
-    """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
-    half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
-    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
-    global _NOATIME
-    try:
-        fd = os.open(path, _READ_FLAGS | _NOATIME)
-    except PermissionError:
-        if not _NOATIME:
-            raise
-        _NOATIME = 0  # not the owner of the files: plain reads from now on
-        fd = os.open(path, _READ_FLAGS)
-    try:
-        h = hashlib.sha256()
-        size = 0
-        while True:
-            block = os.read(fd, CHUNK)
-            if not block:
-                return size, h.hexdigest()
-            size += len(block)
-            h.update(block)
-    finally:
-        os.close(fd)
 
 
 FSYNC_THREADS = 8

@@ -88,8 +88,9 @@ class Plan:
     settings: dict[str, Any] = field(default_factory=dict)  # what verification needs (sink kind, app id)
     op_id: str = ""
 
-    def to_record(self) -> dict[str, Any]:
-        return {
+    def to_record(self, steps: bool = True) -> dict[str, Any]:
+        """The plan as a document; `steps=False` leaves the steps out (plan.json encodes them itself)."""
+        rec = {
             "plan_version": PLAN_VERSION,
             "op_id": self.op_id,
             "command": self.command,
@@ -105,8 +106,10 @@ class Plan:
             "options": [o.to_record() for o in self.options],
             "notes": list(self.notes),
             "settings": dict(self.settings),
-            "steps": [s.to_record() for s in self.steps],
         }
+        if steps:
+            rec["steps"] = [s.to_record() for s in self.steps]
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> "Plan":

@@ -93,10 +93,10 @@ def nested_steps(plan: Plan) -> list[tuple[str, str]]:
     for s in plan.steps:
         by_root.setdefault(s.root, []).append(s.path)
     for root, paths in by_root.items():
-        ordered = sorted(paths, key=lambda p: (p + "/"))  # a folder sorts right before its contents
+        ordered = sorted([p + "/" for p in paths])  # a folder sorts right before its contents
         for a, b in zip(ordered, ordered[1:]):
-            if b == a or b.startswith(a + "/"):
-                out.append((f"{root}:{a}", f"{root}:{b}"))
+            if b.startswith(a):  # equal, or b inside a
+                out.append((f"{root}:{a[:-1]}", f"{root}:{b[:-1]}"))
     return out
 
 
@@ -140,7 +140,7 @@ def _links(parent: str, names: "dict[str, str] | list[str]") -> set[str]:
     if len(names) >= LISTING_FROM:
         try:
             with os.scandir(parent) as it:
-                return {e.name for e in it if e.name in names and e.is_symlink()}
+                return {e.name for e in it if e.is_symlink() and e.name in names}
         except OSError:
             pass  # not listable: look at each
     out = set()

@@ -144,11 +144,12 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
     Lock.acquire(root, "align", "op-d", break_lock=True).release()
 
 
-def test_journal_lines_of_steps_are_what_json_dumps_writes() -> None:
+def test_journal_lines_of_steps_are_what_json_dumps_writes(tmp_path: Path) -> None:
     """The begin and done records (written without the general encoder, two per step) are the
     exact text of json.dumps(sort_keys=True): paths with quotes, backslashes and non-ASCII, null
-    digests, write steps' extra keys, other records."""
-    from streamctl.operations.executor import _entry_json, record_line
+    digests, write steps' extra keys, other records; so are the pre-encoded manifest entries of
+    moved files and the plan's steps."""
+    from streamctl.operations.executor import _entry_json, _moved_entry, _step_json, record_line
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
     records = [
@@ -167,6 +168,17 @@ def test_journal_lines_of_steps_are_what_json_dumps_writes() -> None:
         assert json.loads(record_line(rec, 17)) == dict(rec, time_ms=17)
     for item in ({"action": "move", "root": "c", "path": odd, "reason": "x"}, {"a": True, "b": 1.5, "c": [1]}):
         assert _entry_json(item) == json.dumps(item, sort_keys=True)
+    root = Root("checkpoint", str(tmp_path / 'ck "é\\'))
+    for step, size, sha in ((Step("move", "checkpoint", odd, 'below "5" é'), 4, "ab"), (Step("move", "sink", "a/b", "r"), None, None)):
+        entry = _moved_entry(step, root, size, sha)
+        assert dict(entry) == {"root": step.root, "path": step.path, "uri": root.uri(step.path), "action": "moved",
+                               "backup": f"files/{step.root}/{step.path}", "size": size, "sha256": sha}
+        assert _entry_json(entry) == json.dumps(entry, sort_keys=True)
+        rec = {"event": "done", "step": 2, "manifest": entry}
+        assert record_line(rec, 17) == json.dumps(dict(rec, time_ms=17), sort_keys=True) + "\n"
+        assert _step_json(step) == json.dumps(step.to_record(), sort_keys=True)
+    written = Step("write", "checkpoint", odd, "w", content=b"\xff\x00")
+    assert _step_json(written) == json.dumps(written.to_record(), sort_keys=True)
 
 
 def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) -> None:
@@ -261,3 +273,16 @@ def test_escaping_steps_finds_links_out_among_many_names_and_folders_that_lead_o
     assert sorted(o.split(" (resolves")[0].split("/state/")[1] for o in out) == ["0/0/40.delta", "0/1/1.delta",
                                                                                  "0/1/2.delta"]
     assert all(str(outside) in o for o in out)
+
+
+def test_is_normal_rel_says_what_the_regex_says() -> None:
+    """The substring test of a plan path (operations/files.py is_normal_rel) against the regex it
+    stands for, on every string of up to 5 characters over "a", ".", "/" and a backslash."""
+    import itertools
+
+    from streamctl.operations.files import _NOT_NORMAL, is_normal_rel
+
+    for n in range(6):
+        for chars in itertools.product("a./\\", repeat=n):
+            rel = "".join(chars)
+            assert is_normal_rel(rel) == bool(rel and _NOT_NORMAL.search(rel) is None), rel
