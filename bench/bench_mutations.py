@@ -14,7 +14,7 @@ c. `streamctl align <chk> --allow-duplicates --execute` (lock, backup of every t
    sha256, journal, re-inspection);
 d. `streamctl align --undo <backup>` of that run;
 e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy);
-g. the floor of that trim: plain renames (`os.rename`, folders made as needed, nothing else) of the
+g. the floor of that trim: plain renames (`os.rename`, each folder made once, nothing else) of the
    same files into a backup tree, in one Python process, on another fresh copy.
 """
 from __future__ import annotations
@@ -50,9 +50,13 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
 RENAME_FLOOR = """
 import json, os, sys
 ck, dest = sys.argv[1], sys.argv[2]
+made = set()
 for rel in json.load(open(sys.argv[3])):
     dst = os.path.join(dest, rel)
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    parent = os.path.dirname(dst)
+    if parent not in made:  # each folder made once (a makedirs per file would raise the floor)
+        os.makedirs(parent, exist_ok=True)
+        made.add(parent)
     os.rename(os.path.join(ck, rel), dst)
 """
 
