@@ -5,8 +5,8 @@ Run with `./dev bench-mutations` (see BENCHMARKS.md). Prints figures; not a test
 
 The checkpoint (cached under .bench/, built by bench/bench_inspect.py: 100 retained batches, 3
 operators x 200 partitions x 100 HDFS state versions, about 132,000 files) is copied once per
-timed run, and one state file of the newest version is deleted in one partition (the fault of
-STATE_UNRESTORABLE). Timed, median of --runs (default 3), each on a fresh copy:
+timed run (and synced to disk before anything is timed), and one state file of the newest
+version is deleted in one partition (the fault of STATE_UNRESTORABLE). Timed, median of --runs (default 3), each on a fresh copy:
 
 a. `cp -a <chk> <backup>`: what an operator does by hand before editing a checkpoint (the baseline);
 b. `streamctl align <chk>` plan only (inspection + planning, nothing changed);
@@ -39,6 +39,15 @@ def _bench_inspect():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _copy(source: Path, ck: Path) -> None:
+    """A fresh copy, written back to disk before anything is timed (os.sync): else the next
+    command pays for the copy's dirty pages and 132,000 new inodes in its first fsync (the
+    mutations fsync their journal; cp -a and the renames floor do not), which measures the
+    copy, not the command."""
+    shutil.copytree(source, ck, symlinks=True)
+    os.sync()
 
 
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
@@ -95,17 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=source.parent) as tmp:
         for i in range(args.runs):
             ck = Path(tmp) / f"ck-{i}"
-            shutil.copytree(source, ck, symlinks=True)
+            _copy(source, ck)
             newest = max(int(n.split(".")[0]) for n in os.listdir(ck / "state/0/0") if n.endswith(".delta"))
             for name in os.listdir(ck / "state/0/7"):  # the newest version's delta and snapshot
                 if name.lstrip(".").startswith(f"{newest}."):
                     os.remove(ck / "state/0/7" / name)
+            os.sync()  # the fault's deletions too
             t, r = _run(["cp", "-a", str(ck), str(Path(tmp) / f"manual-{i}")], env)
             times["cp -a (baseline)"].append(t)
             if not args.skip_align:
                 _align(exe, ck, env, times, steps)
             shutil.rmtree(ck)
-            shutil.copytree(source, ck, symlinks=True)
+            _copy(source, ck)
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--json"], env)
             assert r.returncode == 0, r.stderr
             trim_paths = [s["path"] for s in json.loads(r.stdout)["plan"]["steps"]]
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
             times["trim --execute"].append(t)
             shutil.rmtree(ck)
-            shutil.copytree(source, ck, symlinks=True)
+            _copy(source, ck)
             paths_file = Path(tmp) / "trim-paths.json"
             paths_file.write_text(json.dumps(trim_paths))
             t, r = _run([sys.executable, "-c", RENAME_FLOOR, str(ck), str(Path(tmp) / f"renamed-{i}"), str(paths_file)], env)
