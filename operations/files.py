@@ -544,13 +544,7 @@ class Root:
         renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
         renamed; False when that cannot be done here and now (nothing at `rel`, something at
         `dest_rel`, another file system, no renameat2): the caller takes the general path."""
-        if not (self.is_local and dest.is_local) or _RENAME.noreplace is None:
-            return False
-        src, dst = self.local(rel), dest.local(dest_rel)
-        parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
-        if parent not in dest._made:
-            dest._makedirs(parent)
-        return _RENAME.noreplace(src, dst)
+        return self.rename_many_into([rel], dest, [dest_rel])[0]
 
     def rename_many_into(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> list[bool]:
         """`rename_into` of many paths in one loop (a step of a 100,000-file trim is a few
