@@ -31,8 +31,8 @@ from typing import Any, Callable, Optional
 from streamctl.inspectors.errors import StorageError, StreamctlError
 from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import parallel_map
-from streamctl.operations.files import Root
-from streamctl.operations.hasher import Hasher
+from streamctl.operations.coprocess import CoProcess
+from streamctl.operations.files import Root, rename_outcomes, run_renames
 from streamctl.operations.plan import Plan, Refused, Step
 
 PLAN_FILE = "plan.json"
@@ -349,6 +349,20 @@ class Meter:
                  f"{rate:,.0f} {self.what}/s, eta {eta:,.0f} s")
 
 
+@dataclass
+class _Renaming:
+    """A batch of local moves by rename: the steps, the (source, target) paths of those that are
+    renames (`order`: their steps), the co-process request (`sent`) or the outcomes of renames run
+    in process (`done`), and the steps' manifest entries as renamed."""
+
+    indices: list[int]
+    order: list[int] = field(default_factory=list)
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    sent: Optional[int] = None
+    done: Optional[list[bool]] = None
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
 class Executor:
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
@@ -364,7 +378,7 @@ class Executor:
         self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
-        self._hasher: Optional[Hasher] = None  # the hashing co-process while run() runs
+        self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -385,12 +399,15 @@ class Executor:
 
         Group commit: the begin records of a batch of steps (at most BATCH_STEPS) are made durable
         with one fsync before any of those steps acts; the done records follow once the batch's
-        effects are durable (its folders fsynced), together with the next batch's begin records,
-        or at the latest BATCH_SECONDS after the batch started acting. So no effect is ever
-        durable before the record that lets resume and undo find it, and a crash at any point
-        leaves only begun steps to run again. The next batch's local files are read and hashed
-        by a co-process (operations/hasher.py) while a batch acts, so reads and renames overlap
-        on two cores; its begin records are still written before any of its steps acts."""
+        effects are durable (its folders fsynced), together with a later batch's begin records,
+        or at the latest BATCH_SECONDS after the last commit. So no effect is ever durable
+        before the record that lets resume and undo find it, and a crash at any point leaves only
+        begun steps to run again.
+
+        Pipeline (runs of more than one batch): a batch of local moves is renamed by a
+        co-process (operations/coprocess.py) while this process encodes its done records, reads
+        and hashes the next batch's files and commits that batch's begin records, so the Python
+        work and the kernel's renames overlap on two cores."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
@@ -401,20 +418,41 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
-        self._hasher = Hasher() if len(batches) > 1 else None  # one group commit: nothing to overlap
-        ahead: Optional[tuple[list[int], Optional[int]]] = None
+        self._co = CoProcess() if len(batches) > 1 else None  # one group commit: nothing to overlap
+        running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
+        pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None
         try:
             for n, batch in enumerate(batches):
                 new = [i for i in batch if i not in state.begun]
-                pres = self._pre_images(new, ahead)
-                ahead = None
-                if self._hasher is not None and n + 1 < len(batches):  # read and hashed while this batch acts
-                    ahead = self._submit(self._hasher, [i for i in batches[n + 1] if i not in state.begun])
-                pending = self._batch(batch, new, pres, state, pending, first_run)
+                pres = pres_next if pres_next is not None else self._pre_images(new)
+                pres_next = None
+                self._begin(new, pres, state, pending)  # durable before any step of this batch acts
+                committed = time.monotonic()
+                pending = []
+                renaming = self._prepare_renames(batch) if self._co is not None and self._renames_only(batch, state) else None
+                if running is not None:  # the batch before: its renames done and recorded
+                    pending = self._finish_renames(running, state, sync=False)
+                if renaming is None:
+                    if running is not None:
+                        self._sync([self.plan.steps[i] for i in running.indices])
+                        running = None
+                    pending += self._act(batch, new, state, first_run)
+                    continue
+                started = self._start_renames(renaming, state)
+                if running is not None:  # while this batch renames: the batch before's folders
+                    self._sync([self.plan.steps[i] for i in running.indices])
+                    if time.monotonic() - committed > BATCH_SECONDS:  # done records not held back long
+                        self.journal.append_many(pending)
+                        pending = []
+                running = started
+                if n + 1 < len(batches):  # read while the co-process renames
+                    pres_next = self._pre_images([i for i in batches[n + 1] if i not in state.begun])
+            if running is not None:
+                pending += self._finish_renames(running, state, sync=True)
         finally:
-            if self._hasher is not None:
-                self._hasher.close(kill=ahead is not None)  # answers left unread: it may wait to write them
-                self._hasher = None
+            if self._co is not None:
+                self._co.close()  # killed when answers are left unread (an operation that stops early)
+                self._co = None
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": "finished"})
@@ -422,19 +460,27 @@ class Executor:
         self.journal.append_many(pending)
         return state
 
-    def _batch(self, batch: list[int], new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,
-               pending: list[dict[str, Any]], first_run: bool) -> list[dict[str, Any]]:
-        """One group commit: the begin records of the batch's new steps made durable (after
-        `pending`, the done records of the batch before), then the steps, their folders fsynced;
-        returns the batch's done records, which go with the next commit."""
+    def _begin(self, new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,
+               pending: list[dict[str, Any]]) -> None:
+        """The begin records of a batch's new steps, made durable after `pending` (done records of
+        batches before) with one fsync."""
+        records = list(pending)
         for i in new:
             step = self.plan.steps[i]
             rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
                    "path": step.path, "pre": pres[i]}
-            pending.append(rec)
+            records.append(rec)
             state.begun[i] = rec
-        self.journal.append_many(pending)
-        pending = []
+        self.journal.append_many(records)
+
+    def _renames_only(self, batch: list[int], state: JournalState) -> bool:
+        """Every step of the batch is a local move the rename can do (the pipeline's case)."""
+        return all(self._renamable(self.plan.steps[i], state.begun[i].get("pre")) for i in batch)
+
+    def _act(self, batch: list[int], new: list[int], state: JournalState, first_run: bool) -> list[dict[str, Any]]:
+        """The steps of one batch whose begin records are durable, in plan order, their folders
+        fsynced; returns the batch's done records, which go with a later commit."""
+        pending: list[dict[str, Any]] = []
         touched: list[Step] = []
         deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
         copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
@@ -474,26 +520,10 @@ class Executor:
         self._sync(touched)
         return pending
 
-    def _local_reads(self, indices: list[int]) -> list[int]:
-        """The steps whose pre-image is a local read (not an object-store move or purge)."""
-        out = []
-        for i in indices:
-            step = self.plan.steps[i]
-            if self.roots[step.root].is_local and (step.action != "move" or self.backup.is_local):
-                out.append(i)
-        return out
-
-    def _submit(self, hasher: Hasher, indices: list[int]) -> tuple[list[int], Optional[int]]:
-        """Send the local files of these steps to the hashing co-process (operations/hasher.py):
-        the steps and the request's size, for `_pre_images`."""
-        local = self._local_reads(indices)
-        return local, hasher.submit([self.roots[self.plan.steps[i].root].local(self.plan.steps[i].path) for i in local])
-
-    def _pre_images(self, indices: list[int], ahead: Optional[tuple[list[int], Optional[int]]] = None
-                    ) -> dict[int, Optional[dict[str, Any]]]:
+    def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
         """What each step's file is before it acts (size, sha256), for its begin record. Local
-        files: the answers of the hashing co-process when `ahead` (what `_submit` sent) has them,
-        else read here. Files a --purge deletes on an object store get their size from one
+        files are read here, on this thread (threads on small local files fight for the GIL:
+        BENCHMARKS.md). Files a --purge deletes on an object store get their size from one
         listing per folder, no read (no undo can use a digest of a purged file). Objects are read
         on COPY_THREADS threads, one request each; those that are plain files are noted in
         `_objects` (their moves go by copy -> verify -> batched delete)."""
@@ -510,15 +540,7 @@ class Executor:
                 remote.append(i)
             else:
                 local.append(i)
-        hashed: dict[int, Any] = {}
-        if ahead is not None and self._hasher is not None:
-            answers = self._hasher.result(ahead[1])
-            if answers is not None:  # "?": a folder or an error, asked again here
-                hashed = {i: a for i, a in zip(ahead[0], answers) if a != "?"}
-        for i in local:  # in this thread: threads on small local files fight for the GIL (BENCHMARKS.md)
-            if i in hashed:
-                pres[i] = _digest_record(hashed[i])
-                continue
+        for i in local:
             step = self.plan.steps[i]
             pres[i] = _digest_record(self.roots[step.root].digest_if_exists(step.path))
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
@@ -556,31 +578,63 @@ class Executor:
         """Local moves by one renameat2(RENAME_NOREPLACE) each (independent steps: no two paths
         nest, and their begin records are durable), then recorded in plan order; a step the
         rename cannot do (moved already by a crashed run, something at its backup path, another
-        file system) takes the general path of `_apply`, in order. One thread: renames on one
-        file system do not overlap on two cores, and threads fight for the GIL between them
-        (measured: BENCHMARKS.md)."""
-        if not indices:
-            return
-        self._step_lines(indices)
+        file system) takes the general path of `_apply`, in order. One thread: threads fight
+        for the GIL between these short system calls (BENCHMARKS.md)."""
+        if indices:
+            records = self._finish_renames(self._start_renames(self._prepare_renames(indices), state), state, sync=False)
+            pending.extend(records)
+            touched.extend(self.plan.steps[i] for i in indices)
+
+    def _prepare_renames(self, indices: list[int]) -> "_Renaming":
+        """The (source, target) paths of these moves, the targets' folders made; nothing moved."""
         steps = self.plan.steps
         by_root: dict[str, list[int]] = {}
         for i in indices:
             by_root.setdefault(steps[i].root, []).append(i)
-        renamed: dict[int, bool] = {}
+        renaming = _Renaming(indices)
         for name, idx in by_root.items():
-            rels = [steps[i].path for i in idx]
-            renamed.update(zip(idx, self.roots[name].rename_many_into(rels, self.backup, [f"files/{name}/{r}" for r in rels])))
+            got = self.roots[name].rename_pairs([steps[i].path for i in idx], self.backup,
+                                                [f"files/{name}/{steps[i].path}" for i in idx])
+            if got is not None:  # else: not renames (another file system, no renameat2): _apply
+                renaming.order.extend(idx)
+                renaming.pairs.extend(got)
+        return renaming
+
+    def _start_renames(self, renaming: "_Renaming", state: JournalState) -> "_Renaming":
+        """Start the renames (their begin records are durable) in the co-process, else run them
+        here; then encode their manifest entries (while the co-process renames)."""
+        self._step_lines(renaming.indices)
+        if self._co is not None:
+            renaming.sent = self._co.submit(renaming.pairs)
+        if renaming.sent is None:
+            renaming.done = run_renames(renaming.pairs)
+        steps = self.plan.steps
+        renaming.entries = [_moved_entry(steps[i], self.roots[steps[i].root], state.begun[i]["pre"]["size"],
+                                         state.begun[i]["pre"]["sha256"]) for i in renaming.indices]
+        return renaming
+
+    def _finish_renames(self, renaming: "_Renaming", state: JournalState, sync: bool) -> list[dict[str, Any]]:
+        """Wait for the renames, take the general path (`_apply`) for those not done, and return
+        the done records in plan order (their folders fsynced first with `sync`). When the
+        co-process failed halfway, none counts as done: `_apply` finds out from the files."""
+        done = renaming.done
+        if done is None:
+            errnos = self._co.renamed(renaming.sent) if self._co is not None else None
+            done = [False] * len(renaming.pairs) if errnos is None else rename_outcomes(errnos)
+        renamed = dict(zip(renaming.order, done))
+        steps = self.plan.steps
         tick = self.meter.tick if self.meter.out is not None else None
-        for i in indices:
+        records = []
+        for i, entry in zip(renaming.indices, renaming.entries):
             step, pre = steps[i], state.begun[i]["pre"]
-            entry = (_moved_entry(step, self.roots[step.root], pre["size"], pre["sha256"])
-                     if renamed[i] else self._apply(step, pre))
-            rec = {"event": "done", "step": i, "manifest": entry}
-            pending.append(rec)
+            rec = {"event": "done", "step": i, "manifest": entry if renamed.get(i) else self._apply(step, pre)}
+            records.append(rec)
             state.done[i] = rec
-            touched.append(step)
             if tick is not None:
                 tick(pre.get("size") or 0)
+        if sync:
+            self._sync([steps[i] for i in renaming.indices])
+        return records
 
     def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                       touched: list[Step]) -> None:

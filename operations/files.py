@@ -15,7 +15,6 @@ import re
 import shutil
 import stat
 import struct
-import sys
 import threading
 import uuid
 import zlib
@@ -23,7 +22,7 @@ from typing import Any, Optional
 
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir, parallel_map
-from streamctl.operations.hasher import hash_file as _hash_file
+from streamctl.operations.coprocess import rename_all, renameat2
 
 CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
@@ -32,6 +31,35 @@ DELETE_THREADS = 8
 S3_COPY_LIMIT = 5 << 30  # CopyObject copies objects up to 5 GiB in one request
 _S3_LOCK = threading.Lock()
 _NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
+
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_noatime = getattr(os, "O_NOATIME", 0)
+
+
+def hash_file(path: "str | bytes") -> tuple[int, str]:
+    """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
+    half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
+    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
+    global _noatime
+    try:
+        fd = os.open(path, _READ_FLAGS | _noatime)
+    except PermissionError:
+        if not _noatime:
+            raise
+        _noatime = 0  # not the owner of the files: plain reads from now on
+        fd = os.open(path, _READ_FLAGS)
+    try:
+        h = hashlib.sha256()
+        size = 0
+        while True:
+            block = os.read(fd, CHUNK)
+            if not block:
+                return size, h.hexdigest()
+            size += len(block)
+            h.update(block)
+    finally:
+        os.close(fd)
 
 
 def hadoop_crc(data: bytes, bytes_per_checksum: int = 512) -> bytes:
@@ -134,7 +162,7 @@ class Root:
         open (no separate existence check)."""
         if self.is_local:
             try:
-                return _hash_file(self.local(rel))
+                return hash_file(self.local(rel))
             except FileNotFoundError:
                 return None
             except IsADirectoryError:
@@ -149,7 +177,7 @@ class Root:
         which the general `digest_if_exists` then decides."""
         if self.is_local:
             try:
-                return _hash_file(self.local(rel))
+                return hash_file(self.local(rel))
             except OSError:
                 return None
         if self._is_s3:
@@ -249,7 +277,7 @@ class Root:
             return self.tree_digest(rel)
         if self.is_local:
             try:
-                return _hash_file(self.local(rel))
+                return hash_file(self.local(rel))
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
@@ -549,15 +577,22 @@ class Root:
     def rename_many_into(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> list[bool]:
         """`rename_into` of many paths in one loop (a step of a 100,000-file trim is a few
         microseconds of Python around the kernel's rename, not a call chain per file)."""
-        if not (self.is_local and dest.is_local) or _RENAME.noreplace is None:
-            return [False] * len(rels)
-        rename, made, out = _RENAME.noreplace, dest._made, []
+        pairs = self.rename_pairs(rels, dest, dest_rels)
+        return [False] * len(rels) if pairs is None else _RENAME.run(pairs)
+
+    def rename_pairs(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> Optional[list[tuple[str, str]]]:
+        """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
+        made (once per folder); None when they cannot be renames (not both local, no
+        renameat2)."""
+        if not (self.is_local and dest.is_local) or not _RENAME.usable():
+            return None
+        made, out = dest._made, []
         for rel, dest_rel in zip(rels, dest_rels):
-            src, dst = self.local(rel), dest.local(dest_rel)
+            dst = dest.local(dest_rel)
             parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
             if parent not in made:
                 dest._makedirs(parent)
-            out.append(rename(src, dst))
+            out.append((self.local(rel), dst))
         return out
 
     def move_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
@@ -625,43 +660,34 @@ class Root:
 
 
 class _Renamer:
-    """renameat2(..., RENAME_NOREPLACE) through the C library, loaded on first use; `noreplace`
-    is None where it does not exist (not Linux, an old C library)."""
-
-    AT_FDCWD = -100
-    RENAME_NOREPLACE = 1
+    """renameat2(..., RENAME_NOREPLACE) through the C library, looked up on first use; not used
+    where it does not exist (not Linux, an old C library) or where a file system refuses it."""
 
     def __init__(self) -> None:
         self._fn: Any = False  # not looked up yet
 
-    @property
-    def noreplace(self) -> Optional[Any]:
+    def usable(self) -> bool:
         if self._fn is False:
+            self._fn = renameat2()
+        return self._fn is not None
+
+    def run(self, pairs: list[tuple[str, str]]) -> list[bool]:
+        """Each rename in order, in this process: True when done."""
+        if not self.usable():
+            return [False] * len(pairs)
+        return self.outcomes(rename_all(self._fn, [(os.fsencode(s), os.fsencode(d)) for s, d in pairs]))
+
+    def outcomes(self, errnos: list[int]) -> list[bool]:
+        """True for each rename done (errno 0); a file system (or kernel) without RENAME_NOREPLACE
+        (EINVAL, ENOSYS) ends its use in this process."""
+        if errno.EINVAL in errnos or errno.ENOSYS in errnos:
             self._fn = None
-            try:
-                import ctypes
-
-                fn = ctypes.CDLL(None, use_errno=True).renameat2
-                fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-                fn.restype = ctypes.c_int
-                self._get_errno = ctypes.get_errno
-                self._fn = fn
-            except (OSError, AttributeError):
-                pass
-        return None if self._fn is None else self._rename
-
-    def _rename(self, src: str, dst: str) -> bool:
-        if self._fn(self.AT_FDCWD, src.encode(_FS_ENCODING, _FS_ERRORS), self.AT_FDCWD, dst.encode(_FS_ENCODING, _FS_ERRORS),
-                    self.RENAME_NOREPLACE) == 0:
-            return True
-        err = self._get_errno()
-        if err in (errno.EINVAL, errno.ENOSYS):  # a file system (or kernel) without it: never again
-            self._fn = None
-        return False
+        return [e == 0 for e in errnos]
 
 
-_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()  # what os.fsencode uses
 _RENAME = _Renamer()
+run_renames = _RENAME.run  # renames (rename_pairs) in this process
+rename_outcomes = _RENAME.outcomes  # the errnos of renames run elsewhere (the co-process), as done or not
 
 
 def _gcs_token(where: str) -> str:

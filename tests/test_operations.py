@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,11 +209,13 @@ def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path)
     assert 0 in journal.read().begun
 
 
-def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_exactly(tmp_path: Path) -> None:
-    """More moves than one group commit (BATCH_STEPS): the second batch is read and hashed while
-    the first one renames. A crash after half the done records of the first batch (in the write
-    that also carries the second batch's begin records) leaves renamed files without their
-    records and the second batch untouched; the resume records them from the backup, moves the
+@pytest.mark.parametrize("where", ["second batch's begin records", "done records"])
+def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_exactly(tmp_path: Path, where: str) -> None:
+    """More moves than one group commit (BATCH_STEPS): the first batch renames in the co-process
+    while the second batch is read, hashed and its begin records committed. A crash (the parent
+    ends; the co-process dies with it) halfway through the second batch's begin records, or
+    halfway through the done records, leaves each file in exactly one place, nothing moved that
+    has no durable begin record; the resume records what was moved from the backup, moves the
     rest, and undo puts back every byte."""
     from streamctl.operations.executor import BATCH_STEPS
 
@@ -226,7 +229,9 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     assert BATCH_STEPS < len(steps) < 2 * BATCH_STEPS
     plan = _plan(steps, {"checkpoint": str(ck)})
     Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
-    crash = 1 + BATCH_STEPS + BATCH_STEPS // 2  # start, the first batch's begin records, half its done records
+    second = len(steps) - BATCH_STEPS
+    # start, the first batch's begin records, then half the second's; or every begin record and half a batch of done records
+    crash = 1 + BATCH_STEPS + (second // 2 if where.startswith("second") else second + BATCH_STEPS // 2)
     code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
             "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
             "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
@@ -235,9 +240,16 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     assert proc.returncode == 86
     records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     events = [r["event"] for r in records]
-    assert events.count("done") == BATCH_STEPS // 2 and events.count("begin") == BATCH_STEPS and "finished" not in events
-    # every rename of the first batch ran before its records' group commit; the second batch is untouched
-    assert set(_tree(ck)) == {s.path for s in steps[BATCH_STEPS:]}
+    assert "finished" not in events and events.count("begin") + events.count("done") == crash - 1
+    begun = {steps[r["step"]].path for r in records if r["event"] == "begin"}
+    time.sleep(0.2)  # a co-process that outlived its parent would move more files meanwhile
+    moved = set(_tree(backup / "files" / "checkpoint")) if (backup / "files").exists() else set()
+    assert moved <= begun  # nothing moved without a durable begin record
+    assert set(_tree(ck)) == set(before) - moved  # each file in exactly one place
+    if where.startswith("second"):
+        assert events.count("done") == 0 and len(begun) == BATCH_STEPS + second // 2
+    else:
+        assert len(begun) == len(steps) and moved >= {s.path for s in steps[:BATCH_STEPS]}
 
     roots = {"checkpoint": Root("checkpoint", str(ck))}
     state = Executor(plan, roots, Root("backup", str(backup))).run()

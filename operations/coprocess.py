@@ -1,0 +1,180 @@
+"""The executor's co-process: it renames local files (renameat2, RENAME_NOREPLACE) while the
+executor encodes the journal records of those renames and reads and hashes the next group
+commit's files, so the Python work and the kernel's renames overlap on two cores.
+
+Why a second interpreter and not a thread: renames and reads are short system calls, each of
+which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
+on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the storage's speed"). A
+co-process has its own GIL. It imports nothing of streamctl but this module (stdlib only), and is
+started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
+
+Protocol (docs/formats/streamctl.md#the-renaming-co-process), bytes on the child's stdin and
+stdout, one request at a time: `m <n>\\n` then 2n lines, the source and target of each rename
+(absolute, os.fsencode; renames with a line break in a path are run in process instead); each is
+one renameat2(RENAME_NOREPLACE), which never replaces anything. The answer is n lines in the same
+order: `0` done, or the errno of the failure (the caller takes its general path for those).
+The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
+each request): no rename runs after the executor is gone.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import IO, Callable, Optional
+
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1
+ENOSYS = 38  # what an answer says when this platform has no renameat2
+
+
+def renameat2() -> Optional[Callable[..., int]]:
+    """renameat2 of the C library (Linux, glibc 2.28+), or None."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def rename_all(fn: Optional[Callable[..., int]], pairs: list[tuple[bytes, bytes]]) -> list[int]:
+    """renameat2(src, dst, RENAME_NOREPLACE) of each pair, in order: 0 or the errno. Relative to
+    one open descriptor per folder (O_PATH), so the kernel walks each path once per folder, not
+    once per file."""
+    if fn is None:
+        return [ENOSYS] * len(pairs)
+    import ctypes
+
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fds: dict[bytes, int] = {}
+    out: list[int] = []
+    try:
+        for src, dst in pairs:
+            sdir, _, sname = src.rpartition(b"/")
+            ddir, _, dname = dst.rpartition(b"/")
+            try:
+                sfd = fds.get(sdir)
+                if sfd is None:
+                    sfd = fds[sdir] = os.open(sdir or b"/", flags)
+                dfd = fds.get(ddir)
+                if dfd is None:
+                    dfd = fds[ddir] = os.open(ddir or b"/", flags)
+            except OSError as exc:
+                out.append(exc.errno or ENOSYS)
+                continue
+            out.append(0 if fn(sfd, sname, dfd, dname, RENAME_NOREPLACE) == 0 else ctypes.get_errno() or ENOSYS)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return out
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent ends (Linux), and an exit now if it is gone already."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
+    """The co-process: answer requests until stdin closes. A request is read whole before any
+    file is renamed, so the parent's write never waits on the renames."""
+    fn = renameat2()
+    while True:
+        head = inp.readline()
+        if not head.startswith(b"m "):
+            return  # stdin closed (or not a request of this protocol)
+        lines = [inp.readline()[:-1] for _ in range(2 * int(head[2:]))]
+        if parent is not None and os.getppid() != parent:
+            return  # the executor is gone: nothing more is renamed
+        out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2])))))
+        out.flush()
+
+
+class CoProcess:
+    """The co-process, started on first use: `submit` renames, later `renamed` them (one request
+    at a time). Any failure of the co-process (it cannot start, it died, a short answer) makes
+    `renamed` return None and stops using it: the caller then renames in process."""
+
+    def __init__(self) -> None:
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._broken = False
+        self._waiting = 0  # answers sent for and not read
+
+    def submit(self, pairs: list[tuple[str, str]]) -> Optional[int]:
+        """Send renames (source, target: absolute local paths) to run in order; their number to
+        pass to `renamed`, None when they were not sent (nothing of them was renamed)."""
+        if self._broken or not pairs or self._waiting:
+            return None
+        data = [os.fsencode(p) for pair in pairs for p in pair]
+        if any(b"\n" in p for p in data):
+            return None
+        try:
+            if self._proc is None:
+                self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(b"m %d\n%s\n" % (len(pairs), b"\n".join(data)))
+            self._proc.stdin.flush()
+        except OSError:
+            self.close()
+            return None
+        self._waiting = len(pairs)
+        return len(pairs)
+
+    def renamed(self, n: Optional[int]) -> Optional[list[int]]:
+        """The answers of the submitted renames: 0 (done) or the errno, each; None when the
+        co-process failed (then any of them may or may not have happened: the caller finds out
+        from the files, after this returned: the co-process has ended by then)."""
+        if n is None or self._proc is None or n != self._waiting:
+            return None
+        assert self._proc.stdout is not None
+        try:
+            lines = [self._proc.stdout.readline() for _ in range(n)]
+            if not lines[-1].endswith(b"\n"):
+                raise OSError("the co-process ended")
+            out = [int(line) for line in lines]
+        except (OSError, ValueError):
+            self.close()
+            return None
+        self._waiting = 0
+        return out
+
+    def close(self) -> None:
+        """End the co-process: by closing its input when every answer was read, else (a failure,
+        an operation that stops early) by killing it. Returns when it has ended."""
+        self._broken = True
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if self._waiting:
+            proc.kill()
+        try:
+            if proc.stdin is not None:
+                proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+if __name__ == "__main__":
+    _parent = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else None
+    if _parent is not None:
+        _die_with_parent(_parent)
+    serve(sys.stdin.buffer, sys.stdout.buffer, _parent)
