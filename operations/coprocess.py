@@ -116,15 +116,16 @@ class CoProcess:
         pass to `renamed`, None when they were not sent (nothing of them was renamed)."""
         if self._broken or not pairs or self._waiting:
             return None
-        data = [os.fsencode(p) for pair in pairs for p in pair]
-        if any(b"\n" in p for p in data):
+        text = "\n".join(p for pair in pairs for p in pair)
+        if text.count("\n") != 2 * len(pairs) - 1:  # a line break in a path
             return None
+        data = os.fsencode(text)  # one encode, not one per path
         try:
             if self._proc is None:
                 self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             assert self._proc.stdin is not None
-            self._proc.stdin.write(b"m %d\n%s\n" % (len(pairs), b"\n".join(data)))
+            self._proc.stdin.write(b"m %d\n%s\n" % (len(pairs), data))
             self._proc.stdin.flush()
         except OSError:
             self.close()

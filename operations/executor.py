@@ -540,9 +540,12 @@ class Executor:
                 remote.append(i)
             else:
                 local.append(i)
+        by_root: dict[str, list[int]] = {}
         for i in local:
-            step = self.plan.steps[i]
-            pres[i] = _digest_record(self.roots[step.root].digest_if_exists(step.path))
+            by_root.setdefault(self.plan.steps[i].root, []).append(i)
+        for name, idx in by_root.items():
+            for i, d in zip(idx, self.roots[name].digests_if_exist([self.plan.steps[i].path for i in idx])):
+                pres[i] = None if d is None else {"size": d[0], "sha256": d[1]}
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
                 self.plan.steps[i].path), remote)):
             step = self.plan.steps[i]

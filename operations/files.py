@@ -171,6 +171,33 @@ class Root:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         return self.digest(rel) if self.exists(rel) else None
 
+    def digests_if_exist(self, rels: list[str]) -> list[Optional[tuple[int, str]]]:
+        """digest_if_exists of each path, in order; local files read in one loop (a batch of
+        8,192 steps, no call chain per file); folders and errors take digest_if_exists."""
+        head = self._head()
+        if head is None:
+            return [self.digest_if_exists(rel) for rel in rels]
+        out: list[Optional[tuple[int, str]]] = []
+        for rel in rels:
+            if is_normal_rel(rel):
+                try:
+                    out.append(hash_file(head + rel))
+                    continue
+                except FileNotFoundError:
+                    out.append(None)
+                    continue
+                except OSError:
+                    pass
+            out.append(self.digest_if_exists(rel))  # a folder, an error, a path to normalise: as always
+        return out
+
+    def _head(self) -> Optional[str]:
+        """The local path prefix of this root's normal relative paths (`local(rel) == head + rel`
+        when `is_normal_rel(rel)`); None on object stores and where the separator is not "/"."""
+        if not self.is_local or os.sep != "/":
+            return None
+        return f"{self.location.rstrip('/')}/" if self.location != "/" else "/"
+
     def file_digest(self, rel: str) -> Optional[tuple[int, str]]:
         """(size, sha256) of an object read once (one request on object stores: no existence or
         kind check first); None when `rel` is not a plain file there (missing, or a folder),
@@ -587,12 +614,13 @@ class Root:
         if not (self.is_local and dest.is_local) or not _RENAME.usable():
             return None
         made, out = dest._made, []
+        head, dest_head = self._head(), dest._head()
         for rel, dest_rel in zip(rels, dest_rels):
-            dst = dest.local(dest_rel)
+            dst = dest_head + dest_rel if dest_head is not None and is_normal_rel(dest_rel) else dest.local(dest_rel)
             parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
             if parent not in made:
                 dest._makedirs(parent)
-            out.append((self.local(rel), dst))
+            out.append((head + rel if head is not None and is_normal_rel(rel) else self.local(rel), dst))
         return out
 
     def move_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
