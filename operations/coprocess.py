@@ -23,7 +23,6 @@ import subprocess
 import sys
 from typing import IO, Callable, Optional
 
-AT_FDCWD = -100
 RENAME_NOREPLACE = 1
 ENOSYS = 38  # what an answer says when this platform has no renameat2
 
