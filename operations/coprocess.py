@@ -18,13 +18,13 @@ each request): no rename runs after the executor is gone.
 """
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from typing import IO, Callable, Optional
 
 RENAME_NOREPLACE = 1
-ENOSYS = 38  # what an answer says when this platform has no renameat2
 
 
 def renameat2() -> Optional[Callable[..., int]]:
@@ -45,7 +45,7 @@ def rename_all(fn: Optional[Callable[..., int]], pairs: list[tuple[bytes, bytes]
     one open descriptor per folder (O_PATH), so the kernel walks each path once per folder, not
     once per file."""
     if fn is None:
-        return [ENOSYS] * len(pairs)
+        return [errno.ENOSYS] * len(pairs)
     import ctypes
 
     flags = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -63,9 +63,9 @@ def rename_all(fn: Optional[Callable[..., int]], pairs: list[tuple[bytes, bytes]
                 if dfd is None:
                     dfd = fds[ddir] = os.open(ddir or b"/", flags)
             except OSError as exc:
-                out.append(exc.errno or ENOSYS)
+                out.append(exc.errno or errno.ENOSYS)
                 continue
-            out.append(0 if fn(sfd, sname, dfd, dname, RENAME_NOREPLACE) == 0 else ctypes.get_errno() or ENOSYS)
+            out.append(0 if fn(sfd, sname, dfd, dname, RENAME_NOREPLACE) == 0 else ctypes.get_errno() or errno.ENOSYS)
     finally:
         for fd in fds.values():
             os.close(fd)
@@ -101,8 +101,8 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
 
 
 class CoProcess:
-    """The co-process, started on first use: `submit` renames, later `renamed` them (one request
-    at a time). Any failure of the co-process (it cannot start, it died, a short answer) makes
+    """The co-process, started on first use: `submit` renames, later `renamed` gives their answers
+    (one request at a time). Any failure of the co-process (it cannot start, it died, a short answer) makes
     `renamed` return None and stops using it: the caller then renames in process."""
 
     def __init__(self) -> None:
@@ -110,14 +110,14 @@ class CoProcess:
         self._broken = False
         self._waiting = 0  # answers sent for and not read
 
-    def submit(self, pairs: list[tuple[str, str]]) -> Optional[int]:
-        """Send renames (source, target: absolute local paths) to run in order; their number to
-        pass to `renamed`, None when they were not sent (nothing of them was renamed)."""
+    def submit(self, pairs: list[tuple[str, str]]) -> bool:
+        """Send renames (source, target: absolute local paths) to run in order; False when they
+        were not sent (nothing of them was renamed)."""
         if self._broken or not pairs or self._waiting:
-            return None
+            return False
         text = "\n".join(p for pair in pairs for p in pair)
         if text.count("\n") != 2 * len(pairs) - 1:  # a line break in a path
-            return None
+            return False
         data = os.fsencode(text)  # one encode, not one per path
         try:
             if self._proc is None:
@@ -128,19 +128,19 @@ class CoProcess:
             self._proc.stdin.flush()
         except OSError:
             self.close()
-            return None
+            return False
         self._waiting = len(pairs)
-        return len(pairs)
+        return True
 
-    def renamed(self, n: Optional[int]) -> Optional[list[int]]:
+    def renamed(self) -> Optional[list[int]]:
         """The answers of the submitted renames: 0 (done) or the errno, each; None when the
         co-process failed (then any of them may or may not have happened: the caller finds out
         from the files, after this returned: the co-process has ended by then)."""
-        if n is None or self._proc is None or n != self._waiting:
+        if self._proc is None or not self._waiting:
             return None
         assert self._proc.stdout is not None
         try:
-            lines = [self._proc.stdout.readline() for _ in range(n)]
+            lines = [self._proc.stdout.readline() for _ in range(self._waiting)]
             if not lines[-1].endswith(b"\n"):
                 raise OSError("the co-process ended")
             out = [int(line) for line in lines]

@@ -352,13 +352,13 @@ class Meter:
 @dataclass
 class _Renaming:
     """A batch of local moves by rename: the steps, the (source, target) paths of those that are
-    renames (`order`: their steps), the co-process request (`sent`) or the outcomes of renames run
-    in process (`done`), and the steps' manifest entries as renamed."""
+    renames (`order`: their steps), whether they went to the co-process (`sent`) or the outcomes of
+    renames run in process (`done`), and the steps' manifest entries as renamed."""
 
     indices: list[int]
     order: list[int] = field(default_factory=list)
     pairs: list[tuple[str, str]] = field(default_factory=list)
-    sent: Optional[int] = None
+    sent: bool = False
     done: Optional[list[bool]] = None
     entries: list[dict[str, Any]] = field(default_factory=list)
 
@@ -430,25 +430,23 @@ class Executor:
                 committed = time.monotonic()
                 pending = []
                 renaming = self._prepare_renames(batch) if self._co is not None and self._renames_only(batch, state) else None
-                if running is not None:  # the batch before: its renames done and recorded
-                    pending = self._finish_renames(running, state, sync=False)
-                if renaming is None:
-                    if running is not None:
-                        self._sync([self.plan.steps[i] for i in running.indices])
-                        running = None
-                    pending += self._act(batch, new, state, first_run)
-                    continue
-                started = self._start_renames(renaming, state)
-                if running is not None:  # while this batch renames: the batch before's folders
-                    self._sync([self.plan.steps[i] for i in running.indices])
+                before, running = running, None
+                if before is not None:  # the batch before: its renames done and recorded
+                    pending = self._finish_renames(before, state)
+                if renaming is not None:
+                    running = self._start_renames(renaming, state)
+                if before is not None:  # its folders, while this batch renames
+                    self._sync([self.plan.steps[i] for i in before.indices])
                     if time.monotonic() - committed > BATCH_SECONDS:  # done records not held back long
                         self.journal.append_many(pending)
                         pending = []
-                running = started
-                if n + 1 < len(batches):  # read while the co-process renames
+                if running is None:
+                    pending += self._act(batch, new, state, first_run)
+                elif n + 1 < len(batches):  # read while the co-process renames
                     pres_next = self._pre_images([i for i in batches[n + 1] if i not in state.begun])
             if running is not None:
-                pending += self._finish_renames(running, state, sync=True)
+                pending += self._finish_renames(running, state)
+                self._sync([self.plan.steps[i] for i in running.indices])
         finally:
             if self._co is not None:
                 self._co.close()  # killed when answers are left unread (an operation that stops early)
@@ -545,7 +543,7 @@ class Executor:
             by_root.setdefault(self.plan.steps[i].root, []).append(i)
         for name, idx in by_root.items():
             for i, d in zip(idx, self.roots[name].digests_if_exist([self.plan.steps[i].path for i in idx])):
-                pres[i] = None if d is None else {"size": d[0], "sha256": d[1]}
+                pres[i] = _digest_record(d)
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
                 self.plan.steps[i].path), remote)):
             step = self.plan.steps[i]
@@ -584,7 +582,7 @@ class Executor:
         file system) takes the general path of `_apply`, in order. One thread: threads fight
         for the GIL between these short system calls (BENCHMARKS.md)."""
         if indices:
-            records = self._finish_renames(self._start_renames(self._prepare_renames(indices), state), state, sync=False)
+            records = self._finish_renames(self._start_renames(self._prepare_renames(indices), state), state)
             pending.extend(records)
             touched.extend(self.plan.steps[i] for i in indices)
 
@@ -609,20 +607,20 @@ class Executor:
         self._step_lines(renaming.indices)
         if self._co is not None:
             renaming.sent = self._co.submit(renaming.pairs)
-        if renaming.sent is None:
+        if not renaming.sent:
             renaming.done = run_renames(renaming.pairs)
         steps = self.plan.steps
         renaming.entries = [_moved_entry(steps[i], self.roots[steps[i].root], state.begun[i]["pre"]["size"],
                                          state.begun[i]["pre"]["sha256"]) for i in renaming.indices]
         return renaming
 
-    def _finish_renames(self, renaming: "_Renaming", state: JournalState, sync: bool) -> list[dict[str, Any]]:
+    def _finish_renames(self, renaming: "_Renaming", state: JournalState) -> list[dict[str, Any]]:
         """Wait for the renames, take the general path (`_apply`) for those not done, and return
-        the done records in plan order (their folders fsynced first with `sync`). When the
+        the done records in plan order (to be written once their folders are fsynced). When the
         co-process failed halfway, none counts as done: `_apply` finds out from the files."""
         done = renaming.done
         if done is None:
-            errnos = self._co.renamed(renaming.sent) if self._co is not None else None
+            errnos = self._co.renamed() if self._co is not None else None
             done = [False] * len(renaming.pairs) if errnos is None else rename_outcomes(errnos)
         renamed = dict(zip(renaming.order, done))
         steps = self.plan.steps
@@ -635,8 +633,6 @@ class Executor:
             state.done[i] = rec
             if tick is not None:
                 tick(pre.get("size") or 0)
-        if sync:
-            self._sync([steps[i] for i in renaming.indices])
         return records
 
     def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],

@@ -107,6 +107,7 @@ class Root:
         self.storage = Storage.open(location)
         self.is_local = self.storage.is_local  # asked per step: an attribute, not a property chain
         self.location = self.storage.display
+        self._prefix = f"{self.location.rstrip('/')}/" if self.location != "/" else "/"  # local(rel) == prefix + rel
         self._fs = None
         self._fs_root = ""
         self._s3_cached: Any = None
@@ -123,7 +124,7 @@ class Root:
     def local(self, rel: str) -> str:
         rel = check_rel(rel, self.location)
         if os.sep == "/":
-            return f"{self.location.rstrip('/')}/{rel}" if self.location != "/" else f"/{rel}"
+            return self._prefix + rel
         return os.path.join(self.location, *rel.split("/"))
 
     def _remote(self, rel: str) -> str:
@@ -194,9 +195,7 @@ class Root:
     def _head(self) -> Optional[str]:
         """The local path prefix of this root's normal relative paths (`local(rel) == head + rel`
         when `is_normal_rel(rel)`); None on object stores and where the separator is not "/"."""
-        if not self.is_local or os.sep != "/":
-            return None
-        return f"{self.location.rstrip('/')}/" if self.location != "/" else "/"
+        return self._prefix if self.is_local and os.sep == "/" else None
 
     def file_digest(self, rel: str) -> Optional[tuple[int, str]]:
         """(size, sha256) of an object read once (one request on object stores: no existence or
@@ -599,13 +598,8 @@ class Root:
         renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
         renamed; False when that cannot be done here and now (nothing at `rel`, something at
         `dest_rel`, another file system, no renameat2): the caller takes the general path."""
-        return self.rename_many_into([rel], dest, [dest_rel])[0]
-
-    def rename_many_into(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> list[bool]:
-        """`rename_into` of many paths in one loop (a step of a 100,000-file trim is a few
-        microseconds of Python around the kernel's rename, not a call chain per file)."""
-        pairs = self.rename_pairs(rels, dest, dest_rels)
-        return [False] * len(rels) if pairs is None else _RENAME.run(pairs)
+        pairs = self.rename_pairs([rel], dest, [dest_rel])
+        return pairs is not None and _RENAME.run(pairs)[0]
 
     def rename_pairs(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> Optional[list[tuple[str, str]]]:
         """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
