@@ -48,6 +48,9 @@ def align(
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Accept a plan that loses some epochs."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Also drop the planned-but-uncommitted "
                                            "batch after the target (Spark plans it anew)."),
+    async_progress: bool = options.ASYNC_PROGRESS_OPT,
+    query_id: Optional[str] = typer.Option(None, "--query-id", help="The query id to write into a lost or torn "
+                                           "metadata file (when no lease proves it)."),
     break_lock: bool = BREAK_LOCK_OPT,
     quiet_period: Optional[float] = QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
@@ -71,6 +74,7 @@ def align(
       streamctl align /data/chk/orders --sink /data/out/orders
       streamctl align /data/chk/orders --sink /data/out/orders --execute
       streamctl align /data/chk/orders --sink /data/out/orders --to 41 --allow-loss --execute
+      streamctl align /data/chk/orders --query-id 4f1c0b7e-2d7a-4a8e-9a43-0d5c1e2b3a4f --execute  # lost metadata
       streamctl align --resume /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
       streamctl align --undo /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
     """
@@ -80,13 +84,21 @@ def align(
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
+    if query_id is not None:
+        import uuid
+
+        try:
+            uuid.UUID(query_id)
+        except ValueError:
+            raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
     target = mutation.front("align", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:
         return
     location, sink, sink_kind, app_id, config = target
     req = AlignRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config), to=to,
-                       allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight)
+                       allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight,
+                       async_progress=async_progress, query_id=query_id)
     # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
     mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json, lambda plan: (

@@ -35,6 +35,9 @@ SINK_OPT = typer.Option(None, "--sink", help=SINK_HELP)
 ONE_SINK_OPT = typer.Option(None, "--sink", help="The sink this checkpoint writes to (path or URI).")
 SINK_KIND_OPT = typer.Option(SinkKind.auto, "--sink-kind", help=SINK_KIND_HELP)
 APP_ID_OPT = typer.Option(None, "--app-id", help=APP_ID_HELP)
+ASYNC_PROGRESS_OPT = typer.Option(
+    False, "--async-progress", help="The query runs with asyncProgressTrackingEnabled=true: its gaps in offsets/ and "
+    "commits/ are Spark's own (Spark writes no trace of the option; without it a lost offsets/P-1 is damage).")
 QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
 FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")

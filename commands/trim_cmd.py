@@ -40,6 +40,7 @@ def trim(
     execute: bool = EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
     backup_dir: Optional[str] = BACKUP_DIR_OPT,
+    async_progress: bool = options.ASYNC_PROGRESS_OPT,
     break_lock: bool = BREAK_LOCK_OPT,
     quiet_period: Optional[float] = QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
@@ -70,6 +71,7 @@ def trim(
         return
     location, sink, sink_kind, app_id, config = target
     req = TrimRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config),
-                      keep_epochs=keep_epochs, keep_rollback_to=keep_rollback_to, purge=purge)
+                      keep_epochs=keep_epochs, keep_rollback_to=keep_rollback_to, purge=purge,
+                      async_progress=async_progress)
     mutation.plan_or_execute("trim", location, lambda: plan_trim(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json)

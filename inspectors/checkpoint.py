@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import ERROR, WARNING, Finding, count_of, finding_records, ids_of, missing_ranges, ranges_text, summarize, verdict_of
+from streamctl.inspectors.findings import ERROR, INFO, WARNING, Finding, count_of, finding_records, ids_of, missing_ranges, ranges_text, summarize, verdict_of
 from streamctl.inspectors.logs import (
     batch_id_of,
     CommitEntry,
@@ -35,6 +35,7 @@ from streamctl.inspectors.state import (
     read_state,
     store_status,
 )
+from streamctl.inspectors.masked import masked
 from streamctl.inspectors.storage import Storage
 
 if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean
@@ -183,17 +184,22 @@ Progress = Callable[[str], None]
 
 def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink: Optional[str] = None,
                        sink_kind: str = "auto", app_id: Optional[str] = None,
-                       quiet_period_s: Optional[float] = None, now_ms: Optional[int] = None) -> QueryInspection:
+                       quiet_period_s: Optional[float] = None, now_ms: Optional[int] = None,
+                       absent: frozenset[str] = frozenset(), sink_absent: frozenset[str] = frozenset()) -> QueryInspection:
     """Inspect the checkpoint at `location` (local path or URI), and with `sink` the sink it
     writes to (its epoch joins the positions, its writers the parallel-writer analysis; a Delta
     sink's txn app id defaults to the checkpoint's query id). Never raises for bad input.
 
     Liveness (LIVE_QUERY): with `quiet_period_s` (0 turns it off; a negative value means "derive
     it from the trigger interval"), a newest offsets/commits file changed within the quiet period
-    means the query looks alive."""
+    means the query looks alive.
+
+    `absent` / `sink_absent`: files of the checkpoint / sink (relative paths) taken as absent:
+    align inspects the checkpoint as its plan leaves it after moving torn files aside
+    (inspectors/masked.py)."""
     known = True
     try:
-        storage = Storage.open(location)
+        storage = masked(Storage.open(location), absent)
         q = _Inspector(storage, progress, quiet_period_s, now_ms).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
@@ -204,7 +210,7 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
 
     if progress:
         progress(f"reading sink {sink}")
-    log = read_sink(sink, sink_kind, app_id or q.query_id)
+    log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
     if known:  # derived from the checkpoint's positions only when they are known
         sink_findings, older = _repartition_sink_gaps(location, log, q)
         checkpoint_findings = q.findings + tuple(older)
@@ -653,11 +659,20 @@ class _Inspector:
         resume = "nothing committed yet" if C is None else f"resumes after batch {C}"
         fails = (f"; a restart without it fails (\"batch {P - 1} doesn't exist\": Spark reads offsets/{P - 1})"
                  if prev_missing else "")
+        # The outcome hangs on a writer option Spark leaves no trace of: unless the offsets conf
+        # proves it, take the failing outcome (docs/model.md#verdicts-and-exit-codes): an error, and align rolls
+        # back to a restartable epoch unless told `--async-progress`.
+        unproven = prev_missing and evidence != "offsets_conf"
+        if unproven:
+            fails += (f". Nothing on disk proves the option is on, so streamctl takes the failing outcome: "
+                      f"`streamctl align` rolls back to a restartable epoch, or `streamctl align --async-progress` "
+                      f"keeps the gaps when the query runs with the option")
         self.findings.append(Finding(
             "ASYNC_PROGRESS",
             f"async progress tracking: batch files {ranges_text(gaps) if gaps else 'below ' + str(P)} were never "
             f"persisted ({why}). A restart with asyncProgressTrackingEnabled=true reads the newest files on disk "
             f"({resume}; at-least-once: batches after the newest persisted commit run again){fails}",
+            severity=ERROR if unproven else INFO,
             details={"missing": ids_of(gaps), "missing_count": count_of(gaps), "evidence": evidence,
                      "restart_needs_async": prev_missing}))
 

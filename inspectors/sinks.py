@@ -380,11 +380,15 @@ def detect_kind(st: Storage) -> Optional[str]:
     return found[0] if len(found) == 1 else None
 
 
-def read_sink(location: str, kind: str = "auto", app_id: Optional[str] = None, detail: bool = False) -> SinkLog:
+def read_sink(location: str, kind: str = "auto", app_id: Optional[str] = None, detail: bool = False,
+              absent: frozenset[str] = frozenset()) -> SinkLog:
     """Read the sink at `location`. Never raises for bad input: an unreadable or unknown sink is a
-    SinkLog with an UNREADABLE finding. `detail` reads every log file (for `inspect sink`)."""
+    SinkLog with an UNREADABLE finding. `detail` reads every log file (for `inspect sink`);
+    `absent` files are taken as moved aside (inspectors/masked.py)."""
+    from streamctl.inspectors.masked import masked
+
     try:
-        st = Storage.open(location)
+        st = masked(Storage.open(location), absent)
         what = st.kind("")
         if what != "dir":
             reason = "does not exist" if what == "missing" else "is a file, expected a sink folder"

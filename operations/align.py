@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.masked import masked
+from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
 from streamctl.inspectors.storage import Storage
+from streamctl.operations.damage import assess
+from streamctl.operations.damage import rel_of as _rel_of
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.inspectors.state import state_file
 from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, CheckpointRequest, Option, Plan, Refused, Step,
-                                       epochs_text, refuse_corrupt_state)
+                                       epochs_text, refuse_corrupt_state, refuse_unsafe)
 
 ROLLBACK_SINKS = ("file", "coordinated")
 MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest
@@ -40,6 +44,8 @@ class AlignRequest(CheckpointRequest):
     allow_duplicates: bool = False
     allow_loss: bool = False
     discard_in_flight: bool = False
+    async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
+    query_id: Optional[str] = None  # the query id a lost `metadata` is written with
 
 
 @dataclass
@@ -55,12 +61,23 @@ class _FileSinkLog:
 class _Planner:
     def __init__(self, req: AlignRequest) -> None:
         self.req = req
-        self.st = Storage.open(req.checkpoint)
-        self.notes: list[str] = []
+        # physical damage first: the plan works on the checkpoint as it is once torn files are
+        # moved aside (operations/damage.py)
+        self.damage = assess(req)
+        self.st = masked(Storage.open(req.checkpoint), self.damage.absent)
+        self.notes: list[str] = list(self.damage.notes)
 
     # -- evidence ----------------------------------------------------------------------------
     def inspect(self) -> QueryInspection:
-        q = self.req.inspect()
+        req, dmg = self.req, self.damage
+        q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
+                               app_id=req.app_id or dmg.query_id, quiet_period_s=req.quiet_period_s,
+                               absent=dmg.absent, sink_absent=dmg.sink_absent)
+        if dmg.query_id is not None:  # the plan writes metadata: its UNREADABLE is what it repairs
+            meta = self.st.uri("metadata")
+            q = replace(q, query_id=dmg.query_id, findings=tuple(
+                f for f in q.findings if not (f.code == "UNREADABLE" and f.details.get("path") == meta)))
+        refuse_unsafe(q)
         if q.planned is None:
             raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
         missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]
@@ -192,15 +209,6 @@ def sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
     return None if not rel or rel.startswith("..") or "/../" in f"/{rel}/" else rel
 
 
-def _rel_of(uri: str, base: str) -> Optional[str]:
-    base = base.rstrip("/")
-    b, _, _ = base.partition("?")
-    u, _, _ = uri.partition("?")
-    if u.startswith(b + "/"):
-        return u[len(b) + 1:]
-    return None
-
-
 def _option_text(o: Option) -> str:
     if not o.feasible:
         return f"--to {o.target}: not possible ({o.why})"
@@ -232,6 +240,7 @@ class _Evidence:
     unfinished: Optional[int]  # the planned batch of an unfinished state repartition
     sink_holes: list[int]  # repartition batches the file sink's log lacks (filled by the plan)
     fmt2: bool  # checkpoint format 2 with state: commits name state file ids
+    async_ok: bool  # async progress tracking proven (offsets conf) or stated (--async-progress)
 
     @property
     def c_(self) -> int:
@@ -260,7 +269,7 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     S: Optional[int] = None
     missing_writer_epochs: list[int] = []
     if sink is not None:
-        sink_st = Storage.open(req.sink)  # type: ignore[arg-type]
+        sink_st = masked(Storage.open(req.sink), pl.damage.sink_absent)  # type: ignore[arg-type]
         S = sink.epoch
         if sink.kind == "delta" and not sink.app_id:
             raise Refused(f"{sink.uri}: the Delta txn app id is unknown; pass --app-id")
@@ -278,7 +287,7 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     return _Evidence(q, pl.st, set(q.offsets.batch_ids), set(q.commits.batch_ids), q.planned, q.committed, stores,
                      sink, sink_st, file_log, S_before, S, sink is not None and sink.kind in ROLLBACK_SINKS,
                      missing_writer_epochs, _unfinished_repartition(q), sink_holes,
-                     q.checkpoint_format == 2 and bool(stores))
+                     q.checkpoint_format == 2 and bool(stores), async_ok(q, req.async_progress))
 
 
 def _missing_below(ids: set[int], x: int) -> Optional[int]:
@@ -299,7 +308,7 @@ def _hard_reasons(ev: _Evidence, x: int) -> list[str]:
         r.append(f"epoch {x} is above the newest planned epoch {ev.P}")
     if x not in ev.O:
         r.append(f"offsets/{x} is missing")
-    if x > 0 and x - 1 not in ev.O and not ev.q.async_progress:  # async: the previous file on disk
+    if x > 0 and x - 1 not in ev.O and not ev.async_ok:  # async: the previous file on disk
         r.append(f"offsets/{x - 1} is missing (Spark reads the two newest offsets files)")
     if x <= ev.c_:
         if x not in ev.K and not ev.fillable(x):
@@ -458,7 +467,7 @@ def _checkpoint_log_steps(pl: _Planner, ev: _Evidence, x: int, new_p: int) -> li
     hole_o = _missing_below(O, x)
     hole_k = _missing_below(K | set(writes), x) if K else None
     holes = [h for h in (hole_o, hole_k) if h is not None]
-    if holes and ev.q.async_progress:  # Spark's own gaps (ASYNC_PROGRESS): its restart reads the files around them
+    if holes and ev.async_ok:  # Spark's own gaps (ASYNC_PROGRESS): its restart reads the files around them
         pl.notes.append("async progress tracking: the gaps in offsets/ and commits/ are Spark's own and stay; "
                         "restart the query with asyncProgressTrackingEnabled=true")
     elif holes:
@@ -561,7 +570,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     new_p = x + 1 if keep_next else x
     steps = _checkpoint_log_steps(pl, ev, x, new_p) + _state_steps(ev, x)
     sink_steps, new_s = _sink_steps(pl, ev, x, steps)
-    steps = _unique(steps + sink_steps)
+    steps = steps + sink_steps
+    steps = _unique(pl.damage.first_steps(steps) + steps)
 
     exp_errors = []
     if ev.sink is not None:
@@ -578,10 +588,12 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
         strategy=chosen.strategy if steps else "none", target=x, classification=chosen.classification, steps=steps,
         expected_verdict=expected, duplicates=chosen.duplicates, loss=chosen.loss,
         before={"planned": ev.P, "committed": ev.C, "sink_epoch": ev.S_before, "state_epoch": q.state_epoch,
-                "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
+                "verdict": "unreadable" if pl.damage.torn else q.verdict,
+                "findings": sorted({f.code for f in q.findings} | ({"UNREADABLE"} if pl.damage.torn else set()))},
         after={"planned": new_p, "committed": x, "sink_epoch": new_s, "expected_errors": exp_errors},
         options=options[-8:], notes=pl.notes,
-        settings={"sink_kind": sink.kind if sink is not None else None, "app_id": req.app_id or (sink.app_id if sink else None)},
+        settings={"sink_kind": sink.kind if sink is not None else None, "app_id": req.app_id or (sink.app_id if sink else None),
+                  **({"async_progress": True} if ev.async_ok and req.async_progress else {})},
     )
     if chosen.why and chosen.classification != EXACTLY_ONCE:
         plan.notes.append(chosen.why)
@@ -617,17 +629,30 @@ def _repartition_holes(q: QueryInspection, log: Optional[_FileSinkLog]) -> list[
     return holes
 
 
+def async_ok(q: QueryInspection, stated: bool) -> bool:
+    """Async progress tracking's gaps are Spark's own (align keeps them) when its pattern is on
+    disk and nothing makes the restart hang on the option, or the offsets conf proves it, or the
+    operator says so (`--async-progress`). An unproven ASYNC_PROGRESS error (`offsets/P-1` lost,
+    nothing proving the option) is rolled back like any lost pair (docs/model.md#verdicts-and-exit-codes)."""
+    if not q.async_progress:
+        return False
+    return stated or not any(f.code == "ASYNC_PROGRESS" and f.severity == "error" for f in q.findings)
+
+
 def verify_align(plan: Plan) -> tuple[bool, dict[str, Any]]:
     """Inspect again: positions and verdict must be the promised ones."""
     q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
                            sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
                            quiet_period_s=0)
+    findings = q.findings
+    if plan.settings.get("async_progress"):  # the operator said the option is on: its gaps are no error
+        findings = tuple(f for f in findings if f.code != "ASYNC_PROGRESS")
     got = {"planned": q.planned, "committed": q.committed,
-           "sink_epoch": q.sink.epoch if q.sink is not None else None, "verdict": q.verdict,
+           "sink_epoch": q.sink.epoch if q.sink is not None else None, "verdict": verdict_of(findings),
            "findings": sorted({f.code for f in q.findings})}
     want = plan.after
     ok = (q.planned == want.get("planned") and q.committed == want.get("committed")
-          and (q.sink is None or got["sink_epoch"] == want.get("sink_epoch")) and q.verdict == plan.expected_verdict)
+          and (q.sink is None or got["sink_epoch"] == want.get("sink_epoch")) and got["verdict"] == plan.expected_verdict)
     return ok, got
 
 

@@ -6,11 +6,12 @@ validateAndGetTrigger`; `foreachBatch` and the file sink are refused), with
 `asyncProgressTrackingEnabled=true` and a checkpoint interval longer than the rate source's one
 batch per second, so Spark persists only some batches: `offsets/` and `commits/` skip the same ids.
 
-* `inspect epochs` reads the gaps as ASYNC_PROGRESS (info), not LOG_GAP, and the rate source's
+* `inspect epochs` reads the gaps as ASYNC_PROGRESS, not LOG_GAP (an error where a restart without
+  the option fails, as nothing on disk proves it; info otherwise), and the rate source's
   `sources/0/0` (`v1` and its start time) as `kind` `rate`;
 * what the finding says a restart without the option does (fail with "batch P-1 doesn't exist",
   or run when `offsets/P-1` exists) is what a real restart without it does (on a copy);
-* `align` plans no move below the gaps, `trim --execute` keeps the restart points, and a real
+* `align --async-progress` plans no move below the gaps, `trim --execute` keeps the restart points, and a real
   restart with the option after both resumes: no value of the rate source is lost, and only
   values after the newest persisted commit arrive twice (Spark's at-least-once for async
   progress tracking). PySpark 3.5 allows no recording sink here (see `_start`): that leg checks
@@ -106,10 +107,14 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
     assert "Traceback" not in r.stderr, r
     q = r.json()["queries"][0]
     codes = {f["code"]: f for f in q["findings"]}
-    assert r.code == 0 and q["verdict"] in ("aligned", "recoverable"), q["findings"]
     assert "LOG_GAP" not in codes and "ASYNC_PROGRESS" in codes and q["async_progress"] is True, q["findings"]
     found = codes["ASYNC_PROGRESS"]
     P, C = q["planned"], q["committed"]
+    # nothing on disk proves the option: where a restart without it fails, that is the verdict
+    if found["restart_needs_async"]:
+        assert r.code == 1 and q["verdict"] == "misaligned" and found["severity"] == "error", q["findings"]
+    else:
+        assert r.code == 0 and q["verdict"] in ("aligned", "recoverable"), q["findings"]
     gone = sorted(set(range(_ids(ckpt / "offsets")[0], P)) - set(_ids(ckpt / "offsets")))
     assert found["missing"] == gone and found["evidence"] == "log_pattern", found
     # item 2: the rate source's start time, not UNREADABLE
@@ -129,15 +134,15 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
         _run_until(_start(spark, plain / "checkpoint", plain / "output", async_progress=False),
                    lambda: bool(_ids(plain / "checkpoint/commits")) and _ids(plain / "checkpoint/commits")[-1] > C)
 
-    # align keeps Spark's gaps; trim keeps the restart points both logs hold
-    r = cli("align", str(ckpt), "--json")
+    # told the option is on, align keeps Spark's gaps; trim keeps the restart points both logs hold
+    r = cli("align", str(ckpt), "--json", "--async-progress")
     assert r.code == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
     steps = r.json()["plan"]["steps"] if "plan" in r.json() else []
     assert all(int(s["path"].split("/")[-1].lstrip(".").split(".")[0]) > C for s in steps), steps
     if steps:
-        done = cli("align", str(ckpt), "--execute", "--json")
+        done = cli("align", str(ckpt), "--execute", "--json", "--async-progress")
         assert done.code == 0 and done.json()["verified"] is True, done.stdout + done.stderr
-    done = cli("trim", str(ckpt), "--keep-epochs", "2", "--execute", "--json")
+    done = cli("trim", str(ckpt), "--keep-epochs", "2", "--execute", "--json", "--async-progress")
     assert done.code == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert C in _ids(ckpt / "commits") and C in _ids(ckpt / "offsets")
 
@@ -147,7 +152,8 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
     time.sleep(0.5)
     r = cli("inspect", "epochs", str(ckpt), "--json")
     q = r.json()["queries"][0]
-    assert r.code == 0 and "LOG_GAP" not in {f["code"] for f in q["findings"]}, q["findings"]
+    assert r.code in (0, 1) and "LOG_GAP" not in {f["code"] for f in q["findings"]}, q["findings"]
+    assert {f["code"] for f in q["findings"] if f["severity"] == "error"} <= {"ASYNC_PROGRESS"}, q["findings"]
     assert q["committed"] >= C + 2, q
     if not _records(spark):
         return

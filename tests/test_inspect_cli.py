@@ -112,15 +112,26 @@ ASYNC_GAPS = (4, 6, 8, 10, 11)  # what PySpark 4.3 left with a 500 ms interval (
 
 def test_async_progress_pattern_is_not_a_log_gap(cli, tmp_path):
     """Spark writes no trace of the writer option: the same gaps in both logs of a stateless
-    query are what async progress tracking leaves; a restart without the option fails."""
+    query are what async progress tracking leaves; a restart without the option fails, and as
+    nothing on disk proves the option, the failing outcome is the verdict (an error, exit 1)."""
     chk = build(tmp_path / "chk", planned=12, committed=12, offsets_missing=ASYNC_GAPS, commits_missing=ASYNC_GAPS)
     r = cli("inspect", "epochs", str(chk), "--json")
     q = r.json()["queries"][0]
-    assert r.code == 0 and q["verdict"] == "aligned" and q["async_progress"] is True, q
+    assert r.code == 1 and q["verdict"] == "misaligned" and q["async_progress"] is True, q
     (f,) = q["findings"]
-    assert (f["code"], f["severity"], f["evidence"]) == ("ASYNC_PROGRESS", "info", "log_pattern")
+    assert (f["code"], f["severity"], f["evidence"]) == ("ASYNC_PROGRESS", "error", "log_pattern")
     assert f["missing"] == list(ASYNC_GAPS) and f["missing_count"] == 5 and f["restart_needs_async"] is True
-    assert "batch 11 doesn't exist" in f["message"]
+    assert "batch 11 doesn't exist" in f["message"] and "--async-progress" in f["message"]
+
+
+def test_async_progress_pattern_with_the_previous_file_is_info(cli, tmp_path):
+    """The same pattern with offsets/P-1 on disk: the restart runs with or without the option."""
+    chk = build(tmp_path / "chk", planned=12, committed=12, offsets_missing=(4, 6, 8), commits_missing=(4, 6, 8))
+    r = cli("inspect", "epochs", str(chk), "--json")
+    q = r.json()["queries"][0]
+    (f,) = q["findings"]
+    assert r.code == 0 and q["verdict"] == "aligned", q
+    assert (f["code"], f["severity"], f["restart_needs_async"]) == ("ASYNC_PROGRESS", "info", False)
 
 
 @pytest.mark.parametrize("case", ["stateful", "commit_without_offsets", "commit_gap_only"])

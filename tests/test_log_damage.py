@@ -1,0 +1,172 @@
+"""Physical damage to the logs (issue 22), judged by a real restart (docs/model.md#physical-damage).
+
+One real PySpark query (tests/align_pipeline.py, kind ``file``: a file source, a JSON file sink
+with its ``_spark_metadata`` log) runs over four input files (batches 0..3). Each test puts that
+pipeline back in place, damages it the way a crash, a full disk or a hand clean-up leaves it, and:
+
+1. ``inspect epochs`` gives the verdict and exit code the damage deserves (never aligned);
+2. the real restart of an untouched copy of the damage does what the verdict predicts (the
+   oracle: it fails, with Spark's own error);
+3. ``align --execute`` repairs it (a verified plan through the usual backup and journal), and the
+   restart with two more input files delivers every id exactly once.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.spark]
+
+
+def _load(name: str) -> Any:
+    key = f"streamctl_tests_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ap = _load("align_pipeline")
+FILES = 4  # batches 0..3
+
+
+@pytest.fixture(scope="module")
+def lab(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    root = tmp_path_factory.mktemp("log-damage")
+    p = ap.build(root / "run", "file", spark, FILES)
+    lab = ap.Lab(p, root / "snaps")
+    lab.save("clean")
+    return lab
+
+
+def _fresh(lab: Any) -> Any:
+    lab.put_back("clean")
+    lab.p.files = FILES
+    return lab.p
+
+
+def _inspect(cli: Any, p: Any) -> tuple[int, dict, dict]:
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--json")
+    assert "Traceback" not in r.stderr, r
+    q = r.json()["queries"][0]
+    return r.code, q, {f["code"]: f for f in q["findings"]}
+
+
+def _restart_fails(lab: Any, match: str) -> None:
+    """The oracle: the real restart of the damaged pipeline fails with Spark's `match`; the damage
+    is put back afterwards (the failed start may have written files)."""
+    lab.save("damaged")
+    with pytest.raises(Exception, match=match):
+        lab.p.run()
+    lab.put_back("damaged")
+
+
+def _align(cli: Any, p: Any, tree_snapshot: Any, *extra: str) -> dict:
+    """Plan (nothing changes), then execute (verified); returns the plan."""
+    args = ["align", str(p.checkpoint), "--sink", str(p.output), "--json", "--quiet-period", "0", *extra]
+    before = tree_snapshot(p.base)
+    r = cli(*args)
+    assert r.code == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert tree_snapshot(p.base) == before, "align without --execute changed files"
+    plan = r.json()["plan"]
+    assert plan["classification"] == "exactly-once", plan
+    done = cli(*args, "--execute")
+    assert done.code == 0 and done.json()["verified"] is True, done.stdout + done.stderr
+    return plan
+
+
+def _restart_delivers(p: Any) -> None:
+    p.add_input(p.files, 2)
+    p.run()
+    d = p.delivery()
+    assert d["ok"], d
+
+
+def _moved(plan: dict) -> set[str]:
+    return {f"{s['root']}:{s['path']}" for s in plan["steps"] if s["action"] == "move"}
+
+
+def test_empty_uncommitted_offsets_is_moved_aside(lab, cli, tree_snapshot):
+    """A crash (or a full disk) while Spark wrote offsets/4: the file is empty."""
+    p = _fresh(lab)
+    p.add_input(FILES, 1)
+    (p.checkpoint / "offsets/4").write_bytes(b"")
+    code, q, found = _inspect(cli, p)
+    assert code == 3 and q["verdict"] == "unreadable" and "offsets/4" in found["UNREADABLE"]["path"], q["findings"]
+    _restart_fails(lab, "(?i)incomplete log file|offsets/4")
+    plan = _align(cli, p, tree_snapshot)
+    assert _moved(plan) == {"checkpoint:offsets/4"}, plan["steps"]
+    assert plan["before"]["verdict"] == "unreadable" and plan["after"]["committed"] == 3, plan
+    _restart_delivers(p)
+
+
+def test_torn_newest_commit_is_written_as_spark_writes_it(lab, cli, tree_snapshot):
+    """commits/3 torn after the sink committed batch 3: the sink and the WAL prove the batch
+    complete, so align writes the commit (a roll forward) instead of replaying it."""
+    p = _fresh(lab)
+    whole = (p.checkpoint / "commits/3").read_bytes()
+    (p.checkpoint / "commits/3").write_bytes(whole[: len(whole) // 2])
+    code, q, found = _inspect(cli, p)
+    assert code == 3 and "commits/3" in found["UNREADABLE"]["path"], q["findings"]
+    _restart_fails(lab, "Unexpected end-of-input")
+    plan = _align(cli, p, tree_snapshot)
+    writes = {s["path"]: s.get("content") for s in plan["steps"] if s["action"] == "write"}
+    assert plan["strategy"] == "roll_forward" and plan["target"] == 3, plan
+    assert writes.get("commits/3", "").startswith("v1\n"), plan["steps"]
+    _restart_delivers(p)
+
+
+def test_torn_newest_sink_log_entry_rolls_its_batch_back(lab, cli, tree_snapshot):
+    """`_spark_metadata/3` of the sink left empty by a full disk: batch 3 is rolled back with it
+    (its data files, which no other entry lists, go to the backup) and replayed."""
+    p = _fresh(lab)
+    (p.output / "_spark_metadata/3").write_bytes(b"")
+    code, q, found = _inspect(cli, p)
+    assert code == 3 and q["verdict"] == "unreadable", q["findings"]
+    p.add_input(FILES, 2)  # the restart with new input: batch 5 compacts the log, reading entry 3
+    _restart_fails(lab, "_spark_metadata/3. Incomplete log file")
+    plan = _align(cli, p, tree_snapshot)
+    assert plan["target"] == 2 and "sink:_spark_metadata/3" in _moved(plan), plan
+    assert "checkpoint:commits/3" in _moved(plan), plan["steps"]
+    _restart_delivers(p)
+
+
+def test_lost_metadata_is_written_with_the_given_query_id(lab, cli, tree_snapshot):
+    p = _fresh(lab)
+    qid = json.loads((p.checkpoint / "metadata").read_text())["id"]
+    ap.remove_with_companions(p.checkpoint, "metadata")
+    code, q, found = _inspect(cli, p)
+    assert code == 3 and "metadata" in found["UNREADABLE"]["path"], q["findings"]
+    _restart_fails(lab, "STREAMING_CHECKPOINT_MISSING_METADATA_FILE|metadata")
+    refused = cli("align", str(p.checkpoint), "--sink", str(p.output), "--quiet-period", "0")
+    assert refused.code == 4 and "--query-id" in refused.stderr, refused.stderr
+    plan = _align(cli, p, tree_snapshot, "--query-id", qid)
+    assert json.loads(next(s["content"] for s in plan["steps"] if s["path"] == "metadata")) == {"id": qid}
+    assert json.loads((p.checkpoint / "metadata").read_text()) == {"id": qid}
+    _restart_delivers(p)
+
+
+def test_lost_pair_below_the_newest_batch_is_an_error_and_rolls_back(lab, cli, tree_snapshot):
+    """offsets/2 and commits/2 lost by a hand clean-up: the pattern async progress tracking leaves,
+    but nothing proves the option, and the restart without it fails."""
+    p = _fresh(lab)
+    for log in ("offsets", "commits"):
+        ap.remove_with_companions(p.checkpoint / log, "2")
+    code, q, found = _inspect(cli, p)
+    assert code == 1 and q["verdict"] == "misaligned", q["findings"]
+    f = found["ASYNC_PROGRESS"]
+    assert f["severity"] == "error" and f["restart_needs_async"] is True and "--async-progress" in f["message"], f
+    _restart_fails(lab, "batch 2 doesn't exist")
+    plan = _align(cli, p, tree_snapshot)
+    assert plan["strategy"] == "rollback" and plan["target"] == 1, plan
+    _restart_delivers(p)
