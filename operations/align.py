@@ -46,6 +46,7 @@ class AlignRequest(CheckpointRequest):
     discard_in_flight: bool = False
     async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
     query_id: Optional[str] = None  # the query id a lost `metadata` is written with
+    sink_compact_interval: Optional[int] = None  # the file sink's compaction interval, when its log cannot show it
 
 
 @dataclass
@@ -279,6 +280,8 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)
     S_before = S
+    if file_log is not None:
+        file_log.interval = _compact_interval(q, file_log, req.sink_compact_interval)
     sink_holes = _repartition_holes(q, file_log)
     if sink_holes:  # the repartition batches read nothing: their empty sink entries make the sink whole
         S = max(sink_holes + ([S] if S is not None else []))  # a hole below the newest entry keeps S
@@ -613,6 +616,24 @@ def _repartition_target(q: QueryInspection) -> Any:
     return found[0] if found else "N"
 
 
+def _compact_interval(q: QueryInspection, log: _FileSinkLog, given: Optional[int]) -> Optional[int]:
+    """The file sink's compaction interval: what its `.compact` files show, or what the operator
+    gives (`--sink-compact-interval`) when there is none yet; refused when the two disagree or
+    the given one does not fit the log's files (a plain file where a compaction belongs)."""
+    if given is None:
+        return log.interval
+    if log.interval is not None and log.interval != given:
+        raise Refused(f"{q.checkpoint}: --sink-compact-interval {given} differs from the interval {log.interval} the "
+                      f"{FILE_SINK_LOG}/ .compact files show")
+    misfit = [b for b, compact in sorted(log.present.items()) if compact != ((b + 1) % given == 0)]
+    if misfit:
+        b = misfit[0]
+        raise Refused(f"{q.checkpoint}: --sink-compact-interval {given} does not fit {FILE_SINK_LOG}/"
+                      f"{b}{'.compact' if log.present[b] else ''} (with it, batch {b} "
+                      f"{'would not be' if log.present[b] else 'would be'} a compaction)")
+    return given
+
+
 def _repartition_holes(q: QueryInspection, log: Optional[_FileSinkLog]) -> list[int]:
     """Repartition batches the file sink's log lacks (SINK_REPARTITION_HOLE). A hole on a
     compaction batch would need a `.compact` file merging the earlier entries: refused."""
@@ -621,7 +642,9 @@ def _repartition_holes(q: QueryInspection, log: Optional[_FileSinkLog]) -> list[
         return holes
     if log.interval is None:
         raise Refused(f"{q.checkpoint}: the compaction interval of {FILE_SINK_LOG}/ is unknown (no .compact file yet): "
-                      f"streamctl cannot tell whether repartition batch {holes[0]} needs a plain or a .compact entry")
+                      f"streamctl cannot tell whether repartition batch {holes[0]} needs a plain or a .compact entry; "
+                      "pass --sink-compact-interval N (the query's spark.sql.streaming.fileSink.log.compactInterval, "
+                      "Spark's default 10)")
     compacting = [b for b in holes if (b + 1) % log.interval == 0]
     if compacting:
         raise Refused(f"{q.checkpoint}: repartition batch {compacting[0]} falls on a compaction of {FILE_SINK_LOG}/ "

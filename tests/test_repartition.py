@@ -164,6 +164,33 @@ def test_repartition_hole_below_the_newest_batches_on_checkpoint_format_2(spark:
 
 
 @pytest.mark.spark4
+def test_repartition_hole_before_the_first_compaction_needs_the_interval(spark: Any, cli: Any, tmp_path: Path,
+                                                                         align_pipeline: Any) -> None:
+    """Before the sink log's first compaction nothing on disk shows its interval, so whether the
+    repartition batch needs a plain or a `.compact` entry is unknown: align refuses naming the flag
+    that supplies it, refuses an interval the log's files contradict, and with the right one
+    writes the entry; the restart then runs through the compaction that reads it."""
+    ap = align_pipeline
+    _needs_repartition(spark)
+    confs = {"spark.sql.streaming.fileSink.log.compactInterval": "10"}  # Spark's default
+    p = ap.build(tmp_path, "dedup_rocksdb", spark, 3, extra_confs=confs)  # batches 0..2, no .compact yet
+    spark._streamingCheckpointManager.repartition(str(p.checkpoint), 2 * _partitions(p, 2))
+    assert (p.checkpoint / "commits/3").exists() and not (p.output / "_spark_metadata/3").exists()
+    code, q, codes = _inspect(cli, p, sink=True)
+    assert code == 1 and "SINK_REPARTITION_HOLE" in codes, q["findings"]
+
+    r = _align(cli, p, sink=True, execute=False)
+    assert r.code == 4 and "--sink-compact-interval" in r.stderr, r.stdout + r.stderr
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--sink-compact-interval", "3")
+    assert r.code == 4 and "does not fit _spark_metadata/2" in r.stderr, r.stdout + r.stderr
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--sink-compact-interval", "10", "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    assert sorted(s["path"] for s in r.json()["plan"]["steps"]) == ["_spark_metadata/.3.crc", "_spark_metadata/3"]
+
+    _restart_through_compaction(cli, p, files=6, compaction=9, committed=9)  # 9.compact reads 3
+
+
+@pytest.mark.spark4
 @pytest.mark.parametrize("kind", ["dedup_file", "dedup_offsets_v2"])  # offsets log v1, v2
 def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path, align_pipeline: Any, kind: str) -> None:
     ap = align_pipeline
