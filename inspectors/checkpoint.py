@@ -455,6 +455,15 @@ class _Inspector:
                         sources.append(read_source(st, sid))
                     except StreamctlError as exc:
                         self.unreadable(exc)
+        for s in sources:
+            if s.file_log_missing:
+                gaps = list(s.file_log_missing)
+                self.findings.append(Finding(
+                    "LOG_GAP",
+                    f"sources/{s.source_id}/: batch files of the file source's log missing where a restart reads it "
+                    f"(the newest compaction and every batch after it): {ranges_text(gaps)}; the restart fails "
+                    f"(\"sources/{s.source_id}/{gaps[0][0]} doesn't exist\")",
+                    details={"log": f"sources/{s.source_id}", "missing": ids_of(gaps), "missing_count": count_of(gaps)}))
 
         self._log_findings(offsets, commits, async_progress, unfinished,
                            "offsets_conf" if async_by_conf else "log_pattern")

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import (LogParseError, SourceId, _decode, _json_object, _lines, batch_id_of,
                                       parse_version_line)
+from streamctl.inspectors.findings import missing_ranges
 from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1
@@ -115,6 +116,7 @@ class SourceInfo:
     rate_start_ms: Optional[int] = None
     file_log_latest: Optional[int] = None
     file_log_files: int = 0
+    file_log_missing: tuple[tuple[int, int], ...] = ()  # batch files a restart reads that are gone (ranges)
 
 
 def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
@@ -135,7 +137,17 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
         start = parse_rate_start(first, storage.uri(f"{rel}/0"))
         if start is not None:
             return SourceInfo(source_id, "rate", rate_start_ms=start)
-    latest_id, latest_compact = batches[-1]
-    latest_rel = f"{rel}/{latest_id}{'.compact' if latest_compact else ''}"
-    parse_compactible(storage.read(latest_rel), storage.uri(latest_rel), latest_id, latest_compact)
-    return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches))
+    # A file source: its restart reads the log the way CompactibleFileStreamLog.allFiles does, the
+    # newest compaction and every batch file after it (every file from 0 before the first
+    # compaction): a missing one fails it ("sources/0/4 doesn't exist"), a torn one too
+    # ("Incomplete log file"). docs/formats/checkpoint.md#file-source-log
+    latest_id = batches[-1][0]
+    compacts = [b for b, c in batches if c]
+    start = compacts[-1] if compacts else 0
+    chain = [(b, c) for b, c in batches if b >= start]
+    for b, c in chain:
+        chain_rel = f"{rel}/{b}{'.compact' if c else ''}"
+        parse_compactible(storage.read(chain_rel), storage.uri(chain_rel), b, c)
+    missing = missing_ranges([b for b, _ in chain], start, latest_id)
+    return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
+                      file_log_missing=tuple(missing))

@@ -263,6 +263,10 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
         raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
                       "state schema or operator metadata files: put them back from a copy of the checkpoint")
     refuse_corrupt_state(q)
+    lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith("sources/")]
+    if lost:  # every restart reads the source's log: no choice of epoch brings its files back
+        raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "
+                      "put the files back from a copy of the checkpoint")
     stores = [s for op in q.operators for s in op.stores]
     sink = q.sink
     sink_st: Optional[Storage] = None

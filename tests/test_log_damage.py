@@ -170,3 +170,23 @@ def test_lost_pair_below_the_newest_batch_is_an_error_and_rolls_back(lab, cli, t
     plan = _align(cli, p, tree_snapshot)
     assert plan["strategy"] == "rollback" and plan["target"] == 1, plan
     _restart_delivers(p)
+
+
+def test_file_source_log_damage_is_what_the_restart_trips_on(lab, cli, tree_snapshot):
+    """The file source's own log (`sources/0/`): Spark's restart reads it from its newest
+    compaction on (here none yet: every file from 0). A lost entry and an empty one both fail
+    the restart; align names them and changes nothing (it does not rebuild the source's log)."""
+    p = _fresh(lab)
+    ap.remove_with_companions(p.checkpoint / "sources/0", "2")
+    code, q, found = _inspect(cli, p)
+    assert code == 1 and found["LOG_GAP"]["log"] == "sources/0" and found["LOG_GAP"]["missing"] == [2], q["findings"]
+    _restart_fails(lab, "sources/0/2 doesn't exist")
+    before = tree_snapshot(p.base)
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--quiet-period", "0")
+    assert r.code == 4 and "sources/0/" in r.stderr and tree_snapshot(p.base) == before, r.stderr
+
+    p = _fresh(lab)
+    (p.checkpoint / "sources/0/3").write_bytes(b"")
+    code, q, found = _inspect(cli, p)
+    assert code == 3 and found["UNREADABLE"]["path"].endswith("sources/0/3"), q["findings"]
+    _restart_fails(lab, "Incomplete log file")
