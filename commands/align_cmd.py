@@ -52,6 +52,9 @@ def align(
     sink_compact_interval: Optional[int] = typer.Option(None, "--sink-compact-interval", min=1, help="The file "
                                                         "sink's compaction interval (spark.sql.streaming.fileSink.log."
                                                         "compactInterval), when its log has no .compact file yet."),
+    source_archive: Optional[str] = typer.Option(None, "--source-archive", help="The file source's sourceArchiveDir "
+                                                 "(cleanSource=archive): where to look for input files a roll back "
+                                                 "replays."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query id to write into a lost or torn "
                                            "metadata file (when no lease proves it)."),
     break_lock: bool = BREAK_LOCK_OPT,
@@ -101,7 +104,8 @@ def align(
     location, sink, sink_kind, app_id, config = target
     req = AlignRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config), to=to,
                        allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight,
-                       async_progress=async_progress, query_id=query_id, sink_compact_interval=sink_compact_interval)
+                       async_progress=async_progress, query_id=query_id, sink_compact_interval=sink_compact_interval,
+                       source_archive=source_archive)
     # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
     mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json, lambda plan: (

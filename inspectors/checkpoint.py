@@ -455,6 +455,9 @@ class _Inspector:
                         sources.append(read_source(st, sid))
                     except StreamctlError as exc:
                         self.unreadable(exc)
+        if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
+                and any(s.kind == "file" for s in sources):
+            self._replay_finding(sources, committed_offsets, latest_offsets)
         for s in sources:
             if s.file_log_missing:
                 gaps = list(s.file_log_missing)
@@ -504,6 +507,23 @@ class _Inspector:
         )
 
     # -----------------------------------------------------------------------------------
+    def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
+        """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input
+        files that are gone (docs/model.md#replayable-batches)."""
+        from streamctl.inspectors.replay import unreplayable
+
+        try:
+            gone = unreplayable(self.st, sources, start, end)
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return
+        for u in gone:
+            self.findings.append(Finding(
+                "SOURCE_NOT_REPLAYABLE",
+                f"batch {end.batch_id} is replayed on restart but {u.text()}: Spark skips them and their rows are lost",
+                details={"epochs": [end.batch_id], "source": u.source_id, "missing": list(u.missing[:1000]),
+                         "missing_count": len(u.missing)}))
+
     def _lease(self) -> Optional[dict[str, Any]]:
         """The agent's lease (streamctl.pipeline.agent): a live one is LIVE_QUERY, one left by a
         driver that died without releasing it is STALE_LEASE."""

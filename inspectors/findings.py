@@ -41,6 +41,8 @@ CODES: dict[str, str] = {
     "ASYNC_PROGRESS": INFO,
     # a state file a restart reads does not match its checksum companion
     "STATE_FILE_CORRUPT": ERROR,
+    # a batch a restart replays cannot be read again (its input files are gone)
+    "SOURCE_NOT_REPLAYABLE": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -47,6 +47,7 @@ class AlignRequest(CheckpointRequest):
     async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
     query_id: Optional[str] = None  # the query id a lost `metadata` is written with
     sink_compact_interval: Optional[int] = None  # the file sink's compaction interval, when its log cannot show it
+    source_archive: Optional[str] = None  # a file source's sourceArchiveDir (cleanSource=archive)
 
 
 @dataclass
@@ -442,6 +443,28 @@ def _choose(ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
     return chosen
 
 
+def _choose_replayable(pl: _Planner, ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
+    """`_choose`, and never a roll back whose replayed batches cannot be read again: the files a
+    file source's log lists for epochs X+1..C must be where it says (SOURCE_NOT_REPLAYABLE,
+    inspectors/replay.py); such a candidate is infeasible and the next one is chosen (or the
+    refusal names the files). Checked for the chosen candidate only: cost follows the choice."""
+    from streamctl.inspectors.replay import unreplayable
+
+    while True:
+        chosen = _choose(ev, options, req)
+        x = int(chosen.target)  # type: ignore[arg-type]
+        # the replayed batches whose offsets exist (above them Spark plans anew from the sources)
+        end = max((b for b in ev.O if b <= ev.c_), default=None)
+        if end is None or x >= end or not any(s.kind == "file" for s in ev.q.sources):
+            return chosen
+        gone = unreplayable(pl.st, ev.q.sources, pl.offsets_entry(x), pl.offsets_entry(end), req.source_archive)
+        if not gone:
+            return chosen
+        chosen.feasible = False
+        chosen.why = (f"SOURCE_NOT_REPLAYABLE: the replay of epochs {x + 1}..{end} cannot read its input again: "
+                      + "; ".join(u.text() for u in gone))
+
+
 def _log_steps(ev: _Evidence, name: str, ids: set[int], above: int, listing: Any) -> list[Step]:
     """offsets/ or commits/: entries above the target, stale checksums, temp files."""
     steps = []
@@ -571,7 +594,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     pl = _Planner(req)
     ev = _evidence(pl, req)
     options = _options(pl, ev, req)
-    chosen = _choose(ev, options, req)
+    chosen = _choose_replayable(pl, ev, options, req)
     x = int(chosen.target)  # type: ignore[arg-type]
     keep_next = _keeps_next(ev, req, x)
     new_p = x + 1 if keep_next else x

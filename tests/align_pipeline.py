@@ -71,7 +71,8 @@ _BASE = {"spark.sql.streaming.fileSink.log.compactInterval": str(COMPACT_INTERVA
 
 
 class Pipeline:
-    def __init__(self, root: Path, kind: str, spark: Any, name: str | None = None, extra_confs: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, kind: str, spark: Any, name: str | None = None, extra_confs: dict[str, str] | None = None,
+                 reader_options: dict[str, str] | None = None) -> None:
         assert kind in KINDS, kind
         self.kind = kind
         self.spark = spark
@@ -81,6 +82,7 @@ class Pipeline:
         self.output = self.base / "output"
         self.files = 0
         self.extra = dict(extra_confs or {})
+        self.reader_options = dict(reader_options or {})  # e.g. cleanSource=archive
 
     # -- input ------------------------------------------------------------------------------
     def ids_of(self, i: int) -> list[int]:
@@ -109,6 +111,8 @@ class Pipeline:
     def writer(self) -> Any:
         spark = self.spark
         reader = spark.readStream.schema("id BIGINT, key STRING").option("maxFilesPerTrigger", 1)
+        for k, v in self.reader_options.items():
+            reader = reader.option(k, v)
         if self.kind == "named_source":
             reader = reader.name("orders")
         df = reader.json(str(self.input))

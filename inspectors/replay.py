@@ -1,0 +1,171 @@
+"""Can a batch be read again? The file source's replay (docs/model.md#replayable-batches).
+
+A restart replays a batch from its offsets: for a file source, `FileStreamSource.getBatch(start,
+end)` reads the files the source's log (`sources/<n>/`) lists for log offsets `start+1..end`
+(the `logOffset` of `offsets/<b-1>` and `offsets/<b>`), at the paths the log names. With
+`cleanSource=archive` Spark moves each file of a committed batch under `sourceArchiveDir`, the
+archive mirroring the file's absolute path (`SourceFileArchiver`: archive dir + the path of the
+file's URI); with `cleanSource=delete` it deletes it; a retention job or a hand clean-up does the
+same. A replay of such a batch reads nothing for those files: its rows are lost, silently.
+
+Read-only: lists the folders that hold the files (one listing per folder, never one request per
+file) and the source's log files that cover the range."""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Iterable, Optional
+from urllib.parse import unquote, urlparse
+
+from streamctl.inspectors.errors import StreamctlError
+from streamctl.inspectors.logs import OffsetEntry, SourceId
+from streamctl.inspectors.sources import SourceInfo, compactible_name, parse_compactible
+from streamctl.inspectors.storage import Storage
+
+MAX_NAMED = 5  # files a message names; it counts the rest
+
+
+@dataclass(frozen=True)
+class Unreplayable:
+    """Files a replay reads that are not where the source's log says."""
+
+    source_id: SourceId
+    missing: tuple[str, ...]  # as the log names them (URIs)
+    archived: tuple[str, ...]  # the subset found under the given archive
+    archive: Optional[str] = None
+
+    def text(self) -> str:
+        shown = ", ".join(self.missing[:MAX_NAMED]) + (
+            f" and {len(self.missing) - MAX_NAMED} more" if len(self.missing) > MAX_NAMED else "")
+        out = f"sources/{self.source_id}/ lists {len(self.missing)} input file(s) a replay reads that are gone: {shown}"
+        if self.archive is not None:
+            gone = len(self.missing) - len(self.archived)
+            out += (f"; {len(self.archived)} of them are in the archive {self.archive}"
+                    + (f", {gone} nowhere" if gone else " (put them back where the log names them, then align again)"))
+        else:
+            out += " (cleanSource=archive moves them under sourceArchiveDir: pass --source-archive DIR to look there)"
+        return out
+
+
+def log_offset(entry: Optional[OffsetEntry], source_id: SourceId) -> Optional[int]:
+    """The file source's `logOffset` in an offsets entry; None when absent or not a file source's."""
+    if entry is None:
+        return None
+    for s in entry.sources:
+        if s.source_id == source_id:
+            try:
+                obj = s.parsed()
+            except StreamctlError:
+                return None
+            value = obj.get("logOffset") if isinstance(obj, dict) else None
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return None
+
+
+def listed_files(st: Storage, source_id: SourceId, lo: int, hi: int) -> list[str]:
+    """The paths `sources/<id>/` lists for log offsets lo+1..hi: the batch files that exist, and
+    for offsets whose file Spark deleted after a compaction, the entries of the newest compaction
+    at or above them with that `batchId`. Cost follows the files that exist."""
+    if hi <= lo:
+        return []
+    rel = f"sources/{source_id}"
+    names = {}
+    for e in st.list_dir(rel) or []:
+        parsed = compactible_name(e.name)
+        if parsed is not None and not e.is_dir:
+            names[parsed[0]] = e.name
+    paths: list[str] = []
+    covered: set[int] = set()
+    for k in sorted(b for b in names if lo < b <= hi):
+        batch = parse_compactible(st.read(f"{rel}/{names[k]}"), st.uri(f"{rel}/{names[k]}"), k,
+                                  names[k].endswith(".compact"))
+        if names[k].endswith(".compact"):
+            paths += [str(x.get("path")) for x in batch.entries if x.get("batchId") == k]
+        else:
+            paths += [str(x.get("path")) for x in batch.entries]
+        covered.add(k)
+    gone = [k for k in range(lo + 1, hi + 1) if k not in covered] if hi - lo <= 100_000 else []
+    if gone:  # merged into a later compaction
+        later = sorted(b for b in names if b >= gone[0] and names[b].endswith(".compact"))
+        if later:
+            c = later[0]
+            batch = parse_compactible(st.read(f"{rel}/{names[c]}"), st.uri(f"{rel}/{names[c]}"), c, True)
+            want = set(gone)
+            paths += [str(x.get("path")) for x in batch.entries if x.get("batchId") in want]
+    return paths
+
+
+def _folder_names(folders: Iterable[str]) -> dict[str, Optional[set[str]]]:
+    """For each folder URI, the names it holds (None when it cannot be listed)."""
+    out: dict[str, Optional[set[str]]] = {}
+    for folder in folders:
+        try:
+            entries = Storage.open(folder).list_dir("")
+        except StreamctlError:
+            out[folder] = None
+            continue
+        out[folder] = None if entries is None else {e.name for e in entries if not e.is_dir}
+    return out
+
+
+def _split(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        path = unquote(parsed.path)
+        return posixpath.dirname(path), posixpath.basename(path)
+    head, _, name = uri.rstrip("/").rpartition("/")
+    return head, name
+
+
+LOOKUP_MAX = 32  # files of one folder asked one by one; more: the folder is listed once
+
+
+def missing_files(paths: list[str]) -> list[str]:
+    """The paths (as the log names them) that are not where it says: a few files of a folder are
+    looked up one by one (an input folder may hold millions), more are checked by one listing."""
+    by_folder: dict[str, list[tuple[str, str]]] = {}
+    for p in paths:
+        folder, name = _split(p)
+        by_folder.setdefault(folder, []).append((name, p))
+    gone: list[str] = []
+    for folder, items in by_folder.items():
+        try:
+            st = Storage.open(folder)
+            if len(items) <= LOOKUP_MAX:
+                gone += [p for name, p in items if st.lookup(name) is None]
+                continue
+            names = _folder_names([folder])[folder]
+        except StreamctlError:
+            names = None
+        gone += [p for name, p in items if names is None or name not in names]
+    return gone
+
+
+def archived_path(archive: str, uri: str) -> str:
+    """Where `cleanSource=archive` put the file `uri`: the archive dir + the path of its URI."""
+    return archive.rstrip("/") + unquote(urlparse(uri).path)
+
+
+def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry], end: Optional[OffsetEntry],
+                 archive: Optional[str] = None) -> list[Unreplayable]:
+    """For each file source, the files a replay of the batches after `start` through `end` reads
+    that are gone (`start` None: from the beginning)."""
+    out = []
+    for s in sources:
+        if s.kind != "file":
+            continue
+        hi = log_offset(end, s.source_id)
+        if hi is None:
+            continue
+        lo = log_offset(start, s.source_id) if start is not None else -1
+        if lo is None:
+            continue
+        gone = missing_files(listed_files(st, s.source_id, lo, hi))
+        if not gone:
+            continue
+        archived: list[str] = []
+        if archive is not None:
+            found = set(missing_files([archived_path(archive, p) for p in gone]))
+            archived = [p for p in gone if archived_path(archive, p) not in found]
+        out.append(Unreplayable(s.source_id, tuple(gone), tuple(archived), archive))
+    return out
