@@ -198,12 +198,16 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     align inspects the checkpoint as its plan leaves it after moving torn files aside
     (inspectors/masked.py)."""
     known = True
+    storage: Optional[Storage] = None
+    missing = False
     try:
         storage = masked(Storage.open(location), absent)
         q = _Inspector(storage, progress, quiet_period_s, now_ms).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
         known = False  # the positions are unknown, not absent: no sink finding is derived from them
+        missing = storage is not None and exc.path == storage.display and (
+            exc.reason == "does not exist" or exc.reason.startswith("not a Spark checkpoint"))
     if sink is None:
         return q
     from streamctl.inspectors.sinks import compare_sink, read_sink
@@ -211,10 +215,22 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
+    from streamctl.inspectors.ownership import foreign_batches, foreign_finding
+
+    if missing and log.kind == "file" and log.epoch is not None:
+        # a pre-flight: no checkpoint yet over a sink whose log holds batches (docs/model.md#sink-ownership)
+        empty = LogListing(exists=False)
+        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                            None, (foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True),))
+        return replace(q, findings=q.findings + tuple(log.findings), sink=log)
     if known:  # derived from the checkpoint's positions only when they are known
         sink_findings, older = _repartition_sink_gaps(location, log, q)
         checkpoint_findings = q.findings + tuple(older)
         compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), checkpoint_findings)
+        foreign = foreign_batches(storage, q, log) if storage is not None else []  # type: ignore[arg-type]
+        if foreign:  # not this query's batches: never SINK_AHEAD (align would roll them back)
+            compared = [f for f in compared if f.code != "SINK_AHEAD"] + [
+                foreign_finding(foreign, int(log.epoch), q.committed)]  # type: ignore[arg-type]
     else:
         sink_findings, checkpoint_findings, compared = list(log.findings), q.findings, []
     findings = checkpoint_findings + tuple(sink_findings) + tuple(compared)

@@ -43,6 +43,8 @@ CODES: dict[str, str] = {
     "STATE_FILE_CORRUPT": ERROR,
     # a batch a restart replays cannot be read again (its input files are gone)
     "SOURCE_NOT_REPLAYABLE": ERROR,
+    # the sink's log holds batches this checkpoint did not write (another query's, a lost history's)
+    "SINK_FOREIGN_BATCHES": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -264,6 +264,9 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
         raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
                       "state schema or operator metadata files: put them back from a copy of the checkpoint")
     refuse_corrupt_state(q)
+    foreign = [f for f in q.findings if f.code == "SINK_FOREIGN_BATCHES"]
+    if foreign:  # never roll another query's batches back as this one's (docs/model.md#sink-ownership)
+        raise Refused(f"{q.checkpoint}: SINK_FOREIGN_BATCHES: {foreign[0].message}")
     lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith("sources/")]
     if lost:  # every restart reads the source's log: no choice of epoch brings its files back
         raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "
