@@ -410,7 +410,9 @@ class _Inspector:
             query_id = self.read("metadata", parse_query_metadata)
         else:
             self.findings.append(Finding(
-                "UNREADABLE", f"{st.uri('metadata')}: missing (the query id is lost; Spark would start a new query id)",
+                "UNREADABLE", f"{st.uri('metadata')}: missing (the query id is lost: Spark 4.2+ refuses to restart, "
+                f"STREAMING_CHECKPOINT_MISSING_METADATA_FILE; older lines start a new query id; `streamctl align "
+                f"--query-id ID` writes it back)",
                 details={"path": st.uri("metadata"), "reason": "missing"}))
         planned, committed = offsets.latest, commits.latest
         wanted = [f"offsets/{b}" for b in (planned, None if planned is None else planned - 1, committed)
