@@ -45,6 +45,8 @@ CODES: dict[str, str] = {
     "SOURCE_NOT_REPLAYABLE": ERROR,
     # the sink's log holds batches this checkpoint did not write (another query's, a lost history's)
     "SINK_FOREIGN_BATCHES": ERROR,
+    # `streamctl preflight`: a new version of the query does not fit the checkpoint's operators
+    "STATEFUL_OPERATORS_CHANGED": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -493,7 +493,7 @@ LAYERS: dict[str, set[str]] = {
     "completions": {"completions"},
 }
 ONLY_THE_APP_REGISTERS_COMMANDS = "streamctl.cli.app"
-ONLY_THE_DEMO_RUNS_THE_PIPELINE = "streamctl.commands.demo_cmd"
+RUN_THE_PIPELINE = ("streamctl.commands.demo_cmd", "streamctl.commands.preflight_cmd")  # the PySpark side
 
 
 def _streamctl_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
@@ -518,8 +518,8 @@ def module_layer_problems(room: str, me: str | None, tree: ast.Module, where: st
             problems.append(f"{at} (only {ONLY_THE_APP_REGISTERS_COMMANDS} registers commands)")
         elif room == "commands" and target == ONLY_THE_APP_REGISTERS_COMMANDS:
             problems.append(f"{at} (a command never imports the entry point)")
-        elif room == "commands" and other == "pipeline" and me != ONLY_THE_DEMO_RUNS_THE_PIPELINE:
-            problems.append(f"{at} (only the demo runs the PySpark side)")
+        elif room == "commands" and other == "pipeline" and me not in RUN_THE_PIPELINE:
+            problems.append(f"{at} (only the demo and preflight run the PySpark side)")
     return problems
 
 

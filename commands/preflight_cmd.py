@@ -1,0 +1,121 @@
+"""`streamctl preflight`: does a new version of a query fit its checkpoint? (docs/model.md#preflight)"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from streamctl.cli import render
+from streamctl.cli.errors import handle_errors
+
+# operator names Spark writes that streamctl has seen in real checkpoints (pipeline/preflight.py)
+_DOC = "docs/model.md#preflight"
+
+
+def compare_operators(committed: Optional[int], old: dict[int, Optional[str]], new: dict[int, tuple[str, str]],
+                      verified: set[str]) -> list[Any]:
+    """STATEFUL_OPERATORS_CHANGED when the restart of the new query fails on the checkpoint's
+    operators: with operator metadata (Spark 3.5+ writes it) the ids and names must match
+    (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA); without it, a new operator id has no
+    state folder (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY). Names streamctl has not
+    seen Spark write are compared by id only."""
+    from streamctl.inspectors.findings import Finding
+
+    if committed is None:  # nothing ran: the new query starts fresh
+        return []
+
+    def text(ops: dict[int, str]) -> str:
+        return "[" + ", ".join(f"{i}: {n}" for i, n in sorted(ops.items())) + "]" if ops else "none"
+
+    new_names = {i: name for i, (_node, name) in new.items()}
+    old_known = {i: n for i, n in old.items() if n}
+    details = {"checkpoint_operators": {str(i): n for i, n in sorted(old.items())},
+               "query_operators": {str(i): n for i, n in sorted(new_names.items())}}
+    if old and len(old_known) == len(old):
+        differ = set(old) != set(new) or any(
+            old[i] != new_names[i] for i in old if old[i] in verified and new_names[i] in verified)
+        if differ:
+            return [Finding(
+                "STATEFUL_OPERATORS_CHANGED",
+                f"the new query's stateful operators {text(new_names)} differ from the checkpoint's {text(old_known)}: "
+                "its restart fails (STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA). Keep the operators, or "
+                "start the changed query on a new checkpoint",
+                details=dict(details, restart_error="STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"))]
+        return []
+    added = sorted(set(new) - set(old))
+    if added:
+        return [Finding(
+            "STATEFUL_OPERATORS_CHANGED",
+            f"the new query has stateful operator(s) {', '.join(map(str, added))} the checkpoint has no state for: its "
+            "restart fails (STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY)",
+            details=dict(details, restart_error="STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY"))]
+    return []
+
+
+@handle_errors
+def preflight(
+    checkpoint: str = typer.Argument(..., help="The checkpoint the new version of the query will restart on."),
+    query: str = typer.Option(..., "--query", help="module:function returning the new query's streaming DataFrame "
+                                                   "(it is given a SparkSession); the module is imported from the "
+                                                   "current folder or PYTHONPATH."),
+    as_json: bool = typer.Option(False, "--json", help="A Preflight JSON document."),
+) -> None:
+    """Before a deploy: would the new version of a query restart on this checkpoint?
+
+    Plans the new query (without starting it: its plan only, no data read, nothing written) and
+    compares its stateful operators (ids and names, as Spark numbers them) with the checkpoint's
+    operator metadata, as Spark's restart does. Exit 0 when they fit, 1 when the restart would fail
+    (STATEFUL_OPERATORS_CHANGED, naming Spark's error), 2 for a bad --query, 3 for an unreadable
+    checkpoint. Key and value schemas are not compared (Spark checks them against
+    state/<op>/_stateSchema when the first batch runs).
+
+    Examples:
+
+    \b
+      streamctl preflight /data/chk/orders --query orders_job:build
+      PYTHONPATH=deploy/v2 streamctl preflight /data/chk/orders --query orders_job:build --json
+    """
+    from streamctl.cli.errors import fail
+    from streamctl.cli.exit_codes import ExitCode
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.inspectors.findings import finding_records, verdict_of
+    from streamctl.pipeline.preflight import VERIFIED, load_query, stateful_operators
+
+    try:
+        build = load_query(query)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    q = inspect_checkpoint(checkpoint, quiet_period_s=0)
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise StorageError(str(bad[0].details.get("path", checkpoint)), str(bad[0].details.get("reason", "")))
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession.builder.master("local[1]").config(
+        "spark.ui.enabled", "false").getOrCreate()
+    try:
+        df = build(spark)
+        new = stateful_operators(df)
+    except Exception as exc:  # the user's code: its own error, one line
+        raise fail(f"--query {query}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                   ExitCode(2)) from None
+    old = {op.operator_id: op.name for op in q.operators}
+    findings = compare_operators(q.committed, old, new, VERIFIED)
+    verdict = "misaligned" if findings else "aligned"
+    doc = {"api_version": "streamctl/v1", "kind": "Preflight", "checkpoint": q.checkpoint, "query": query,
+           "committed": q.committed,
+           "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
+           "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],
+           "findings": finding_records(findings), "verdict": verdict_of(findings) if findings else verdict}
+    if as_json:
+        render.emit_json(doc)
+    else:
+        lines = [f"checkpoint {q.checkpoint} (committed {q.committed})",
+                 "  checkpoint operators: " + (", ".join(f"{i}: {n}" for i, n in sorted(old.items())) or "none"),
+                 "  query operators:      " + (", ".join(f"{i}: {name} ({node})" for i, (node, name) in sorted(new.items()))
+                                               or "none")]
+        lines += [f"{f.severity}  {f.code}  {f.message}" for f in findings]
+        lines.append(f"verdict: {'the restart fails' if findings else 'fits: the operators match'}")
+        render.emit_lines(lines, "plain")
+    raise typer.Exit(1 if findings else 0)
