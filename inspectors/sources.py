@@ -145,9 +145,14 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     compacts = [b for b, c in batches if c]
     start = compacts[-1] if compacts else 0
     chain = [(b, c) for b, c in batches if b >= start]
+    sizes = {e.name: e.size for e in entries}
     for b, c in chain:
-        chain_rel = f"{rel}/{b}{'.compact' if c else ''}"
-        parse_compactible(storage.read(chain_rel), storage.uri(chain_rel), b, c)
+        name = f"{b}{'.compact' if c else ''}"
+        chain_rel = f"{rel}/{name}"
+        if storage.is_local or c or b == latest_id:  # parsed whole; on object stores the others by size
+            parse_compactible(storage.read(chain_rel), storage.uri(chain_rel), b, c)
+        elif sizes.get(name) == 0:
+            raise LogParseError(storage.uri(chain_rel), "empty file (incomplete log file)")
     missing = missing_ranges([b for b, _ in chain], start, latest_id)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
                       file_log_missing=tuple(missing))

@@ -1,4 +1,4 @@
-"""Every folder of ../shared/corpus/spark-checkpoints (written by Apache Spark's own test suite,
+"""Every folder of tests/fixtures/spark-corpus (written by Apache Spark's own test suite,
 2.1 -> 4.0) is read without a parse error. The corpus is a partial copy: binary files are empty
 placeholders and some files are missing, so only placeholders may be UNREADABLE and gaps are
 artefacts of the copy — verdicts are not asserted here except where the copy is complete."""
@@ -15,9 +15,8 @@ from streamctl.inspectors.logs import parse_offsets
 from streamctl.inspectors.sources import parse_kafka_initial_offsets, read_compactible_log
 from streamctl.inspectors.storage import Storage
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "spark-checkpoints"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
 
-pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is beside the repo in CI")
 
 
 def _placeholders() -> set[Path]:

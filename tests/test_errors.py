@@ -299,11 +299,10 @@ def test_a_permission_error_is_exit_3_naming_the_file(ck_outside_pytest_tmp: Pat
 
 # ------------------------------------------------------------------ Kafka client settings
 
-KAFKA_CHECKPOINT = HERE.parent.parent / "shared" / "corpus" / "spark-checkpoints" / \
+KAFKA_CHECKPOINT = HERE / "fixtures" / "spark-corpus" / \
     "checkpoint-version-2.4.3-kafka-include-headers-default"  # written by Spark's own Kafka tests
 
 
-@pytest.mark.skipif(not KAFKA_CHECKPOINT.is_dir(), reason="../shared/corpus is beside the repo in CI")
 def test_a_client_setting_kafka_python_rejects_is_a_config_error_without_secrets(cli: Callable, kafka_broker: Any,
                                                                                    tmp_path: Path) -> None:
     """Against the real broker: an unknown key or a wrongly typed value is exit 2 naming the

@@ -1,6 +1,6 @@
 """Fleet scans (`inspect epochs` over glob patterns): glob expansion, the thread-pool and Spark
 engines, JSON-lines and Parquet outputs, --watch and --metrics-file (Prometheus text format),
-and globs over S3 on a real moto server. Real checkpoints from ../shared/corpus, no mocks."""
+and globs over S3 on a real moto server. Real checkpoints from tests/fixtures/spark-corpus, no mocks."""
 from __future__ import annotations
 
 import importlib.util
@@ -20,12 +20,11 @@ from streamctl.inspectors import fleet
 from streamctl.inspectors.metrics import format_metrics
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "spark-checkpoints"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "spark-3.5"
 CORPUS_CHECKPOINTS = ("checkpoint-version-2.1.0", "checkpoint-version-2.4.0-streaming-join",
                       "checkpoint-version-3.5.1-streaming-deduplication", "checkpoint-version-4.0.0/rocksdb/agg")
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is beside the repo in CI")
 
 
 @pytest.fixture
@@ -49,7 +48,6 @@ def folders(root: Path) -> list[str]:
 # ------------------------------------------------------------------------------------ globs
 
 
-@needs_corpus
 def test_glob_expands_to_every_checkpoint_folder(cli, fleet_dir):
     by_glob = cli("inspect", "epochs", f"{fleet_dir}/*", "--json")
     by_list = cli("inspect", "epochs", *folders(fleet_dir), "--json")
@@ -60,7 +58,6 @@ def test_glob_expands_to_every_checkpoint_folder(cli, fleet_dir):
         str(fleet_dir / "agg_hdfs"), str(fleet_dir / "agg_rocksdb"), str(fleet_dir / "README"), "a-pipeline-name"]
 
 
-@needs_corpus
 def test_glob_matching_nothing_is_exit_2_one_line(cli, fleet_dir):
     r = cli("inspect", "epochs", f"{fleet_dir}/nothing-*", "--json")
     assert r.code == 2, r
@@ -71,7 +68,6 @@ def test_glob_matching_nothing_is_exit_2_one_line(cli, fleet_dir):
     assert r.code == 2 and r.stderr.count("\n") == 1
 
 
-@needs_corpus
 def test_threads_and_sequential_give_identical_records(cli, fleet_dir):
     targets = [fleet.Target(p) for p in folders(fleet_dir)]
     sequential = [q.to_record() for q in fleet.run_local(targets, workers=1, quiet_period_s=0)]
@@ -89,7 +85,6 @@ def test_threads_and_sequential_give_identical_records(cli, fleet_dir):
 # ----------------------------------------------------------------------------------- outputs
 
 
-@needs_corpus
 def test_jsonl_and_parquet_outputs_read_back(cli, fleet_dir, tmp_path):
     import pyarrow.parquet as pq
 
@@ -182,7 +177,6 @@ def test_metrics_escape_label_values_and_skip_unknown_positions():
     assert '\\n' in text and "\nnew line" not in text  # the raw line feed never reaches the file
 
 
-@needs_corpus
 def test_watch_twice_with_metrics_file_matching_the_json_report(cli, fleet_dir, tmp_path):
     prom = tmp_path / "textfile" / "streamctl.prom"
     prom.parent.mkdir()
@@ -243,7 +237,6 @@ def test_watch_stops_on_ctrl_c_with_exit_130_and_no_traceback(tmp_path):
 # ------------------------------------------------------------------------------ Spark engine
 
 
-@needs_corpus
 @pytest.mark.spark
 def test_spark_engine_gives_the_records_of_the_local_engine(cli, spark, fleet_dir, tmp_path):
     local = cli("inspect", "epochs", f"{fleet_dir}/*", "--json", "--output-jsonl", str(tmp_path / "local.jsonl"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "spark-checkpoints"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
 GOLDEN = Path(__file__).resolve().parent / "golden"
 QID = "11111111-2222-3333-4444-555555555555"
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
@@ -409,7 +409,6 @@ def _normalise(text: str) -> str:
     return text.replace(str(CORPUS), "<corpus>")
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="needs ../shared/corpus")
 @pytest.mark.parametrize("command, folder", [
     ("epochs", "checkpoint-version-4.0.0/hdfs/join2"),
     ("epochs", "checkpoint-version-4.0.0-state-source"),

@@ -27,7 +27,7 @@ _s3f = _load_s3()
 moto_server, s3, upload, _free_port = _s3f.moto_server, _s3f.s3, _s3f.upload, _s3f._free_port
 pytestmark = pytest.mark.skipif(moto_server is None, reason="moto[server] is installed by ./dev test")
 
-CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "spark-checkpoints"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
 
 

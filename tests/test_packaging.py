@@ -549,3 +549,14 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
         assert len(module_layer_problems(room, me, ast.parse(code), "x.py")) == 1, (room, code)
     ok = "from streamctl.cli import render\nfrom streamctl.operations import runner\n"
     assert module_layer_problems("commands", "streamctl.commands.trim_cmd", ast.parse(ok), "x.py") == []
+
+
+def test_no_test_reads_outside_the_repository() -> None:
+    """A fresh clone runs every test: nothing reads ../shared (Spark's test checkpoints are in
+    tests/fixtures/spark-corpus, with their license and provenance)."""
+    here = Path(__file__).resolve().parent
+    offenders = [f"{p.name}:{i}" for p in sorted(here.glob("*.py"))
+                 for i, line in enumerate(p.read_text().splitlines(), 1)
+                 if ('"shared"' in line or "../shared" in line) and p.name != "test_packaging.py"]
+    assert not offenders, offenders
+    assert (here / "fixtures" / "spark-corpus" / "LICENSE-Apache-2.0.txt").is_file()
