@@ -230,10 +230,38 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
     return failure
 
 
+# `streamctl --help` lists the commands in groups, each in the order of a runbook (as kubectl and
+# the Flink CLI group theirs); a command in no group is listed last, under "Other".
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Inspect (read-only)", ("inspect", "preflight")),
+    ("Repair", ("align", "trim")),
+    ("Retire", ("stop", "drop-sink")),
+    ("Kafka", ("kafka",)),
+    ("Set-up", ("demo", "completion")),
+)
+
+
 class StreamctlGroup(TyperGroup):
     """The root command group: flag errors typer's parser finds (an unknown option, a value
     out of range, a choice not offered) are one line on stderr, exit 2, never echo a secret,
-    and print an `Error` document under --json."""
+    and print an `Error` document under --json. Its help lists the commands in COMMAND_GROUPS."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        commands = {}
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                commands[name] = cmd
+        if not commands:
+            return
+        grouped = {n for _title, names in COMMAND_GROUPS for n in names}
+        groups = COMMAND_GROUPS + (("Other", tuple(n for n in commands if n not in grouped)),)
+        limit = formatter.width - 6 - max(len(n) for n in commands)
+        for title, names in groups:
+            rows = [(n, commands[n].get_short_help_str(limit)) for n in names if n in commands]
+            if rows:
+                with formatter.section(f"{title} commands"):
+                    formatter.write_dl(rows)
 
     def make_context(self, info_name: Optional[str], args: list[str], parent: Any = None, **extra: Any) -> Any:
         argv = list(args)

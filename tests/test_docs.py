@@ -106,3 +106,23 @@ def test_code_cites_docs_that_exist() -> None:
                 broken.append(f"{rel}: docs/{page}#{anchor}")
     assert broken == [], broken
     assert outside == [], f"cite docs/ instead of documents outside the repository: {outside}"
+
+
+def test_help_lists_every_command_once_in_runbook_groups(cli) -> None:
+    """`streamctl --help` groups the commands (inspect / repair / retire / Kafka / set-up), each
+    group in the order of a runbook, and lists every registered command exactly once."""
+    from streamctl.cli.app import app
+    from streamctl.cli.errors import COMMAND_GROUPS
+
+    r = cli("--help")
+    assert r.code == 0, r
+    headings = [line[:-1] for line in r.stdout.splitlines() if line.endswith(" commands:")]
+    assert headings == [f"{title} commands" for title, _ in COMMAND_GROUPS], headings
+    import typer.main
+
+    registered = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    listed = [line.split()[0] for line in r.stdout.splitlines() if line.startswith("  ") and line.split()
+              and line.split()[0] in registered]
+    assert sorted(listed) == sorted(registered), (listed, registered)
+    order = [n for _title, names in COMMAND_GROUPS for n in names]
+    assert listed == order, listed
