@@ -17,6 +17,7 @@ def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> No
 
     Examples:
 
+    \b
       # bash: load for this shell, or install for your user
       source <(streamctl completion bash)
       streamctl completion bash > ~/.local/share/bash-completion/completions/streamctl

@@ -69,18 +69,23 @@ def inspect_epochs(
 
     Examples:
 
+    \b
       # one checkpoint, as a table
       streamctl inspect epochs /data/chk/orders
 
+    \b
       # several checkpoints on S3, as JSON for a runbook
       streamctl inspect epochs s3://bucket/chk/orders s3://bucket/chk/payments --json
 
+    \b
       # with the sink: is its commit log ahead of or behind the checkpoint?
       streamctl inspect epochs /data/chk/orders --sink /data/tables/orders
 
+    \b
       # a fleet, inside Spark tasks, one row per query into Parquet
       streamctl inspect epochs 's3://bucket/chk/*' --engine spark --output-parquet fleet.parquet
 
+    \b
       # live, with metrics for node-exporter
       streamctl inspect epochs '/data/chk/*' --watch --metrics-file /var/lib/node_exporter/streamctl.prom
     """
@@ -173,9 +178,11 @@ def inspect_state(
 
     Examples:
 
+    \b
       # which store lost a file the restart needs
       streamctl inspect state /data/chk/orders
 
+    \b
       streamctl inspect state orders --format markdown
     """
     from streamctl.inspectors.checkpoint import inspect_checkpoint
@@ -251,6 +258,7 @@ def inspect_sink(
 
     Examples:
 
+    \b
       streamctl inspect sink /data/tables/orders
       streamctl inspect sink s3://bucket/tables/orders --sink-kind delta --app-id 26806544-709f-4745-a6e4-7641361fe94a
     """
@@ -307,6 +315,7 @@ def inspect_writers(
 
     Examples:
 
+    \b
       streamctl inspect writers /data/chk/orders --sink /data/tables/orders
       streamctl inspect writers orders --json
     """
@@ -373,6 +382,7 @@ def inspect_kafka(
 
     Examples:
 
+    \b
       streamctl inspect kafka /data/chk/orders --bootstrap broker:9092
       streamctl inspect kafka orders --kafka-config security.protocol=SASL_SSL --kafka-config sasl.mechanism=PLAIN
     """

@@ -228,6 +228,7 @@ def commit_offsets(
 
     Examples:
 
+    \b
       streamctl kafka commit-offsets /data/chk/orders --group orders-spark --bootstrap broker:9092
       streamctl kafka commit-offsets orders --group orders-spark --execute
       streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
@@ -290,6 +291,7 @@ def starting_offsets(
 
     Examples:
 
+    \b
       streamctl kafka starting-offsets /data/chk/orders
       spark.readStream.format("kafka").option("startingOffsets", "$(streamctl kafka starting-offsets orders)")
     """
@@ -322,6 +324,7 @@ def retention_floor(
 
     Examples:
 
+    \b
       streamctl kafka retention-floor /data/chk/orders --keep-epochs 20
       streamctl kafka retention-floor orders --keep-rollback-to 1200 --json
     """

@@ -126,3 +126,37 @@ def test_help_lists_every_command_once_in_runbook_groups(cli) -> None:
     assert sorted(listed) == sorted(registered), (listed, registered)
     order = [n for _title, names in COMMAND_GROUPS for n in names]
     assert listed == order, listed
+
+
+def _commands(cmd, path=()):
+    """(path, click command) of every command below `cmd`, groups included."""
+    yield path, cmd
+    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+        yield from _commands(sub, path + (name,))
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_every_help_renders_its_examples_line_by_line(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's example block keeps its lines at any terminal width: a comment and a
+    command never share a line (click re-wraps a paragraph unless it starts with `\\b`)."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from streamctl.cli.app import app
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    root = typer.main.get_command(app)
+    checked = 0
+    for path, cmd in _commands(root):
+        doc = cmd.help or ""
+        if "Examples:" not in doc:
+            continue
+        want = [line.strip() for line in doc.split("Examples:", 1)[1].splitlines()
+                if line.strip() and line.strip() != "\b"]
+        r = CliRunner().invoke(app, [*path, "--help"], terminal_width=columns)
+        assert r.exit_code == 0, (path, r.output)
+        got = {line.strip() for line in r.output.splitlines()}
+        missing = [w for w in want if w not in got]
+        assert not missing, (path, columns, missing)
+        checked += 1
+    assert checked >= 10, checked
