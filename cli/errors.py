@@ -233,7 +233,7 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
 # `streamctl --help` lists the commands in groups, each in the order of a runbook (as kubectl and
 # the Flink CLI group theirs); a command in no group is listed last, under "Other".
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Inspect (read-only)", ("inspect", "preflight")),
+    ("Inspect (read-only)", ("diagnose", "inspect", "preflight")),
     ("Repair", ("align", "trim")),
     ("Retire", ("stop", "drop-sink")),
     ("Kafka", ("kafka",)),
