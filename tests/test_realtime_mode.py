@@ -139,7 +139,8 @@ def _state_layout(ckpt: Path) -> dict[str, list[str]]:
     for part in sorted((ckpt / "state").glob("*/*")) if (ckpt / "state").is_dir() else []:
         if part.is_dir() and part.name.isdigit():
             out[str(part.relative_to(ckpt))] = sorted(
-                str(p.relative_to(part)) for p in part.rglob("*") if p.is_file() and not p.name.endswith(".tmp"))
+                str(p.relative_to(part)) for p in part.rglob("*")
+                if p.is_file() and not p.name.endswith((".tmp", ".tmp.crc")))  # a temp file's hidden crc too
     return out
 
 
