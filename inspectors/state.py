@@ -567,7 +567,7 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[s
     rel = f"{folder}/{name}"
     if f"{name}.crc" in crc_names:
         try:
-            meta = json.loads(storage.read(f"{rel}.crc", 1 << 16))
+            meta = load_json(storage.read(f"{rel}.crc", 1 << 16))
             size = storage.stat(rel).size
         except (StorageError, ValueError):
             meta, size = None, None

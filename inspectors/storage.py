@@ -425,8 +425,19 @@ class Storage:
         if self._local_root is not None:
             path = self._local(rel)
             try:
-                with open(path, "rb") as fh:
-                    data = fh.read(max_bytes + 1)
+                # O_NONBLOCK: a FIFO where a log file belongs opens without waiting for a writer;
+                # only a regular file (or a link to one) is read (docs/formats/README.md#the-reader)
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                try:
+                    mode = os.fstat(fd).st_mode
+                    if not stat_mod.S_ISREG(mode):
+                        what = ("a folder" if stat_mod.S_ISDIR(mode) else "a FIFO" if stat_mod.S_ISFIFO(mode)
+                                else "a socket" if stat_mod.S_ISSOCK(mode) else "a device")
+                        raise StorageError(self.uri(rel), f"is {what}, not a regular file")
+                    with os.fdopen(fd, "rb", closefd=False) as fh:
+                        data = fh.read(max_bytes + 1)
+                finally:
+                    os.close(fd)
             except OSError as exc:
                 raise StorageError(self.uri(rel), _os_reason(exc)) from None
         else:
