@@ -140,7 +140,7 @@ def _lines(text: str) -> list[str]:
 def parse_version_line(line: str, path: str, max_version: int) -> int:
     """MetadataVersionUtil.validateVersion: `v<positive int>`, at most max_version."""
     m = _VERSION_RE.match(line.strip())
-    if not m or int(m.group(1)) <= 0:
+    if not m or len(m.group(1)) > 10 or int(m.group(1)) <= 0:  # an Int: never int() of 100,000 digits
         shown = line[:20] + ("..." if len(line) > 20 else "")
         raise LogParseError(path, f"malformed log file: bad version line {shown!r}")
     version = int(m.group(1))
@@ -239,7 +239,7 @@ def source_id_of(text: str) -> Optional[SourceId]:
     with source evolution (`spark.sql.streaming.queryEvolution.enableSourceEvolution`, 4.2+), the
     name given by `DataStreamReader.name`; None for anything else."""
     if text.isdigit():
-        return int(text)
+        return int(text) if len(text) <= 10 else None  # an ordinal is an Int; never int() of 100,000 digits
     return text if _SOURCE_NAME_RE.match(text) else None
 
 
