@@ -742,7 +742,7 @@ class _Inspector:
                 stores = op.partitions[part]
                 for name in names:
                     files = stores.get(name) or StoreFiles(op_id, part, name)
-                    statuses.append(store_status(files, required, planned, valid.get((part, name), {})))
+                    statuses.append(self._status_of(files, required, planned, valid.get((part, name), {})))
             report = OperatorReport(
                 op_id, op.metadata.operator_name if op.metadata else None, num, source,
                 op.metadata.version if op.metadata else None, tuple(names), tuple(sorted(op.partitions)), tuple(statuses))
@@ -788,6 +788,39 @@ class _Inspector:
                     details={"operator": op_id, "files": [st.uri(f) for f in orphan_files]}))
         return reports
 
+
+    def _status_of(self, files: StoreFiles, required: Optional[int], planned: Optional[int],
+                   valid: dict[int, str]) -> StoreStatus:
+        """store_status, with the deltas or changelogs of the restore chain judged by their own
+        format: a torn one (no LZ4Block end mark, empty) is as good as gone, so the version it
+        carries is not restorable and STATE_UNRESTORABLE names it (docs/formats/state.md#torn-files)."""
+        from dataclasses import replace as _replace
+
+        from streamctl.inspectors.state import is_full_file, state_file, torn_reason, without_file
+
+        status = store_status(files, required, planned, valid)
+        torn: list[str] = []
+        torn_names: set[str] = set()
+        while status.restorable_required and status.restore_files:
+            bad = None
+            for name in status.restore_files:
+                if not is_full_file(name):
+                    why = torn_reason(self.st, f"{status.path}/{name}")
+                    if why is not None:
+                        bad = (name, why)
+                        break
+            if bad is None:
+                break
+            parsed = state_file(bad[0])
+            if parsed is None:
+                break
+            torn.append(f"{bad[0]} (torn: {bad[1]})")
+            torn_names.add(bad[0])
+            files = without_file(files, parsed.version, parsed.unique_id, False)
+            status = store_status(files, required, planned, valid)
+        if torn:
+            status = _replace(status, missing=tuple(torn) + tuple(m for m in status.missing if m not in torn_names))
+        return status
 
     def _corrupt_findings(self, op: OperatorFiles, statuses: list[StoreStatus]) -> None:
         """A file a restart reads that does not match its checksum companion. A corrupt delta or

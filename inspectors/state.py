@@ -552,6 +552,47 @@ def is_full_file(name: str) -> bool:
     return name.endswith(tuple(f".{ext}" for ext in FULL_EXT))
 
 
+LZ4_MAGIC = b"LZ4Block"
+LZ4_END = 21  # lz4-java LZ4BlockOutputStream.finish(): magic, token, compressed 0, original 0, checksum 0
+
+
+def torn_reason(storage: Storage, rel: str) -> Optional[str]:
+    """Why the delta or changelog `rel` is torn by its own format, None when it looks whole or
+    cannot be judged (docs/formats/state.md#torn-files). Spark writes both through its
+    CompressionCodec; with lz4 (the default) the stream is lz4-java's LZ4Block framing, which
+    ends with an empty end block: a file cut short (a crash, a full disk) has none. Local files
+    only (two small reads: head and tail); other codecs are not judged."""
+    try:
+        ends = storage.read_ends(rel, len(LZ4_MAGIC), LZ4_END)
+    except StorageError:
+        return None
+    if ends is None:
+        return None
+    head, tail, size = ends
+    if size == 0:
+        return "empty file"
+    if head != LZ4_MAGIC:
+        return None  # another codec (zstd, snappy, lzf): its end is not checked
+    if len(tail) < LZ4_END or tail[:8] != LZ4_MAGIC or tail[9:] != bytes(12):
+        return "truncated: no LZ4Block end mark"
+    return None
+
+
+def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
+    """`store` as if one file were gone (a torn file: no restart can read it)."""
+    from dataclasses import replace
+
+    if uid is None:
+        key = "full" if full else "incr"
+        return replace(store, **{key: set(getattr(store, key)) - {version}})
+    key = "full_ids" if full else "incr_ids"
+    table = {v: set(ids) for v, ids in getattr(store, key).items()}
+    table[version] = table.get(version, set()) - {uid}
+    if not table[version]:
+        del table[version]
+    return replace(store, **{key: table})
+
+
 HADOOP_CRC_MAGIC = b"crc\0"
 
 

@@ -420,6 +420,26 @@ class Storage:
             raise StorageError(self.uri(rel), "does not exist")
         return entry
 
+    def read_ends(self, rel: str, head: int, tail: int) -> Optional[tuple[bytes, bytes, int]]:
+        """(first `head` bytes, last `tail` bytes, size) of a local regular file, without reading
+        it whole; None on object stores (a ranged request per file: not done) or when it is not
+        a regular file. StorageError when it cannot be opened."""
+        if self._local_root is None:
+            return None
+        path = self._local(rel)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            try:
+                info = os.fstat(fd)
+                if not stat_mod.S_ISREG(info.st_mode):
+                    return None
+                size = info.st_size
+                return os.pread(fd, head, 0), os.pread(fd, min(tail, size), max(size - tail, 0)), size
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StorageError(self.uri(rel), _os_reason(exc)) from None
+
     def read(self, rel: str, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
         """Read a whole small file. StorageError when missing, unreadable or larger than max_bytes."""
         if self._local_root is not None:

@@ -38,7 +38,7 @@ def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 
         d = root / "state" / store
         d.mkdir(parents=True, exist_ok=True)
         for f in files:
-            (d / f).write_bytes(b"LZ4Block")
+            (d / f).write_bytes(b"LZ4Block\x15" + bytes(12))  # an empty LZ4 stream: its end block alone
     return root
 
 
