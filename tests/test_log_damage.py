@@ -12,11 +12,7 @@ pipeline back in place, damages it the way a crash, a full disk or a hand clean-
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,24 +20,15 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+@pytest.fixture(scope="module")
+def ap(align_pipeline: Any) -> Any:
+    """tests/align_pipeline.py (conftest's session fixture)."""
+    return align_pipeline
 FILES = 4  # batches 0..3
 
 
 @pytest.fixture(scope="module")
-def lab(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def lab(ap, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     root = tmp_path_factory.mktemp("log-damage")
     p = ap.build(root / "run", "file", spark, FILES)
     lab = ap.Lab(p, root / "snaps")
@@ -141,7 +128,7 @@ def test_torn_newest_sink_log_entry_rolls_its_batch_back(lab, cli, tree_snapshot
     _restart_delivers(p)
 
 
-def test_lost_metadata_is_written_with_the_given_query_id(lab, cli, tree_snapshot):
+def test_lost_metadata_is_written_with_the_given_query_id(ap, lab, cli, tree_snapshot):
     p = _fresh(lab)
     qid = json.loads((p.checkpoint / "metadata").read_text())["id"]
     ap.remove_with_companions(p.checkpoint, "metadata")
@@ -163,7 +150,7 @@ def test_lost_metadata_is_written_with_the_given_query_id(lab, cli, tree_snapsho
     _restart_delivers(p)
 
 
-def test_lost_pair_below_the_newest_batch_is_an_error_and_rolls_back(lab, cli, tree_snapshot):
+def test_lost_pair_below_the_newest_batch_is_an_error_and_rolls_back(ap, lab, cli, tree_snapshot):
     """offsets/2 and commits/2 lost by a hand clean-up: the pattern async progress tracking leaves,
     but nothing proves the option, and the restart without it fails."""
     p = _fresh(lab)
@@ -179,7 +166,7 @@ def test_lost_pair_below_the_newest_batch_is_an_error_and_rolls_back(lab, cli, t
     _restart_delivers(p)
 
 
-def test_file_source_log_damage_is_what_the_restart_trips_on(lab, cli, tree_snapshot):
+def test_file_source_log_damage_is_what_the_restart_trips_on(ap, lab, cli, tree_snapshot):
     """The file source's own log (`sources/0/`): Spark's restart reads it from its newest
     compaction on (here none yet: every file from 0). A lost entry and an empty one both fail
     the restart; align names them and changes nothing (it does not rebuild the source's log)."""

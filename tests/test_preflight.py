@@ -5,9 +5,7 @@ with it removed) are judged by preflight and then by the oracle, a real restart 
 on a copy of the checkpoint (docs/model.md#preflight)."""
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,19 +15,10 @@ import pytest
 pytestmark = [pytest.mark.spark]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+@pytest.fixture(scope="module")
+def ap(align_pipeline: Any) -> Any:
+    """tests/align_pipeline.py (conftest's session fixture)."""
+    return align_pipeline
 
 VERSIONS = '''
 def _src(spark):
@@ -53,7 +42,7 @@ def _restart(spark: Any, df: Any, ckpt: Path, complete: bool) -> None:
     q.awaitTermination()
 
 
-def test_preflight_predicts_the_restart_of_a_changed_query(spark, cli, tmp_path, monkeypatch):
+def test_preflight_predicts_the_restart_of_a_changed_query(ap, spark, cli, tmp_path, monkeypatch):
     p = ap.build(tmp_path, "dedup_file", spark, 2)
     p.add_input(p.files, 1)  # new input: the restart runs a batch
     mods = tmp_path / "mods"

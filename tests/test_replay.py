@@ -7,9 +7,7 @@ exactly-once while the replayed input is gone (docs/model.md#replayable-batches)
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +16,17 @@ import pytest
 pytestmark = [pytest.mark.spark]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+@pytest.fixture(scope="module")
+def ap(align_pipeline: Any) -> Any:
+    """tests/align_pipeline.py (conftest's session fixture)."""
+    return align_pipeline
 
 
 def _archived(archive: Path) -> list[Path]:
     return sorted(archive.rglob("part-*.json")) if archive.exists() else []
 
 
-def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(spark, cli, tmp_path, tree_snapshot):
+def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(ap, spark, cli, tmp_path, tree_snapshot):
     archive = tmp_path / "archive"
     p = ap.Pipeline(tmp_path, "dedup_file", spark,
                     reader_options={"cleanSource": "archive", "sourceArchiveDir": str(archive)})

@@ -9,8 +9,6 @@ log, read by hand: the new query's rows never reach it.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +17,10 @@ import pytest
 pytestmark = [pytest.mark.spark]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+@pytest.fixture(scope="module")
+def ap(align_pipeline: Any) -> Any:
+    """tests/align_pipeline.py (conftest's session fixture)."""
+    return align_pipeline
 
 
 def _epochs(cli: Any, ckpt: Path, sink: Path) -> tuple[int, dict, dict]:
@@ -41,7 +30,7 @@ def _epochs(cli: Any, ckpt: Path, sink: Path) -> tuple[int, dict, dict]:
     return r.code, q, {f["code"]: f for f in q["findings"]}
 
 
-def test_new_checkpoint_over_an_old_sink(spark, cli, tmp_path, tree_snapshot):
+def test_new_checkpoint_over_an_old_sink(ap, spark, cli, tmp_path, tree_snapshot):
     old = ap.build(tmp_path, "file", spark, 3)  # batches 0..2 in the sink
     new = ap.Pipeline(tmp_path, "file", spark, name="new")
     new.output = old.output

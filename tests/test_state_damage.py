@@ -7,9 +7,6 @@ untouched copy fails as predicted, and align's roll back leads to a restart that
 id exactly once (tests/align_pipeline.py kinds ``dedup_file`` and ``dedup_rocksdb``)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,23 +14,14 @@ import pytest
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+@pytest.fixture(scope="module")
+def ap(align_pipeline: Any) -> Any:
+    """tests/align_pipeline.py (conftest's session fixture)."""
+    return align_pipeline
 
 
 @pytest.mark.parametrize("kind,suffix", [("dedup_file", "delta"), ("dedup_rocksdb", "changelog")])
-def test_torn_newest_state_file_is_unrestorable_and_rolled_back(spark, cli, tmp_path, kind, suffix):
+def test_torn_newest_state_file_is_unrestorable_and_rolled_back(ap, spark, cli, tmp_path, kind, suffix):
     p = ap.build(tmp_path, kind, spark, 5)  # batches 0..4: the restart loads version 5
     store = p.checkpoint / "state/0/1"
     for full in ("5.snapshot", "5.zip"):  # a snapshot of version 5 would still restore it
