@@ -54,7 +54,8 @@ def parse_rate_start(data: bytes, path: str) -> Optional[int]:
     above v1, as Spark's `validateVersion` refuses it."""
     text = _decode(data, path)
     first, nl, body = text.partition("\n")
-    if not nl or not first.startswith("v") or not body.strip().isascii() or not body.strip().isdigit():
+    if not nl or not first.startswith("v") or not body.strip().isascii() or not body.strip().isdigit() \
+            or len(body.strip()) > 19:  # a LongOffset: never int() of 100,000 digits
         return None
     parse_version_line(first, path, RATE_START_MAX_VERSION)
     return int(body.strip())

@@ -98,3 +98,82 @@ def test_mutated_files_never_crash_hang_or_write(cli: Callable[..., Any], target
         assert _snapshot(root) == before, "a read-only run or a plan changed files"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# --- more file kinds: Kafka, rate and named sources, the agent's lease, a Delta log, the config ---
+
+QID = "11111111-2222-3333-4444-555555555555"
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1732500000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
+LEASE = {"version": 1, "query_id": QID, "run_id": "r1", "name": "orders", "host": "driver-1", "pid": 4242,
+         "started_at_ms": 1, "heartbeat_ms": 2, "expires_at_ms": 3, "last_batch": 2, "state": "released",
+         "released_at_ms": 4, "stop_request_ms": None}
+CONFIG = '[defaults]\nformat = "json"\n\n[pipelines.orders]\ncheckpoint = "CK"\nsink = "SINK"\n'
+
+
+def _stateless(root: Path, offsets: Callable[[int], str], version: str = "v1") -> None:
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": QID}))
+    for b in range(3):
+        (root / "offsets" / str(b)).write_text(f"{version}\n{META}\n{offsets(b)}")
+        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def _more_bases(root: Path) -> None:
+    kafka = root / "kafka"
+    _stateless(kafka, lambda b: '{"orders":{"0":%d,"1":%d}}' % (b * 5, b * 7))
+    (kafka / "sources/0").mkdir(parents=True)
+    (kafka / "sources/0/0").write_bytes(b"\x00v1\n" + b'{"orders":{"0":0,"1":0}}')
+    (kafka / "_streamctl").mkdir()
+    (kafka / "_streamctl/lease.json").write_text(json.dumps(LEASE))
+    rate = root / "rate"
+    _stateless(rate, lambda b: str(b * 4))
+    (rate / "sources/0").mkdir(parents=True)
+    (rate / "sources/0/0").write_text("v1\n1732500000000")
+    named = root / "named"
+    _stateless(named, lambda b: 'orders:{"logOffset":%d}' % b, version="v2")
+    (named / "sources/orders").mkdir(parents=True)
+    for b in range(3):
+        (named / "sources/orders" / str(b)).write_text('v1\n{"path":"file:///in/p%d","timestamp":1,"batchId":%d}' % (b, b))
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    for v in range(3):
+        write_deltalake(str(root / "delta"), pa.table({"batch": [v]}), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(QID, v)]))
+    (root / "config.toml").write_text(CONFIG.replace("CK", str(kafka)).replace("SINK", str(root / "delta")))
+
+
+MORE_TARGETS = ["kafka/sources/0/0", "kafka/offsets/2", "kafka/_streamctl/lease.json", "rate/sources/0/0",
+                "rate/offsets/2", "named/offsets/2", "named/sources/orders/2",
+                "delta/_delta_log/00000000000000000002.json", "delta/_delta_log/00000000000000000000.json",
+                "config.toml"]
+MORE_EXIT_CODES = {"inspect": {0, 1, 2, 3}, "align": {0, 2, 3, 4}, "trim": {0, 2, 3, 4}}
+
+
+@pytest.mark.parametrize("target", MORE_TARGETS)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(change=mutation)
+def test_more_mutated_kinds_never_crash_or_write(cli: Callable[..., Any], target: str, change: tuple) -> None:
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    try:
+        _more_bases(root)
+        path = root / target
+        path.write_bytes(_mutate(path.read_bytes(), *change))
+        before = _snapshot(root)
+        config = ("--config", str(root / "config.toml"))
+        runs = [("inspect", (*config, "inspect", "epochs", str(root / "kafka"), "--sink", str(root / "delta"),
+                             "--sink-kind", "delta", "--json")),
+                ("inspect", (*config, "inspect", "epochs", str(root / "rate"), str(root / "named"), "--json")),
+                ("inspect", (*config, "inspect", "epochs", "orders", "--json")),
+                ("align", (*config, "align", str(root / "named"), "--json")),
+                ("trim", (*config, "trim", str(root / "kafka"), "--json"))]
+        for name, args in runs:
+            r = cli(*args)
+            assert r.code in MORE_EXIT_CODES[name], (name, target, change, r)
+            assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (name, r.stderr)
+            json.loads(r.stdout)  # exactly one JSON document
+        assert _snapshot(root) == before, "a read-only run or a plan changed files"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
