@@ -83,7 +83,7 @@ def test_links_and_anchors_resolve(path: Path) -> None:
     assert broken == [], broken
 
 
-@pytest.mark.parametrize("doc", ["docs/model.md", "README.md"])
+@pytest.mark.parametrize("doc", ["docs/model.md", "docs/findings.md"])
 def test_every_finding_code_is_documented_with_its_severity(doc: str) -> None:
     text = (ROOT / doc).read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([a-z]+)", text, re.M))
@@ -160,3 +160,36 @@ def test_every_help_renders_its_examples_line_by_line(columns: int, monkeypatch:
         assert not missing, (path, columns, missing)
         checked += 1
     assert checked >= 10, checked
+
+
+def test_the_generated_command_reference_matches_the_app() -> None:
+    """docs/reference.md is every command's --help, generated (`./dev reference`): no drift."""
+    from streamctl.cli.reference import render
+
+    page = (DOCS / "reference.md").read_text(encoding="utf-8")
+    assert page == render(), "docs/reference.md differs from the app: run ./dev reference"
+
+
+def test_the_readme_exit_code_table_is_the_code_s() -> None:
+    """The README's exit-code table lists exactly the codes of cli/exit_codes.py."""
+    from streamctl.cli.exit_codes import ExitCode
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = [int(c) for c in re.findall(r"^\| (\d+) \|", section, re.M)]
+    assert rows == sorted(int(c) for c in ExitCode), rows
+
+
+def test_the_readme_tour_names_every_command() -> None:
+    """The README is the landing page: its tour has one example for every command."""
+    import typer.main
+
+    from streamctl.cli.app import app
+
+    root = typer.main.get_command(app)
+    names = []
+    for name, cmd in root.commands.items():  # type: ignore[attr-defined]
+        subs = getattr(cmd, "commands", None)
+        names += [f"streamctl {name} {sub}" for sub in subs] if subs else [f"streamctl {name}"]
+    tour = (ROOT / "README.md").read_text(encoding="utf-8").split("## A tour", 1)[1].split("\n## ", 1)[0]
+    assert [n for n in names if f"| `{n}` |" not in tour] == []
