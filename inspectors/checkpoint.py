@@ -711,9 +711,9 @@ class _Inspector:
         # back to a restartable epoch unless told `--async-progress`.
         unproven = prev_missing and evidence != "offsets_conf"
         if unproven:
-            fails += (f". Nothing on disk proves the option is on, so streamctl takes the failing outcome: "
-                      f"`streamctl align` rolls back to a restartable epoch, or `streamctl align --async-progress` "
-                      f"keeps the gaps when the query runs with the option")
+            fails += (". Nothing on disk proves the option is on, so streamctl takes the failing outcome: "
+                      "`streamctl align` rolls back to a restartable epoch, or `streamctl align --async-progress` "
+                      "keeps the gaps when the query runs with the option")
         self.findings.append(Finding(
             "ASYNC_PROGRESS",
             f"async progress tracking: batch files {ranges_text(gaps) if gaps else 'below ' + str(P)} were never "
