@@ -153,7 +153,16 @@ class Pipeline:
                     self.spark.conf.set(k, v)
 
     def run(self) -> None:
-        """Start the query (availableNow), wait until it has read every input file; raise what Spark raises."""
+        """Start the query (availableNow), wait until it has read every input file; raise what Spark
+        raises, once the tree is quiet: a task of the aborted stage or the state store maintenance
+        thread may still write for a moment after the query failed (CI saw a put_back race it)."""
+        try:
+            self._run()
+        except BaseException:
+            settle(self.base)
+            raise
+
+    def _run(self) -> None:
         with self.confs():
             if not self.kind.startswith("tws"):
                 self.writer().start().awaitTermination()
@@ -261,9 +270,19 @@ class Lab:
         shutil.copytree(self.base, dest, symlinks=True)
 
     def put_back(self, name: str) -> None:
-        if self.base.exists():
-            shutil.rmtree(self.base)
-        shutil.copytree(self.snaps / name, self.base, symlinks=True)
+        """After a failed run, a task of the aborted stage or the state store maintenance thread
+        may still write below the base for a moment (CI once saw `checkpoint` recreated between
+        the removal and the copy): wait until the tree is quiet, then retry what raced."""
+        for attempt in range(4):
+            if self.base.exists():
+                settle(self.base)
+                shutil.rmtree(self.base, ignore_errors=attempt < 3)
+            try:
+                shutil.copytree(self.snaps / name, self.base, symlinks=True)
+                return
+            except (shutil.Error, FileExistsError):
+                if attempt == 3:
+                    raise
 
     def align_args(self, *extra: str) -> list[str]:
         return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
