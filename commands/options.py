@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from streamctl.inspectors.findings import human_bytes  # noqa: F401 - the commands' name for it
 from streamctl.cli import context, render
 
 FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
@@ -89,10 +90,3 @@ def targets(args: list[str], sinks: Optional[list[str]], sink_kind: SinkKind, ap
     return out
 
 
-def human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)  # pragma: no cover

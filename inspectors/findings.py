@@ -47,6 +47,8 @@ CODES: dict[str, str] = {
     "SINK_FOREIGN_BATCHES": ERROR,
     # `streamctl preflight`: a new version of the query does not fit the checkpoint's operators
     "STATEFUL_OPERATORS_CHANGED": ERROR,
+    # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)
+    "SINK_FILES_MISSING": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"
@@ -147,3 +149,13 @@ def count_of(ranges: list[tuple[int, int]]) -> int:
 def ranges_text(ranges: list[tuple[int, int]], limit: int = 5) -> str:
     """[(3, 5), (9, 9)] -> '3..5, 9'."""
     return summarize([str(a) if a == b else f"{a}..{b}" for a, b in ranges], limit)
+
+
+def human_bytes(n: int) -> str:
+    """1536 -> `1.5 KiB` (B, KiB, MiB, GiB)."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(n)  # pragma: no cover

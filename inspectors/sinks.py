@@ -195,6 +195,8 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
             details={"log": FILE_SINK_LOG, "missing": ids_of(gaps), "missing_count": count_of(gaps),
                      "missing_ranges": [list(g) for g in gaps[:MAX_LISTED]]}))
     epochs = []
+    live: list[tuple[Mapping[str, Any], ...]] = []
+    after_ids = set(after)
     for b in (ids if detail else after):
         try:
             parsed = log.read(st, b)
@@ -202,6 +204,14 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
             findings.append(_unreadable(getattr(exc, "path", st.uri(log.rel(b))), getattr(exc, "reason", str(exc))))
             continue
         epochs.append(SinkEpoch(b, added_paths(parsed), deleted_paths(parsed), None, log.rel(b)))
+        if b in after_ids:
+            live.append(parsed.entries)
+    if not any(f.code == "UNREADABLE" for f in findings):
+        # the files readers see must be where the log says (a moved or copied sink folder)
+        from streamctl.inspectors.placement import describe, live_files, place
+
+        for code, message, details in describe(place(st, live_files(live)), FILE_SINK_LOG):
+            findings.append(Finding(code, message, details=details))
     return SinkLog("file", st.display, ids[-1], first_epoch=ids[0], epochs=tuple(epochs), epoch_ids=tuple(ids),
                    compactions=tuple(compactions), findings=tuple(findings))
 

@@ -15,15 +15,14 @@ data files they list are moved away, so the replay rewrites them once).
 from __future__ import annotations
 
 import json
-import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
-from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
+from streamctl.inspectors.placement import Placement, place, rewrite_paths
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess
@@ -58,6 +57,7 @@ class _FileSinkLog:
     entries: dict[int, list[str]]  # batch id -> added paths (as written in the log)
     checksums: Mapping[int, str]  # batch id -> its `.N[.compact].crc` name
     interval: Optional[int]
+    placement: Placement = Placement()  # where the files the entries name are (a moved sink)
 
 
 class _Planner:
@@ -100,8 +100,11 @@ class _Planner:
     # -- the file sink -----------------------------------------------------------------------
     def file_sink_log(self, sink: Storage) -> _FileSinkLog:
         files = list_file_sink_log(sink)
-        entries = {b: list(added_paths(files.read(sink, b))) for b in files.ids}
-        return _FileSinkLog(dict(files.present), entries, files.checksums, files.interval)
+        parsed = {b: files.read(sink, b) for b in files.ids}
+        entries = {b: list(added_paths(p)) for b, p in parsed.items()}
+        named = {path: 0 for paths in entries.values() for path in paths}
+        return _FileSinkLog(dict(files.present), entries, files.checksums, files.interval,
+                            place(sink, named, count_rows=False))
 
     def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int,
                         check_only: bool = False) -> tuple[list[Step], list[str]]:
@@ -157,7 +160,7 @@ class _Planner:
         reasons = []
         root = sink.display.partition("?")[0].rstrip("/")
         for path in sorted(all_now - kept_files):
-            rel = sink_rel(path, root, sink.is_local)
+            rel = log.placement.rel(path, root, sink.is_local)  # a moved sink: where the file is now
             if rel is None:
                 reasons.append(f"{FILE_SINK_LOG} lists {path}, outside the sink root {root}: streamctl never touches it")
                 continue
@@ -182,33 +185,6 @@ class _Planner:
             if d.is_dir and d.name.isdigit() and int(d.name) > x:
                 steps.append(Step("move", "sink", f"_staging/{d.name}", "staged files of an uncommitted epoch"))
         return steps
-
-
-def _norm_uri(uri: str) -> str:
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        return uri
-    scheme = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme.lower())
-    return f"{scheme}://{rest}"
-
-
-def sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
-    """The path of a file a sink log names, relative to the sink root; None when it lies outside."""
-    parsed = urlparse(path)
-    if local_root and parsed.scheme in ("file", ""):
-        target = posixpath.normpath(unquote(parsed.path))
-        base = posixpath.normpath(root)
-    elif not local_root and parsed.scheme not in ("file", ""):
-        target = _norm_uri(unquote(path.partition("?")[0]))
-        base = _norm_uri(root)
-        head, sep, tail = target.partition("://")
-        target = f"{head}{sep}{posixpath.normpath('/' + tail).lstrip('/')}"
-    else:
-        return None
-    if not target.startswith(base.rstrip("/") + "/"):
-        return None
-    rel = target[len(base.rstrip("/")) + 1:]
-    return None if not rel or rel.startswith("..") or "/../" in f"/{rel}/" else rel
 
 
 def _option_text(o: Option) -> str:
@@ -263,7 +239,7 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     if unfixable:  # every epoch's restart reads them: no choice of epoch brings them back
         raise Refused(f"{q.checkpoint}: {unfixable[0].code}: {unfixable[0].message}; no realignment restores "
                       "state schema or operator metadata files: put them back from a copy of the checkpoint")
-    refuse_corrupt_state(q)
+    refuse_corrupt_state(q, snapshot_aside=True)
     foreign = [f for f in q.findings if f.code == "SINK_FOREIGN_BATCHES"]
     if foreign:  # never roll another query's batches back as this one's (docs/model.md#sink-ownership)
         raise Refused(f"{q.checkpoint}: SINK_FOREIGN_BATCHES: {foreign[0].message}")
@@ -552,6 +528,32 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
     return steps
 
 
+def _snapshot_aside_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
+    """A torn or corrupt snapshot/zip whose older snapshot and later deltas/changelogs are intact
+    (STATE_FILE_CORRUPT with `snapshot_aside`): moved aside with its checksum companions, so every
+    Spark line restores the version from the older chain (4.1+'s auto snapshot repair does the same)."""
+    steps: list[Step] = []
+    for f in ev.q.findings:
+        if f.code != "STATE_FILE_CORRUPT" or not f.details.get("snapshot_aside"):
+            continue
+        if ev.fmt2:  # the commit log names each version's snapshot by id: no older chain to fall back on here
+            raise Refused(f"{ev.q.checkpoint}: STATE_FILE_CORRUPT: {f.message.split(': an older', 1)[0]}; with checkpoint "
+                          "format 2 the commits name the snapshot a restart loads: put it back from a copy")
+        for uri in f.details.get("files", []):
+            rel = _rel_of(uri, pl.st.display)
+            if not rel:
+                raise Refused(f"{ev.q.checkpoint}: STATE_FILE_CORRUPT names {uri}, which is not inside the checkpoint")
+            steps.append(Step("move", "checkpoint", rel, "torn or corrupt snapshot: the restart loads the older "
+                                                         "snapshot and replays the changes above it"))
+            for companion in (crc_name(rel), f"{rel}.crc"):
+                if pl.st.lookup(companion) is not None:
+                    steps.append(Step("move", "checkpoint", companion, "its checksum"))
+    if steps:
+        pl.notes.append("a torn or corrupt snapshot is moved aside: the store restores from its older snapshot and "
+                        "the deltas/changelogs above it")
+    return steps
+
+
 def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tuple[list[Step], Optional[int]]:
     """The sink at epoch x: empty entries of repartition holes, later epochs rolled back (file and
     coordinated sinks), files no commit names. Returns (steps, the sink epoch after them)."""
@@ -577,7 +579,50 @@ def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tup
                 if srel and not any(srel.startswith(s.path + "/") or srel == s.path
                                     for s in earlier + steps if s.root == "sink"):
                     steps.append(Step("move", "sink", srel, "sink file no commit names"))
+    if ev.file_log is not None:
+        steps += _relocation_steps(pl, ev, earlier + steps)
     return steps, new_s
+
+
+def _relocation_steps(pl: _Planner, ev: _Evidence, earlier: list[Step]) -> list[Step]:
+    """A moved or copied file sink (docs/model.md#moved-and-copied-sinks): every log file that
+    stays and names a file under an old root is rewritten to name it where it is now, with its
+    Hadoop sidecar; refused when a file a kept entry names exists nowhere."""
+    log, sink_st = ev.file_log, ev.sink_st
+    assert log is not None and sink_st is not None
+    where = log.placement
+    gone = {s.path for s in earlier if s.root == "sink" and s.action == "move"}
+    kept = [b for b in sorted(log.present) if f"{FILE_SINK_LOG}/{_log_name(log, b)}" not in gone]
+    lost = sorted({p for b in kept for p in log.entries.get(b, []) if p in set(where.missing)})
+    if lost:
+        raise Refused(f"{sink_st.display}: SINK_FILES_MISSING: {FILE_SINK_LOG}/ names {len(lost)} data file(s) that exist "
+                      f"nowhere (first: {lost[0]}); align cannot bring their rows back: put the files back (from a copy of "
+                      "the sink), then align rewrites where the log says they are")
+    if not where.moved:
+        return []
+    steps: list[Step] = []
+    rewritten = 0
+    for b in kept:
+        if not any(p in where.moved for p in log.entries.get(b, [])):
+            continue
+        rel = f"{FILE_SINK_LOG}/{_log_name(log, b)}"
+        content = sink_st.read(rel)
+        new = rewrite_paths(content, where.moved, sink_st)
+        if new == content:
+            continue
+        rewritten += 1
+        steps.append(Step("write", "sink", rel, "its data files' paths at the sink's current location", new))
+        if b in log.checksums:
+            steps.append(Step("write", "sink", f"{FILE_SINK_LOG}/{log.checksums[b]}", "its checksum", hadoop_crc(new)))
+    if rewritten:
+        pl.notes.append(f"{FILE_SINK_LOG}/: {rewritten} log file(s) name {len(where.moved)} data file(s) under "
+                        f"{', '.join(where.old_roots[:3])}, where the sink was: their paths are rewritten to the sink's "
+                        "current location, so a batch read of the sink sees every file again")
+    return steps
+
+
+def _log_name(log: _FileSinkLog, b: int) -> str:
+    return f"{b}.compact" if log.present[b] else str(b)
 
 
 def _unique(steps: list[Step]) -> list[Step]:
@@ -601,7 +646,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     x = int(chosen.target)  # type: ignore[arg-type]
     keep_next = _keeps_next(ev, req, x)
     new_p = x + 1 if keep_next else x
-    steps = _checkpoint_log_steps(pl, ev, x, new_p) + _state_steps(ev, x)
+    steps = _checkpoint_log_steps(pl, ev, x, new_p) + _snapshot_aside_steps(pl, ev) + _state_steps(ev, x)
     sink_steps, new_s = _sink_steps(pl, ev, x, steps)
     steps = steps + sink_steps
     steps = _unique(pl.damage.first_steps(steps) + steps)

@@ -246,7 +246,7 @@ def _inside(sink: Root, path: str) -> Optional[str]:
     """A path (a data file from a sink log, an archive location) relative to the root `sink`, or
     None when it is outside it."""
     if not sink.is_local:
-        from streamctl.operations.align import sink_rel
+        from streamctl.inspectors.placement import sink_rel
 
         return sink_rel(path, sink.location.partition("?")[0], False)
     parsed = urlparse(path)

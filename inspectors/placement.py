@@ -1,0 +1,288 @@
+"""Where the data files a file sink's log names really are (docs/formats/sinks.md#moved-and-copied-sinks).
+
+Spark's file sink records every data file by its absolute, qualified path
+(`file:///data/out/part-...json`, `s3a://bucket/out/...`). Move or copy the sink folder and its
+log still names the old place. Spark's batch reader of the sink (`MetadataLogFileIndex`, through
+`PartitioningAwareFileIndex.allFiles`) keeps only the logged files below the sink's own path and
+silently skips the rest, whether or not they still exist (PySpark 4.3: 0 of 20 rows after a move,
+and after a copy while the original is still there; no error); a partitioned sink's read fails
+instead (`File file:/old/out/key=k0/part-… does not exist`, reading the footers).
+
+This module is the one owner of that question, for inspection (SINK_FILES_MISSING) and for align (which rewrites the log's paths to the sink's current
+location, and takes a rolled-back batch's data files from where they are now):
+
+* `sink_rel(path, root, local)`: a logged path relative to the sink root, None outside it;
+* `place(storage, {path: size})`: for every named file, inside and present; outside with the
+  same relative path present under the sink (moved or copied: `moved[path] = rel`); or missing
+  (gone, or outside the sink with no copy under it: no reader of the sink sees it);
+* `rewrite_paths(content, moved, new_root)`: a log file's bytes with those paths rewritten, every
+  other byte of each line kept as Spark's JSON writer wrote it.
+
+Cost follows the files: one listing per folder that holds named files, one `stat` per path
+outside the root (local), rows counted only for moved files up to ROW_COUNT_BUDGET bytes.
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Optional
+from urllib.parse import quote, unquote, urlparse
+
+from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.storage import Storage
+
+MAX_DEPTH = 16  # partition folders a relative path may have (`a=1/b=2/part-...`)
+ROW_COUNT_BUDGET = 64 << 20  # bytes of moved files whose rows are counted; beyond: rows unknown
+MAX_EXAMPLES = 5
+
+
+def norm_uri(uri: str) -> str:
+    """One spelling per object store scheme (s3a/s3n -> s3, gcs -> gs), lower-case scheme."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        return uri
+    scheme = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme.lower())
+    return f"{scheme}://{rest}"
+
+
+def target_of(path: str, local_root: bool) -> Optional[str]:
+    """The normalized location a logged path names (a local absolute path, or `scheme://bucket/key`
+    for an object store), None when it is of the other kind than the sink root or relative."""
+    parsed = urlparse(path)
+    if local_root:
+        if parsed.scheme not in ("file", ""):
+            return None
+        p = unquote(parsed.path)
+        return posixpath.normpath(p) if p.startswith("/") else None
+    if parsed.scheme in ("file", ""):
+        return None
+    target = norm_uri(unquote(path.partition("?")[0]))
+    head, sep, tail = target.partition("://")
+    return f"{head}{sep}{posixpath.normpath('/' + tail).lstrip('/')}"
+
+
+def root_of(st: Storage) -> str:
+    """The sink root as `target_of` spells locations."""
+    root = st.display.partition("?")[0].rstrip("/")
+    return posixpath.normpath(root) if st.is_local else norm_uri(root)
+
+
+def sink_rel(path: str, root: str, local_root: bool) -> Optional[str]:
+    """The path of a file a sink log names, relative to the sink root; None when it lies outside."""
+    target = target_of(path, local_root)
+    if target is None:
+        return None
+    base = posixpath.normpath(root) if local_root else norm_uri(root)
+    if not target.startswith(base.rstrip("/") + "/"):
+        return None
+    rel = target[len(base.rstrip("/")) + 1:]
+    return None if not rel or rel.startswith("..") or "/../" in f"/{rel}/" else rel
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the files a sink log names are. `moved` maps a logged path to the relative path
+    under the sink root where the same file is now (the sink was moved or copied from one of
+    `old_roots`); `missing` are named files no reader of the sink sees and no copy under the sink
+    replaces (deleted, or outside the sink root)."""
+
+    named: int = 0
+    missing: tuple[str, ...] = ()
+    missing_bytes: int = 0
+    moved: Mapping[str, str] = field(default_factory=dict)
+    moved_bytes: int = 0
+    old_roots: tuple[str, ...] = ()
+    moved_rows: Optional[int] = None
+
+    def rel(self, path: str, root: str, local_root: bool) -> Optional[str]:
+        """Where `path` is under the sink now: inside the root, or where a move put it."""
+        return self.moved.get(path) or sink_rel(path, root, local_root)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def place(st: Storage, named: Mapping[str, int], count_rows: bool = True) -> Placement:
+    """Judge every path in `named` (logged path -> logged size) against the sink at `st`."""
+    root = root_of(st)
+    local = st.is_local
+    folders: dict[str, set[str]] = {}
+
+    def present(rel: str) -> bool:
+        head, _, name = rel.rpartition("/")
+        if head not in folders:
+            try:
+                files, _dirs = st.list_names(head)
+            except StorageError:
+                files = []
+            folders[head] = set(files)
+        return name in folders[head]
+
+    missing: list[str] = []
+    missing_bytes = 0
+    moved: dict[str, str] = {}
+    moved_bytes = 0
+    old_roots: list[str] = []
+    for path, size in named.items():
+        rel = sink_rel(path, root, local)
+        if rel is not None:
+            if not present(rel):
+                missing.append(path)
+                missing_bytes += size
+            continue
+        target = target_of(path, local)
+        if target is None:
+            continue  # a relative path or another file system: not judged
+        found = _relocated(target, old_roots, present)
+        if found is not None and local and _same_file(target, posixpath.join(root, found[1])):
+            continue  # the same file through another spelling of the root (a symlink)
+        if found is None:  # outside the sink, no copy under it: readers skip it, exists or not
+            missing.append(path)
+            missing_bytes += size
+            continue
+        old_root, rel = found
+        if old_root not in old_roots:
+            old_roots.append(old_root)
+        moved[path] = rel
+        moved_bytes += size
+    rows = _rows(st, sorted(set(moved.values())), moved_bytes) if moved and count_rows else None
+    return Placement(len(named), tuple(missing), missing_bytes, moved, moved_bytes, tuple(old_roots), rows)
+
+
+def _relocated(target: str, old_roots: list[str], present: Callable[[str], bool]) -> Optional[tuple[str, str]]:
+    """(old root, relative path) when the file `target` names is under the sink at the same
+    relative path: a root already found first, then the shortest relative path that exists."""
+    for old in old_roots:
+        if target.startswith(old + "/"):
+            rel = target[len(old) + 1:]
+            if present(rel):
+                return old, rel
+    parts = target.split("/")
+    for k in range(1, min(len(parts) - 1, MAX_DEPTH) + 1):
+        rel = "/".join(parts[-k:])
+        old = "/".join(parts[:-k])
+        if not old or old.endswith(":/") or old.endswith("://") or old.endswith(":"):
+            break
+        if present(rel):
+            return old, rel
+    return None
+
+
+def _rows(st: Storage, rels: list[str], total: int) -> Optional[int]:
+    """Rows in the moved files (parquet: the footer; JSON lines: newlines), None when another
+    format is among them or they exceed ROW_COUNT_BUDGET bytes."""
+    if total > ROW_COUNT_BUDGET or not rels:
+        return None
+    rows = 0
+    for rel in rels:
+        ext = rel.rsplit("/", 1)[-1].rsplit(".", 1)[-1]  # part-...-c000.json; .json.gz is not counted
+        try:
+            if ext == "parquet":
+                import io
+
+                import pyarrow.parquet as pq
+
+                rows += pq.ParquetFile(io.BytesIO(st.read(rel, ROW_COUNT_BUDGET))).metadata.num_rows
+            elif ext == "json":
+                data = st.read(rel, ROW_COUNT_BUDGET)
+                rows += data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+            else:
+                return None
+        except Exception:  # noqa: BLE001 - compressed or unreadable: rows unknown
+            return None
+    return rows
+
+
+def new_root_spelling(raw: str, st: Storage) -> str:
+    """The sink root spelled like the logged path `raw` (its scheme and URI style)."""
+    if st.is_local:
+        root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~")
+        if raw.startswith("file:///") or raw.startswith("file://localhost/"):
+            return f"file://{root}"
+        if raw.startswith("file:"):
+            return f"file:{root}"
+        return root_of(st)
+    scheme = raw.partition("://")[0]
+    rest = st.display.partition("?")[0].rstrip("/").partition("://")[2]
+    return f"{scheme}://{rest}"
+
+
+def rewritten_path(raw: str, rel: str, st: Storage) -> str:
+    """`raw` pointed at `rel` under the sink: the new root, then the last components of `raw`
+    exactly as Spark encoded them (partition folders keep their escaping)."""
+    k = rel.count("/") + 1
+    tail = "/".join(raw.partition("?")[0].split("/")[-k:])
+    return f"{new_root_spelling(raw, st)}/{tail}"
+
+
+def rewrite_paths(content: bytes, moved: Mapping[str, str], st: Storage) -> bytes:
+    """A sink log file (`v1` then one JSON object per line) with every moved path pointing at
+    the sink's current location; other lines byte for byte."""
+    import json
+
+    out = []
+    for line in content.split(b"\n"):
+        if line.startswith(b"{"):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                out.append(line)
+                continue
+            path = entry.get("path") if isinstance(entry, dict) else None
+            if isinstance(path, str) and path in moved:
+                entry["path"] = rewritten_path(path, moved[path], st)
+                line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        out.append(line)
+    return b"\n".join(out)
+
+
+def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, int]:
+    """The files a reader of the log sees (path -> logged size): the adds of the newest
+    compaction and every batch after it, less their deletes, in log order."""
+    live: dict[str, int] = {}
+    for entries in batches:
+        for e in entries:
+            path = e.get("path")
+            if not isinstance(path, str):
+                continue
+            if e.get("action", "add") == "delete":
+                live.pop(path, None)
+            else:
+                size = e.get("size")
+                live[path] = size if isinstance(size, int) and size >= 0 else 0
+    return live
+
+
+def describe(p: Placement, log: str) -> list[tuple[str, str, dict[str, object]]]:
+    """The finding of a placement: (code, message, details), none when every file is in place."""
+    from streamctl.inspectors.findings import human_bytes
+
+    unseen = len(p.missing) + len(p.moved)
+    if not unseen:
+        return []
+    rows = f", {p.moved_rows} rows" if p.moved_rows is not None and not p.missing else ""
+    parts = []
+    if p.moved:
+        parts.append(f"{len(p.moved)} lie under {_roots_text(p.old_roots)}, where the sink was before it was moved or "
+                     "copied, and are at the same place under the sink now (align rewrites the log's paths)")
+    if p.missing:
+        parts.append(f"{len(p.missing)} are gone or outside the sink with no copy in it (first: {p.missing[0]}); "
+                     "streamctl cannot bring them back")
+    return [("SINK_FILES_MISSING",
+             f"{log}/ names {unseen} data file(s) ({human_bytes(p.missing_bytes + p.moved_bytes)}{rows}) that no reader "
+             "of the sink sees: a batch read silently skips files outside the sink folder and files that are gone "
+             "(a partitioned sink's read fails on them); "
+             + "; ".join(parts),
+             {"missing_count": unseen, "moved_count": len(p.moved), "lost_count": len(p.missing),
+              "bytes": p.missing_bytes + p.moved_bytes, "rows": p.moved_rows if not p.missing else None,
+              "old_roots": list(p.old_roots), "examples": (list(p.missing) + sorted(p.moved))[:MAX_EXAMPLES]})]
+
+
+def _roots_text(roots: tuple[str, ...]) -> str:
+    return ", ".join(roots[:3]) + (f" and {len(roots) - 3} more" if len(roots) > 3 else "")
+
