@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epo
     from streamctl.inspectors.sinks import SinkLog
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"  # in offsets confs of Spark 4.1+
+AUTO_REPAIR_CONF = "spark.sql.streaming.stateStore.autoSnapshotRepair.enabled"
 READ_WORKERS = 8  # concurrent reads of small files on object stores
 
 
@@ -443,6 +445,7 @@ class _Inspector:
             before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
+        self.newest_conf = conf  # evidence of the Spark line (_corrupt_findings)
         # the layout a restart reads: the newest batch's conf; an unfinished repartition's conf is
         # not (Spark refuses to start from it, align goes back to the committed batch)
         state_conf = dict(committed_offsets.conf) if unfinished and committed_offsets is not None else conf
@@ -837,30 +840,59 @@ class _Inspector:
         repaired: list[str] = []
         for status in statuses:
             files = stores.get((status.partition, status.store))
-            if files is None or not files.crc_names:
+            if files is None:
                 continue
-            bad = self._mismatches(status.path, status.restore_files, files.crc_names)
+            # the snapshot/zip the chain starts from, judged by its own format (a torn one has no
+            # companion to disagree with on HDFS and object stores); then the checksums
+            bad = self._torn_full(status.path, status.restore_files[:1])
+            bad += [b for b in self._mismatches(status.path, status.restore_files, files.crc_names)
+                    if b[0] not in {n for n, _ in bad}]
             if not bad:
                 continue
             texts = [f"{status.path}/{name} ({why})" for name, why in bad]
             snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
             if snapshot_only and status.fallback_files and not self._mismatches(
-                    status.path, status.fallback_files, files.crc_names):
+                    status.path, status.fallback_files, files.crc_names) and not self._torn_full(
+                    status.path, status.fallback_files[:1]):
                 repaired += texts
             else:
                 fatal += texts
+        # Spark 4.1+ loads around a bad snapshot (auto snapshot repair); older lines fail. The
+        # line shows in the newest offsets conf: 4.1+ records the row checksum setting there. Not
+        # shown: the failing outcome is taken (align moves the snapshot aside: every line restarts).
+        line_41 = ROW_CHECKSUM_CONF in getattr(self, "newest_conf", {})
+        auto_repair = str(getattr(self, "newest_conf", {}).get(AUTO_REPAIR_CONF, "true")).lower() != "false"
+        around = line_41 and auto_repair
         for items, severity, effect in (
-                (fatal, ERROR, "Spark's restart fails loading the store (CANNOT_LOAD_STATE_STORE)"),
-                (repaired, WARNING, "Spark 4.1+ restarts from an older snapshot and replays the changes above it "
-                                    "(auto snapshot repair; older lines fail)")):
+                (fatal, ERROR, "Spark's restart fails loading the store (CANNOT_LOAD_STATE_STORE); align and trim "
+                               "refuse (exit 4)"),
+                (repaired, WARNING if around else ERROR,
+                 "an older snapshot and the changes above it are intact: "
+                 + ("Spark 4.1+ restarts from them (auto snapshot repair, this checkpoint's line)" if around else
+                    "Spark 4.1+ restarts from them (auto snapshot repair), older lines fail and the checkpoint does "
+                    "not show a 4.1+ line")
+                 + "; align moves the snapshot aside, after which every line restarts from them")):
             if items:
                 self.findings.append(Finding(
                     "STATE_FILE_CORRUPT",
-                    f"operator {op.operator_id}: {len(items)} state file(s) a restart reads do not match their "
-                    f"checksum: {summarize(items, 3)}: {effect}; align and trim refuse (exit 4)",
+                    f"operator {op.operator_id}: {len(items)} state file(s) a restart reads are torn or do not match "
+                    f"their checksum: {summarize(items, 3)}: {effect}",
                     severity=severity,
                     details={"operator": op.operator_id, "files": [self.st.uri(i.split(" (", 1)[0]) for i in items],
-                             "restart": "fails" if severity == ERROR else "auto_snapshot_repair"}))
+                             "restart": "auto_snapshot_repair" if items is repaired and around else "fails",
+                             "snapshot_aside": items is repaired}))
+
+    def _torn_full(self, folder: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
+        """(name, why) of each snapshot/zip of `names` that is torn by its own format."""
+        from streamctl.inspectors.state import torn_full_reason
+
+        out = []
+        for name in names:
+            if is_full_file(name):
+                why = torn_full_reason(self.st, f"{folder}/{name}")
+                if why:
+                    out.append((name, f"torn: {why}"))
+        return out
 
     def _mismatches(self, folder: str, names: tuple[str, ...], crc_names: set[str]) -> list[tuple[str, str]]:
         """(name, why) of each of `names` in `folder` that does not match its checksum companion."""

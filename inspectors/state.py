@@ -578,6 +578,34 @@ def torn_reason(storage: Storage, rel: str) -> Optional[str]:
     return None
 
 
+ZIP_EOCD = b"PK\x05\x06"
+ZIP_EOCD_SIZE = 22  # the end of central directory record without a comment
+ZIP_TAIL = ZIP_EOCD_SIZE + 0xFFFF  # ... with the longest comment
+
+
+def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
+    """Why the snapshot `rel` is torn by its own format, None when it looks whole or cannot be
+    judged (docs/formats/state.md#torn-files): an HDFS `.snapshot` is LZ4Block framed like a
+    delta (its end mark); a RocksDB `.zip` ends with the zip's end of central directory record
+    (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Local files only (head and tail reads)."""
+    if not rel.endswith(".zip"):
+        return torn_reason(storage, rel)
+    try:
+        ends = storage.read_ends(rel, 4, ZIP_TAIL)
+    except StorageError:
+        return None
+    if ends is None:
+        return None
+    head, tail, size = ends
+    if size == 0:
+        return "empty file"
+    if head != b"PK\x03\x04":
+        return "not a zip file (no local file header)"
+    if tail[-ZIP_EOCD_SIZE:][:4] == ZIP_EOCD or ZIP_EOCD in tail:
+        return None
+    return "truncated: no zip end of central directory record"
+
+
 def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
     """`store` as if one file were gone (a torn file: no restart can read it)."""
     from dataclasses import replace

@@ -152,11 +152,12 @@ def epochs_text(epochs: list[int]) -> str:
     return ", ".join(out)
 
 
-def refuse_corrupt_state(q: Any) -> None:
-    """A state file a restart reads does not match its checksum (STATE_FILE_CORRUPT): no plan
-    decides which copy is right; refuse naming the files."""
+def refuse_corrupt_state(q: Any, snapshot_aside: bool = False) -> None:
+    """A state file a restart reads does not match its checksum or is torn (STATE_FILE_CORRUPT):
+    no plan decides which copy is right; refuse naming the files. `snapshot_aside`: align moves a
+    bad snapshot with an intact older chain aside (`snapshot_aside` in the finding) instead."""
     for f in q.findings:
-        if f.code == "STATE_FILE_CORRUPT":
+        if f.code == "STATE_FILE_CORRUPT" and not (snapshot_aside and f.details.get("snapshot_aside")):
             raise Refused(f"{q.checkpoint}: STATE_FILE_CORRUPT: {f.message.split(': Spark', 1)[0]}; streamctl moves no "
                           "state around a corrupt file: put it back from a copy of the checkpoint")
 

@@ -7,6 +7,7 @@ untouched copy fails as predicted, and align's roll back leads to a restart that
 id exactly once (tests/align_pipeline.py kinds ``dedup_file`` and ``dedup_rocksdb``)."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -51,6 +52,55 @@ def test_torn_newest_state_file_is_unrestorable_and_rolled_back(ap, spark, cli, 
     plan = r.json()["plan"]
     assert plan["strategy"] == "rollback" and plan["target"] == 3 and plan["classification"] == "exactly-once", plan
     assert f"state/0/1/5.{suffix}" in [s["path"] for s in plan["steps"]], plan["steps"]
+    p.add_input(p.files, 2)
+    p.run()
+    d = p.delivery()
+    assert d["ok"], d
+
+
+@pytest.mark.parametrize("kind,ext", [("dedup_file", "snapshot"), ("dedup_rocksdb", "zip")])
+def test_torn_newest_snapshot_is_judged_by_the_line_and_moved_aside(ap, spark, cli, tmp_path, kind, ext):
+    """The newest snapshot (HDFS `.snapshot`, LZ4Block framed) or zip (RocksDB, its end of
+    central directory record) of a store, cut short, without a checksum companion; an older
+    snapshot (or version 0) and the deltas/changelogs above it are intact. Spark 4.1+ restarts around it (auto
+    snapshot repair; the checkpoint shows the line in its offsets conf): warning; PySpark 3.5
+    fails: error. align moves it aside, after which every line restarts exactly once."""
+    p = ap.build(tmp_path, kind, spark, 3, extra_confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"})
+    store = p.checkpoint / "state/0/0"
+    deadline = time.monotonic() + 20
+    while not list(store.glob(f"*.{ext}")) and time.monotonic() < deadline:  # the maintenance thread writes them
+        time.sleep(0.2)
+    ap.settle(p.base)
+    full = sorted(store.glob(f"*.{ext}"), key=lambda f: int(f.name.split(".")[0]))
+    assert full, sorted(x.name for x in store.iterdir())
+    victim = full[-1]  # the newest: the restart of version 3 starts from it
+    whole = victim.read_bytes()
+    ap.remove_with_companions(store, victim.name)
+    victim.write_bytes(whole[: len(whole) // 2])
+
+    r = cli("inspect", "epochs", str(p.checkpoint), "--json")
+    found = [f for f in r.json()["queries"][0]["findings"] if f["code"] == "STATE_FILE_CORRUPT"]
+    assert len(found) == 1 and f"{victim.name} (torn:" in found[0]["message"] and found[0]["snapshot_aside"], found
+    around = int(spark.version.split(".")[0]) >= 4
+    assert found[0]["severity"] == ("warning" if around else "error"), found
+    assert r.code == (0 if around else 1), r.json()
+
+    lab = ap.Lab(p, tmp_path / "snaps")
+    lab.save("torn")
+    if around:  # the oracle: Spark 4.3 restarts around it
+        p.add_input(p.files, 1)
+        p.run()
+        assert p.delivery()["ok"], p.delivery()
+    else:  # PySpark 3.5 fails loading the store
+        with pytest.raises(Exception, match="CANNOT_LOAD_STATE_STORE|Stream ended prematurely|EOF|zip|corrupt"):
+            p.add_input(p.files, 1)
+            p.run()
+    lab.put_back("torn")
+    p.files = 3
+
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    assert f"state/0/0/{victim.name}" in [s["path"] for s in r.json()["plan"]["steps"]], r.json()["plan"]["steps"]
     p.add_input(p.files, 2)
     p.run()
     d = p.delivery()
