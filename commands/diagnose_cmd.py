@@ -90,7 +90,7 @@ def diagnose(
     config = load_config(context.CONFIG_PATH)
     t = resolve_target(checkpoint, sink, str(sink_kind), app_id, config)
     q = inspect_checkpoint(t.checkpoint, sink=t.sink, sink_kind=t.sink_kind, app_id=t.app_id,
-                           quiet_period_s=options.quiet_period(quiet_period, config))
+                           quiet_period_s=options.quiet_period(quiet_period, config), deep=True)
     step = next_step(q, t.checkpoint, t.sink, t.sink_kind, t.app_id)
     doc = {"api_version": "streamctl/v1", "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
            "verdict": q.verdict, "planned": q.planned, "committed": q.committed,

@@ -60,6 +60,9 @@ def inspect_epochs(
     reclaimable: bool = typer.Option(False, "--reclaimable", help="Add the space `streamctl trim` would reclaim per query "
                                      "(a column and the JSON field `reclaimable`; one more listing and a stat per reclaimable file)."),
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="With --reclaimable: the newest epochs kept as restart/rollback points (as trim)."),
+    deep: bool = typer.Option(False, "--deep", help="On object stores and HDFS, also read the head and tail of the state "
+                              "files each store restores from (a ranged read or two per store) to find torn ones; local "
+                              "checkpoints always are. align, trim and diagnose always do."),
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
@@ -111,7 +114,7 @@ def inspect_epochs(
         raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
                          "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
     args = fleet.expand(checkpoints)
-    targets = [fleet.Target(*t) for t in options.targets(args, sink, sink_kind, app_id, config)]
+    targets = [fleet.Target(*t, deep=deep) for t in options.targets(args, sink, sink_kind, app_id, config)]
     quiet = options.quiet_period(quiet_period, config)
     default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None

@@ -36,7 +36,7 @@ from streamctl.inspectors.state import (
     store_status,
 )
 from streamctl.inspectors.masked import masked
-from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.storage import Storage, parallel_map
 
 if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean
     from streamctl.inspectors.sinks import SinkLog
@@ -187,7 +187,8 @@ Progress = Callable[[str], None]
 def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink: Optional[str] = None,
                        sink_kind: str = "auto", app_id: Optional[str] = None,
                        quiet_period_s: Optional[float] = None, now_ms: Optional[int] = None,
-                       absent: frozenset[str] = frozenset(), sink_absent: frozenset[str] = frozenset()) -> QueryInspection:
+                       absent: frozenset[str] = frozenset(), sink_absent: frozenset[str] = frozenset(),
+                       deep: bool = False) -> QueryInspection:
     """Inspect the checkpoint at `location` (local path or URI), and with `sink` the sink it
     writes to (its epoch joins the positions, its writers the parallel-writer analysis; a Delta
     sink's txn app id defaults to the checkpoint's query id). Never raises for bad input.
@@ -198,13 +199,17 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
 
     `absent` / `sink_absent`: files of the checkpoint / sink (relative paths) taken as absent:
     align inspects the checkpoint as its plan leaves it after moving torn files aside
-    (inspectors/masked.py)."""
+    (inspectors/masked.py).
+
+    `deep`: on object stores and HDFS too, read the head and tail of the state files a restart
+    starts from (a ranged read or two per store) to find torn ones; local checkpoints always are.
+    The mutations (align, trim, diagnose's plan) inspect deep; `inspect epochs --deep` asks for it."""
     known = True
     storage: Optional[Storage] = None
     missing = False
     try:
         storage = masked(Storage.open(location), absent)
-        q = _Inspector(storage, progress, quiet_period_s, now_ms).run()
+        q = _Inspector(storage, progress, quiet_period_s, now_ms, deep).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
         known = False  # the positions are unknown, not absent: no sink finding is derived from them
@@ -323,8 +328,9 @@ def _repartition_batch_finding(b: int, old: int, new: int) -> Finding:
 
 class _Inspector:
     def __init__(self, storage: Storage, progress: Optional[Progress], quiet_period_s: Optional[float] = None,
-                 now_ms: Optional[int] = None) -> None:
+                 now_ms: Optional[int] = None, deep: bool = False) -> None:
         self.st = storage
+        self.read_ends = storage.is_local or deep  # torn state files: judged by their heads and tails
         self.findings: list[Finding] = []
         self.progress = progress or (lambda _msg: None)
         self.quiet_period_s = quiet_period_s
@@ -740,12 +746,15 @@ class _Inspector:
             num, source = _layout_count(layout)
             names = op.store_names()
             valid = _valid_ids(op, commits)
-            statuses: list[StoreStatus] = []
-            for part in sorted(op.partitions):
-                stores = op.partitions[part]
-                for name in names:
-                    files = stores.get(name) or StoreFiles(op_id, part, name)
-                    statuses.append(self._status_of(files, required, planned, valid.get((part, name), {})))
+            pending = [(op.partitions[part].get(name) or StoreFiles(op_id, part, name), valid.get((part, name), {}))
+                       for part in sorted(op.partitions) for name in names]
+
+            def status(fv: tuple[StoreFiles, dict[int, str]]) -> StoreStatus:
+                return self._status_of(fv[0], required, planned, fv[1])
+
+            # one task per store on object stores (each judges its chain's ends with ranged reads)
+            statuses: list[StoreStatus] = ([status(fv) for fv in pending] if st.is_local
+                                           else parallel_map(status, pending, READ_WORKERS))
             report = OperatorReport(
                 op_id, op.metadata.operator_name if op.metadata else None, num, source,
                 op.metadata.version if op.metadata else None, tuple(names), tuple(sorted(op.partitions)), tuple(statuses))
@@ -804,14 +813,16 @@ class _Inspector:
         status = store_status(files, required, planned, valid)
         torn: list[str] = []
         torn_names: set[str] = set()
-        while status.restorable_required and status.restore_files:
+        while self.read_ends and status.restorable_required and status.restore_files:
             bad = None
-            for name in status.restore_files:
-                if not is_full_file(name):
-                    why = torn_reason(self.st, f"{status.path}/{name}")
-                    if why is not None:
-                        bad = (name, why)
-                        break
+            incremental = [n for n in status.restore_files if not is_full_file(n)]
+            if not self.st.is_local:  # object stores: the newest written, the one a crash leaves torn
+                incremental = incremental[-1:]
+            for name in incremental:
+                why = torn_reason(self.st, f"{status.path}/{name}")
+                if why is not None:
+                    bad = (name, why)
+                    break
             if bad is None:
                 break
             parsed = state_file(bad[0])
@@ -831,32 +842,36 @@ class _Inspector:
         corrupted", with or without row checksums): error. A corrupt snapshot/zip does not when
         an older snapshot (or version 0) and intact incrementals up to the restart's version
         exist: Spark 4.1+'s auto snapshot repair loads those (observed 4.3.0): warning. Only the
-        files of the restore chain (and, for a corrupt snapshot, of its fallback) are read, and
-        only on the local file system."""
-        if not self.st.is_local:  # object stores: a GET per file of every chain (and Spark's S3 reads
-            return                  # verify no Hadoop sidecar); not read there
-        stores = {(s.partition, s.store): s for s in op.stores()}
-        fatal: list[str] = []
-        repaired: list[str] = []
-        for status in statuses:
+        files of the restore chain (and, for a corrupt snapshot, of its fallback) are read; checksums
+        only on the local file system, torn snapshots (their own format) everywhere."""
+        if not self.read_ends:
+            return
+        local = self.st.is_local  # object stores: a GET per file of every chain (and Spark's S3 reads verify
+        stores = {(s.partition, s.store): s for s in op.stores()}  # no Hadoop sidecar): checksums not read there
+        def judge(status: StoreStatus) -> Optional[tuple[list[str], bool]]:
+            """(texts of its bad files, whether an intact older chain is there), None when whole."""
             files = stores.get((status.partition, status.store))
             if files is None:
-                continue
+                return None
             # the snapshot/zip the chain starts from, judged by its own format (a torn one has no
             # companion to disagree with on HDFS and object stores); then the checksums
             bad = self._torn_full(status.path, status.restore_files[:1])
-            bad += [b for b in self._mismatches(status.path, status.restore_files, files.crc_names)
-                    if b[0] not in {n for n, _ in bad}]
+            if local:
+                bad += [b for b in self._mismatches(status.path, status.restore_files, files.crc_names)
+                        if b[0] not in {n for n, _ in bad}]
             if not bad:
-                continue
+                return None
             texts = [f"{status.path}/{name} ({why})" for name, why in bad]
             snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
-            if snapshot_only and status.fallback_files and not self._mismatches(
-                    status.path, status.fallback_files, files.crc_names) and not self._torn_full(
-                    status.path, status.fallback_files[:1]):
-                repaired += texts
-            else:
-                fatal += texts
+            return texts, bool(snapshot_only and status.fallback_files and not (local and self._mismatches(
+                status.path, status.fallback_files, files.crc_names)) and not self._torn_full(
+                status.path, status.fallback_files[:1]))
+
+        fatal: list[str] = []
+        repaired: list[str] = []
+        for judged in ([judge(s) for s in statuses] if local else parallel_map(judge, statuses, READ_WORKERS)):
+            if judged is not None:
+                (repaired if judged[1] else fatal).extend(judged[0])
         # Spark 4.1+ loads around a bad snapshot (auto snapshot repair); older lines fail. The
         # line shows in the newest offsets conf: 4.1+ records the row checksum setting there. Not
         # shown: the failing outcome is taken (align moves the snapshot aside: every line restarts).

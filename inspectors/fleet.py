@@ -123,6 +123,7 @@ class Target:
     sink: Optional[str] = None
     sink_kind: str = "auto"
     app_id: Optional[str] = None
+    deep: bool = False  # read state file ends on object stores too (inspect_checkpoint's `deep`)
 
 
 def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
@@ -130,7 +131,7 @@ def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     return inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink, sink_kind=target.sink_kind,
-                              app_id=target.app_id, quiet_period_s=quiet_period_s)
+                              app_id=target.app_id, quiet_period_s=quiet_period_s, deep=target.deep)
 
 
 def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[float] = None,

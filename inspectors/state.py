@@ -560,8 +560,8 @@ def torn_reason(storage: Storage, rel: str) -> Optional[str]:
     """Why the delta or changelog `rel` is torn by its own format, None when it looks whole or
     cannot be judged (docs/formats/state.md#torn-files). Spark writes both through its
     CompressionCodec; with lz4 (the default) the stream is lz4-java's LZ4Block framing, which
-    ends with an empty end block: a file cut short (a crash, a full disk) has none. Local files
-    only (two small reads: head and tail); other codecs are not judged."""
+    ends with an empty end block: a file cut short (a crash, a full disk) has none. Two small
+    reads, head and tail (ranged requests on object stores); other codecs are not judged."""
     try:
         ends = storage.read_ends(rel, len(LZ4_MAGIC), LZ4_END)
     except StorageError:
@@ -587,7 +587,7 @@ def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
     """Why the snapshot `rel` is torn by its own format, None when it looks whole or cannot be
     judged (docs/formats/state.md#torn-files): an HDFS `.snapshot` is LZ4Block framed like a
     delta (its end mark); a RocksDB `.zip` ends with the zip's end of central directory record
-    (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Local files only (head and tail reads)."""
+    (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Head and tail reads only."""
     if not rel.endswith(".zip"):
         return torn_reason(storage, rel)
     try:

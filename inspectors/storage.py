@@ -421,11 +421,12 @@ class Storage:
         return entry
 
     def read_ends(self, rel: str, head: int, tail: int) -> Optional[tuple[bytes, bytes, int]]:
-        """(first `head` bytes, last `tail` bytes, size) of a local regular file, without reading
-        it whole; None on object stores (a ranged request per file: not done) or when it is not
-        a regular file. StorageError when it cannot be opened."""
+        """(first `head` bytes, last `tail` bytes, size) of a file, without reading it whole:
+        locally two `pread`s (None when it is not a regular file); on object stores and HDFS a
+        size request and one ranged read per end (one read when the file is that small).
+        StorageError when it cannot be opened."""
         if self._local_root is None:
-            return None
+            return self._remote_ends(rel, head, tail)
         path = self._local(rel)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -439,6 +440,20 @@ class Storage:
                 os.close(fd)
         except OSError as exc:
             raise StorageError(self.uri(rel), _os_reason(exc)) from None
+
+    def _remote_ends(self, rel: str, head: int, tail: int) -> tuple[bytes, bytes, int]:
+        assert self._fs is not None
+        try:
+            with self._fs.open_input_file(self._remote(rel)) as fh:
+                size = fh.size()
+                if size <= head + tail:
+                    data = fh.read_at(size, 0) if size else b""
+                    return data[:head], data[max(size - tail, 0):], size
+                return fh.read_at(head, 0), fh.read_at(tail, size - tail), size
+        except FileNotFoundError:
+            raise StorageError(self.uri(rel), "does not exist") from None
+        except Exception as exc:  # pyarrow's OSError texts span lines
+            raise StorageError(self.uri(rel), _one_line(exc)) from None
 
     def read(self, rel: str, max_bytes: int = DEFAULT_MAX_READ) -> bytes:
         """Read a whole small file. StorageError when missing, unreadable or larger than max_bytes."""

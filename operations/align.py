@@ -74,7 +74,7 @@ class _Planner:
         req, dmg = self.req, self.damage
         q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
                                app_id=req.app_id or dmg.query_id, quiet_period_s=req.quiet_period_s,
-                               absent=dmg.absent, sink_absent=dmg.sink_absent)
+                               absent=dmg.absent, sink_absent=dmg.sink_absent, deep=True)
         if dmg.query_id is not None:  # the plan writes metadata: its UNREADABLE is what it repairs
             meta = self.st.uri("metadata")
             q = replace(q, query_id=dmg.query_id, findings=tuple(
@@ -741,7 +741,7 @@ def verify_align(plan: Plan) -> tuple[bool, dict[str, Any]]:
     """Inspect again: positions and verdict must be the promised ones."""
     q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
                            sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
-                           quiet_period_s=0)
+                           quiet_period_s=0, deep=True)
     findings = q.findings
     if plan.settings.get("async_progress"):  # the operator said the option is on: its gaps are no error
         findings = tuple(f for f in findings if f.code != "ASYNC_PROGRESS")

@@ -89,7 +89,7 @@ def assess(req: Any) -> Damage:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
-                           app_id=req.app_id or req.query_id, quiet_period_s=0)
+                           app_id=req.app_id or req.query_id, quiet_period_s=0, deep=True)
     bad = [f for f in q.findings if f.code == "UNREADABLE"]
     given = req.query_id
     if not bad:

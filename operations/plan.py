@@ -188,7 +188,7 @@ class CheckpointRequest:
         from streamctl.inspectors.checkpoint import inspect_checkpoint
 
         q = inspect_checkpoint(self.checkpoint, sink=self.sink, sink_kind=self.sink_kind, app_id=self.app_id,
-                               quiet_period_s=self.quiet_period_s)
+                               quiet_period_s=self.quiet_period_s, deep=True)
         refuse_unsafe(q)
         return q
 

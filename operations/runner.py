@@ -198,7 +198,7 @@ def positions_as_before(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[
 
     q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
                            sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
-                           quiet_period_s=0)
+                           quiet_period_s=0, deep=True)
     back = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None}
     ok = all(back[k] == plan.before.get(k) for k in back if k != "sink_epoch" or q.sink is not None)
     return ok, dict(back, verdict=q.verdict)

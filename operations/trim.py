@@ -197,7 +197,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
 def verify_trim(plan: Plan) -> tuple[bool, dict[str, Any]]:
     q = inspect_checkpoint(plan.roots["checkpoint"], sink=plan.roots.get("sink"),
                            sink_kind=plan.settings.get("sink_kind") or "auto", app_id=plan.settings.get("app_id"),
-                           quiet_period_s=0)
+                           quiet_period_s=0, deep=True)
     got = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None,
            "verdict": q.verdict, "findings": sorted({f.code for f in q.findings}), "state_epoch": q.state_epoch}
     ok = (q.planned == plan.after.get("planned") and q.committed == plan.after.get("committed")

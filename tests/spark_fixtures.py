@@ -79,6 +79,26 @@ def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.Temp
         dest_root = tmp_path_factory.mktemp(f"copy-{name}")
         # symlinks=True: copy links as links; the example trees contain none, but never follow one out.
         shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
+        _as_if_written_here(src_ckpt.parent, dest_root / name)
         return dest_root / name / src_ckpt.name
 
     return copy
+
+
+def _as_if_written_here(src: Path, dest: Path) -> None:
+    """A file sink's log names its data files by absolute path: a plain copy's log still names
+    the original's (SINK_FILES_MISSING, tests/test_relocation.py). Tests that only want a fresh
+    pipeline get the log as Spark would have written it at `dest` (and its Hadoop sidecars)."""
+    from streamctl.operations.files import hadoop_crc
+
+    for log in dest.rglob("_spark_metadata"):
+        for f in log.iterdir():
+            if f.is_file() and not f.name.startswith("."):
+                text = f.read_bytes()
+                new = text.replace(str(src).encode(), str(dest).encode())
+                if new != text:
+                    f.write_bytes(new)
+                    crc = f.with_name(f".{f.name}.crc")
+                    if crc.exists():
+                        crc.write_bytes(hadoop_crc(new))
+

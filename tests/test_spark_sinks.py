@@ -90,8 +90,13 @@ def test_checkpoint_and_sink_copied_into_a_second_pipeline(cli, spark_checkpoint
             "--sink", str(src.parent / "output"), "--sink", str(second / "output"), "--json")
     doc = r.json()
     assert r.code == 1 and [f["code"] for f in doc["findings"]] == ["QUERY_ID_CLASH"]
-    assert all(q["verdict"] == "aligned" for q in doc["queries"])
     assert json.loads((second / "checkpoint/metadata").read_text())["id"] == doc["queries"][0]["query_id"]
+    first, copy = doc["queries"]
+    assert first["verdict"] == "aligned" and not first["findings"], first
+    # the copy's log still names the original's data files: its readers see none of them
+    (f,) = copy["findings"]
+    assert f["code"] == "SINK_FILES_MISSING" and f["old_roots"] == [str(src.parent / "output")], f
+    assert f["moved_count"] == f["missing_count"] > 0 and f["lost_count"] == 0, f
 
 
 def test_delta_table_written_by_foreach_batch_with_txn(cli, fresh_copy):
