@@ -907,7 +907,23 @@ class _Inspector:
                 why = torn_full_reason(self.st, f"{folder}/{name}")
                 if why:
                     out.append((name, f"torn: {why}"))
+                elif name.endswith(".zip"):
+                    gone = self._missing_ssts(folder, name)
+                    if gone:
+                        out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks: {summarize(gone, 2)}"))
         return out
+
+    def _missing_ssts(self, folder: str, name: str) -> list[str]:
+        """The SST files the RocksDB zip `folder/name` names that its store's `SSTs/` lacks (a
+        restart copies every one of them: RocksDBFileManager.loadCheckpointFromDfs)."""
+        from streamctl.inspectors.state import zip_ssts
+
+        try:
+            named = zip_ssts(self.st, f"{folder}/{name}")
+            present, _dirs = self.st.list_names(f"{folder}/SSTs") if named else ([], [])
+        except StorageError:
+            return []  # judged elsewhere (an unreadable zip is not guessed at here)
+        return sorted(named - set(present))
 
     def _mismatches(self, folder: str, names: tuple[str, ...], crc_names: set[str]) -> list[tuple[str, str]]:
         """(name, why) of each of `names` in `folder` that does not match its checksum companion."""

@@ -606,6 +606,35 @@ def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
     return "truncated: no zip end of central directory record"
 
 
+MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this is not read
+
+
+def zip_ssts(storage: Storage, rel: str) -> set[str]:
+    """The SST files a RocksDB checkpoint zip names (its `metadata` entry: `v1` or `v2`, then JSON
+    whose `sstFiles[].dfsSstFileName` live in the store's `SSTs/`; docs/formats/state.md#rocksdb).
+    Read in parts: the zip's central directory from its end, then that one entry (ranged reads on
+    object stores). StorageError when it is not such a zip."""
+    import zipfile
+
+    from streamctl.inspectors.logs import load_json
+
+    try:
+        with storage.open_random(rel) as fh, zipfile.ZipFile(fh) as zf:
+            info = zf.getinfo("metadata")
+            if info.file_size > MAX_ZIP_METADATA:
+                raise StorageError(storage.uri(rel), f"its metadata entry is larger than {MAX_ZIP_METADATA} bytes")
+            text = zf.read(info).decode("utf-8")
+    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError, EOFError, OSError) as exc:
+        raise StorageError(storage.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
+    body = text.split("\n", 1)[1] if "\n" in text else "{}"
+    try:
+        meta = load_json(body)
+    except ValueError:
+        raise StorageError(storage.uri(rel), "zip metadata is not valid JSON") from None
+    files = meta.get("sstFiles") if isinstance(meta, dict) else None
+    return {str(f.get("dfsSstFileName")) for f in files or [] if isinstance(f, dict) and f.get("dfsSstFileName")}
+
+
 def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
     """`store` as if one file were gone (a torn file: no restart can read it)."""
     from dataclasses import replace

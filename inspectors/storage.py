@@ -20,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import stat as stat_mod
-from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar
 from urllib.parse import parse_qsl, urlparse
 
 from streamctl.inspectors.errors import StorageError
@@ -440,6 +440,28 @@ class Storage:
                 os.close(fd)
         except OSError as exc:
             raise StorageError(self.uri(rel), _os_reason(exc)) from None
+
+    def open_random(self, rel: str) -> Any:
+        """A seekable binary file object of `rel` (a context manager): the local file, or
+        pyarrow's random access file (ranged reads) on object stores and HDFS. For formats read
+        in parts, like a zip's central directory and one entry. StorageError when it cannot be opened."""
+        try:
+            if self._local_root is not None:
+                path = self._local(rel)
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+                if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    raise StorageError(self.uri(rel), "not a regular file")
+                return os.fdopen(fd, "rb")
+            assert self._fs is not None
+            return self._fs.open_input_file(self._remote(rel))
+        except StorageError:
+            raise
+        except FileNotFoundError:
+            raise StorageError(self.uri(rel), "does not exist") from None
+        except Exception as exc:  # OSError, pyarrow's errors
+            raise StorageError(self.uri(rel), _os_reason(exc) if isinstance(exc, OSError) and self._local_root
+                               else _one_line(exc)) from None
 
     def _remote_ends(self, rel: str, head: int, tail: int) -> tuple[bytes, bytes, int]:
         assert self._fs is not None

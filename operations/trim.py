@@ -11,17 +11,13 @@ needs, anything while the query is live or misaligned (align first).
 """
 from __future__ import annotations
 
-import io
-import zipfile
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
-from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
 from streamctl.inspectors.storage import Storage
-from streamctl.inspectors.state import state_files
+from streamctl.inspectors.state import state_files, zip_ssts
 from streamctl.operations.plan import (EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_corrupt_state,
                                        refuse_unsafe)
 
@@ -35,21 +31,6 @@ class TrimRequest(CheckpointRequest):
     keep_rollback_to: Optional[int] = None
     purge: bool = False
     async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
-
-
-def _zip_ssts(st: Storage, rel: str) -> set[str]:
-    """SST files a RocksDB checkpoint zip names (`metadata`: sstFiles[].dfsSstFileName)."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(st.read(rel))) as zf:
-            text = zf.read("metadata").decode("utf-8")
-    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError) as exc:
-        raise StorageError(st.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
-    body = text.split("\n", 1)[1] if "\n" in text else "{}"
-    try:
-        meta = load_json(body)
-    except ValueError:
-        raise StorageError(st.uri(rel), "zip metadata is not valid JSON") from None
-    return {str(f.get("dfsSstFileName")) for f in meta.get("sstFiles") or [] if isinstance(f, dict)}
 
 
 def oldest_kept_epoch(q: QueryInspection, keep_epochs: int, keep_rollback_to: Optional[int] = None) -> int:
@@ -156,7 +137,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         if s.provider == "rocksdb" and kept_zips:
             referenced: set[str] = set()
             for z in kept_zips:
-                referenced |= _zip_ssts(st, f"{s.path}/{z}")
+                referenced |= zip_ssts(st, f"{s.path}/{z}")
             for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
                 base = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
                 if base.endswith(".sst") and base not in referenced:

@@ -105,3 +105,55 @@ def test_torn_newest_snapshot_is_judged_by_the_line_and_moved_aside(ap, spark, c
     p.run()
     d = p.delivery()
     assert d["ok"], d
+
+
+def test_sst_file_a_zip_names_is_gone(ap, spark, cli, tmp_path):
+    """An SST file the newest RocksDB zip names, deleted by a hand clean-up of `SSTs/` (its
+    checksum companion too): the zip's `metadata` entry is read (central directory and that one
+    entry) and the listing of `SSTs/` checked. The verdict follows the fallback the store has:
+    an older zip that does not need the file, or only changelogs, then Spark 4.1+ restarts around
+    it and align moves the zip aside; otherwise the restart fails and align refuses. The real
+    restart of an untouched copy is the oracle either way."""
+    from streamctl.inspectors.state import zip_ssts
+    from streamctl.inspectors.storage import Storage
+
+    p = ap.build(tmp_path, "dedup_rocksdb", spark, 3, extra_confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"})
+    store = p.checkpoint / "state/0/0"
+    deadline = time.monotonic() + 20
+    while not list(store.glob("*.zip")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ap.settle(p.base)
+    zips = sorted(store.glob("*.zip"), key=lambda f: int(f.name.split(".")[0]))
+    named = sorted(zip_ssts(Storage.open(str(store)), zips[-1].name))
+    assert zips and named, sorted(x.name for x in store.iterdir())
+    older = set().union(*(zip_ssts(Storage.open(str(store)), z.name) for z in zips[:-1])) if zips[:-1] else set()
+    victim = ([n for n in named if n not in older] or named)[-1]  # one the older zips do not need, when there is one
+    ap.remove_with_companions(store / "SSTs", victim)
+
+    r = cli("inspect", "epochs", str(p.checkpoint), "--json")
+    found = [f for f in r.json()["queries"][0]["findings"] if f["code"] == "STATE_FILE_CORRUPT"]
+    assert len(found) == 1 and victim in found[0]["message"] and zips[-1].name in found[0]["message"], found
+    survives = found[0]["restart"] == "auto_snapshot_repair"
+    print(f"[sst] {victim} of {zips[-1].name} (older zips need it: {victim in older}): severity "
+          f"{found[0]['severity']}, restart {found[0]['restart']}, snapshot_aside {found[0]['snapshot_aside']}")
+
+    lab = ap.Lab(p, tmp_path / "snaps")
+    lab.save("damaged")
+    p.add_input(p.files, 1)
+    if survives:
+        p.run()
+        assert p.delivery()["ok"], p.delivery()
+    else:
+        with pytest.raises(Exception):
+            p.run()
+    lab.put_back("damaged")
+    p.files = 3
+
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
+    if not found[0]["snapshot_aside"]:
+        assert r.code == 4 and "STATE_FILE_CORRUPT" in r.stderr, r
+        return
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    p.add_input(p.files, 2)
+    p.run()
+    assert p.delivery()["ok"], p.delivery()
