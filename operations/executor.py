@@ -146,19 +146,36 @@ class Journal:
         return chunks + parallel(lambda n: self.backup.read_all(f"{SEGMENT_DIR}/{n:06d}.jsonl"), numbers)
 
     def read(self) -> JournalState:
+        """The journal's records applied in order. A line that is not JSON is a torn line of a
+        crashed run (a resume appends after it, so it may sit in the middle) and is skipped; a JSON
+        line that is not a journal record (not an object, an event that is not a name, a step that
+        is not a step number) is refused (Conflict): an undo or a resume never acts on records it
+        cannot read."""
         state = JournalState()
+        where = journal_location(self.backup)
         for chunk in self._chunks():  # each on its own: a torn end never runs into the next chunk
-            for line in chunk.decode("utf-8", "replace").splitlines():
+            lines = chunk.decode("utf-8", "replace").splitlines()
+            for i, line in enumerate(lines):
                 try:
                     rec = load_json(line)
                 except ValueError:
                     continue  # a torn line of a crashed run
-                _apply_record(state, rec)
+                if not isinstance(rec, dict) or not _apply_record(state, rec):
+                    raise Conflict(f"{where}: line {i + 1} is not a journal record (an unknown event or a bad step "
+                                   "number); refusing to act on it, nothing was changed")
         return state
 
 
-def _apply_record(state: JournalState, rec: dict[str, Any]) -> None:
+def _step_of(rec: dict[str, Any]) -> Optional[int]:
+    step = rec.get("step")
+    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
+def _apply_record(state: JournalState, rec: dict[str, Any]) -> bool:
+    """Apply one record; False when it is not a record this journal writes."""
     ev = rec.get("event")
+    if ev in ("begin", "done", "undo_done") and _step_of(rec) is None:
+        return False
     if ev == "start":
         state.started = True
     elif ev == "begin":
@@ -175,6 +192,9 @@ def _apply_record(state: JournalState, rec: dict[str, Any]) -> None:
         state.undo_finished = True
     elif ev == "purge_begin":
         state.purged = True
+    elif not isinstance(ev, str):
+        return False
+    return True
 
 
 def journal_location(backup: Root) -> str:
@@ -779,6 +799,16 @@ class Executor:
         exact bytes, checked against the manifest's sha256. Refuses (Conflict, nothing changed)
         when a file was changed after the operation (for example Spark ran again)."""
         state = self.journal.read()
+        if not state.started and not state.begun:
+            raise Conflict(f"undo refused: {journal_location(self.backup)} holds no record of the operation (empty or "
+                           f"torn), so nothing shows what it changed; the files it moved are under "
+                           f"{self.backup.uri('files')}; nothing was changed")
+        unrecorded = [s.path for i, s in enumerate(self.plan.steps)
+                      if i not in state.begun and s.action == "move" and self.backup.exists(backup_rel(s))]
+        if unrecorded:  # the backup holds what the journal does not say was moved: its tail is lost
+            raise Conflict(f"undo refused: the backup holds {len(unrecorded)} file(s) the journal "
+                           f"{journal_location(self.backup)} does not record as moved ({', '.join(unrecorded[:3])}"
+                           f"{', ...' if len(unrecorded) > 3 else ''}): the journal is torn; nothing was changed")
         todo = [i for i in sorted(state.begun, reverse=True) if i not in state.undone]
         purged = [self.plan.steps[i].path for i in todo if self.plan.steps[i].action == "delete"]
         if purged:

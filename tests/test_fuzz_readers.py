@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings  # the test extra installs i
 from hypothesis import strategies as st
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
-ENTRY = ('{"path":"file:///x/part-%d","size":10,"isDir":false,"modificationTime":1,"blockReplication":1,'
-         '"blockSize":1,"action":"add"}')
+ENTRY = ('{"path":"file://SINK/part-%d","size":10,"isDir":false,"modificationTime":1,"blockReplication":1,'
+         '"blockSize":1,"action":"add"}')  # SINK: the sink's own folder (its files exist: no SINK_FILES_MISSING)
 # every file kind of the base tree a restart or streamctl reads
 TARGETS = ["checkpoint/metadata", "checkpoint/offsets/3", "checkpoint/offsets/2", "checkpoint/commits/3",
            "checkpoint/sources/0/3", "checkpoint/sources/0/0", "checkpoint/state/0/0/_metadata/schema",
-           "checkpoint/state/0/0/4.delta", "sink/_spark_metadata/2.compact", "sink/_spark_metadata/3"]
+           "checkpoint/state/0/0/4.delta", "checkpoint/state/0/0/3.snapshot",
+           "sink/_spark_metadata/2.compact", "sink/_spark_metadata/3"]
 INSERTS = [b"9" * 5000, b"9" * 25, b"[" * 3000, b"{\"a\":" * 2000, b"\x00", b"\xff\xfe", b"1e400", b"NaN",
            b'"nextBatchWatermarkMs":"x",', b'"id":1,"id":2,', b"\n", b"v99\n", b"-"]
 
@@ -38,8 +39,11 @@ def _base(root: Path) -> None:
     shutil.copytree(FIXTURE, root / "checkpoint")
     log = root / "sink" / "_spark_metadata"
     log.mkdir(parents=True)
-    (log / "2.compact").write_text("v1\n" + "\n".join(ENTRY % b for b in range(3)))
-    (log / "3").write_text("v1\n" + ENTRY % 3)
+    entry = ENTRY.replace("SINK", str(root / "sink"))
+    (log / "2.compact").write_text("v1\n" + "\n".join(entry % b for b in range(3)))
+    (log / "3").write_text("v1\n" + entry % 3)
+    for b in range(4):
+        (root / "sink" / f"part-{b}").write_text('{"key":"k","count":1}\n')
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -175,5 +179,103 @@ def test_more_mutated_kinds_never_crash_or_write(cli: Callable[..., Any], target
             assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (name, r.stderr)
             json.loads(r.stdout)  # exactly one JSON document
         assert _snapshot(root) == before, "a read-only run or a plan changed files"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- streamctl's own files: a backup's plan, journal and manifest; a coordinated sink's records ---
+
+OWN_TARGETS = ["backup/plan.json", "backup/journal.jsonl", "backup/manifest.json", "coordinated/_commits/1.json",
+               "coordinated/_commits/2.json"]
+OWN_EXIT_CODES = {"undo": {0, 2, 3, 4, 5}, "resume": {0, 2, 3, 4, 5}, "inspect": {0, 1, 3}}
+
+
+@pytest.fixture(scope="module")
+def own_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An executed align (the sink is one batch ahead: its entry and data file move aside), whose
+    backup folder holds a plan, a journal, a manifest and moved files; and a coordinated sink with
+    three epochs of two writers."""
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("own") / "t"
+    _base(root)
+    entry = ENTRY.replace("SINK", str(root / "sink")) % 4
+    (root / "sink/_spark_metadata/4").write_text("v1\n" + entry)  # the sink is ahead: align moves batch 4 aside
+    (root / "sink/part-4").write_text('{"key":"k","count":1}\n')
+    r = subprocess.run([str(Path(sys.executable).with_name("streamctl")), "align", str(root / "checkpoint"), "--sink",
+                        str(root / "sink"), "--execute", "--json", "--quiet-period", "0"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    backup = Path(json.loads(r.stdout)["backup"])
+    assert (backup / "files").is_dir(), sorted(p.name for p in backup.iterdir())
+    (root / "backup").symlink_to(backup.relative_to(root), target_is_directory=True)
+    _coordinated(root / "coordinated", 2)
+    _stateless(root / "coordinated-ck", lambda b: '{"logOffset":%d}' % b)
+    return root
+
+
+def _coordinated(root: Path, last: int) -> None:
+    for e in range(last + 1):
+        recs = []
+        for p in range(2):
+            rel = f"data/epoch={e}/part-{p:05d}-0-{e:04d}.jsonl"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text('{"key": "k"}\n')
+            recs.append({"partition": p, "attempt": 0, "rows": 1, "files": [rel]})
+        (root / "_commits").mkdir(parents=True, exist_ok=True)
+        (root / "_commits" / f"{e}.json").write_text(json.dumps(
+            {"version": 1, "epoch": e, "query_id": QID, "committed_at_ms": 1, "num_writers": 2, "writers": recs,
+             "rows": 2}))
+
+
+def _own_copy(template: Path, dest: Path) -> Path:
+    """A copy of the template as if align had run there: its backup's documents and its sink's log
+    name the copy's roots (an undo of the copy must never touch the template)."""
+    shutil.copytree(template, dest, symlinks=True)
+    docs = [dest / "backup" / name for name in ("plan.json", "manifest.json", "journal.jsonl")]
+    for f in docs + [f for f in (dest / "sink/_spark_metadata").iterdir() if f.is_file()]:  # backed-up files: as hashed
+        f.write_bytes(f.read_bytes().replace(str(template).encode(), str(dest).encode()))
+    return dest
+
+
+def test_own_copy_undoes_cleanly(cli: Callable[..., Any], own_template: Path, tmp_path: Path) -> None:
+    """The fuzz base itself: an unmutated copy's undo puts the sink back, in the copy only."""
+    before = _snapshot(own_template)
+    t = _own_copy(own_template, tmp_path / "t")
+    r = cli("align", "--undo", str((t / "backup").resolve()), "--json")
+    assert r.code == 0 and r.json()["restored"] >= 2, r
+    assert (t / "sink/_spark_metadata/4").exists() and _snapshot(own_template) == before
+
+
+@pytest.mark.parametrize("target", OWN_TARGETS)
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(change=mutation)
+def test_mutated_own_files_never_crash_or_write(cli: Callable[..., Any], own_template: Path, target: str,
+                                                change: tuple) -> None:
+    """`align --undo` / `--resume` on a backup whose plan, journal or manifest was mutated, and
+    inspect of a coordinated sink whose commit record was: a documented exit code, no traceback,
+    one JSON document; a refusal (any exit but 0) leaves every file as it was."""
+    root = Path(tempfile.mkdtemp(prefix="fuzz-"))
+    try:
+        t = _own_copy(own_template, root / "t")
+        path = t / target
+        path.write_bytes(_mutate(path.read_bytes(), *change))
+        backup = str((t / "backup").resolve())
+        if target.startswith("backup/"):
+            runs = [("undo", ("align", "--undo", backup, "--json")), ("resume", ("align", "--resume", backup, "--json"))]
+        else:
+            runs = [("inspect", ("inspect", "epochs", str(t / "coordinated-ck"), "--sink", str(t / "coordinated"),
+                                 "--json", "--quiet-period", "0")),
+                    ("inspect", ("inspect", "sink", str(t / "coordinated"), "--json"))]
+        for name, args in runs:
+            before = _snapshot(t)
+            r = cli(*args)
+            assert r.code in OWN_EXIT_CODES[name], (name, target, change, r)
+            assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (name, r.stderr)
+            json.loads(r.stdout)  # exactly one JSON document
+            if r.code != 0 or name == "inspect":
+                assert _snapshot(t) == before, (name, target, change, "a refusal or a read changed files")
     finally:
         shutil.rmtree(root, ignore_errors=True)
