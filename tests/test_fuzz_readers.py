@@ -146,12 +146,14 @@ def _more_bases(root: Path) -> None:
         write_deltalake(str(root / "delta"), pa.table({"batch": [v]}), mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(QID, v)]))
     (root / "config.toml").write_text(CONFIG.replace("CK", str(kafka)).replace("SINK", str(root / "delta")))
+    # operator metadata (`state/<op>/_metadata/metadata`), as Spark 4.0 wrote it (Spark's own test corpus)
+    shutil.copytree(FIXTURE.parents[2] / "spark-corpus/checkpoint-version-4.0.0/rocksdb/agg", root / "opmeta")
 
 
 MORE_TARGETS = ["kafka/sources/0/0", "kafka/offsets/2", "kafka/_streamctl/lease.json", "rate/sources/0/0",
                 "rate/offsets/2", "named/offsets/2", "named/sources/orders/2",
                 "delta/_delta_log/00000000000000000002.json", "delta/_delta_log/00000000000000000000.json",
-                "config.toml"]
+                "config.toml", "opmeta/state/0/_metadata/metadata"]
 MORE_EXIT_CODES = {"inspect": {0, 1, 2, 3}, "align": {0, 2, 3, 4}, "trim": {0, 2, 3, 4}}
 
 
@@ -171,6 +173,7 @@ def test_more_mutated_kinds_never_crash_or_write(cli: Callable[..., Any], target
                              "--sink-kind", "delta", "--json")),
                 ("inspect", (*config, "inspect", "epochs", str(root / "rate"), str(root / "named"), "--json")),
                 ("inspect", (*config, "inspect", "epochs", "orders", "--json")),
+                ("inspect", (*config, "inspect", "epochs", str(root / "opmeta"), "--json")),
                 ("align", (*config, "align", str(root / "named"), "--json")),
                 ("trim", (*config, "trim", str(root / "kafka"), "--json"))]
         for name, args in runs:
