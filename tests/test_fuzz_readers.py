@@ -282,3 +282,27 @@ def test_mutated_own_files_never_crash_or_write(cli: Callable[..., Any], own_tem
                 assert _snapshot(t) == before, (name, target, change, "a refusal or a read changed files")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+STATE_NAMES = ["9" * 200 + ".delta", "99999999999999999999.snapshot", "-1.delta", "1e400.delta", "NaN.zip",
+               "4_" + "f" * 240 + ".changelog", "4_.zip", "4..delta", " 4.delta", "4.delta\ufffd", "٤.delta", "4.DELTA",
+               "4.snapshot.crc"]  # names the file system takes (at most 255 bytes)
+
+
+@pytest.mark.parametrize("name", STATE_NAMES)
+def test_hostile_state_file_names_never_crash_or_write(cli: Callable[..., Any], tmp_path: Path, name: str) -> None:
+    """A state store folder holding a file named the hostile way (absurd and negative versions,
+    floats, a 240-character unique id, a non-ASCII digit, odd case): a documented exit code,
+    no traceback, one JSON document, nothing written."""
+    _base(tmp_path)
+    (tmp_path / "checkpoint/state/0/0" / name).write_bytes(b"x")
+    before = _snapshot(tmp_path)
+    ck, sink = str(tmp_path / "checkpoint"), str(tmp_path / "sink")
+    for kind, args in (("inspect", ("inspect", "epochs", ck, "--sink", sink, "--json")),
+                       ("inspect", ("inspect", "state", ck, "--json")),
+                       ("align", ("align", ck, "--sink", sink, "--json")), ("trim", ("trim", ck, "--json"))):
+        r = cli(*args)
+        assert r.code in EXIT_CODES[kind], (kind, name, r)
+        assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (kind, r.stderr)
+        json.loads(r.stdout)
+    assert _snapshot(tmp_path) == before
