@@ -94,6 +94,7 @@ class Placement:
     moved_bytes: int = 0
     old_roots: tuple[str, ...] = ()
     moved_rows: Optional[int] = None
+    unlisted: tuple[str, ...] = ()  # data files in the listed folders that no entry names (rel paths)
 
     def rel(self, path: str, root: str, local_root: bool) -> Optional[str]:
         """Where `path` is under the sink now: inside the root, or where a move put it."""
@@ -151,7 +152,12 @@ def place(st: Storage, named: Mapping[str, int], count_rows: bool = True) -> Pla
         moved[path] = rel
         moved_bytes += size
     rows = _rows(st, sorted(set(moved.values())), moved_bytes) if moved and count_rows else None
-    return Placement(len(named), tuple(missing), missing_bytes, moved, moved_bytes, tuple(old_roots), rows)
+    known = {rel for rel in (sink_rel(p, root, local) for p in named) if rel} | set(moved.values())
+    unlisted = sorted(f"{head}/{name}" if head else name for head, names in folders.items() for name in names
+                      if not name.startswith((".", "_")) and not name.endswith(".crc")
+                      and (f"{head}/{name}" if head else name) not in known)
+    return Placement(len(named), tuple(missing), missing_bytes, moved, moved_bytes, tuple(old_roots), rows,
+                     tuple(unlisted))
 
 
 def _relocated(target: str, old_roots: list[str], present: Callable[[str], bool]) -> Optional[tuple[str, str]]:
@@ -286,3 +292,20 @@ def describe(p: Placement, log: str) -> list[tuple[str, str, dict[str, object]]]
 def _roots_text(roots: tuple[str, ...]) -> str:
     return ", ".join(roots[:3]) + (f" and {len(roots) - 3} more" if len(roots) > 3 else "")
 
+
+
+def orphans(st: Storage, p: Placement, newest_log_mtime_ns: Optional[int]) -> list[tuple[str, int, int]]:
+    """(rel, size, mtime_ns) of the unlisted data files written before the log's newest batch file:
+    a later batch committed after them, so no running batch owns them (a failed or aborted batch's
+    files; docs/formats/sinks.md#orphan-files). Newer ones may be a running batch's: not judged."""
+    if newest_log_mtime_ns is None:
+        return []
+    out = []
+    for rel in p.unlisted:
+        try:
+            e = st.lookup(rel)
+        except StorageError:
+            continue
+        if e is not None and not e.is_dir and e.mtime_ns is not None and e.mtime_ns < newest_log_mtime_ns:
+            out.append((rel, int(e.size or 0), int(e.mtime_ns)))
+    return out

@@ -210,10 +210,37 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
         # the files readers see must be where the log says (a moved or copied sink folder)
         from streamctl.inspectors.placement import describe, live_files, place
 
-        for code, message, details in describe(place(st, live_files(live)), FILE_SINK_LOG):
+        where = place(st, live_files(live))
+        for code, message, details in describe(where, FILE_SINK_LOG):
             findings.append(Finding(code, message, details=details))
+        findings += _file_sink_orphans(st, log, where)
     return SinkLog("file", st.display, ids[-1], first_epoch=ids[0], epochs=tuple(epochs), epoch_ids=tuple(ids),
                    compactions=tuple(compactions), findings=tuple(findings))
+
+
+def _file_sink_orphans(st: Storage, log: FileSinkLogFiles, where: Any) -> list[Finding]:
+    """SINK_ORPHANS of a file sink: data files beside the logged ones that no entry names and that
+    are older than the log's newest batch file (docs/formats/sinks.md#orphan-files)."""
+    from streamctl.inspectors.findings import human_bytes
+    from streamctl.inspectors.placement import orphans
+
+    if not where.unlisted:
+        return []
+    try:
+        newest = st.lookup(log.rel(log.ids[-1]))
+    except StorageError:
+        return []
+    found = orphans(st, where, newest.mtime_ns if newest is not None else None)
+    if not found:
+        return []
+    total = sum(size for _, size, _ in found)
+    return [Finding(
+        "SINK_ORPHANS",
+        f"{len(found)} data file(s) ({human_bytes(total)}) in the file sink that {FILE_SINK_LOG}/ does not list, written "
+        f"before its newest batch (a failed or aborted batch's): readers of the log never see them, a reader of the "
+        f"plain folder does: {summarize([rel for rel, _, _ in found], 3)}; align moves them to the backup",
+        severity=WARNING, details={"files": [st.uri(rel) for rel, _, _ in found], "count": len(found), "bytes": total,
+                                   "newest_mtime_ms": max(m for _, _, m in found) // 1_000_000})]
 
 
 # --- Delta ----------------------------------------------------------------------------------

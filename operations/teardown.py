@@ -302,6 +302,17 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     for name in SINK_LOGS.get(kind, ()):
         if name in sink_names:
             steps.append(Step("move", "sink", name, f"retire the {kind} sink's commit log"))
+    if kind == "file" and q.sink is not None:
+        # files no log entry names (a failed batch's): with the log gone, every reader of the folder
+        # would see them as data; they go to the archive with it (docs/formats/sinks.md#orphan-files)
+        for f in q.sink.findings:
+            for uri in (f.details.get("files", []) if f.code == "SINK_ORPHANS" else []):
+                rel = _inside(sink, uri)
+                if rel is None:
+                    continue
+                steps.append(Step("move", "sink", rel, "orphan data file no sink-log entry names"))
+                if sink.exists(crc_name(rel)):
+                    steps.append(Step("move", "sink", crc_name(rel), "checksum of a moved data file"))
     if kind == "delta":
         notes.append("a Delta table's _delta_log is the table itself and is not touched; the old query id's txn "
                      "entries stay (a successor has a new query id)")

@@ -154,6 +154,15 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
                     for name in (log.name(b), log.checksums.get(b)):
                         if name is not None:
                             add("sink", sink_st, f"{FILE_SINK_LOG}/{name}", "sink_log", f"superseded by {keep_from}.compact")
+            # orphan data files (SINK_ORPHANS: no entry names them, older than the newest batch file):
+            # the "staging" category, as a coordinated sink's leftovers of failed epochs
+            from streamctl.operations.damage import rel_of
+
+            for f in q.sink.findings:
+                for uri in (f.details.get("files", []) if f.code == "SINK_ORPHANS" else []):
+                    rel = rel_of(uri, sink_st.display)
+                    if rel:
+                        add("sink", sink_st, rel, "staging", "orphan data file no sink-log entry names")
         elif q.sink.kind == "coordinated":
             for e in sink_st.list_dir(COORD_STAGING) or []:
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
