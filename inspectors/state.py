@@ -611,7 +611,7 @@ MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this
 
 def zip_ssts(storage: Storage, rel: str) -> set[str]:
     """The SST files a RocksDB checkpoint zip names (its `metadata` entry: `v1` or `v2`, then JSON
-    whose `sstFiles[].dfsSstFileName` live in the store's `SSTs/`; docs/formats/state.md#rocksdb).
+    whose `sstFiles[].dfsSstFileName` live in the store's `SSTs/`; docs/formats/state.md#rocksdb-provider).
     Read in parts: the zip's central directory from its end, then that one entry (ranged reads on
     object stores). StorageError when it is not such a zip."""
     import zipfile
