@@ -183,6 +183,10 @@ def _fault_stale_lease(root: Path) -> list[str]:
     return [str(ckpt / "_streamctl" / "lease.json")]
 
 
+# the query each fault damages: `diagnose` on it ends the fault's output with the exact next command
+_FAULT_QUERY = {"sink-ahead": "file_sink", "lost-state-file": "delta", "commit-ahead": "coordinated",
+                "stale-lease": "delta"}
+
 _FAULT_FUNCS: dict[str, Callable[[Path], list[str]]] = {
     "sink-ahead": _fault_sink_ahead,
     "lost-state-file": _fault_lost_state_file,
@@ -412,6 +416,10 @@ def demo(
             if fault == "sink-ahead":
                 fs = root / "file_sink"
                 _inspect(["inspect", "writers", str(fs / "checkpoint"), "--sink", str(fs / "output")])
+            hit = root / _FAULT_QUERY[fault]
+            _out("What to do about it (diagnose ends with the exact next command):")
+            _inspect(["diagnose", str(hit / "checkpoint"), "--sink", str(hit / "output")],
+                     quiet_period=None if fault == "stale-lease" else "0")
 
         ck = {q: root / q / "checkpoint" for q in ("file_sink", "coordinated", "delta")}
         _out("Next, try:")

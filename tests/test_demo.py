@@ -76,6 +76,10 @@ def test_demo_fault_sink_ahead(demo_run: dict[str, Any]) -> None:
     assert "SINK_AHEAD" in fault
     assert "verdict: misaligned" in fault
     assert "offsets/.4.crc" in fault and "commits/.4.crc" in fault
+    # the fault's output ends with diagnose and the exact command that repairs it
+    advice = fault.split("$ streamctl diagnose", 1)[1]
+    ck = demo_run["root"] / "file_sink" / "checkpoint"
+    assert f"streamctl align {ck} --sink {ck.parent / 'output'} --execute" in advice, advice
 
 
 def test_delivery_check_on_the_result(demo_run: dict[str, Any], tmp_path: Path) -> None:
