@@ -18,6 +18,7 @@ from streamctl.inspectors.logs import (
     LogListing,
     OffsetEntry,
     classify_log_names,
+    load_json,
     parse_commit,
     parse_offsets,
     parse_query_metadata,
@@ -602,22 +603,40 @@ class _Inspector:
                 if isinstance(a, int) and isinstance(b, int) and a > b:
                     interval = (a - b) / 1000.0
             quiet = 60.0 if interval is None else min(max(3 * interval, 10.0), 600.0)
-        newest = None
+        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
+        entries = {}
         for rel in ([f"offsets/{planned}"] if planned is not None else []) + \
                    ([f"commits/{committed}"] if committed is not None else []):
             entry = self.st.lookup(rel)
             if entry is not None and entry.mtime_ns is not None:
-                newest = entry.mtime_ns if newest is None else max(newest, entry.mtime_ns)
-        if newest is None:
-            return
-        now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
-        age = max(now_ms - newest // 1_000_000, 0) / 1000.0
-        if age < quiet:
+                entries[rel] = entry
+
+        def age_of(found: dict[str, Any]) -> Optional[float]:
+            newest = max((e.mtime_ns for e in found.values()), default=None)
+            return None if newest is None else max(now_ms - newest // 1_000_000, 0) / 1000.0
+
+        age = age_of(entries)
+        if age is not None and age < quiet:
+            # files streamctl wrote itself (an align's commit) are no sign of a running query
+            own = self._own_writes()
+            entries = {rel: e for rel, e in entries.items() if own.get(rel) != [int(e.size or 0), int(e.mtime_ns)]}
+            age = age_of(entries)
+        if age is not None and age < quiet:
             self.findings.append(Finding(
                 "LIVE_QUERY",
                 f"the query looks alive: its newest log file changed {age:.1f} s ago, within the quiet period of "
                 f"{quiet:g} s; mutating commands refuse",
                 details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None}))
+
+    def _own_writes(self) -> dict[str, list[int]]:
+        """The checkpoint log files the last streamctl operation wrote: rel -> [size, mtime_ns]
+        (`_streamctl/written.json`, operations/runner.py); {} when there is none or it is not that."""
+        try:
+            doc = load_json(self.st.read("_streamctl/written.json", 1 << 20))
+        except (StreamctlError, ValueError):
+            return {}
+        files = doc.get("files") if isinstance(doc, dict) else None
+        return {k: v for k, v in files.items() if isinstance(v, list)} if isinstance(files, dict) else {}
 
     def _repartition_findings(self, planned: Optional[int], committed: Optional[int],
                               newest: list[Optional[OffsetEntry]]) -> bool:

@@ -334,10 +334,40 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         raise Interrupted(f"interrupted; the lock is kept: resume with {hint} or undo with --undo") from None
     if op.finish is not None:
         op.finish(plan, roots, steps)
+    _note_written(plan, roots)
     ok, got = op.verify(plan, roots)
     steps.journal.append({"event": "verified", "ok": ok, "got": got})
     lock.release()
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
+
+
+WRITTEN = "_streamctl/written.json"  # the checkpoint log files the last operation wrote (inspectors/checkpoint.py)
+
+
+def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
+    """Record the offsets/ and commits/ files the operation wrote (size, mtime) in the checkpoint's
+    `_streamctl/written.json`: they are streamctl's own, so the liveness check never reads them as
+    a running query's (docs/model.md#liveness). Best effort: a failure only leaves the check as it was."""
+    import json
+
+    ck = roots.get("checkpoint")
+    if ck is None:
+        return
+    files: dict[str, list[int]] = {}
+    for s in plan.steps:
+        if s.root == "checkpoint" and s.action == "write" and s.path.split("/", 1)[0] in ("offsets", "commits"):
+            try:
+                e = ck.storage.lookup(s.path)
+            except StorageError:
+                continue
+            if e is not None and e.mtime_ns is not None:
+                files[s.path] = [int(e.size or 0), int(e.mtime_ns)]
+    if not files:
+        return
+    try:
+        ck.write_atomic(WRITTEN, json.dumps({"op_id": plan.op_id, "files": files}).encode())
+    except (StorageError, OSError):
+        pass
 
 
 def _earlier(op: Operation, backup_location: str, undo: bool, say: Optional[Say],

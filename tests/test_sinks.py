@@ -233,3 +233,25 @@ def test_delta_txn_survives_a_checkpoint_and_log_cleanup(cli, tmp_path):
     assert any(p.name.endswith(".checkpoint.parquet") for p in (sink / "_delta_log").iterdir())
     code, q = epochs(cli, checkpoint(tmp_path / "a", 3, 3), sink)
     assert code == 0 and q["sink"]["epoch"] == 3
+
+
+def test_files_streamctl_wrote_are_no_sign_of_a_live_query(cli, tmp_path):
+    """Right after align wrote `commits/3` (a roll forward), inspect with the default quiet period
+    does not call the query live: the runner noted the files it wrote (`_streamctl/written.json`).
+    Once the file changes again (a real writer), it is evidence again."""
+    import os
+
+    chk = checkpoint(tmp_path / "chk", 3, 2)
+    out = file_sink(tmp_path / "out", 3)
+    for b in range(4):  # old files: no sign of life
+        for d in ("offsets", "commits"):
+            f = chk / d / str(b)
+            if f.exists():
+                os.utime(f, (1, 1))
+    r = cli("align", str(chk), "--sink", str(out), "--execute", "--json", "--quiet-period", "0")
+    assert r.code == 0 and r.json()["plan"]["strategy"] == "roll_forward", r
+    r = cli("inspect", "epochs", str(chk), "--sink", str(out), "--json", "--quiet-period", "600")
+    assert "LIVE_QUERY" not in codes(r.json()["queries"][0]), r.json()
+    (chk / "commits" / "3").write_text((chk / "commits" / "3").read_text() + " ")  # someone else writes it
+    r = cli("inspect", "epochs", str(chk), "--sink", str(out), "--json", "--quiet-period", "600")
+    assert "LIVE_QUERY" in codes(r.json()["queries"][0]), r.json()
