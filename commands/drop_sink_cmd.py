@@ -172,7 +172,7 @@ def drop_sink(
 
         def planner(op_id: str, archive_root: Any) -> Any:  # under the lock: stop, confirm drained, plan
             stopped = teardown.stop_writer(ck_root.location, safe=safe, quiet_period_s=quiet,
-                                           stop_timeout_s=stop_timeout, say=say)
+                                           stop_timeout_s=stop_timeout, say=say, assume_stopped=assume_stopped)
             q = inspect()
             discarded = teardown.check_drained(q, discard_in_flight)
             opening.extend([{"event": "writer_stopped", **stopped},

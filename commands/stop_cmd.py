@@ -48,7 +48,8 @@ def stop(
     from streamctl.cli.config import load_config, resolve_checkpoint
     from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.lease import lease_status, read_lease
-    from streamctl.operations.stop import local_checkpoint, now_ms, request_stop, wait_released
+    from streamctl.operations.stop import (describe_expired, driver_state, local_checkpoint, now_ms, request_stop,
+                                           wait_released)
 
     if timeout < 0:
         raise UsageError("invalid value for --timeout: must be >= 0")
@@ -79,9 +80,11 @@ def stop(
     if lease is None:
         finish(False, None, "no agent lease: the query is not running under the streamctl agent (or never started it)", 4)
     status = lease_status(lease, now_ms())
-    if status == "stale":
-        finish(False, lease, f"lease is stale: the driver died without releasing it; nothing to stop "
-               f"(last heartbeat {_age(lease.heartbeat_ms, now_ms())})", 4)
+    driver = driver_state(lease) if status == "stale" else ""
+    if status == "stale" and driver != "alive":  # an alive driver's agent still honours a request
+        finish(False, lease, f"{describe_expired(lease, driver)}"
+               + ("; nothing to stop" if driver == "dead" else "")
+               + f" (last heartbeat {_age(lease.heartbeat_ms, now_ms())})", 4)
     if status == "released":
         say(f"{st.display}: already stopped: " + _describe(lease, status, now_ms()))
         finish(True, lease, None, 0)
@@ -96,8 +99,9 @@ def stop(
     if out.status == "released":
         say(f"stopped after {out.waited_s:.1f}s; last batch {'none' if lease.last_batch is None else lease.last_batch}")
         finish(True, lease, None, 0, out.waited_s)
-    if out.status == "stale":
-        finish(False, lease, "lease is stale: the driver died without releasing it; nothing to stop", 4, out.waited_s)
+    if out.status in ("stale", "unknown"):
+        finish(False, lease, f"{describe_expired(lease, out.driver)}; the stop request was withdrawn", 4, out.waited_s)
     finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
-           f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now_ms())}); "
-           "the stop request was withdrawn", 4, out.waited_s)
+           f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now_ms())}"
+           + (f"; {describe_expired(lease, out.driver)}" if out.driver else "")
+           + "); the stop request was withdrawn", 4, out.waited_s)

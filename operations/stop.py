@@ -51,9 +51,39 @@ def withdraw(st: Storage) -> None:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "released" | "stale" (the driver died while stopping) | "timeout"
-    lease: Lease
+    status: str  # "released" | "stale" (expired, its driver proven gone) | "unknown" (expired, the driver
+    lease: Lease  # runs where streamctl cannot look) | "timeout" (still live, or expired with its driver alive)
     waited_s: float
+    driver: str = ""  # "alive" | "dead" | "unknown" when the lease expired
+
+
+def driver_state(lease: Lease) -> str:
+    """Whether the driver that holds an expired lease is alive, from evidence only
+    (docs/model.md#liveness): on this host its pid answers (`alive`) or not (`dead`); elsewhere,
+    or without a usable pid, `unknown`. A reused pid reads as alive: the safe direction."""
+    if lease.host != socket.gethostname() or not isinstance(lease.pid, int) or lease.pid <= 0:
+        return "unknown"
+    try:
+        os.kill(lease.pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        return "alive"
+    except (OverflowError, ValueError, OSError):
+        return "unknown"
+    return "alive"
+
+
+def describe_expired(lease: Lease, driver: str) -> str:
+    """One line on an expired lease and what its driver's evidence says."""
+    where = f"run {lease.run_id} on {lease.host}, pid {lease.pid}"
+    if driver == "dead":
+        return f"the lease expired while {lease.state} and its driver ({where}) is gone: it died without releasing it"
+    if driver == "alive":
+        return (f"the lease expired while {lease.state} but its driver ({where}) is still running: it stopped "
+                "heartbeating (a long query.stop()?); check the driver")
+    return (f"the lease expired while {lease.state}; its driver ({where}) runs where streamctl cannot look, so "
+            "whether it is alive is unknown: check that it is gone or stopped")
 
 
 def wait_released(st: Storage, lease: Lease, timeout_s: float,
@@ -75,10 +105,13 @@ def wait_released(st: Storage, lease: Lease, timeout_s: float,
                 if on_change is not None:
                     on_change(lease, status)
             waited = round(time.monotonic() - started, 3)
-            if status in ("released", "stale"):
+            driver = driver_state(lease) if status == "stale" else ""
+            if status == "released":
                 return Outcome(status, lease, waited)
+            if status == "stale" and driver != "alive":  # an alive driver may still release it: wait on
+                return Outcome("stale" if driver == "dead" else "unknown", lease, waited, driver)
             if waited >= timeout_s:
-                return Outcome("timeout", lease, waited)
+                return Outcome("timeout", lease, waited, driver)
             time.sleep(POLL_S)
     finally:
         withdraw(st)

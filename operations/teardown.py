@@ -82,7 +82,7 @@ def _lease(location: str) -> Any:
 
 
 def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeout_s: float,
-                reason: Optional[str] = None, say: Optional[Say] = None) -> dict[str, Any]:
+                reason: Optional[str] = None, say: Optional[Say] = None, assume_stopped: bool = False) -> dict[str, Any]:
     """Make sure nothing writes to the checkpoint any more. With a live agent lease: `safe` writes
     the stop request (`_streamctl/stop.json`, as `streamctl stop` does) and waits up to
     `stop_timeout_s` for the lease to be released, then for the quiet period; without `safe` it
@@ -95,6 +95,15 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
     lease = _lease(location)
     status = lease_status(lease, now_ms()) if lease is not None else None
     record: dict[str, Any] = {"lease": status, "stop_requested": False}
+    if status == "stale":
+        driver = stop.driver_state(lease)
+        record["driver"] = driver
+        # an expired lease is no proof the driver is gone (docs/model.md#liveness); --assume-stopped
+        # is the operator's word for a driver streamctl cannot see, never against one it sees running
+        if driver == "alive" or (driver == "unknown" and not assume_stopped):
+            raise Refused(f"{location}: {stop.describe_expired(lease, driver)}; "
+                          + ("rerun once it has stopped" if driver == "alive" else
+                             "then rerun with --assume-stopped"))
     if status == "live":
         if not safe:
             raise Refused(f"{location}: the query is running ({FOLDER}/lease.json held by run "
@@ -107,12 +116,15 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
         say(f"{location}: stop requested ({stop_path}); waiting up to {stop_timeout_s:g}s for the lease to be released")
         out = stop.wait_released(st, lease, stop_timeout_s)
         lease = out.lease
-        if out.status == "stale":
-            raise Refused(f"{location}: the lease went stale while stopping (the driver died); inspect the "
-                          "checkpoint and rerun once it is quiet")
+        if out.status in ("stale", "unknown"):
+            raise Refused(f"{location}: {stop.describe_expired(lease, out.driver)}; the stop request was withdrawn; "
+                          + ("inspect the checkpoint and rerun once it is quiet" if out.status == "stale"
+                             else "then rerun with --assume-stopped"))
         if out.status == "timeout":
             raise Refused(f"{location}: not stopped within --stop-timeout {stop_timeout_s:g}s (lease "
-                          f"{lease.state}, last batch {lease.last_batch}); the stop request was withdrawn")
+                          f"{lease.state}, last batch {lease.last_batch}"
+                          + (f"; {stop.describe_expired(lease, out.driver)}" if out.driver else "")
+                          + "); the stop request was withdrawn")
         record.update(lease="released", stopped_after_s=out.waited_s, last_batch=lease.last_batch)
         say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {lease.last_batch}")
         _wait_quiet(location, quiet_period_s, quiet_period_s + stop_timeout_s, say)

@@ -371,10 +371,7 @@ class Agent:
             if self._wait_until_idle(last_beat) == "withdrawn":
                 self._run_again()
                 return
-        try:
-            self.query.stop()  # a no-op after a graceful exit; cleans up the query manager's entry
-        except Exception:
-            log.exception("streamctl agent: query.stop()")
+        self._stop_query_beating(last_beat)
         committed = _newest(os.path.join(self.checkpoint, "commits"))
         self.stopped_clean = _newest(os.path.join(self.checkpoint, "offsets")) == committed
         if not self.stopped_clean:
@@ -388,6 +385,26 @@ class Agent:
         except FileNotFoundError:
             pass
         self._remove_listener()
+
+    def _stop_query_beating(self, last_beat: float) -> None:
+        """query.stop() (a no-op after a graceful exit; it cleans up the query manager's entry),
+        heartbeating while it runs: a stop that takes longer than the lease's ttl must not read as
+        a dead driver (issue 31: the lease left "stopping" and expired)."""
+        done = threading.Event()
+
+        def stop() -> None:
+            try:
+                self.query.stop()
+            except Exception:
+                log.exception("streamctl agent: query.stop()")
+            finally:
+                done.set()
+
+        threading.Thread(target=stop, name="streamctl-agent-stop", daemon=True).start()
+        while not done.wait(self.poll_s):
+            if time.monotonic() - last_beat >= self.heartbeat_s:
+                self.heartbeat()
+                last_beat = time.monotonic()
 
     def _run_again(self) -> None:
         self._run()

@@ -113,7 +113,8 @@ def test_stop_stale_and_released_and_usage(tmp_path: Path, cli: Any) -> None:
     _put_lease(tmp_path, _lease(heartbeat_ms=t - 40_000, expires_at_ms=t - 10_000))
     r = cli("stop", str(tmp_path), "--json")
     assert r.code == 4, r
-    assert "lease is stale" in r.json()["reason_not_stopped"] and r.json()["lease"]["status"] == "stale"
+    why = r.json()["reason_not_stopped"]  # host "h": not this host, so whether its driver lives is unknown
+    assert "expired" in why and "cannot look" in why and r.json()["lease"]["status"] == "stale", why
     assert not (tmp_path / "_streamctl" / "stop.json").exists()
     _put_lease(tmp_path, _lease(state="released", released_at_ms=t - 1000))
     r = cli("stop", str(tmp_path))
@@ -288,8 +289,37 @@ def test_killed_driver_leaves_a_stale_lease(tmp_path: Path, cli: Any, align_pipe
     r = cli("stop", str(ckpt))
     assert r.code == 4, r
     assert time.monotonic() - t0 < 2
-    assert "lease is stale" in r.stderr and "nothing to stop" in r.stderr
+    assert "is gone" in r.stderr and "nothing to stop" in r.stderr  # this host, its pid answers no more
     assert not (ckpt / "_streamctl" / "stop.json").exists()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("driver", ["alive", "dead", "elsewhere"])
+def test_lease_stuck_stopping_is_judged_from_evidence(tmp_path: Path, cli: Any, driver: str) -> None:
+    """The issue's incident: the lease left in "stopping" and expired (its driver stopped
+    heartbeating during a long query.stop()). drop-sink --safe and stop once said the driver had
+    died. Now the evidence decides: on this host the pid answers (alive: wait, then time out
+    saying so), does not (dead), or the driver runs elsewhere (unknown: refuse, saying what to check)."""
+    import socket
+
+    t = now_ms()
+    host = "elsewhere.example" if driver == "elsewhere" else socket.gethostname()
+    pid = os.getpid() if driver == "alive" else _dead_pid() if driver == "dead" else 4242
+    _put_lease(tmp_path, _lease(state="stopping", host=host, pid=pid, heartbeat_ms=t - 60_000,
+                                expires_at_ms=t - 30_000, stop_request_ms=t - 70_000))
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    r = cli("stop", str(tmp_path), "--timeout", "1", "--json")
+    assert r.code == 4, r
+    why = r.json()["reason_not_stopped"]
+    expect = {"alive": "is still running", "dead": "is gone", "elsewhere": "cannot look"}[driver]
+    assert expect in why and ("died" in why) == (driver == "dead"), why
+    assert not (tmp_path / "_streamctl" / "stop.json").exists()
 
 
 class _FakeQuery:
@@ -323,3 +353,25 @@ def test_agent_rejects_remote_and_ignores_old_requests(tmp_path: Path) -> None:
     agent.heartbeat(5)  # a released lease is never resurrected
     gone = read_lease(Storage.open(str(tmp_path)))
     assert gone is not None and gone.state == "released" and gone.last_batch is None and gone.released_at_ms is not None
+
+
+@pytest.mark.parametrize("driver", ["alive", "elsewhere"])
+def test_drop_sink_never_retires_under_a_driver_it_cannot_prove_gone(tmp_path: Path, cli: Any, driver: str) -> None:
+    """An expired "stopping" lease whose driver still runs on this host: drop-sink refuses even with
+    --assume-stopped; one on another host: refused without --assume-stopped (the operator's word)."""
+    import socket
+
+    t = now_ms()
+    ck, out = tmp_path / "ck", tmp_path / "out"
+    host = "elsewhere.example" if driver == "elsewhere" else socket.gethostname()
+    for d in ("offsets", "commits", "out/_spark_metadata"):
+        (ck / d if not d.startswith("out") else tmp_path / d).mkdir(parents=True)
+    (ck / "metadata").write_text('{"id":"q"}')
+    _put_lease(ck, _lease(state="stopping", host=host, pid=os.getpid() if driver == "alive" else 4242,
+                          heartbeat_ms=t - 60_000, expires_at_ms=t - 30_000))
+    for flags in (("--safe",), ("--assume-stopped",)):
+        r = cli("drop-sink", str(out), "--checkpoint", str(ck), *flags, "--execute", "--stop-timeout", "1")
+        blocked = driver == "alive" or flags == ("--safe",)
+        assert (r.code == 4) == blocked, (flags, r)
+        if blocked:
+            assert ("is still running" if driver == "alive" else "cannot look") in r.stderr, r
