@@ -37,6 +37,7 @@ from streamctl.inspectors.state import (
     store_status,
 )
 from streamctl.inspectors.masked import masked
+from streamctl.inspectors.lease import retired_record
 from streamctl.inspectors.storage import Storage, parallel_map
 
 if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean
@@ -216,7 +217,7 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
         known = False  # the positions are unknown, not absent: no sink finding is derived from them
         missing = storage is not None and exc.path == storage.display and (
             exc.reason == "does not exist" or exc.reason.startswith("not a Spark checkpoint"))
-    if sink is None:
+    if sink is None or any(f.code == "RETIRED" for f in q.findings):  # a retired query's sink log is archived too
         return q
     from streamctl.inspectors.sinks import compare_sink, read_sink
 
@@ -415,7 +416,17 @@ class _Inspector:
         else:
             offsets, commits = self.concurrently(lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
         query_id = None
-        if "metadata" in root:
+        retired = retired_record(self.fetched.get("metadata")) if "metadata" in root else None
+        if retired is not None:  # drop-sink's tombstone: a retired checkpoint is a state, not damage
+            archive = str(retired.get("archive") or "")
+            self.findings.append(Finding(
+                "RETIRED",
+                f"retired by streamctl drop-sink ({retired.get('op_id')}): the query "
+                f"{retired.get('query_id_was')} must not be restarted here; its logs, state and its sink's commit log "
+                f"are in {archive or 'the archive'}" + (f"; undo: streamctl drop-sink --undo {archive}" if archive else ""),
+                details={"op_id": retired.get("op_id"), "query_id_was": retired.get("query_id_was"), "archive": archive,
+                         "undo": f"streamctl drop-sink --undo {archive}" if archive else None}))
+        elif "metadata" in root:
             query_id = self.read("metadata", parse_query_metadata)
         else:
             self.findings.append(Finding(

@@ -49,6 +49,8 @@ CODES: dict[str, str] = {
     "STATEFUL_OPERATORS_CHANGED": ERROR,
     # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)
     "SINK_FILES_MISSING": ERROR,
+    # a checkpoint streamctl drop-sink retired (its tombstone `metadata`): a state, not damage
+    "RETIRED": INFO,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -145,6 +145,22 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+TOMBSTONE_KIND = "streamctl-retired-checkpoint"  # the `metadata` drop-sink leaves (docs/formats/streamctl.md#the-tombstone)
+
+
+def retired_record(data: object) -> "Optional[dict]":
+    """The tombstone drop-sink wrote over `metadata` (its JSON object), None for anything else."""
+    from streamctl.inspectors.logs import load_json
+
+    if not isinstance(data, (bytes, bytearray)) or b"streamctl" not in data:
+        return None
+    try:
+        doc = load_json(bytes(data).decode("utf-8", "strict").strip())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("streamctl") == TOMBSTONE_KIND else None
+
+
 def lease_status(lease: Lease, now_ms: int) -> str:
     """`live` (running or stopping, not expired), `stale` (running or stopping but expired: the
     driver died without releasing it) or `released`."""

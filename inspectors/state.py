@@ -624,7 +624,9 @@ def zip_ssts(storage: Storage, rel: str) -> set[str]:
             if info.file_size > MAX_ZIP_METADATA:
                 raise StorageError(storage.uri(rel), f"its metadata entry is larger than {MAX_ZIP_METADATA} bytes")
             text = zf.read(info).decode("utf-8")
-    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError, EOFError, OSError) as exc:
+    except StorageError:
+        raise
+    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError, EOFError, OSError, ValueError) as exc:
         raise StorageError(storage.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
     body = text.split("\n", 1)[1] if "\n" in text else "{}"
     try:

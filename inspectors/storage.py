@@ -180,6 +180,47 @@ def is_local_location(location: str) -> bool:
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
+class _RangedFile:
+    """A seekable view of a remote file whose reads never start at or past its end (a GCS ranged
+    read there answers HTTP 416) and whose errors are StorageError naming the file."""
+
+    def __init__(self, fh: Any, uri: str) -> None:
+        self._fh, self._uri = fh, uri
+        self._size = fh.size()
+        self._pos = 0
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: self._size}[whence]
+        self._pos = max(base + offset, 0)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        if self._pos >= self._size:
+            return b""
+        n = self._size - self._pos if n is None or n < 0 else min(n, self._size - self._pos)
+        try:
+            data = self._fh.read_at(n, self._pos)
+        except Exception as exc:  # pyarrow's errors
+            raise StorageError(self._uri, _one_line(exc)) from None
+        self._pos += len(data)
+        return bytes(data)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> "_RangedFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class Storage:
     """A read-only view of one root folder. Paths passed to methods are relative, `/`-separated."""
 
@@ -454,7 +495,7 @@ class Storage:
                     raise StorageError(self.uri(rel), "not a regular file")
                 return os.fdopen(fd, "rb")
             assert self._fs is not None
-            return self._fs.open_input_file(self._remote(rel))
+            return _RangedFile(self._fs.open_input_file(self._remote(rel)), self.uri(rel))
         except StorageError:
             raise
         except FileNotFoundError:

@@ -581,7 +581,7 @@ class Executor:
 
     def _step_line(self, i: int) -> None:
         if self._say is not None:
-            self._say(f"step {i + 1}/{len(self.plan.steps)}: {self.plan.steps[i].describe()}")
+            self._say(f"step {i + 1}/{len(self.plan.steps)}: {self._describe(self.plan.steps[i])}")
 
     def _step_lines(self, indices: list[int]) -> None:
         if self._say is not None:
@@ -793,6 +793,11 @@ class Executor:
                         size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
         raise StreamctlError(f"unknown step action {step.action!r} in the plan")
 
+    def _describe(self, step: Step) -> str:
+        """A step in words, the backup folder named as its command names it (drop-sink: the archive)."""
+        word = "archive" if self.plan.command == "drop-sink" else "backup"
+        return step.describe().replace("to the backup", f"to the {word}")
+
     # -- undo ----------------------------------------------------------------------------------
     def undo(self) -> list[str]:
         """Put back every file the operation moved or replaced, take out every file it created;
@@ -837,7 +842,7 @@ class Executor:
         for i in todo:  # group commit as in run(): an undo_done record is durable only after its effect
             step = self.plan.steps[i]
             if self._say is not None:
-                self._say(f"undo step {i + 1}: {step.describe()}")
+                self._say(f"undo step {i + 1}: {self._describe(step)}")
             if i in copyable:
                 copies.append(i)
                 if len(copies) < UNDO_COPY_BATCH:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
+from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.inspectors.errors import StorageError
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
@@ -53,7 +54,6 @@ RETIRED_DIR = "_streamctl/retired"
 KEEP = ("_streamctl", "metadata", ".metadata.crc")
 LOG_ORDER = ("commits", "offsets", "sources")
 SINK_LOGS = {"file": ("_spark_metadata",), "coordinated": ("_commits", "_staging"), "delta": ()}
-TOMBSTONE_KIND = "streamctl-retired-checkpoint"
 
 Say = Callable[[str], None]
 

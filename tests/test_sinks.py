@@ -255,3 +255,27 @@ def test_files_streamctl_wrote_are_no_sign_of_a_live_query(cli, tmp_path):
     (chk / "commits" / "3").write_text((chk / "commits" / "3").read_text() + " ")  # someone else writes it
     r = cli("inspect", "epochs", str(chk), "--sink", str(out), "--json", "--quiet-period", "600")
     assert "LIVE_QUERY" in codes(r.json()["queries"][0]), r.json()
+
+
+def test_a_retired_checkpoint_reads_as_retired_not_unreadable(cli, tmp_path):
+    """After drop-sink, the checkpoint holds only its tombstone `metadata`: inspect says RETIRED
+    (info, exit 0) with the archive and the undo command, so a fleet watch does not alert on it
+    forever; the undo brings the query back as it was."""
+    import os
+
+    chk = checkpoint(tmp_path / "chk", 3, 3)
+    out = file_sink(tmp_path / "out", 3)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    r = cli("drop-sink", str(out), "--checkpoint", str(chk), "--assume-stopped", "--execute", "--json")
+    assert r.code == 0, r
+    archive = r.json()["archive"] if "archive" in r.json() else r.json()["backup"]
+    code, q = epochs(cli, chk, out)
+    found = {f["code"]: f for f in q["findings"]}
+    assert code == 0 and q["verdict"] == "aligned" and set(found) == {"RETIRED"}, q["findings"]
+    assert found["RETIRED"]["archive"] == archive and found["RETIRED"]["undo"] == f"streamctl drop-sink --undo {archive}"
+    assert found["RETIRED"]["query_id_was"] == QID
+    assert cli("drop-sink", "--undo", archive).code == 0
+    code, q = epochs(cli, chk, out)
+    assert code == 0 and q["query_id"] == QID and q["committed"] == 3 and not q["findings"], q
