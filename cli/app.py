@@ -63,10 +63,13 @@ def root(
         show_envvar=True,
     ),
     traceback: bool = typer.Option(False, "--traceback", help="Show the Python traceback of an internal error."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Plans list every step (a plan of more than "
+                                 "40 steps is otherwise summarized by kind and folder; --json always lists them)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Inspect, align and retire Spark Structured Streaming checkpoints and their sinks."""
     context.SHOW_TRACEBACK = traceback
+    context.VERBOSE = verbose
     _utf8_output()
     context.CONFIG_PATH = config
 

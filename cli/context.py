@@ -3,3 +3,4 @@ from __future__ import annotations
 
 SHOW_TRACEBACK = False
 CONFIG_PATH: str | None = None
+VERBOSE = False  # --verbose: plans list every step on the terminal

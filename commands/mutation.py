@@ -69,11 +69,33 @@ def call(name: str, as_json: bool, action: Callable[[Callable[[str], None]], Any
         raise refused(exc, as_json, f"{title(name)}Refusal") from None
 
 
+FULL_PLAN_STEPS = 40  # more steps than this are summarized on a terminal unless --verbose
+SHOWN_PER_GROUP = 3
+
+
 def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
-    """The numbered steps of a plan, every one of them (docs/model.md#the-mutation-path: plans are shown in full)."""
-    lines = [f"  steps ({len(plan.steps)}):"]
-    for i, s in enumerate(plan.steps, 1):
-        lines.append(f"    {i:>4}. {s.describe().replace('to the backup', f'to the {backup_word}')}")
+    """The numbered steps of a plan (docs/model.md#the-mutation-path: plans are shown in full):
+    every one up to FULL_PLAN_STEPS or with --verbose; above, one line per kind of step and
+    folder, with counts, the first few paths and "... N more" (the JSON lists every step)."""
+    from streamctl.cli import context
+
+    def text(s: Any) -> str:
+        return s.describe().replace("to the backup", f"to the {backup_word}")
+
+    steps = plan.steps
+    if len(steps) <= FULL_PLAN_STEPS or context.VERBOSE:
+        return [f"  steps ({len(steps)}):"] + [f"    {i:>4}. {text(s)}" for i, s in enumerate(steps, 1)]
+    groups: dict[tuple[str, str, str], list[Any]] = {}
+    for s in steps:
+        folder = s.path.rsplit("/", 1)[0] if "/" in s.path else ""
+        groups.setdefault((s.action, s.root, folder), []).append(s)
+    lines = [f"  steps ({len(steps)}, summarized by kind and folder; every step: --verbose or --json):"]
+    for (action, root, folder), items in groups.items():
+        where = f"{root}:{folder + '/' if folder else ''}"
+        verb = {"move": f"move to the {backup_word}", "write": "write", "delete": "delete"}.get(action, action)
+        names = ", ".join(s.path.rsplit("/", 1)[-1] for s in items[:SHOWN_PER_GROUP])
+        more = f", ... {len(items) - SHOWN_PER_GROUP} more" if len(items) > SHOWN_PER_GROUP else ""
+        lines.append(f"    {verb} {len(items):>6} in {where} ({names}{more}): {items[0].reason}")
     return lines
 
 

@@ -279,3 +279,22 @@ def test_a_retired_checkpoint_reads_as_retired_not_unreadable(cli, tmp_path):
     assert cli("drop-sink", "--undo", archive).code == 0
     code, q = epochs(cli, chk, out)
     assert code == 0 and q["query_id"] == QID and q["committed"] == 3 and not q["findings"], q
+
+
+def test_a_long_plan_is_summarized_and_verbose_lists_every_step(cli, tmp_path):
+    """197 steps: one line per kind of step and folder, with counts and the first names; --verbose
+    (and --json) list every step."""
+    import os
+
+    chk = checkpoint(tmp_path / "chk", 99, 99)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    r = cli("trim", str(chk), "--keep-epochs", "1")
+    assert r.code == 0 and "steps (197, summarized" in r.stdout, r
+    assert "move to the backup     98 in checkpoint:offsets/" in r.stdout and "... 95 more" in r.stdout, r.stdout
+    assert len(r.stdout.splitlines()) < 15
+    v = cli("--verbose", "trim", str(chk), "--keep-epochs", "1")
+    assert v.code == 0 and "steps (197):" in v.stdout and " 197. move checkpoint:" in v.stdout, v.stdout[-500:]
+    j = cli("trim", str(chk), "--keep-epochs", "1", "--json")
+    assert len(j.json()["plan"]["steps"]) == 197
