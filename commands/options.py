@@ -14,7 +14,8 @@ FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), 
 QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
               "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
 SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."
-SINK_KIND_HELP = "auto (detected from _spark_metadata/, _delta_log/ or _commits/), file, delta or coordinated."
+SINK_KIND_HELP = ("auto (detected from _spark_metadata/, _delta_log/, _commits/ or an Iceberg metadata/), file, delta, "
+                  "coordinated or iceberg.")
 APP_ID_HELP = "Delta txn app id (default: the checkpoint's query id)."
 
 
@@ -26,6 +27,7 @@ class SinkKind(str, enum.Enum):
     file = "file"
     delta = "delta"
     coordinated = "coordinated"
+    iceberg = "iceberg"
 
     def __str__(self) -> str:
         return self.value

@@ -51,6 +51,8 @@ CODES: dict[str, str] = {
     "SINK_FILES_MISSING": ERROR,
     # a checkpoint streamctl drop-sink retired (its tombstone `metadata`): a state, not damage
     "RETIRED": INFO,
+    # an Iceberg table rolled back past epochs of the query (snapshots off the current ancestry)
+    "SINK_ROLLED_BACK": WARNING,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -24,7 +24,7 @@ from streamctl.inspectors.logs import LogParseError, is_temp_name, load_json
 from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 
-SINK_KINDS = ("auto", "file", "delta", "coordinated")
+SINK_KINDS = ("auto", "file", "delta", "coordinated", "iceberg")
 FILE_SINK_LOG = "_spark_metadata"
 DELTA_LOG = "_delta_log"
 COORD_COMMITS = "_commits"
@@ -213,7 +213,8 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
         where = place(st, live_files(live))
         for code, message, details in describe(where, FILE_SINK_LOG):
             findings.append(Finding(code, message, details=details))
-        findings += _file_sink_orphans(st, log, where)
+        if not gaps:  # a lost batch file's data files would read as orphans: never judged then
+            findings += _file_sink_orphans(st, log, where)
     return SinkLog("file", st.display, ids[-1], first_epoch=ids[0], epochs=tuple(epochs), epoch_ids=tuple(ids),
                    compactions=tuple(compactions), findings=tuple(findings))
 
@@ -406,7 +407,27 @@ def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
 # --- detection and the interface --------------------------------------------------------------
 
 Reader = Callable[[Storage, Optional[str], bool], SinkLog]
-READERS: dict[str, Reader] = {"file": _read_file_sink, "delta": _read_delta, "coordinated": _read_coordinated}
+def _read_iceberg(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
+    """An Iceberg table (inspectors/iceberg.py): the query's newest epoch along the current
+    snapshot's ancestry is the sink epoch; the table's snapshot id stands where Delta's version does."""
+    from streamctl.inspectors import iceberg
+
+    table = iceberg.read_table(st, app_id)
+    epochs = sorted(e["epoch"] for e in table["epochs"])
+    extra: dict[str, Any] = {"snapshot_id": table["snapshot_id"], "metadata": table["metadata"],
+                             "rolled_back_epochs": table["rolled_back"], "other_snapshots_after": table["others"],
+                             "iceberg_epochs": table["epochs"] if detail else table["epochs"][:1]}
+    if not app_id:
+        extra["note"] = "no app id given: the query's epochs need --app-id or a checkpoint (its query id)"
+    return SinkLog("iceberg", st.display, table["epoch"], first_epoch=epochs[0] if epochs else None,
+                   epochs=tuple(SinkEpoch(e["epoch"], (), (), e["rows"], f"snapshot {e['snapshot_id']}")
+                                for e in sorted(table["epochs"], key=lambda e: e["epoch"])) if detail else (),
+                   epoch_ids=tuple(epochs), app_id=app_id, table_version=table["snapshot_id"],
+                   findings=tuple(iceberg.findings_of(table, app_id)), extra=extra)
+
+
+READERS: dict[str, Reader] = {"file": _read_file_sink, "delta": _read_delta, "coordinated": _read_coordinated,
+                              "iceberg": _read_iceberg}
 MARKERS = {"file": FILE_SINK_LOG, "delta": DELTA_LOG, "coordinated": COORD_COMMITS}
 
 
@@ -414,6 +435,10 @@ def detect_kind(st: Storage) -> Optional[str]:
     """The sink kind from the folders at the sink root, or None."""
     names = {e.name for e in st.list_dir("") or [] if e.is_dir}
     found = [k for k, marker in MARKERS.items() if marker in names]
+    if not found and "metadata" in names:
+        from streamctl.inspectors.iceberg import is_table
+
+        found = ["iceberg"] if is_table(st) else []
     return found[0] if len(found) == 1 else None
 
 
@@ -435,8 +460,8 @@ def read_sink(location: str, kind: str = "auto", app_id: Optional[str] = None, d
             detected = detect_kind(st)
             if detected is None:
                 return SinkLog("unknown", st.display, None, findings=(_unreadable(
-                    st.display, "unknown sink layout: no _spark_metadata/ (file sink), _delta_log/ (Delta) "
-                                "or _commits/ (coordinated sink); pass --sink-kind"),))
+                    st.display, "unknown sink layout: no _spark_metadata/ (file sink), _delta_log/ (Delta), "
+                                "_commits/ (coordinated sink) or metadata/*.metadata.json (Iceberg); pass --sink-kind"),))
             kind = detected
         return READERS[kind](st, app_id, detail)
     except StorageError as exc:
@@ -449,7 +474,7 @@ def compare_sink(sink: SinkLog, planned: Optional[int], committed: Optional[int]
     epochs S+1..C are committed in the checkpoint but missing from the sink."""
     if any(f.code == "UNREADABLE" for f in sink.findings):
         return []
-    if sink.kind == "delta" and not sink.app_id:
+    if sink.kind in ("delta", "iceberg") and not sink.app_id:
         return []
     s = -1 if sink.epoch is None else sink.epoch
     c = -1 if committed is None else committed

@@ -256,8 +256,8 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     if sink is not None:
         sink_st = masked(Storage.open(req.sink), pl.damage.sink_absent)  # type: ignore[arg-type]
         S = sink.epoch
-        if sink.kind == "delta" and not sink.app_id:
-            raise Refused(f"{sink.uri}: the Delta txn app id is unknown; pass --app-id")
+        if sink.kind in ("delta", "iceberg") and not sink.app_id:
+            raise Refused(f"{sink.uri}: the app id the {sink.kind} sink keys its epochs on (the query id) is unknown; pass --app-id")
         for f in sink.findings:
             if f.code == "SINK_WRITER_MISSING":
                 missing_writer_epochs += list(f.details.get("epochs", []))

@@ -1,0 +1,151 @@
+"""An Iceberg table as a streaming sink (docs/formats/sinks.md#iceberg): its epochs per query, read
+from the table metadata alone (no Spark, no catalog needed for a table folder).
+
+Iceberg's Spark streaming sink (`SparkWrite`'s streaming commit) puts `spark.sql.streaming.queryId`
+and `spark.sql.streaming.epochId` into every snapshot summary it commits, and before committing an
+epoch it walks the current snapshot's ancestry (parent ids) and skips the epoch when the newest
+snapshot of that query id already holds it or a later one. So the sink epoch `S` of a checkpoint is
+the epoch of the first snapshot of its query id along the current snapshot's ancestry.
+
+Files: `<table>/metadata/` holds the table metadata JSON, `vN.metadata.json` with
+`version-hint.text` (Hadoop tables) or `NNNNN-<uuid>.metadata.json` (catalog tables, whose current
+file the catalog names: here the highest number, refused when two files claim it). Read with the
+bounded reader; the metadata's `snapshots`, `current-snapshot-id` (or `refs.main`) and each
+snapshot's `summary`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.findings import Finding, summarize
+from streamctl.inspectors.logs import load_json
+from streamctl.inspectors.storage import Storage
+
+METADATA_DIR = "metadata"
+QUERY_ID = "spark.sql.streaming.queryId"
+EPOCH_ID = "spark.sql.streaming.epochId"
+MAX_METADATA_BYTES = 256 << 20  # a table metadata file beyond this is not read
+_NAME = re.compile(r"^(?:v(\d{1,18})|(\d{1,18})-[0-9A-Za-z-]{1,64})(?:\.gz)?\.metadata\.json$")
+LONG = 2 ** 63
+
+
+def is_table(st: Storage) -> bool:
+    """A folder whose `metadata/` holds table metadata files."""
+    return any(_NAME.match(n) for n in (st.list_names(METADATA_DIR)[0] if st.kind(METADATA_DIR) == "dir" else []))
+
+
+def current_metadata(st: Storage) -> str:
+    """The relative path of the table's current metadata file (StorageError when it cannot be told)."""
+    names = st.list_names(METADATA_DIR)[0]
+    if "version-hint.text" in names:
+        hint = st.read(f"{METADATA_DIR}/version-hint.text", 1024).decode("utf-8", "replace").strip()
+        if hint.isdigit() and f"v{hint}.metadata.json" in names:
+            return f"{METADATA_DIR}/v{hint}.metadata.json"
+    versions: dict[int, list[str]] = {}
+    for n in names:
+        m = _NAME.match(n)
+        if m and not n.endswith(".gz.metadata.json"):
+            versions.setdefault(int(m.group(1) or m.group(2)), []).append(n)
+    if not versions:
+        raise StorageError(st.uri(METADATA_DIR), "no table metadata file (*.metadata.json)")
+    top = max(versions)
+    if len(versions[top]) > 1:
+        raise StorageError(st.uri(METADATA_DIR), f"{len(versions[top])} metadata files claim version {top} "
+                           f"({summarize(sorted(versions[top]), 2)}): the catalog names the current one")
+    return f"{METADATA_DIR}/{versions[top][0]}"
+
+
+def _int(v: Any) -> Optional[int]:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int) and -LONG <= v < LONG:
+        return v
+    if isinstance(v, str) and re.fullmatch(r"-?\d{1,19}", v):
+        n = int(v)
+        return n if -LONG <= n < LONG else None
+    return None
+
+
+def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
+    """What the table says about the streaming query `app_id` (docs/formats/sinks.md#iceberg):
+    `epoch` (S), `epochs` along the current ancestry (newest first: epoch, snapshot id, time,
+    files and rows added), `rolled_back` (epochs of the query in snapshots off the ancestry),
+    `others` (snapshots of other writers after the query's newest epoch), `expired` (the ancestry
+    ends at a parent the metadata no longer holds before any epoch of the query), and the current
+    snapshot id. StorageError / LogParseError for a file that is not table metadata."""
+    rel = current_metadata(st)
+    data = st.read(rel, MAX_METADATA_BYTES)
+    try:
+        meta = load_json(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise StorageError(st.uri(rel), f"table metadata is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("snapshots", []), list):
+        raise StorageError(st.uri(rel), "not Iceberg table metadata (no snapshots list)")
+    snapshots: dict[int, dict[str, Any]] = {}
+    for s in meta.get("snapshots") or []:
+        sid = _int(s.get("snapshot-id")) if isinstance(s, dict) else None
+        if sid is None:
+            raise StorageError(st.uri(rel), "a snapshot without a valid snapshot-id")
+        snapshots[sid] = s
+    refs = meta.get("refs") if isinstance(meta.get("refs"), dict) else {}
+    main = refs.get("main") if isinstance(refs.get("main"), dict) else {}
+    current = _int(meta.get("current-snapshot-id"))
+    if current is None or current == -1:
+        current = _int(main.get("snapshot-id"))
+    out: dict[str, Any] = {"metadata": st.uri(rel), "snapshot_id": current, "epoch": None, "epochs": [],
+                           "rolled_back": [], "others": 0, "expired": False}
+    ancestry: list[int] = []
+    seen: set[int] = set()
+    sid = current
+    while sid is not None and sid != -1 and sid not in seen:
+        seen.add(sid)
+        snap = snapshots.get(sid)
+        if snap is None:
+            out["expired"] = True  # the parent was expired: history before it is gone
+            break
+        ancestry.append(sid)
+        sid = _int(snap.get("parent-snapshot-id"))
+    for sid in ancestry:
+        summary = snapshots[sid].get("summary") if isinstance(snapshots[sid].get("summary"), dict) else {}
+        if app_id is not None and summary.get(QUERY_ID) == app_id:
+            epoch = _int(summary.get(EPOCH_ID))
+            if epoch is None:
+                raise StorageError(st.uri(rel), f"snapshot {sid}: {EPOCH_ID} {summary.get(EPOCH_ID)!r} is not an epoch")
+            out["epochs"].append({"epoch": epoch, "snapshot_id": sid, "timestamp_ms": _int(snapshots[sid].get("timestamp-ms")),
+                                  "files": _int(summary.get("added-data-files")), "rows": _int(summary.get("added-records"))})
+        elif not out["epochs"]:
+            out["others"] += 1  # another writer's snapshot after the query's newest epoch
+    if out["epochs"]:
+        out["epoch"] = out["epochs"][0]["epoch"]
+        out["expired"] = False  # the newest epoch was found: what expired before it does not matter
+    on_path = set(ancestry)
+    for sid, snap in snapshots.items():
+        summary = snap.get("summary") if isinstance(snap.get("summary"), dict) else {}
+        if sid not in on_path and app_id is not None and summary.get(QUERY_ID) == app_id:
+            epoch = _int(summary.get(EPOCH_ID))
+            if epoch is not None:
+                out["rolled_back"].append(epoch)
+    out["rolled_back"] = sorted(set(out["rolled_back"]))
+    return out
+
+
+def findings_of(table: dict[str, Any], app_id: Optional[str]) -> list[Finding]:
+    """What the table's metadata alone says about the query (positions are compared elsewhere)."""
+    out = []
+    if table["expired"] and app_id is not None:
+        path = table["metadata"]
+        out.append(Finding("UNREADABLE", f"{path}: the current snapshot's ancestry ends at an expired snapshot before "
+                           f"any epoch of query {app_id}: the table's epoch for it is unknown (expired history)",
+                           details={"path": path, "reason": "snapshot history expired"}))
+    if table["rolled_back"] and table["epoch"] is not None:
+        gone = [e for e in table["rolled_back"] if e > table["epoch"]]
+        if gone:
+            out.append(Finding(
+                "SINK_ROLLED_BACK",
+                f"epochs {summarize([str(e) for e in gone], 5)} of query {app_id} are in snapshots that are no longer "
+                f"in the table's current ancestry (the table was rolled back, or they are on a branch): the table "
+                f"now holds the query's epochs up to {table['epoch']}",
+                details={"epochs": gone, "sink_epoch": table["epoch"]}))
+    return out
