@@ -235,6 +235,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
         "api_version": "streamctl/v1", "kind": "Handoff", "op_id": op_id, "query_id": q.query_id,
         "checkpoint": q.checkpoint, "final_epoch": C, "sink": q.sink.position() if q.sink else None,
         "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded,
+        **({"sink_snapshot_id": q.sink.table_version} if q.sink is not None and q.sink.kind == "iceberg" else {}),
         "sources": sources, "kafka_starting_offsets": kafka[0] if len(kafka) == 1 else None,
         "successor": ("start a new query with a new checkpoint reading from the positions above: for Kafka, "
                       "option('startingOffsets', kafka_starting_offsets); for files, only files not in 'processed'"),
@@ -328,10 +329,15 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     if kind == "delta":
         notes.append("a Delta table's _delta_log is the table itself and is not touched; the old query id's txn "
                      "entries stay (a successor has a new query id)")
+    if kind == "iceberg":
+        snap = q.sink.table_version if q.sink is not None else None
+        notes.append(f"an Iceberg table's metadata is the table itself and is not touched (current snapshot {snap}, the "
+                     f"query's last epoch {q.sink.epoch if q.sink is not None else None}); streamctl never expires its "
+                     "snapshots")
     if req.purge_data:
-        if kind == "delta":
-            raise Refused(f"{sink.location}: --purge-data is not supported for Delta tables (drop the table with Delta "
-                          "tooling)")
+        if kind in ("delta", "iceberg"):
+            raise Refused(f"{sink.location}: --purge-data is not supported for {kind.title()} tables (drop the table with "
+                          f"{kind.title()} tooling)")
         outside: list[str] = []
         seen: set[str] = set()
         for ep in (sink_log_detail.epochs if sink_log_detail is not None else ()):

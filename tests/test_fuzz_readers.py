@@ -146,6 +146,20 @@ def _more_bases(root: Path) -> None:
         write_deltalake(str(root / "delta"), pa.table({"batch": [v]}), mode="append",
                         commit_properties=CommitProperties(app_transactions=[Transaction(QID, v)]))
     (root / "config.toml").write_text(CONFIG.replace("CK", str(kafka)).replace("SINK", str(root / "delta")))
+    # an Iceberg table (pyiceberg as the writer, streaming summaries), its metadata files named as a Hadoop table's
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    (root / "ice").mkdir()
+    cat = SqlCatalog("t", uri=f"sqlite:///{root}/ice/catalog.db", warehouse=f"file://{root}/ice")
+    cat.create_namespace("db")
+    t = cat.create_table("db.orders", schema=pa.schema([("id", pa.int64())]))
+    for e in range(2):
+        t.append(pa.table({"id": [e]}), snapshot_properties={"spark.sql.streaming.queryId": QID,
+                                                             "spark.sql.streaming.epochId": str(e)})
+    meta = root / "ice/db/orders/metadata"
+    for i, f in enumerate(sorted(meta.glob("*.metadata.json"))):
+        f.rename(meta / f"v{i + 1}.metadata.json")
+    (meta / "version-hint.text").write_text("3")
     # operator metadata (`state/<op>/_metadata/metadata`), as Spark 4.0 wrote it (Spark's own test corpus)
     shutil.copytree(FIXTURE.parents[2] / "spark-corpus/checkpoint-version-4.0.0/rocksdb/agg", root / "opmeta")
 
@@ -153,7 +167,8 @@ def _more_bases(root: Path) -> None:
 MORE_TARGETS = ["kafka/sources/0/0", "kafka/offsets/2", "kafka/_streamctl/lease.json", "rate/sources/0/0",
                 "rate/offsets/2", "named/offsets/2", "named/sources/orders/2",
                 "delta/_delta_log/00000000000000000002.json", "delta/_delta_log/00000000000000000000.json",
-                "config.toml", "opmeta/state/0/_metadata/metadata"]
+                "config.toml", "opmeta/state/0/_metadata/metadata", "ice/db/orders/metadata/v3.metadata.json",
+                "ice/db/orders/metadata/version-hint.text"]
 MORE_EXIT_CODES = {"inspect": {0, 1, 2, 3}, "align": {0, 2, 3, 4}, "trim": {0, 2, 3, 4}}
 
 
@@ -174,6 +189,9 @@ def test_more_mutated_kinds_never_crash_or_write(cli: Callable[..., Any], target
                 ("inspect", (*config, "inspect", "epochs", str(root / "rate"), str(root / "named"), "--json")),
                 ("inspect", (*config, "inspect", "epochs", "orders", "--json")),
                 ("inspect", (*config, "inspect", "epochs", str(root / "opmeta"), "--json")),
+                ("inspect", (*config, "inspect", "epochs", str(root / "rate"), "--sink", str(root / "ice/db/orders"),
+                             "--json")),
+                ("inspect", (*config, "inspect", "sink", str(root / "ice/db/orders"), "--app-id", QID, "--json")),
                 ("align", (*config, "align", str(root / "named"), "--json")),
                 ("trim", (*config, "trim", str(root / "kafka"), "--json"))]
         for name, args in runs:

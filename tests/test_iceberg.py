@@ -145,3 +145,24 @@ def test_hadoop_table_version_hint_and_two_claimants(cli, tmp_path, checkpoint):
     shutil.copy(meta_dir / f"v{len(files)}.metadata.json", meta_dir / f"{len(files):05d}-b.metadata.json")
     code, q = _inspect(cli, chk, table)
     assert code == 3 and "claim version" in q["findings"][0]["message"], q
+
+
+def test_drop_sink_leaves_the_table_and_records_its_snapshot(cli, tmp_path, checkpoint):
+    """drop-sink retires the checkpoint; the table is never touched; the hand-off records the
+    table's snapshot id and the query's last epoch; --purge-data is refused for a table."""
+    import hashlib
+
+    t, table = _table(tmp_path / "wh", 3)
+    chk = checkpoint(tmp_path / "chk", 2, 2)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    before = {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in table.rglob("*") if f.is_file()}
+    r = cli("drop-sink", str(table), "--checkpoint", str(chk), "--assume-stopped", "--purge-data", "--json")
+    assert r.code == 4 and "not supported for Iceberg" in r.stderr, r
+    r = cli("drop-sink", str(table), "--checkpoint", str(chk), "--assume-stopped", "--execute", "--json")
+    assert r.code == 0, r
+    archive = r.json()["archive"] if "archive" in r.json() else r.json()["backup"]
+    handoff = json.loads((Path(archive) / "handoff.json").read_text())
+    assert handoff["sink_epoch"] == 2 and handoff["sink_snapshot_id"] == t.metadata.current_snapshot_id, handoff
+    assert {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in table.rglob("*") if f.is_file()} == before
