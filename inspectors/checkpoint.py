@@ -226,6 +226,19 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
     from streamctl.inspectors.ownership import foreign_batches, foreign_finding
 
+    if missing and log.kind == "iceberg" and log.extra.get("streaming_queries"):
+        # a pre-flight: a new checkpoint is a new query id, which the table never saw (docs/formats/sinks.md#iceberg)
+        others = list(log.extra["streaming_queries"])
+        empty = LogListing(exists=False)
+        f = Finding("SINK_NEW_QUERY",
+                    f"{location} does not exist yet and the Iceberg table {log.uri} holds epochs of "
+                    f"{len(others)} streaming query id(s) ({summarize(others, 2)}): a new checkpoint starts a new query "
+                    "id, which the table skips nothing for, so the source is read again from its starting position and "
+                    "every row it already delivered arrives again (duplicates) unless that position says otherwise",
+                    details={"query_ids": others, "preflight": True})
+        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                            None, (f,))
+        return replace(q, sink=log)
     if missing and log.kind == "file" and log.epoch is not None:
         # a pre-flight: no checkpoint yet over a sink whose log holds batches (docs/model.md#sink-ownership)
         empty = LogListing(exists=False)

@@ -53,6 +53,8 @@ CODES: dict[str, str] = {
     "RETIRED": INFO,
     # an Iceberg table rolled back past epochs of the query (snapshots off the current ancestry)
     "SINK_ROLLED_BACK": WARNING,
+    # pre-flight: a new checkpoint over an Iceberg table other streaming queries wrote (duplicates)
+    "SINK_NEW_QUERY": ERROR,
 }
 
 ALIGNED, RECOVERABLE, MISALIGNED, UNREADABLE = "aligned", "recoverable", "misaligned", "unreadable"

@@ -95,7 +95,9 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
     if current is None or current == -1:
         current = _int(main.get("snapshot-id"))
     out: dict[str, Any] = {"metadata": st.uri(rel), "snapshot_id": current, "epoch": None, "epochs": [],
-                           "rolled_back": [], "others": 0, "expired": False}
+                           "rolled_back": [], "others": 0, "expired": False,
+                           "queries": sorted({str(s["summary"][QUERY_ID]) for s in snapshots.values()
+                                              if isinstance(s.get("summary"), dict) and s["summary"].get(QUERY_ID)})}
     ancestry: list[int] = []
     seen: set[int] = set()
     sid = current

@@ -415,6 +415,7 @@ def _read_iceberg(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     table = iceberg.read_table(st, app_id)
     epochs = sorted(e["epoch"] for e in table["epochs"])
     extra: dict[str, Any] = {"snapshot_id": table["snapshot_id"], "metadata": table["metadata"],
+                             "streaming_queries": table["queries"],
                              "rolled_back_epochs": table["rolled_back"], "other_snapshots_after": table["others"],
                              "iceberg_epochs": table["epochs"] if detail else table["epochs"][:1]}
     if not app_id:

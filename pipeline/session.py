@@ -43,15 +43,16 @@ def _log4j_config_file() -> Path:
     return path
 
 
-def get_spark(app_name: str = "streamctl-examples") -> "SparkSession":
-    """A small local SparkSession (2 cores, 4 shuffle partitions, no UI, quick state maintenance)."""
+def get_spark(app_name: str = "streamctl-examples", confs: "dict[str, str] | None" = None) -> "SparkSession":
+    """A small local SparkSession (2 cores, 4 shuffle partitions, no UI, quick state maintenance);
+    `confs` are set on the builder too (for example `spark.jars`, which only a new session takes)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     log4j = _log4j_config_file()
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)
         .config("spark.driver.memory", "1g")
@@ -64,8 +65,10 @@ def get_spark(app_name: str = "streamctl-examples") -> "SparkSession":
         .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "3")
         .config("spark.sql.streaming.stateStore.maintenanceInterval", "200ms")
         .config("spark.sql.streaming.metricsEnabled", "false")
-        .getOrCreate()
     )
+    for key, value in (confs or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

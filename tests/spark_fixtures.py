@@ -54,7 +54,16 @@ def spark() -> Iterator[object]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from streamctl.pipeline.session import get_spark
 
-    session = get_spark("streamctl-tests")
+    confs = {}
+    if spark_major() < 4:  # Iceberg's Spark runtime exists for 3.5 only here (tests/iceberg_runtime.py)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("streamctl_tests_iceberg_runtime",
+                                                      Path(__file__).with_name("iceberg_runtime.py"))
+        runtime = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(runtime)
+        confs["spark.jars"] = ",".join(runtime.jars(Path(__file__).resolve().parents[1] / ".cache" / "iceberg"))
+    session = get_spark("streamctl-tests", confs)
     try:
         yield session
     finally:
