@@ -937,7 +937,7 @@ class Executor:
         if step.action == "move":
             if self.backup.exists(b) and root.exists(step.path):
                 if root.digest(step.path) != self.backup.digest(b):
-                    return f"{root.uri(step.path)} exists again with other content"
+                    return self._recreated(root, step.path)
             return None
         want = hashlib.sha256(step.content or b"").hexdigest()
         pre = self._pre(i, state)
@@ -946,6 +946,20 @@ class Executor:
             if sha != want and (pre is None or sha != pre.get("sha256")):
                 return f"{root.uri(step.path)} was changed after the operation"
         return None
+
+    @staticmethod
+    def _recreated(root: Root, rel: str) -> str:
+        """What is in the way of putting `rel` back, and what to do (issue 31: a retired sink's
+        `_spark_metadata` recreated by a later restart blocked drop-sink --undo without a word why)."""
+        where = root.uri(rel)
+        if root.kind(rel) != "dir":
+            return f"{where} exists again with other content: something wrote it after the operation; move it aside, then undo again"
+        files = sorted(root.walk_files(rel))
+        what = (f"{len(files)} file(s): {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}" if files else "empty")
+        who = (" (a query started on this sink after it was retired wrote a new log)"
+               if rel.rstrip("/").endswith(("_spark_metadata", "_commits")) else "")
+        return (f"{where} was made again after the operation{who}, {what}; move it aside (keep it if that query's "
+                "output matters), then undo again")
 
     def _undo_step(self, i: int, state: JournalState) -> list[str]:
         step = self.plan.steps[i]

@@ -298,3 +298,27 @@ def test_a_long_plan_is_summarized_and_verbose_lists_every_step(cli, tmp_path):
     assert v.code == 0 and "steps (197):" in v.stdout and " 197. move checkpoint:" in v.stdout, v.stdout[-500:]
     j = cli("trim", str(chk), "--keep-epochs", "1", "--json")
     assert len(j.json()["plan"]["steps"]) == 197
+
+
+def test_undo_of_drop_sink_says_what_blocks_it(cli, tmp_path):
+    """After drop-sink, a query started on the sink recreated `_spark_metadata/`: the undo refuses
+    (exit 4, nothing changed), names the folder and its files and says what to do; once it is
+    moved aside, the undo runs."""
+    import os
+
+    chk = checkpoint(tmp_path / "chk", 3, 3)
+    out = file_sink(tmp_path / "out", 3)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    r = cli("drop-sink", str(out), "--checkpoint", str(chk), "--assume-stopped", "--execute", "--json")
+    archive = r.json()["archive"] if "archive" in r.json() else r.json()["backup"]
+    (out / "_spark_metadata").mkdir()
+    (out / "_spark_metadata" / "0").write_text("v1\n")
+    u = cli("drop-sink", "--undo", archive)
+    assert u.code == 4 and "_spark_metadata was made again" in u.stderr and "1 file(s): 0" in u.stderr, u
+    assert "move it aside" in u.stderr and (chk / "metadata").read_text().startswith("{\"archive\"")
+    (out / "_spark_metadata").rename(tmp_path / "later-query-log")
+    assert cli("drop-sink", "--undo", archive).code == 0
+    code, q = epochs(cli, chk, out)
+    assert code == 0 and q["committed"] == 3 and q["sink"]["epoch"] == 3, q
