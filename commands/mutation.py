@@ -155,13 +155,26 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
            "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.to_record(),
            "verified": ok, "after": got}
     out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
-        f"backup and journal: {outcome.backup.location} (undo: streamctl {name} --undo {outcome.backup.location})",
+        f"backup and journal: {outcome.backup.location} ({_backup_size(outcome.backup)}; undo: streamctl {name} --undo "
+        f"{outcome.backup.location}; elsewhere next time: --backup-dir)",
         f"verified: {'yes' if ok else 'NO'} — now planned {got.get('planned')}, committed {got.get('committed')}, "
         f"sink epoch {got.get('sink_epoch')}, verdict {got.get('verdict')} (expected {plan.expected_verdict})"]
     emit(doc, as_json, out)
     if not ok:
         raise NotVerified(f"{plan.roots['checkpoint']}: {name} ran but the checkpoint is {got.get('verdict')} "
                           f"({', '.join(got.get('findings') or [])}), not the promised {plan.expected_verdict}")
+
+
+def _backup_size(backup: Any) -> str:
+    """`N file(s), X MiB` the backup holds (its files/ folder: one listing), or `size unknown`."""
+    from streamctl.inspectors.errors import StorageError
+    from streamctl.inspectors.findings import human_bytes
+
+    try:
+        sizes = backup.walk_sizes("files")
+    except (StorageError, OSError):
+        return "size unknown"
+    return f"{len(sizes)} file(s), {human_bytes(sum(size for _, size in sizes))}"
 
 
 def show_undo(name: str, done: Any, as_json: bool) -> None:

@@ -298,6 +298,8 @@ def test_a_long_plan_is_summarized_and_verbose_lists_every_step(cli, tmp_path):
     assert v.code == 0 and "steps (197):" in v.stdout and " 197. move checkpoint:" in v.stdout, v.stdout[-500:]
     j = cli("trim", str(chk), "--keep-epochs", "1", "--json")
     assert len(j.json()["plan"]["steps"]) == 197
+    e = cli("trim", str(chk), "--keep-epochs", "1", "--execute")  # says where the backup went and its size
+    assert e.code == 0 and "(197 file(s), " in e.stdout and "elsewhere next time: --backup-dir" in e.stdout, e.stdout[-600:]
 
 
 def test_undo_of_drop_sink_says_what_blocks_it(cli, tmp_path):
