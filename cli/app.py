@@ -15,7 +15,7 @@ from streamctl.cli.errors import StreamctlGroup
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import completion_cmd, inspect_cmd, kafka_cmd, stop_cmd
 from streamctl.commands import align_cmd, demo_cmd, trim_cmd
-from streamctl.commands import diagnose_cmd, drop_sink_cmd, preflight_cmd
+from streamctl.commands import backups_cmd, diagnose_cmd, drop_sink_cmd, preflight_cmd
 
 app = typer.Typer(
     name="streamctl",
@@ -84,6 +84,7 @@ app.command("trim")(trim_cmd.trim)
 app.command("demo")(demo_cmd.demo)
 app.command("preflight")(preflight_cmd.preflight)
 app.command("diagnose")(diagnose_cmd.diagnose)
+app.command("backups")(backups_cmd.backups)
 
 
 GC_THRESHOLDS = (100_000, 50, 100)  # gc.set_threshold for the CLI process

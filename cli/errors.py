@@ -234,7 +234,7 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
 # the Flink CLI group theirs); a command in no group is listed last, under "Other".
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Inspect (read-only)", ("diagnose", "inspect", "preflight")),
-    ("Repair", ("align", "trim")),
+    ("Repair", ("align", "trim", "backups")),
     ("Retire", ("stop", "drop-sink")),
     ("Kafka", ("kafka",)),
     ("Set-up", ("demo", "completion")),
