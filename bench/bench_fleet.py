@@ -203,7 +203,7 @@ def main(argv=None) -> int:
                          f"{r['per_core_per_s']:.0f}", "yes" if same[key] else "NO"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     if "spark" in results:
         s = results["spark"]
         print(f"\nSpark {s['pyspark']} {s['master']}: session start-up {s['session_s']:.2f} s, first job {s['first_job_s']:.2f} s "

@@ -458,7 +458,7 @@ def render(report: dict) -> str:
     lines = []
 
     def line(cells):
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
 
     lines.append(line(header))
     lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -127,7 +127,7 @@ def _wants_json(kwargs: dict[str, Any]) -> bool:
 def _argv_wants_json(argv: Sequence[str]) -> bool:
     if "--json" in argv or "--format=json" in argv or "-ojson" in argv:
         return True
-    return any(a in ("-o", "--format") and b == "json" for a, b in zip(argv, argv[1:]))
+    return any(a in ("-o", "--format") and b == "json" for a, b in zip(argv, argv[1:], strict=False))
 
 
 def error_document(code: int, message: str) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def inspect_epochs(
         if runner is not None:
             records = runner.run(targets, quiet, tasks=spark_tasks)
             if reclaimable:
-                records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets)]
+                records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet)) for r, t in zip(records, targets, strict=True)]
         else:
             with render.progress(output != "json" and not watch) as tick:
                 queries = fleet.run_local(targets, workers or default_workers, quiet, tick)
@@ -133,7 +133,7 @@ def inspect_epochs(
             records = [q.to_record() for q in queries]
             if reclaimable:  # from the inspection just made: no second one
                 records = [dict(r, reclaimable=_reclaimable(t, keep_epochs, quiet, q))
-                           for r, t, q in zip(records, targets, queries)]
+                           for r, t, q in zip(records, targets, queries, strict=True)]
         doc = epoch_report_of_records(records)
         view.write_outputs(records, doc, started, time.time() - started, output_jsonl, output_parquet, metrics_file)
         return doc
@@ -355,7 +355,7 @@ def _with_kafka(queries: list[Any], args: list[str], bootstrap: Optional[str], k
     from streamctl.inspectors.kafka import KafkaBroker, with_kafka
 
     out = []
-    for q, arg in zip(queries, args):
+    for q, arg in zip(queries, args, strict=True):
         _loc, pipeline = resolve_checkpoint(arg, config)
         ks = kafka_cmd.kafka_settings(bootstrap, kafka_config, timeout, pipeline, config)
         assert ks is not None

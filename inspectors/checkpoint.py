@@ -396,7 +396,7 @@ class _Inspector:
         if self.st.is_local or len(todo) < 2:
             return
         results = self.concurrently(*[lambda r=r: self._try_read(r) for r in todo])
-        self.fetched.update(zip(todo, results))
+        self.fetched.update(zip(todo, results, strict=True))
 
     def log_listing(self, rel: str) -> LogListing:
         entries = self.st.list_dir(rel)

@@ -689,7 +689,7 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[s
     expected = [sums[i:i + 4] for i in range(8, len(sums) - 3, 4)]
     actual = [zlib.crc32(data[i:i + chunk]).to_bytes(4, "big") for i in range(0, len(data), chunk)]
     if expected != actual:
-        bad = next((i for i, (a, b) in enumerate(zip(expected, actual)) if a != b), min(len(expected), len(actual)))
+        bad = next((i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b), min(len(expected), len(actual)))
         return f"bytes {bad * chunk}.. do not match its .{name}.crc"
     return None
 

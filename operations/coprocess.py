@@ -96,7 +96,7 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
         lines = [inp.readline()[:-1] for _ in range(2 * int(head[2:]))]
         if parent is not None and os.getppid() != parent:
             return  # the executor is gone: nothing more is renamed
-        out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2])))))
+        out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
         out.flush()
 
 

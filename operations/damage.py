@@ -113,14 +113,14 @@ def assess(req: Any) -> Damage:
                 continue
             P, C = q.offsets.latest, q.commits.latest
             if P is not None and rel == f"offsets/{P}" and (C is None or C < P):
-                why = _torn(st, rel, lambda d, p: parse_offsets(d, p, P))
+                why = _torn(st, rel, lambda d, p, b=P: parse_offsets(d, p, b))
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)
                     dmg.notes.append(f"offsets/{P} is torn ({why}) and nothing committed batch {P}: moved aside, "
                                      f"Spark plans batch {P} anew from the input after offsets/{P - 1}")
             elif C is not None and rel == f"commits/{C}":
-                why = _torn(st, rel, lambda d, p: parse_commit(d, p, C))
+                why = _torn(st, rel, lambda d, p, b=C: parse_commit(d, p, b))
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)

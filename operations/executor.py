@@ -562,10 +562,10 @@ class Executor:
         for i in local:
             by_root.setdefault(self.plan.steps[i].root, []).append(i)
         for name, idx in by_root.items():
-            for i, d in zip(idx, self.roots[name].digests_if_exist([self.plan.steps[i].path for i in idx])):
+            for i, d in zip(idx, self.roots[name].digests_if_exist([self.plan.steps[i].path for i in idx]), strict=True):
                 pres[i] = _digest_record(d)
         for i, d in zip(remote, parallel(lambda i: self.roots[self.plan.steps[i].root].file_digest(
-                self.plan.steps[i].path), remote)):
+                self.plan.steps[i].path), remote), strict=True):
             step = self.plan.steps[i]
             if d is not None:
                 self._objects.add(i)
@@ -642,11 +642,11 @@ class Executor:
         if done is None:
             errnos = self._co.renamed() if self._co is not None else None
             done = [False] * len(renaming.pairs) if errnos is None else rename_outcomes(errnos)
-        renamed = dict(zip(renaming.order, done))
+        renamed = dict(zip(renaming.order, done, strict=False))  # a co-process that died early reports fewer
         steps = self.plan.steps
         tick = self.meter.tick if self.meter.out is not None else None
         records = []
-        for i, entry in zip(renaming.indices, renaming.entries):
+        for i, entry in zip(renaming.indices, renaming.entries, strict=True):
             step, pre = steps[i], state.begun[i]["pre"]
             rec = {"event": "done", "step": i, "manifest": entry if renamed.get(i) else self._apply(step, pre)}
             records.append(rec)
@@ -898,8 +898,8 @@ class Executor:
             return True
 
         done = parallel(put_back, indices)
-        self.backup.delete_many([backup_rel(self.plan.steps[i]) for i, copied in zip(indices, done) if copied])
-        for i, copied in zip(indices, done):
+        self.backup.delete_many([backup_rel(self.plan.steps[i]) for i, copied in zip(indices, done, strict=True) if copied])
+        for i, copied in zip(indices, done, strict=True):
             if copied:
                 restored.append(self.roots[self.plan.steps[i].root].uri(self.plan.steps[i].path))
             self._undo_done(i, state, pending, touched)

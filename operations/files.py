@@ -279,7 +279,7 @@ class Root:
         parents = {self.local(h) if h else os.path.dirname(self.local("x")) for h in heads}
         walk = {p for p in parents if p not in self._synced or p in self._unsynced}
         known = sorted(parents - walk)
-        for p, ok in zip(known, _fsync_dirs(known)):
+        for p, ok in zip(known, _fsync_dirs(known), strict=True):
             if not ok:
                 walk.add(p)  # gone since (an emptied folder removed): its parent changed
         dirs: set[str] = set()
@@ -609,7 +609,7 @@ class Root:
             return None
         made, out = dest._made, []
         head, dest_head = self._head(), dest._head()
-        for rel, dest_rel in zip(rels, dest_rels):
+        for rel, dest_rel in zip(rels, dest_rels, strict=True):
             dst = dest_head + dest_rel if dest_head is not None and is_normal_rel(dest_rel) else dest.local(dest_rel)
             parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
             if parent not in made:

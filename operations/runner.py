@@ -94,7 +94,7 @@ def nested_steps(plan: Plan) -> list[tuple[str, str]]:
         by_root.setdefault(s.root, []).append(s.path)
     for root, paths in by_root.items():
         ordered = sorted([p + "/" for p in paths])  # a folder sorts right before its contents
-        for a, b in zip(ordered, ordered[1:]):
+        for a, b in zip(ordered, ordered[1:], strict=False):
             if b.startswith(a):  # equal, or b inside a
                 out.append((f"{root}:{a[:-1]}", f"{root}:{b[:-1]}"))
     return out

@@ -168,7 +168,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
                     add("sink", sink_st, f"{COORD_STAGING}/{e.name}", "staging", "staging of an epoch that is committed or aborted")
     for storage, files in unsized.values():
-        for (_rel, category), size in zip(files, storage.sizes([rel for rel, _c in files])):
+        for (_rel, category), size in zip(files, storage.sizes([rel for rel, _c in files]), strict=True):
             sizes[category]["bytes"] += size
     plan = Plan(
         command="trim",

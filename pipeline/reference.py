@@ -290,7 +290,7 @@ def run_reference(
         t0 = time.monotonic()
         handles: list[Any] = []
 
-        def start(make: Callable[[], Any] = make, ckpt: Path = ckpt, name: str = name) -> Any:
+        def start(make: Callable[[], Any] = make, ckpt: Path = ckpt, name: str = name, handles: list[Any] = handles) -> Any:
             query = (make().option("checkpointLocation", str(ckpt)).queryName(f"demo_{name}")
                      .trigger(processingTime="100 milliseconds").start())
             handle = _Stoppable(query, ckpt, agent_mod, spark) if agent_mod is not None else query

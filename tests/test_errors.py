@@ -177,7 +177,7 @@ def test_sink_kind_in_the_config_file_is_checked(cli: Callable, ck: Path, tmp_pa
         r = cli("--config", str(cfg), *args, "--json")
         doc = error_doc(r, 2)
         assert doc["message"] == (f"config file {cfg}: [pipelines.orders]: sink_kind must be one of "
-                                  "auto, file, delta, coordinated"), doc
+                                  "auto, file, delta, coordinated, iceberg"), doc
     assert digests(ck.parent) == before
 
 
