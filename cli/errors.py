@@ -17,9 +17,9 @@ from typer.core import TyperGroup
 
 from streamctl.cli.exit_codes import ExitCode
 from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
+from streamctl.inspectors.findings import API_VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
-API_VERSION = "streamctl/v1"
 
 try:  # typer vendors click from 0.28 on
     from typer._click.exceptions import ClickException

@@ -10,6 +10,7 @@ from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import CHECKPOINT_ARG, EXECUTE_OPT
+from streamctl.inspectors.findings import API_VERSION
 
 
 @handle_errors
@@ -49,7 +50,7 @@ def backups(
     chosen = ops.droppable(found, drop_older_than) if drop_older_than is not None else []
     if execute and chosen:
         ops.drop(location, chosen)
-    doc = {"api_version": "streamctl/v1", "kind": "Backups", "checkpoint": location,
+    doc = {"api_version": API_VERSION, "kind": "Backups", "checkpoint": location,
            "backups": [b.to_record() for b in found],
            "drop": None if drop_older_than is None else {
                "older_than_days": drop_older_than, "executed": execute, "backups": [b.name for b in chosen],

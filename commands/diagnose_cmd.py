@@ -9,6 +9,7 @@ import typer
 from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
 from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.inspectors.findings import API_VERSION
 
 
 _STRATEGY = {"rollback": "roll back to epoch {x}", "roll_forward": "roll forward to epoch {x}",
@@ -92,7 +93,7 @@ def diagnose(
     q = inspect_checkpoint(t.checkpoint, sink=t.sink, sink_kind=t.sink_kind, app_id=t.app_id,
                            quiet_period_s=options.quiet_period(quiet_period, config), deep=True)
     step = next_step(q, t.checkpoint, t.sink, t.sink_kind, t.app_id)
-    doc = {"api_version": "streamctl/v1", "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
+    doc = {"api_version": API_VERSION, "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
            "verdict": q.verdict, "planned": q.planned, "committed": q.committed,
            "sink_epoch": q.sink.epoch if q.sink is not None else None,
            "findings": finding_records(q.findings), "next": step}

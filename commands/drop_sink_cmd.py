@@ -12,8 +12,8 @@ import typer
 from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.inspectors.findings import API_VERSION
 
-API_VERSION = "streamctl/v1"
 
 
 def _say(as_json: bool) -> Any:

@@ -11,6 +11,7 @@ from streamctl.cli.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
+from streamctl.inspectors.findings import API_VERSION
 
 app = typer.Typer(
     help="Publish a checkpoint's Kafka positions, or print where a successor should start.",
@@ -123,7 +124,7 @@ def _commit_doc(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[str]
     rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
              "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
             for (t, p), off in sorted(target.items())]
-    return {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsets", "checkpoint": checkpoint,
+    return {"api_version": API_VERSION, "kind": "KafkaCommitOffsets", "checkpoint": checkpoint,
             "query_id": plan.settings.get("query_id"), "group": plan.settings["group"],
             "group_state": plan.before.get("group_state"), "epoch": plan.target, "executed": done,
             "refused": refusal is not None, "refusal": refusal, "verified": outcome.verified if done else None,
@@ -180,12 +181,12 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
                     done = runner.undo(op, undo, break_lock, meter=tick)  # type: ignore[arg-type]
         except Refused as exc:
             if output == "json":
-                render.emit_json({"api_version": "streamctl/v1", "kind": "KafkaCommitOffsetsRefusal", "reason": str(exc)})
+                render.emit_json({"api_version": API_VERSION, "kind": "KafkaCommitOffsetsRefusal", "reason": str(exc)})
             raise
     if resume:
         _show_commit(_commit_doc(outcome.plan, outcome.plan.roots["checkpoint"], outcome, None), output or "table")
         return
-    doc = {"api_version": "streamctl/v1", "kind": "KafkaCommitOffsetsUndo", "group": done.plan.settings["group"],
+    doc = {"api_version": API_VERSION, "kind": "KafkaCommitOffsetsUndo", "group": done.plan.settings["group"],
            "backup": done.backup.location, "restored": len(done.restored), "partitions": done.restored,
            "after": done.after, "before_operation": done.plan.before, "verified": done.verified}
     if output == "json":
@@ -300,7 +301,7 @@ def starting_offsets(
     _config, _pipeline, location = _load(checkpoint)
     q, chosen, _merged, raws = _epoch_offsets(location, epoch)
     if as_json:
-        render.emit_json({"api_version": "streamctl/v1", "kind": "StartingOffsets", "checkpoint": q.checkpoint,
+        render.emit_json({"api_version": API_VERSION, "kind": "StartingOffsets", "checkpoint": q.checkpoint,
                           "query_id": q.query_id, "epoch": chosen,
                           "sources": [{"source": sid, "starting_offsets": raw} for sid, raw in raws]})
     else:
@@ -351,7 +352,7 @@ def retention_floor(
     else:
         _q, source_epoch, floor, _raws = _epoch_offsets(location, str(low - 1))
     rows = [{"topic": t, "partition": p, "floor": off} for (t, p), off in sorted(floor.items())]
-    doc = {"api_version": "streamctl/v1", "kind": "KafkaRetentionFloor", "checkpoint": q.checkpoint,
+    doc = {"api_version": API_VERSION, "kind": "KafkaRetentionFloor", "checkpoint": q.checkpoint,
            "query_id": q.query_id, "oldest_kept_epoch": low, "from_offsets_of": source_epoch,
            "committed": q.committed, "partitions": rows}
     if output == "json":

@@ -12,8 +12,8 @@ import typer
 
 from streamctl.cli import render
 from streamctl.cli.errors import exit_code_for, fail
+from streamctl.inspectors.findings import API_VERSION
 
-API_VERSION = "streamctl/v1"
 
 Lines = Callable[[Any, bool], list[str]]
 

@@ -7,6 +7,7 @@ import typer
 
 from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
+from streamctl.inspectors.findings import API_VERSION
 
 # operator names Spark writes that streamctl has seen in real checkpoints (pipeline/preflight.py)
 _DOC = "docs/model.md#preflight"
@@ -103,7 +104,7 @@ def preflight(
     old = {op.operator_id: op.name for op in q.operators}
     findings = compare_operators(q.committed, old, new, VERIFIED)
     verdict = "misaligned" if findings else "aligned"
-    doc = {"api_version": "streamctl/v1", "kind": "Preflight", "checkpoint": q.checkpoint, "query": query,
+    doc = {"api_version": API_VERSION, "kind": "Preflight", "checkpoint": q.checkpoint, "query": query,
            "committed": q.committed,
            "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
            "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],

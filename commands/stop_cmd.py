@@ -8,6 +8,7 @@ import typer
 from streamctl.cli import context, render
 from streamctl.cli.errors import fail, handle_errors
 from streamctl.cli.exit_codes import ExitCode
+from streamctl.inspectors.findings import API_VERSION
 
 
 def _age(ms: Optional[int], now: int) -> str:
@@ -66,7 +67,7 @@ def stop(
 
     def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> None:
         now = now_ms()
-        doc = {"api_version": "streamctl/v1", "kind": "StopResult", "checkpoint": st.display,
+        doc = {"api_version": API_VERSION, "kind": "StopResult", "checkpoint": st.display,
                "query_id": lease.query_id if lease is not None else None, "stopped": stopped,
                "lease": dict(lease.to_json(), status=lease_status(lease, now)) if lease is not None else None,
                "waited_s": waited_s, "reason_not_stopped": why}

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+API_VERSION = "streamctl/v1"  # every JSON document's api_version: the one definition (issue 30)
+
 INFO, WARNING, ERROR = "info", "warning", "error"
 SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2}
 

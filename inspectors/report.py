@@ -7,12 +7,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
-from streamctl.inspectors.findings import Finding, finding_records, verdict_of, worst_verdict
+from streamctl.inspectors.findings import API_VERSION, Finding, finding_records, verdict_of, worst_verdict
 
 if TYPE_CHECKING:
     from streamctl.inspectors.sinks import SinkLog
 
-API_VERSION = "streamctl/v1"
 
 
 def epoch_report(queries: list[QueryInspection]) -> dict[str, Any]:

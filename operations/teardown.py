@@ -48,6 +48,7 @@ from streamctl.inspectors.errors import StorageError
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 from streamctl.operations.stop import now_ms
+from streamctl.inspectors.findings import API_VERSION
 
 HANDOFF_FILE = "handoff.json"
 RETIRED_DIR = "_streamctl/retired"
@@ -232,7 +233,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
             rec["processed"] = sorted(set(files))
         sources.append(rec)
     return {
-        "api_version": "streamctl/v1", "kind": "Handoff", "op_id": op_id, "query_id": q.query_id,
+        "api_version": API_VERSION, "kind": "Handoff", "op_id": op_id, "query_id": q.query_id,
         "checkpoint": q.checkpoint, "final_epoch": C, "sink": q.sink.position() if q.sink else None,
         "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded,
         **({"sink_snapshot_id": q.sink.table_version} if q.sink is not None and q.sink.kind == "iceberg" else {}),

@@ -560,3 +560,13 @@ def test_no_test_reads_outside_the_repository() -> None:
                  if ('"shared"' in line or "../shared" in line) and p.name != "test_packaging.py"]
     assert not offenders, offenders
     assert (here / "fixtures" / "spark-corpus" / "LICENSE-Apache-2.0.txt").is_file()
+
+
+def test_api_version_is_defined_once() -> None:
+    """Every JSON document's api_version comes from inspectors/findings.py (issue 30)."""
+    import re
+
+    rooms = sorted({d.split("/")[0] for d in PACKAGE_DIR.values() if d})
+    hits = [f"{p.relative_to(ROOT)}:{i}" for room in rooms for p in (ROOT / room).rglob("*.py")
+            for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"[\"']streamctl/v1[\"']", line)]
+    assert hits == ["inspectors/findings.py:7"], hits
