@@ -92,13 +92,15 @@ def finding_records(findings: Iterable[Finding]) -> list[dict[str, Any]]:
 
 def verdict_of(findings: Iterable[Finding]) -> str:
     """unreadable if any UNREADABLE; else misaligned if any error; else recoverable if
-    IN_FLIGHT; else aligned (warnings and info allowed)."""
+    IN_FLIGHT of a stopped query; else aligned (warnings and info allowed). A running query
+    (LIVE_QUERY) is between its offsets and its commit half of the time: its batch in flight is
+    the one it runs, so its verdict stays aligned instead of flapping (issue 31)."""
     items = list(findings)
     if any(f.code == "UNREADABLE" for f in items):
         return UNREADABLE
     if any(f.severity == ERROR for f in items):
         return MISALIGNED
-    if any(f.code == "IN_FLIGHT" for f in items):
+    if any(f.code == "IN_FLIGHT" for f in items) and not any(f.code == "LIVE_QUERY" for f in items):
         return RECOVERABLE
     return ALIGNED
 

@@ -324,3 +324,26 @@ def test_undo_of_drop_sink_says_what_blocks_it(cli, tmp_path):
     assert cli("drop-sink", "--undo", archive).code == 0
     code, q = epochs(cli, chk, out)
     assert code == 0 and q["committed"] == 3 and q["sink"]["epoch"] == 3, q
+
+
+def test_a_running_query_has_one_stable_verdict(cli, tmp_path):
+    """Between its offsets and its commit a running query is in flight half of the time: with
+    LIVE_QUERY its verdict stays aligned (exit 0) whether a batch is in flight or not; stopped,
+    the in-flight batch is `recoverable` (issue 31)."""
+    import os
+
+    chk = checkpoint(tmp_path / "chk", 3, 3)
+    verdicts = []
+    for committed in (3, 2):  # between two batches; then batch 3 planned, not yet committed
+        if committed == 2:
+            (chk / "commits" / "3").unlink()
+        r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "600")
+        q = r.json()["queries"][0]
+        assert r.code == 0 and "LIVE_QUERY" in codes(q), q
+        verdicts.append(q["verdict"])
+    assert verdicts == ["aligned", "aligned"]
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "600")
+    assert r.json()["queries"][0]["verdict"] == "recoverable"
