@@ -953,20 +953,35 @@ class _Inspector:
                 elif name.endswith(".zip"):
                     gone = self._missing_ssts(folder, name)
                     if gone:
-                        out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks: {summarize(gone, 2)}"))
+                        out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks or holds cut short: {summarize(gone, 2)}"))
         return out
 
     def _missing_ssts(self, folder: str, name: str) -> list[str]:
-        """The SST files the RocksDB zip `folder/name` names that its store's `SSTs/` lacks (a
-        restart copies every one of them: RocksDBFileManager.loadCheckpointFromDfs)."""
-        from streamctl.inspectors.state import zip_ssts
+        """The SST files the RocksDB zip `folder/name` names that its store's `SSTs/` lacks, or
+        holds with another size than the zip records (a restart copies every one of them:
+        RocksDBFileManager.loadCheckpointFromDfs, which checks the size)."""
+        from streamctl.inspectors.state import zip_sst_sizes
 
         try:
-            named = zip_ssts(self.st, f"{folder}/{name}")
-            present, _dirs = self.st.list_names(f"{folder}/SSTs") if named else ([], [])
+            named = zip_sst_sizes(self.st, f"{folder}/{name}")
+            entries = {e.name: e for e in self.st.list_dir(f"{folder}/SSTs") or []} if named else {}
         except StorageError:
             return []  # judged elsewhere (an unreadable zip is not guessed at here)
-        return sorted(named - set(present))
+        out = []
+        for sst, size in sorted(named.items()):
+            entry = entries.get(sst)
+            if entry is None:
+                out.append(sst)
+                continue
+            got = entry.size
+            if got is None and size is not None and self.st.is_local:
+                try:
+                    got = self.st.stat(f"{folder}/SSTs/{sst}").size
+                except StorageError:
+                    got = None
+            if size is not None and got is not None and got != size:
+                out.append(f"{sst} ({got} bytes, the zip records {size})")
+        return out
 
     def _mismatches(self, folder: str, names: tuple[str, ...], crc_names: set[str]) -> list[tuple[str, str]]:
         """(name, why) of each of `names` in `folder` that does not match its checksum companion."""

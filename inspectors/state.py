@@ -610,8 +610,14 @@ MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this
 
 
 def zip_ssts(storage: Storage, rel: str) -> set[str]:
-    """The SST files a RocksDB checkpoint zip names (its `metadata` entry: `v1` or `v2`, then JSON
-    whose `sstFiles[].dfsSstFileName` live in the store's `SSTs/`; docs/formats/state.md#rocksdb-provider).
+    """The SST file names a RocksDB checkpoint zip names (zip_sst_sizes without the sizes)."""
+    return set(zip_sst_sizes(storage, rel))
+
+
+def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
+    """The SST files a RocksDB checkpoint zip names with their recorded sizes (its `metadata`
+    entry: `v1` or `v2`, then JSON whose `sstFiles[]` give `dfsSstFileName`, in the store's
+    `SSTs/`, and `sizeBytes`; docs/formats/state.md#rocksdb-provider).
     Read in parts: the zip's central directory from its end, then that one entry (ranged reads on
     object stores). StorageError when it is not such a zip."""
     import zipfile
@@ -634,7 +640,12 @@ def zip_ssts(storage: Storage, rel: str) -> set[str]:
     except ValueError:
         raise StorageError(storage.uri(rel), "zip metadata is not valid JSON") from None
     files = meta.get("sstFiles") if isinstance(meta, dict) else None
-    return {str(f.get("dfsSstFileName")) for f in files or [] if isinstance(f, dict) and f.get("dfsSstFileName")}
+    out: dict[str, Optional[int]] = {}
+    for f in files or []:
+        if isinstance(f, dict) and f.get("dfsSstFileName"):
+            size = f.get("sizeBytes")
+            out[str(f["dfsSstFileName"])] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    return out
 
 
 def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
