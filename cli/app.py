@@ -65,11 +65,14 @@ def root(
     traceback: bool = typer.Option(False, "--traceback", help="Show the Python traceback of an internal error."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Plans list every step (a plan of more than "
                                  "40 steps is otherwise summarized by kind and folder; --json always lists them)."),
+    no_headers: bool = typer.Option(False, "--no-headers", help="Tables print their rows only: no title, no header "
+                                    "(for awk and cut; as kubectl's)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Inspect, align and retire Spark Structured Streaming checkpoints and their sinks."""
     context.SHOW_TRACEBACK = traceback
     context.VERBOSE = verbose
+    context.NO_HEADERS = no_headers
     _utf8_output()
     context.CONFIG_PATH = config
 

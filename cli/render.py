@@ -60,12 +60,16 @@ def _cell(value: Any) -> str:
 
 
 def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: Optional[str] = None) -> None:
+    from streamctl.cli import context
+
+    if context.NO_HEADERS:  # --no-headers: the rows alone
+        title = None
     if fmt == "table":
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=title, title_justify="left", show_lines=False)
+        table = Table(title=title, title_justify="left", show_lines=False, show_header=not context.NO_HEADERS)
         for h in headers:
             table.add_column(h, overflow="fold")
         for row in rows:
@@ -76,8 +80,9 @@ def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, 
 
     if title:
         sys.stdout.write(f"{'## ' if fmt == 'markdown' else ''}{title}\n\n" if fmt == "markdown" else f"{title}\n")
-    text = tabulate([[_cell(v) for v in row] for row in rows], headers=list(headers),
-                    tablefmt="github" if fmt == "markdown" else "simple", disable_numparse=True)
+    text = tabulate([[_cell(v) for v in row] for row in rows], headers=[] if context.NO_HEADERS else list(headers),
+                    tablefmt="github" if fmt == "markdown" else "plain" if context.NO_HEADERS else "simple",
+                    disable_numparse=True)
     sys.stdout.write(text + "\n")
 
 

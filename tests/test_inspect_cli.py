@@ -484,3 +484,12 @@ def test_live_and_stale_leases(cli, tmp_path):
     (chk / "_streamctl/lease.json").write_text("{not json")
     r = cli("inspect", "epochs", str(chk), "--json")
     assert r.code == 3 and "lease.json" in r.json()["queries"][0]["findings"][0]["path"]
+
+
+def test_no_headers_prints_the_rows_alone(cli) -> None:
+    """--no-headers (issue 31, as kubectl's): a table's rows without title or header, one per line."""
+    ck = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+    r = cli("--no-headers", "inspect", "epochs", str(ck), "-o", "plain", "--quiet-period", "0")
+    first = r.stdout.splitlines()[0].split()
+    assert r.code == 0 and first[1] == str(ck) and first[-1] == "aligned", r.stdout
+    assert "query id" not in r.stdout and "---" not in r.stdout
