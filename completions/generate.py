@@ -112,7 +112,7 @@ def render_all(program: Path | None = None, env: Mapping[str, str] | None = None
     program = program or entry_point()
     with ThreadPoolExecutor(max_workers=len(SHELLS)) as pool:
         texts = list(pool.map(lambda shell: render(shell, program, env), SHELLS))
-    return {file_name(shell): text for shell, text in zip(SHELLS, texts)}
+    return {file_name(shell): text for shell, text in zip(SHELLS, texts, strict=True)}
 
 
 def generate(output_dir: Path | str = DEFAULT_OUTPUT_DIR, *, check: bool = False) -> list[str]:
