@@ -556,21 +556,28 @@ LZ4_MAGIC = b"LZ4Block"
 LZ4_END = 21  # lz4-java LZ4BlockOutputStream.finish(): magic, token, compressed 0, original 0, checksum 0
 
 
+def _ends(storage: Storage, rel: str, head: int, tail: int) -> "Optional[tuple[bytes, bytes, int] | str]":
+    """A file's head and tail for the torn checks; "empty file" for an empty one; None when it
+    cannot be judged (unreadable, not a regular file)."""
+    try:
+        ends = storage.read_ends(rel, head, tail)
+    except StorageError:
+        return None
+    if ends is not None and ends[2] == 0:
+        return "empty file"
+    return ends
+
+
 def torn_reason(storage: Storage, rel: str) -> Optional[str]:
     """Why the delta or changelog `rel` is torn by its own format, None when it looks whole or
     cannot be judged (docs/formats/state.md#torn-files). Spark writes both through its
     CompressionCodec; with lz4 (the default) the stream is lz4-java's LZ4Block framing, which
     ends with an empty end block: a file cut short (a crash, a full disk) has none. Two small
     reads, head and tail (ranged requests on object stores); other codecs are not judged."""
-    try:
-        ends = storage.read_ends(rel, len(LZ4_MAGIC), LZ4_END)
-    except StorageError:
-        return None
-    if ends is None:
-        return None
-    head, tail, size = ends
-    if size == 0:
-        return "empty file"
+    ends = _ends(storage, rel, len(LZ4_MAGIC), LZ4_END)
+    if isinstance(ends, str) or ends is None:
+        return ends
+    head, tail, _size = ends
     if head != LZ4_MAGIC:
         return None  # another codec (zstd, snappy, lzf): its end is not checked
     if len(tail) < LZ4_END or tail[:8] != LZ4_MAGIC or tail[9:] != bytes(12):
@@ -590,15 +597,10 @@ def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
     (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Head and tail reads only."""
     if not rel.endswith(".zip"):
         return torn_reason(storage, rel)
-    try:
-        ends = storage.read_ends(rel, 4, ZIP_TAIL)
-    except StorageError:
-        return None
-    if ends is None:
-        return None
-    head, tail, size = ends
-    if size == 0:
-        return "empty file"
+    ends = _ends(storage, rel, 4, ZIP_TAIL)
+    if isinstance(ends, str) or ends is None:
+        return ends
+    head, tail, _size = ends
     if head != b"PK\x03\x04":
         return "not a zip file (no local file header)"
     if tail[-ZIP_EOCD_SIZE:][:4] == ZIP_EOCD or ZIP_EOCD in tail:

@@ -212,7 +212,7 @@ OWN_EXIT_CODES = {"undo": {0, 2, 3, 4, 5}, "resume": {0, 2, 3, 4, 5}, "inspect":
 
 
 @pytest.fixture(scope="module")
-def own_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def own_template(tmp_path_factory: pytest.TempPathFactory, layouts: Any) -> Path:
     """An executed align (the sink is one batch ahead: its entry and data file move aside), whose
     backup folder holds a plan, a journal, a manifest and moved files; and a coordinated sink with
     three epochs of two writers."""
@@ -231,23 +231,9 @@ def own_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     backup = Path(json.loads(r.stdout)["backup"])
     assert (backup / "files").is_dir(), sorted(p.name for p in backup.iterdir())
     (root / "backup").symlink_to(backup.relative_to(root), target_is_directory=True)
-    _coordinated(root / "coordinated", 2)
+    layouts.coordinated(root / "coordinated", 2)  # tests/test_sinks.py's: three epochs, two writers
     _stateless(root / "coordinated-ck", lambda b: '{"logOffset":%d}' % b)
     return root
-
-
-def _coordinated(root: Path, last: int) -> None:
-    for e in range(last + 1):
-        recs = []
-        for p in range(2):
-            rel = f"data/epoch={e}/part-{p:05d}-0-{e:04d}.jsonl"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text('{"key": "k"}\n')
-            recs.append({"partition": p, "attempt": 0, "rows": 1, "files": [rel]})
-        (root / "_commits").mkdir(parents=True, exist_ok=True)
-        (root / "_commits" / f"{e}.json").write_text(json.dumps(
-            {"version": 1, "epoch": e, "query_id": QID, "committed_at_ms": 1, "num_writers": 2, "writers": recs,
-             "rows": 2}))
 
 
 def _own_copy(template: Path, dest: Path) -> Path:

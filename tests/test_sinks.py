@@ -261,13 +261,7 @@ def test_a_retired_checkpoint_reads_as_retired_not_unreadable(cli, tmp_path):
     """After drop-sink, the checkpoint holds only its tombstone `metadata`: inspect says RETIRED
     (info, exit 0) with the archive and the undo command, so a fleet watch does not alert on it
     forever; the undo brings the query back as it was."""
-    import os
-
-    chk = checkpoint(tmp_path / "chk", 3, 3)
-    out = file_sink(tmp_path / "out", 3)
-    for d in ("offsets", "commits"):
-        for f in (chk / d).iterdir():
-            os.utime(f, (1, 1))
+    chk, out = quiet_pipeline(tmp_path, 3)
     r = cli("drop-sink", str(out), "--checkpoint", str(chk), "--assume-stopped", "--execute", "--json")
     assert r.code == 0, r
     archive = r.json()["archive"] if "archive" in r.json() else r.json()["backup"]
@@ -306,13 +300,7 @@ def test_undo_of_drop_sink_says_what_blocks_it(cli, tmp_path):
     """After drop-sink, a query started on the sink recreated `_spark_metadata/`: the undo refuses
     (exit 4, nothing changed), names the folder and its files and says what to do; once it is
     moved aside, the undo runs."""
-    import os
-
-    chk = checkpoint(tmp_path / "chk", 3, 3)
-    out = file_sink(tmp_path / "out", 3)
-    for d in ("offsets", "commits"):
-        for f in (chk / d).iterdir():
-            os.utime(f, (1, 1))
+    chk, out = quiet_pipeline(tmp_path, 3)
     r = cli("drop-sink", str(out), "--checkpoint", str(chk), "--assume-stopped", "--execute", "--json")
     archive = r.json()["archive"] if "archive" in r.json() else r.json()["backup"]
     (out / "_spark_metadata").mkdir()
@@ -347,3 +335,16 @@ def test_a_running_query_has_one_stable_verdict(cli, tmp_path):
             os.utime(f, (1, 1))
     r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "600")
     assert r.json()["queries"][0]["verdict"] == "recoverable"
+
+
+def quiet_pipeline(root: Path, last: int) -> tuple[Path, Path]:
+    """A checkpoint committed through `last` and its file sink, every log file old (no sign of a
+    running query)."""
+    import os
+
+    chk, out = checkpoint(root / "chk", last, last), file_sink(root / "out", last)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    return chk, out
+

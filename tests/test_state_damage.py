@@ -21,6 +21,35 @@ def ap(align_pipeline: Any) -> Any:
     return align_pipeline
 
 
+def _oracle(ap: Any, p: Any, snaps: Any, survives: bool, match: str = ".") -> None:
+    """The real restart of the damaged pipeline (one more input file) as the oracle: it delivers
+    exactly once (`survives`) or fails with Spark's error; then the damaged state is put back."""
+    lab = ap.Lab(p, snaps)
+    lab.save("damaged")
+    files = p.files
+    p.add_input(p.files, 1)
+    if survives:
+        p.run()
+        assert p.delivery()["ok"], p.delivery()
+    else:
+        with pytest.raises(Exception, match=match):
+            p.run()
+    lab.put_back("damaged")
+    p.files = files
+
+
+def _aligned_then_delivered(cli: Any, p: Any, moved: str) -> dict[str, Any]:
+    """align --execute moves `moved` aside and verifies; the restart delivers every id once."""
+    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    plan = r.json()["plan"]
+    assert moved in [s["path"] for s in plan["steps"]], plan["steps"]
+    p.add_input(p.files, 2)
+    p.run()
+    assert p.delivery()["ok"], p.delivery()
+    return plan
+
+
 @pytest.mark.parametrize("kind,suffix", [("dedup_file", "delta"), ("dedup_rocksdb", "changelog")])
 def test_torn_newest_state_file_is_unrestorable_and_rolled_back(ap, spark, cli, tmp_path, kind, suffix):
     p = ap.build(tmp_path, kind, spark, 5)  # batches 0..4: the restart loads version 5
@@ -38,24 +67,10 @@ def test_torn_newest_state_file_is_unrestorable_and_rolled_back(ap, spark, cli, 
     assert r.code == 1 and "STATE_UNRESTORABLE" in found, q["findings"]
     assert f"5.{suffix} (torn:" in found["STATE_UNRESTORABLE"]["message"], found
 
-    lab = ap.Lab(p, tmp_path / "snaps")
-    lab.save("torn")
     # HDFS: CANNOT_LOAD_STATE_STORE; RocksDB, replaying the changelog: LZ4BlockInputStream's EOFException
-    with pytest.raises(Exception, match="CANNOT_LOAD_STATE_STORE|Stream ended prematurely"):
-        p.add_input(p.files, 1)
-        p.run()
-    lab.put_back("torn")
-    p.files = 5
-
-    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
-    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
-    plan = r.json()["plan"]
+    _oracle(ap, p, tmp_path / "snaps", False, "CANNOT_LOAD_STATE_STORE|Stream ended prematurely")
+    plan = _aligned_then_delivered(cli, p, f"state/0/1/5.{suffix}")
     assert plan["strategy"] == "rollback" and plan["target"] == 3 and plan["classification"] == "exactly-once", plan
-    assert f"state/0/1/5.{suffix}" in [s["path"] for s in plan["steps"]], plan["steps"]
-    p.add_input(p.files, 2)
-    p.run()
-    d = p.delivery()
-    assert d["ok"], d
 
 
 @pytest.mark.parametrize("kind,ext", [("dedup_file", "snapshot"), ("dedup_rocksdb", "zip")])
@@ -85,26 +100,9 @@ def test_torn_newest_snapshot_is_judged_by_the_line_and_moved_aside(ap, spark, c
     assert found[0]["severity"] == ("warning" if around else "error"), found
     assert r.code == (0 if around else 1), r.json()
 
-    lab = ap.Lab(p, tmp_path / "snaps")
-    lab.save("torn")
-    if around:  # the oracle: Spark 4.3 restarts around it
-        p.add_input(p.files, 1)
-        p.run()
-        assert p.delivery()["ok"], p.delivery()
-    else:  # PySpark 3.5 fails loading the store
-        with pytest.raises(Exception, match="CANNOT_LOAD_STATE_STORE|Stream ended prematurely|EOF|zip|corrupt"):
-            p.add_input(p.files, 1)
-            p.run()
-    lab.put_back("torn")
-    p.files = 3
-
-    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
-    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
-    assert f"state/0/0/{victim.name}" in [s["path"] for s in r.json()["plan"]["steps"]], r.json()["plan"]["steps"]
-    p.add_input(p.files, 2)
-    p.run()
-    d = p.delivery()
-    assert d["ok"], d
+    # the oracle: Spark 4.3 restarts around it; PySpark 3.5 fails loading the store
+    _oracle(ap, p, tmp_path / "snaps", around, "CANNOT_LOAD_STATE_STORE|Stream ended prematurely|EOF|zip|corrupt")
+    _aligned_then_delivered(cli, p, f"state/0/0/{victim.name}")
 
 
 def test_sst_file_a_zip_names_is_gone(ap, spark, cli, tmp_path):
@@ -137,23 +135,9 @@ def test_sst_file_a_zip_names_is_gone(ap, spark, cli, tmp_path):
     print(f"[sst] {victim} of {zips[-1].name} (older zips need it: {victim in older}): severity "
           f"{found[0]['severity']}, restart {found[0]['restart']}, snapshot_aside {found[0]['snapshot_aside']}")
 
-    lab = ap.Lab(p, tmp_path / "snaps")
-    lab.save("damaged")
-    p.add_input(p.files, 1)
-    if survives:
-        p.run()
-        assert p.delivery()["ok"], p.delivery()
-    else:
-        with pytest.raises(Exception):
-            p.run()
-    lab.put_back("damaged")
-    p.files = 3
-
-    r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
+    _oracle(ap, p, tmp_path / "snaps", survives)
     if not found[0]["snapshot_aside"]:
+        r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json", "--execute")
         assert r.code == 4 and "STATE_FILE_CORRUPT" in r.stderr, r
         return
-    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
-    p.add_input(p.files, 2)
-    p.run()
-    assert p.delivery()["ok"], p.delivery()
+    _aligned_then_delivered(cli, p, f"state/0/0/{zips[-1].name}")
