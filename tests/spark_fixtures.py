@@ -106,8 +106,12 @@ def _as_if_written_here(src: Path, dest: Path) -> None:
                 text = f.read_bytes()
                 new = text.replace(str(src).encode(), str(dest).encode())
                 if new != text:
+                    st = f.stat()  # its time stays Spark's (orphan files are judged against it)
                     f.write_bytes(new)
+                    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
                     crc = f.with_name(f".{f.name}.crc")
                     if crc.exists():
+                        cst = crc.stat()
                         crc.write_bytes(hadoop_crc(new))
+                        os.utime(crc, ns=(cst.st_atime_ns, cst.st_mtime_ns))
 
