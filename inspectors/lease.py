@@ -150,8 +150,6 @@ TOMBSTONE_KIND = "streamctl-retired-checkpoint"  # the `metadata` drop-sink leav
 
 def retired_record(data: object) -> "Optional[dict]":
     """The tombstone drop-sink wrote over `metadata` (its JSON object), None for anything else."""
-    from streamctl.inspectors.logs import load_json
-
     if not isinstance(data, (bytes, bytearray)) or b"streamctl" not in data:
         return None
     try:

@@ -404,9 +404,9 @@ def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (limit is None or v <= limit)
 
 
-# --- detection and the interface --------------------------------------------------------------
+# --- Iceberg ---------------------------------------------------------------------------------
 
-Reader = Callable[[Storage, Optional[str], bool], SinkLog]
+
 def _read_iceberg(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     """An Iceberg table (inspectors/iceberg.py): the query's newest epoch along the current
     snapshot's ancestry is the sink epoch; the table's snapshot id stands where Delta's version does."""
@@ -427,6 +427,9 @@ def _read_iceberg(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
                    findings=tuple(iceberg.findings_of(table, app_id)), extra=extra)
 
 
+# --- detection and the interface --------------------------------------------------------------
+
+Reader = Callable[[Storage, Optional[str], bool], SinkLog]
 READERS: dict[str, Reader] = {"file": _read_file_sink, "delta": _read_delta, "coordinated": _read_coordinated,
                               "iceberg": _read_iceberg}
 MARKERS = {"file": FILE_SINK_LOG, "delta": DELTA_LOG, "coordinated": COORD_COMMITS}
