@@ -53,8 +53,8 @@ def align(
                                                         "sink's compaction interval (spark.sql.streaming.fileSink.log."
                                                         "compactInterval), when its log has no .compact file yet."),
     source_archive: Optional[str] = typer.Option(None, "--source-archive", help="The file source's sourceArchiveDir "
-                                                 "(cleanSource=archive): where to look for input files a roll back "
-                                                 "replays."),
+                                                 "(cleanSource=archive): input files a roll back replays are looked "
+                                                 "for there and put back where the source's log names them."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query id to write into a lost or torn "
                                            "metadata file (when no lease proves it)."),
     break_lock: bool = BREAK_LOCK_OPT,

@@ -92,10 +92,12 @@ def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
     lines = [f"  steps ({len(steps)}, summarized by kind and folder; every step: --verbose or --json):"]
     for (action, root, folder), items in groups.items():
         where = f"{root}:{folder + '/' if folder else ''}"
-        verb = {"move": f"move to the {backup_word}", "write": "write", "delete": "delete"}.get(action, action)
+        verb = {"move": f"move to the {backup_word}", "write": "write", "delete": "delete",
+                "put_back": "put back to the input"}.get(action, action)
         names = ", ".join(s.path.rsplit("/", 1)[-1] for s in items[:SHOWN_PER_GROUP])
         more = f", ... {len(items) - SHOWN_PER_GROUP} more" if len(items) > SHOWN_PER_GROUP else ""
-        lines.append(f"    {verb} {len(items):>6} in {where} ({names}{more}): {items[0].reason}")
+        prep = "from" if action == "put_back" else "in"
+        lines.append(f"    {verb} {len(items):>6} {prep} {where} ({names}{more}): {items[0].reason}")
     return lines
 
 

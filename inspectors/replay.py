@@ -41,7 +41,9 @@ class Unreplayable:
         if self.archive is not None:
             gone = len(self.missing) - len(self.archived)
             out += (f"; {len(self.archived)} of them are in the archive {self.archive}"
-                    + (f", {gone} nowhere" if gone else " (put them back where the log names them, then align again)"))
+                    + (f", {gone} nowhere" if gone else " (align puts archived files back only when they and the archive are "
+                                                 "on a local file system: move them back where the log names them, "
+                                                 "then align again)"))
         else:
             out += " (cleanSource=archive moves them under sourceArchiveDir: pass --source-archive DIR to look there)"
         return out
@@ -144,6 +146,36 @@ def missing_files(paths: list[str]) -> list[str]:
 def archived_path(archive: str, uri: str) -> str:
     """Where `cleanSource=archive` put the file `uri`: the archive dir + the path of its URI."""
     return archive.rstrip("/") + unquote(urlparse(uri).path)
+
+
+@dataclass(frozen=True)
+class PutBack:
+    """Archived input files a plan moves back where the source's log names them: `rels` relative
+    to both roots (the archive mirrors the input's absolute paths, so one relative path names a
+    file in each)."""
+
+    input_root: str  # the folder the log's paths share
+    archive_root: str  # the same folder under the archive
+    rels: tuple[str, ...]
+
+
+def put_back_of(archive: str, uris: Iterable[str]) -> Optional[PutBack]:
+    """Where archived files go back: the folder their log paths share and its mirror under
+    `archive`. Local files and a local archive only (a URI's query, an object store's endpoint,
+    has no place in a mirrored path); None otherwise."""
+    paths = []
+    for uri in uris:
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
+            return None
+        paths.append(unquote(parsed.path))
+    if not paths or "://" in archive or "?" in archive or not all(p.startswith("/") for p in paths):
+        return None
+    common = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+    if common == "/":
+        return None  # the file system's root is no folder a plan names
+    rels = tuple(posixpath.relpath(p, common) for p in paths)
+    return PutBack(common, archive.rstrip("/") + common, rels)
 
 
 def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry], end: Optional[OffsetEntry],

@@ -398,8 +398,10 @@ def _choose(ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
         chosen = exact[-1] if exact else ok[-1] if ok else None
         if chosen is None:
             shown = feasible[-4:] or options[-3:]
-            raise Refused(f"{checkpoint}: no exactly-once realignment exists; options: "
-                          + "; ".join(_option_text(o) for o in shown)
+            unread = [o for o in options if not o.feasible and o.why.startswith("SOURCE_NOT_REPLAYABLE")]
+            raise Refused(f"{checkpoint}: no exactly-once realignment exists"
+                          + "".join(f" (--to {o.target} is not possible: {o.why})" for o in unread[-1:] if o not in shown)
+                          + "; options: " + "; ".join(_option_text(o) for o in shown)
                           + (". Pass --allow-duplicates or --allow-loss to accept one" if feasible else ""), options)
         return chosen
     if req.to == "max":
@@ -422,23 +424,38 @@ def _choose(ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
     return chosen
 
 
-def _choose_replayable(pl: _Planner, ev: _Evidence, options: list[Option], req: AlignRequest) -> Option:
-    """`_choose`, and never a roll back whose replayed batches cannot be read again: the files a
-    file source's log lists for epochs X+1..C must be where it says (SOURCE_NOT_REPLAYABLE,
-    inspectors/replay.py); such a candidate is infeasible and the next one is chosen (or the
-    refusal names the files). Checked for the chosen candidate only: cost follows the choice."""
-    from streamctl.inspectors.replay import unreplayable
+def _choose_replayable(pl: _Planner, ev: _Evidence, options: list[Option], req: AlignRequest) -> tuple[Option, list[Step], dict[str, str]]:
+    """`_choose`, and never a restart point whose replayed batches cannot be read again: the files
+    a file source's log lists for epochs X+1..C (and the kept in-flight batch) must be where it says (SOURCE_NOT_REPLAYABLE,
+    inspectors/replay.py). When every missing file is in the archive the operator names
+    (`--source-archive`), the plan puts them back first (`put_back` steps, roots `archive` and
+    `input`) and the candidate stays; otherwise it is infeasible and the next one is chosen (or
+    the refusal names the files). Checked for the chosen candidate only: cost follows the choice.
+    Returns the choice, its put-back steps and their roots."""
+    from streamctl.inspectors.replay import put_back_of, unreplayable
 
     while True:
         chosen = _choose(ev, options, req)
         x = int(chosen.target)  # type: ignore[arg-type]
-        # the replayed batches whose offsets exist (above them Spark plans anew from the sources)
-        end = max((b for b in ev.O if b <= ev.c_), default=None)
+        # the replayed batches whose offsets exist (above them Spark plans anew from the sources),
+        # the kept in-flight batch x+1 among them
+        top = max(ev.c_, x + 1 if _keeps_next(ev, req, x) else x)
+        end = max((b for b in ev.O if b <= top), default=None)
         if end is None or x >= end or not any(s.kind == "file" for s in ev.q.sources):
-            return chosen
+            return chosen, [], {}
         gone = unreplayable(pl.st, ev.q.sources, pl.offsets_entry(x), pl.offsets_entry(end), req.source_archive)
         if not gone:
-            return chosen
+            return chosen, [], {}
+        back = None
+        if req.source_archive is not None and all(len(u.archived) == len(u.missing) for u in gone):
+            back = put_back_of(req.source_archive, [p for u in gone for p in u.missing])
+        if back is not None:
+            steps = [Step("put_back", "archive", rel, f"input of replayed epochs {x + 1}..{end}, archived by cleanSource")
+                     for rel in back.rels]
+            pl.notes.append(f"puts {len(back.rels)} input file(s) of the replayed epochs {x + 1}..{end} back from the "
+                            f"archive {back.archive_root} to {back.input_root}, where the file source's log names them "
+                            "(Spark archives them again once their batches commit)")
+            return chosen, steps, {"archive": back.archive_root, "input": back.input_root}
         chosen.feasible = False
         chosen.why = (f"SOURCE_NOT_REPLAYABLE: the replay of epochs {x + 1}..{end} cannot read its input again: "
                       + "; ".join(u.text() for u in gone))
@@ -642,14 +659,14 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     pl = _Planner(req)
     ev = _evidence(pl, req)
     options = _options(pl, ev, req)
-    chosen = _choose_replayable(pl, ev, options, req)
+    chosen, put_back, input_roots = _choose_replayable(pl, ev, options, req)
     x = int(chosen.target)  # type: ignore[arg-type]
     keep_next = _keeps_next(ev, req, x)
     new_p = x + 1 if keep_next else x
     steps = _checkpoint_log_steps(pl, ev, x, new_p) + _snapshot_aside_steps(pl, ev) + _state_steps(ev, x)
     sink_steps, new_s = _sink_steps(pl, ev, x, steps)
     steps = steps + sink_steps
-    steps = _unique(pl.damage.first_steps(steps) + steps)
+    steps = _unique(pl.damage.first_steps(steps) + put_back + steps)
 
     exp_errors = []
     if ev.sink is not None:
@@ -662,7 +679,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     q, sink = ev.q, ev.sink
     plan = Plan(
         command="align",
-        roots={"checkpoint": ev.st.display, **({"sink": ev.sink_st.display} if ev.sink_st is not None else {})},
+        roots={"checkpoint": ev.st.display, **({"sink": ev.sink_st.display} if ev.sink_st is not None else {}),
+               **input_roots},
         strategy=chosen.strategy if steps else "none", target=x, classification=chosen.classification, steps=steps,
         expected_verdict=expected, duplicates=chosen.duplicates, loss=chosen.loss,
         before={"planned": ev.P, "committed": ev.C, "sink_epoch": ev.S_before, "state_epoch": q.state_epoch,

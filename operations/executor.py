@@ -33,7 +33,7 @@ from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
 from streamctl.operations.files import Root, rename_outcomes, run_renames
-from streamctl.operations.plan import Plan, Refused, Step
+from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused, Step
 
 PLAN_FILE = "plan.json"
 JOURNAL_FILE = "journal.jsonl"
@@ -714,6 +714,9 @@ class Executor:
         by_root: dict[str, set[str]] = {}
         for step in steps:
             by_root.setdefault(step.root, set()).add(step.path)
+        back = {step.path for step in steps if step.action == "put_back"}
+        if back:
+            by_root.setdefault(PUT_BACK_TO, set()).update(back)
         for name, rels in by_root.items():
             self.roots[name].sync_parents(rels)
         self.backup.sync_parents({backup_rel(s) for s in steps} | {f"undone/{s.root}/{s.path}" for s in steps
@@ -761,6 +764,8 @@ class Executor:
                 size, sha = self.backup.digest(b)
                 return dict(base, action="moved", size=size, sha256=sha)
             return dict(base, action="absent", size=None, sha256=None)
+        if step.action == "put_back":
+            return self._put_back(step, root, base, pre)
         if step.action == "delete":  # --purge: no backup copy, the manifest keeps size and sha256
             if root.exists(step.path):
                 size, sha = root.digest(step.path)
@@ -792,6 +797,33 @@ class Executor:
             return dict(base, action="replaced" if prev else "created",
                         size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
         raise StreamctlError(f"unknown step action {step.action!r} in the plan")
+
+    def _put_back(self, step: Step, root: Root, base: dict[str, Any], pre: Any) -> dict[str, Any]:
+        """Move an archived file back to the same path under the `input` root, never over a file
+        there: other content at the destination is a conflict (nothing moved); the same content
+        there with the archive copy gone is a put-back done before a crash."""
+        dest = self.roots[PUT_BACK_TO]
+        base = dict(base, backup=None)
+        want = (pre["size"], pre["sha256"]) if isinstance(pre, dict) else None
+        if root.exists(step.path):
+            size, sha = want if want is not None else root.digest(step.path)
+            if root.rename_into(step.path, dest, step.path):
+                return dict(base, action="put_back", size=size, sha256=sha)
+            if dest.exists(step.path):
+                if dest.digest(step.path) != (size, sha):
+                    raise Conflict(f"{dest.uri(step.path)} exists with other content than the archived "
+                                   f"{root.uri(step.path)}; refusing to overwrite an input file")
+                root.delete(step.path)  # a copy-based move interrupted before its delete
+                return dict(base, action="put_back", size=size, sha256=sha)
+            root.move_to(step.path, dest, step.path)
+            return dict(base, action="put_back", size=size, sha256=sha)
+        if dest.exists(step.path):
+            got = dest.digest(step.path)
+            if want is not None and got != want:
+                raise Conflict(f"{dest.uri(step.path)} exists with other content than the archived file the plan "
+                               f"puts back ({root.uri(step.path)} is gone); refusing")
+            return dict(base, action="put_back", size=got[0], sha256=got[1])
+        return dict(base, action="absent", size=None, sha256=None)
 
     def _describe(self, step: Step) -> str:
         """A step in words, the backup folder named as its command names it (drop-sink: the archive)."""
@@ -939,6 +971,14 @@ class Executor:
                 if root.digest(step.path) != self.backup.digest(b):
                     return self._recreated(root, step.path)
             return None
+        if step.action == "put_back":
+            dest, m = self.roots[PUT_BACK_TO], ((state.done.get(i) or {}).get("manifest") or {})
+            if dest.exists(step.path):
+                if root.exists(step.path):
+                    return f"{root.uri(step.path)} is in the archive again while {dest.uri(step.path)} exists too"
+                if m.get("sha256") and dest.digest(step.path) != (m.get("size"), m.get("sha256")):
+                    return f"{dest.uri(step.path)} was changed after the operation"
+            return None
         want = hashlib.sha256(step.content or b"").hexdigest()
         pre = self._pre(i, state)
         if root.exists(step.path):
@@ -966,6 +1006,14 @@ class Executor:
         root = self.roots[step.root]
         b = backup_rel(step)
         done: list[str] = []
+        if step.action == "put_back":
+            # back into the archive; gone from the input already: Spark archived it again after
+            # its replayed batch committed, and the archive holds it as before
+            dest = self.roots[PUT_BACK_TO]
+            if dest.exists(step.path) and not root.exists(step.path):
+                dest.move_to(step.path, root, step.path)
+                done.append(root.uri(step.path))
+            return done
         if step.action == "move":
             if self.backup.exists(b):
                 if root.exists(step.path):  # identical content is back already (checked): keep the backup copy

@@ -2,7 +2,10 @@
 
 Steps are the only vocabulary the executor knows:
 - `move`: move a file or folder of a root into the backup (`files/<root>/<path>`);
-- `write`: write a whole file (the previous content, if any, is moved into the backup first).
+- `write`: write a whole file (the previous content, if any, is moved into the backup first);
+- `put_back`: move a file of the `archive` root to the same path under the `input` root (align
+  returning input files that `cleanSource=archive` moved away; undo moves it back);
+- `delete`: delete a file with no backup copy (`--purge` only).
 Contents of `write` steps are part of the plan, so a plan file fully describes what will happen.
 """
 from __future__ import annotations
@@ -19,10 +22,14 @@ LOSS = "loss"
 PLAN_VERSION = 1
 
 
+STEP_ACTIONS = ("move", "write", "put_back", "delete")
+PUT_BACK_TO = "input"  # the root a `put_back` step moves its file to (align: archived input, docs/model.md#replayable-batches)
+
+
 @dataclass(frozen=True)
 class Step:
-    action: str  # "move" | "write" | "delete" (only with --purge)
-    root: str  # "checkpoint" | "sink"
+    action: str  # "move" | "write" | "put_back" | "delete" (only with --purge)
+    root: str  # "checkpoint" | "sink" | "archive" (put_back: from there to the same path under PUT_BACK_TO)
     path: str  # relative to the root, "/"-separated
     reason: str
     content: Optional[bytes] = None  # for "write"
@@ -50,6 +57,8 @@ class Step:
             return f"move {self.root}:{self.path} to the backup ({self.reason})"
         if self.action == "delete":
             return f"delete {self.root}:{self.path} ({self.reason})"
+        if self.action == "put_back":
+            return f"put {self.root}:{self.path} back to {PUT_BACK_TO}:{self.path} ({self.reason})"
         return f"write {self.root}:{self.path} ({self.reason})"
 
 
@@ -113,10 +122,17 @@ class Plan:
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> "Plan":
+        steps = [Step.from_record(s) for s in rec["steps"]]
+        roots = dict(rec["roots"])
+        for s in steps:
+            if s.action not in STEP_ACTIONS:
+                raise ValueError(f"unknown step action {s.action!r}")
+            if s.action == "put_back" and not {s.root, PUT_BACK_TO} <= set(roots):
+                raise ValueError(f"a put_back step of root {s.root!r} without the roots {s.root!r} and {PUT_BACK_TO!r}")
         return cls(
-            command=str(rec["command"]), roots=dict(rec["roots"]), strategy=str(rec["strategy"]),
+            command=str(rec["command"]), roots=roots, strategy=str(rec["strategy"]),
             target=rec.get("target"), classification=str(rec["classification"]),
-            steps=[Step.from_record(s) for s in rec["steps"]], expected_verdict=str(rec["expected_verdict"]),
+            steps=steps, expected_verdict=str(rec["expected_verdict"]),
             duplicates=list(rec.get("duplicates") or []), loss=list(rec.get("loss") or []),
             before=dict(rec.get("before") or {}), after=dict(rec.get("after") or {}),
             options=[Option(**o) for o in rec.get("options") or []], notes=list(rec.get("notes") or []),

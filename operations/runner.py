@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from streamctl.inspectors.errors import StorageError, UsageError
 from streamctl.operations.files import Root, check_rel
-from streamctl.operations.plan import Plan, Refused
+from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused
 
 
 def check_backup_target(location: str, what: str = "--backup-dir", name: str = "backup") -> Root:
@@ -109,14 +109,16 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
     out: list[str] = []
     real_roots: dict[str, str] = {}
     by_dir: dict[tuple[str, str], dict[str, str]] = {}  # (root, folder) -> name -> rel
-    for s in plan.steps:
-        root = roots.get(s.root)
+    touched = [(s.root, s.path) for s in plan.steps] + [(PUT_BACK_TO, s.path) for s in plan.steps
+                                                          if s.action == "put_back"]
+    for root_name, path in touched:
+        root = roots.get(root_name)
         if root is None or not root.is_local:
             continue  # object stores have no symlinks; a Kafka group is no file root
-        if s.root not in real_roots:
-            real_roots[s.root] = os.path.realpath(root.location)
-        head, _, name = check_rel(s.path, root.location).rpartition("/")
-        by_dir.setdefault((s.root, head), {})[name] = s.path
+        if root_name not in real_roots:
+            real_roots[root_name] = os.path.realpath(root.location)
+        head, _, name = check_rel(path, root.location).rpartition("/")
+        by_dir.setdefault((root_name, head), {})[name] = path
     for (root_name, head), names in by_dir.items():
         root, top = roots[root_name], real_roots[root_name]
         parent = root.local(head) if head else root.location

@@ -122,6 +122,50 @@ def test_undo_refuses_when_a_file_changed_after_the_operation(tmp_path: Path) ->
     assert (backup / "files/checkpoint/commits/2").exists()
 
 
+def test_put_back_moves_archived_input_back_never_over_a_file_and_undo_returns_it(tmp_path: Path) -> None:
+    """align's `put_back` (archived input of replayed batches, docs/model.md#replayable-batches):
+    archive -> input at the same relative path, mtime kept (a rename); another file at the
+    destination is a conflict that moves nothing; undo puts it into the archive again; a
+    destination that resolves outside the input root is refused before anything runs."""
+    from streamctl.operations.runner import escaping_steps
+
+    archive, inp, backup = tmp_path / "archive" / "in", tmp_path / "in", tmp_path / "backup"
+    (archive / "day=1").mkdir(parents=True)
+    inp.mkdir()
+    (archive / "day=1" / "a.json").write_bytes(b'{"id": 1}\n')
+    (archive / "b.json").write_bytes(b'{"id": 2}\n')
+    os.utime(archive / "b.json", ns=(10**18, 10**18))
+    before = _tree(archive)
+    roots = {"archive": Root("archive", str(archive)), "input": Root("input", str(inp))}
+    steps = [Step("put_back", "archive", "day=1/a.json", "replayed input"), Step("put_back", "archive", "b.json", "replayed input")]
+    plan = _plan(steps, {"archive": str(archive), "input": str(inp)})
+    assert Plan.from_record(json.loads(json.dumps(plan.to_record()))).steps == steps
+    ex = Executor(plan, roots, Root("backup", str(backup)))
+    ex.write_plan()
+    assert ex.run().finished
+    assert _tree(inp) == before and _tree(archive) == {}
+    assert (inp / "b.json").stat().st_mtime_ns == 10**18  # Spark's file age rules see the file it archived
+    manifest = json.loads((backup / MANIFEST_FILE).read_text())
+    assert [m["action"] for m in manifest["files"]] == ["put_back", "put_back"]
+    ex.undo()
+    assert _tree(archive) == before and _tree(inp) == {}
+
+    (inp / "b.json").write_bytes(b'{"id": 99}\n')  # something else is there now: never overwritten
+    other = Executor(_plan(steps[1:], {"archive": str(archive), "input": str(inp)}), roots, Root("backup", str(tmp_path / "b2")))
+    with pytest.raises(Conflict, match="refusing to overwrite an input file"):
+        other.run()
+    assert (inp / "b.json").read_bytes() == b'{"id": 99}\n' and _tree(archive) == before
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (inp / "day=1").rmdir()  # left empty by the undo
+    os.symlink(outside, inp / "day=1")
+    out = escaping_steps(plan, roots)
+    assert len(out) == 1 and "day=1/a.json" in out[0] and str(outside) in out[0], out
+    with pytest.raises(ValueError, match="put_back"):
+        Plan.from_record(dict(plan.to_record(), roots={"archive": str(archive)}))
+
+
 def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> None:
     root = Root("checkpoint", str(tmp_path))
     lock = Lock.acquire(root, "align", "op-a")
