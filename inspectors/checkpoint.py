@@ -17,6 +17,7 @@ from streamctl.inspectors.logs import (
     CommitEntry,
     LogListing,
     OffsetEntry,
+    SourceId,
     classify_log_names,
     load_json,
     parse_commit,
@@ -507,9 +508,12 @@ class _Inspector:
                         sources.append(read_source(st, sid))
                     except StreamctlError as exc:
                         self.unreadable(exc)
+        moved: set[SourceId] = set()
+        if latest_offsets is not None and any(s.kind == "file" for s in sources):
+            moved = self._moved_input_finding(sources, prev, latest_offsets)
         if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
-                and any(s.kind == "file" for s in sources):
-            self._replay_finding(sources, committed_offsets, latest_offsets)
+                and any(s.kind == "file" and s.source_id not in moved for s in sources):
+            self._replay_finding([s for s in sources if s.source_id not in moved], committed_offsets, latest_offsets)
         for s in sources:
             if s.file_log_missing:
                 gaps = list(s.file_log_missing)
@@ -559,6 +563,23 @@ class _Inspector:
         )
 
     # -----------------------------------------------------------------------------------
+    def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:
+        """SOURCE_MOVED: the newest batch's input folder moved with the checkpoint (docs/model.md#moved-input);
+        returns the sources it names (their replay is judged at the new place, after align's rewrite)."""
+        from streamctl.inspectors.replay import moved_input
+
+        try:
+            found = moved_input(self.st, sources, start, end)
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return set()
+        for m in found:
+            self.findings.append(Finding(
+                "SOURCE_MOVED", f"{m.text()}; align rewrites the source's log to {m.new_base}",
+                details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
+                         "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
+        return {m.source_id for m in found}
+
     def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
         """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input
         files that are gone (docs/model.md#replayable-batches)."""

@@ -45,6 +45,8 @@ CODES: dict[str, str] = {
     "STATE_FILE_CORRUPT": ERROR,
     # a batch a restart replays cannot be read again (its input files are gone)
     "SOURCE_NOT_REPLAYABLE": ERROR,
+    # the newest batch's input folder moved with the checkpoint: the restart fails `Wrong basePath`
+    "SOURCE_MOVED": ERROR,
     # the sink's log holds batches this checkpoint did not write (another query's, a lost history's)
     "SINK_FOREIGN_BATCHES": ERROR,
     # `streamctl preflight`: a new version of the query does not fit the checkpoint's operators

@@ -12,9 +12,10 @@ Read-only: lists the folders that hold the files (one listing per folder, never 
 file) and the source's log files that cover the range."""
 from __future__ import annotations
 
+import os
 import posixpath
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.inspectors.errors import StreamctlError
@@ -179,9 +180,10 @@ def put_back_of(archive: str, uris: Iterable[str]) -> Optional[PutBack]:
 
 
 def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry], end: Optional[OffsetEntry],
-                 archive: Optional[str] = None) -> list[Unreplayable]:
+                 archive: Optional[str] = None, moved: Optional[Mapping[SourceId, "MovedInput"]] = None) -> list[Unreplayable]:
     """For each file source, the files a replay of the batches after `start` through `end` reads
-    that are gone (`start` None: from the beginning)."""
+    that are gone (`start` None: from the beginning); a source in `moved` is judged with its
+    paths at the new base (what they are once align rewrote its log)."""
     out = []
     for s in sources:
         if s.kind != "file":
@@ -192,7 +194,11 @@ def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[Off
         lo = log_offset(start, s.source_id) if start is not None else -1
         if lo is None:
             continue
-        gone = missing_files(listed_files(st, s.source_id, lo, hi))
+        listed = listed_files(st, s.source_id, lo, hi)
+        m = (moved or {}).get(s.source_id)
+        if m is not None:
+            listed = [m.rewrite(p) or p for p in listed]
+        gone = missing_files(listed)
         if not gone:
             continue
         archived: list[str] = []
@@ -200,4 +206,139 @@ def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[Off
             found = set(missing_files([archived_path(archive, p) for p in gone]))
             archived = [p for p in gone if archived_path(archive, p) not in found]
         out.append(Unreplayable(s.source_id, tuple(gone), tuple(archived), archive))
+    return out
+
+
+# -- an input folder moved with the checkpoint ---------------------------------------------------
+
+MAX_STRIP = 4  # trailing components of the logged folder tried as the part that moved along
+MAX_UP = 4  # ancestors of the checkpoint tried as the new base
+PROBE_FILES = 8  # logged names that must all be found in the candidate folder
+
+
+@dataclass(frozen=True)
+class MovedInput:
+    """A file source whose newest batch's input folder is gone from where the log names it, and
+    whose files are found at the same place relative to the checkpoint's new location."""
+
+    source_id: SourceId
+    old_folder: str  # local paths
+    new_folder: str
+    old_base: str  # the prefix that moved: every logged path under it is rewritten to new_base
+    new_base: str
+    batch: int
+
+    def text(self) -> str:
+        return (f"sources/{self.source_id}/ names the input of batch {self.batch} under {self.old_folder}, which no "
+                f"longer exists; its files are in {self.new_folder} (moved with the checkpoint): a restart whose query "
+                f"reads the new folder fails (`Wrong basePath`: Spark checks the newest batch's logged files lie under "
+                f"the query's path), and one that read them under new paths would take every moved file for a new one")
+
+    @classmethod
+    def of_finding(cls, details: Mapping[str, object]) -> "MovedInput":
+        """From a SOURCE_MOVED finding's details."""
+        epochs = details.get("epochs") or [0]
+        return cls(str(details["source"]), str(details["old_folder"]), str(details["new_folder"]),
+                   str(details["old_base"]), str(details["new_base"]), int(epochs[0]))  # type: ignore[index,call-overload]
+
+    def rewrite_log(self, content: bytes) -> bytes:
+        """A `sources/<n>/` log file (`v1`, then one FileEntry per line) with every path under
+        the old base at the new one; other lines byte for byte (Spark writes compact JSON,
+        `path`, `timestamp`, `batchId`)."""
+        import json
+
+        out = []
+        for line in content.split(b"\n"):
+            if line.startswith(b"{"):
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    entry = None
+                path = entry.get("path") if isinstance(entry, dict) else None
+                new = self.rewrite(path) if isinstance(path, str) else None
+                if new is not None:
+                    entry["path"] = new  # type: ignore[index]
+                    line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            out.append(line)
+        return b"\n".join(out)
+
+    def rewrite(self, uri: str) -> Optional[str]:
+        """The logged `uri` under the new base, spelled as Spark spells it; None when not under the old base."""
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file"):
+            return None
+        path = unquote(parsed.path)
+        if not path.startswith(self.old_base.rstrip("/") + "/"):
+            return None
+        old_q, new_q = quote_path(self.old_base), quote_path(self.new_base)
+        head = uri.split(old_q, 1)
+        if len(head) != 2:
+            return None
+        return head[0] + new_q + head[1]
+
+
+def quote_path(path: str) -> str:
+    """A local path as Hadoop's `Path.toUri` spells it in a log entry (`file:///a%20b/...`)."""
+    from urllib.parse import quote
+
+    return quote(path, safe="/:=@!$&'()*+,;-._~")
+
+
+def _local_paths(uris: list[str]) -> Optional[list[str]]:
+    out = []
+    for uri in uris:
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
+            return None
+        out.append(unquote(parsed.path))
+    return out
+
+
+def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry],
+                end: Optional[OffsetEntry]) -> list[MovedInput]:
+    """For each file source of a local checkpoint, the input folder of the newest batch (offsets
+    `start` -> `end`) when it no longer exists and the very files the log names are at the same
+    place relative to one of the checkpoint's ancestors: the evidence of a tree moved as a whole
+    (docs/model.md#moved-input). On restart Spark calls `getBatch` for that batch even when it is
+    committed (MicroBatchExecution.populateStartOffsets) and its file index refuses logged files
+    outside the query's path. A folder that merely is gone (a retention job, the fixtures of this
+    repository) is no evidence of a move and gives nothing here."""
+    if end is None or not st.is_local:
+        return []
+    ck = os.path.abspath(st.uri(""))
+    ups = []
+    here = posixpath.dirname(ck)
+    while len(ups) < MAX_UP and here not in ("", "/"):
+        ups.append(here)
+        here = posixpath.dirname(here)
+    out = []
+    for s in sources:
+        if s.kind != "file":
+            continue
+        hi = log_offset(end, s.source_id)
+        lo = log_offset(start, s.source_id) if start is not None else -1
+        if hi is None or lo is None or hi <= lo:
+            continue
+        paths = _local_paths(listed_files(st, s.source_id, lo, hi))
+        if not paths or not all(p.startswith("/") for p in paths):
+            continue
+        folder = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+        if folder == "/" or os.path.lexists(folder):
+            continue
+        names = [posixpath.relpath(p, folder) for p in paths[:PROBE_FILES]]
+        parts = folder.split("/")
+        found = None
+        for i in range(1, min(MAX_STRIP, len(parts) - 2) + 1):
+            old_base, rel = "/".join(parts[:-i]), "/".join(parts[-i:])
+            for new_base in ups:
+                if new_base == old_base:
+                    continue
+                cand = f"{new_base}/{rel}"
+                if all(os.path.isfile(f"{cand}/{n}") for n in names):
+                    found = MovedInput(s.source_id, folder, cand, old_base, new_base, end.batch_id)
+                    break
+            if found:
+                break
+        if found:
+            out.append(found)
     return out

@@ -443,7 +443,8 @@ def _choose_replayable(pl: _Planner, ev: _Evidence, options: list[Option], req: 
         end = max((b for b in ev.O if b <= top), default=None)
         if end is None or x >= end or not any(s.kind == "file" for s in ev.q.sources):
             return chosen, [], {}
-        gone = unreplayable(pl.st, ev.q.sources, pl.offsets_entry(x), pl.offsets_entry(end), req.source_archive)
+        gone = unreplayable(pl.st, ev.q.sources, pl.offsets_entry(x), pl.offsets_entry(end), req.source_archive,
+                            _moved_inputs(ev.q))
         if not gone:
             return chosen, [], {}
         back = None
@@ -638,6 +639,44 @@ def _relocation_steps(pl: _Planner, ev: _Evidence, earlier: list[Step]) -> list[
     return steps
 
 
+def _moved_inputs(q: QueryInspection) -> dict[str, Any]:
+    """SOURCE_MOVED findings as MovedInput, by source id."""
+    from streamctl.inspectors.replay import MovedInput
+
+    return {str(f.details["source"]): MovedInput.of_finding(f.details) for f in q.findings if f.code == "SOURCE_MOVED"}
+
+
+def _moved_source_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
+    """An input folder moved with the checkpoint (SOURCE_MOVED, docs/model.md#moved-input): every
+    file of `sources/<n>/` that names paths under the old base is rewritten to the new one, with
+    its Hadoop sidecar, so the restart's `getBatch` finds the newest batch's files under the
+    query's new path and the seen-files map knows the moved files by their new names."""
+    from streamctl.inspectors.sources import compactible_name
+
+    steps: list[Step] = []
+    for sid, m in sorted(_moved_inputs(ev.q).items()):
+        rel_dir = f"sources/{sid}"
+        entries = ev.st.list_dir(rel_dir) or []
+        names = {e.name for e in entries if not e.is_dir}
+        count = 0
+        for name in sorted(names, key=lambda n: (compactible_name(n) or (-1, False))[0]):
+            if compactible_name(name) is None:
+                continue
+            content = ev.st.read(f"{rel_dir}/{name}")
+            new = m.rewrite_log(content)
+            if new == content:
+                continue
+            count += 1
+            steps.append(Step("write", "checkpoint", f"{rel_dir}/{name}", f"its input paths under {m.new_base}", new))
+            if f".{name}.crc" in names:
+                steps.append(Step("write", "checkpoint", f"{rel_dir}/.{name}.crc", "its checksum", hadoop_crc(new)))
+        if count:
+            pl.notes.append(f"{rel_dir}/: {count} log file(s) name input files under {m.old_base}, moved with the "
+                            f"checkpoint to {m.new_base}: rewritten, so the restart finds them under the query's new "
+                            f"path (restart it reading {m.new_folder} or the folder it was under)")
+    return steps
+
+
 def _log_name(log: _FileSinkLog, b: int) -> str:
     return f"{b}.compact" if log.present[b] else str(b)
 
@@ -663,7 +702,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     x = int(chosen.target)  # type: ignore[arg-type]
     keep_next = _keeps_next(ev, req, x)
     new_p = x + 1 if keep_next else x
-    steps = _checkpoint_log_steps(pl, ev, x, new_p) + _snapshot_aside_steps(pl, ev) + _state_steps(ev, x)
+    steps = (_checkpoint_log_steps(pl, ev, x, new_p) + _snapshot_aside_steps(pl, ev) + _state_steps(ev, x)
+             + _moved_source_steps(pl, ev))
     sink_steps, new_s = _sink_steps(pl, ev, x, steps)
     steps = steps + sink_steps
     steps = _unique(pl.damage.first_steps(steps) + put_back + steps)

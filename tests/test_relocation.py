@@ -159,3 +159,55 @@ def test_files_deleted_by_hand_are_named_and_align_refuses(ap, spark, cli, tmp_p
     a = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute")
     assert a.code == 4 and victim.name in a.stderr and "exist" in a.stderr, a
     assert _digests(p.base) == before
+
+
+def test_input_moved_with_the_checkpoint_fails_the_restart_until_align_rewrites_the_source_log(ap, spark, cli, tmp_path):
+    """The whole pipeline folder (input, checkpoint, sink) moved: `sources/0/` keeps the input's
+    old absolute paths, and the restart calls `getBatch` on the newest batch even when it is
+    committed; Spark refuses the logged files outside the query's path (`Wrong basePath`). The
+    oracle is that restart, on a copy; then align rewrites the source's log (and the sink's),
+    and the restarted query delivers every id exactly once: no moved input file is read again
+    (docs/model.md#moved-input)."""
+    p = ap.build(tmp_path / "old", "dedup_file", spark, FILES)
+    (tmp_path / "new").mkdir()
+    shutil.move(str(p.base), str(tmp_path / "new" / p.base.name))
+    q = ap.Pipeline(tmp_path / "new", "dedup_file", spark)
+    q.files = p.files
+
+    trial = ap.Pipeline(tmp_path / "trial", "dedup_file", spark)  # the restart, as the operator would try it
+    shutil.copytree(q.base, trial.base, symlinks=True)
+    trial.files = q.files
+    with pytest.raises(Exception, match="Wrong basePath"):
+        trial.run()
+
+    r = cli("inspect", "epochs", str(q.checkpoint), "--sink", str(q.output), "--json")
+    found = {f["code"]: f for f in r.json()["queries"][0]["findings"]}
+    assert r.code == 1 and "SOURCE_MOVED" in found, found
+    f = found["SOURCE_MOVED"]
+    assert f["old_folder"] == str(p.input) and f["new_folder"] == str(q.input), f
+    assert f["old_base"] == str(p.base) and f["new_base"] == str(q.base), f
+
+    r = cli("align", str(q.checkpoint), "--sink", str(q.output), "--quiet-period", "0", "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r.stdout + r.stderr
+    assert str(p.input) not in (q.checkpoint / "sources" / "0" / "3").read_text()
+    r = cli("inspect", "epochs", str(q.checkpoint), "--sink", str(q.output), "--quiet-period", "0", "--json")
+    assert r.code == 0 and not r.json()["queries"][0]["findings"], r.stdout
+
+    q.add_input(q.files, 2)
+    q.run()
+    d = q.delivery()
+    assert d["ok"], d
+
+
+def test_a_gone_input_folder_with_no_moved_copy_is_no_move(ap, spark, cli, tmp_path):
+    """A retention job that deleted the input folder leaves no evidence of a move: no finding
+    (the restart of a query reading the same path works once the folder exists again)."""
+    p = ap.build(tmp_path, "dedup_file", spark, 2)
+    shutil.rmtree(p.input)
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--quiet-period", "0", "--json")
+    codes = {f["code"] for f in r.json()["queries"][0]["findings"]}
+    assert r.code == 0 and "SOURCE_MOVED" not in codes, r.stdout
+    p.input.mkdir()
+    p.add_input(2, 1)
+    p.run()
+    assert p.delivery()["ok"], p.delivery()
