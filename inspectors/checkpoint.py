@@ -973,6 +973,9 @@ class _Inspector:
                     out.append((name, f"torn: {why}"))
                 elif name.endswith(".zip"):
                     gone = self._missing_ssts(folder, name)
+                    if gone and self.st.lookup(f"{folder}/{name}") is None:
+                        continue  # deleted since it was read (the maintenance thread's clean-up, zip then
+                        # SSTs): a state in motion, not damage; a restart never loads it
                     if gone:
                         out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks or holds cut short: {summarize(gone, 2)}"))
         return out
