@@ -236,6 +236,7 @@ SETTINGS: dict[str, Converter] = {
     "format": to_format,
     "kafka_timeout": to_positive_float,
     "quiet_period": to_nonnegative_float,
+    "target_spark": to_str,  # a Spark line (3.5, 4.3.0) or installed; checked by inspectors/lines.py
 }
 
 

@@ -8,7 +8,7 @@ import typer
 
 from streamctl.cli import render
 from streamctl.cli.errors import handle_errors
-from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.inspectors.findings import API_VERSION
 
 
@@ -67,6 +67,7 @@ def diagnose(
     sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     quiet_period: Optional[float] = QUIET_OPT,
+    target_spark: Optional[str] = TARGET_SPARK_OPT,
     as_json: bool = typer.Option(False, "--json", help="A Diagnosis JSON document (for runbooks)."),
 ) -> None:
     """One command for the incident: what is wrong, in plain words, and the exact next command.
@@ -81,6 +82,10 @@ def diagnose(
     \b
       streamctl diagnose /data/chk/orders --sink /data/out/orders
       streamctl diagnose orders --json
+
+    \b
+      # before restarting on another Spark line
+      streamctl diagnose /data/chk/orders --target-spark 3.5
     """
     from streamctl.cli.config import load_config, resolve_target
     from streamctl.cli import context
@@ -91,7 +96,8 @@ def diagnose(
     config = load_config(context.CONFIG_PATH)
     t = resolve_target(checkpoint, sink, str(sink_kind), app_id, config)
     q = inspect_checkpoint(t.checkpoint, sink=t.sink, sink_kind=t.sink_kind, app_id=t.app_id,
-                           quiet_period_s=options.quiet_period(quiet_period, config), deep=True)
+                           quiet_period_s=options.quiet_period(quiet_period, config), deep=True,
+                           target_spark=options.target_spark(target_spark, config))
     step = next_step(q, t.checkpoint, t.sink, t.sink_kind, t.app_id)
     doc = {"api_version": API_VERSION, "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
            "verdict": q.verdict, "planned": q.planned, "committed": q.committed,

@@ -12,7 +12,7 @@ from streamctl.cli.errors import handle_errors
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import inspect_view as view
 from streamctl.commands import kafka_cmd, options
-from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
+from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SINK_OPT, SinkKind
 
 app = typer.Typer(
     help="Read-only inspections of checkpoints, state and sinks.",
@@ -63,6 +63,7 @@ def inspect_epochs(
     deep: bool = typer.Option(False, "--deep", help="On object stores and HDFS, also read the head and tail of the state "
                               "files each store restores from (a ranged read or two per store) to find torn ones; local "
                               "checkpoints always are. align, trim and diagnose always do."),
+    target_spark: Optional[str] = TARGET_SPARK_OPT,
 ) -> None:
     """Show where every writer of each query stands and whether it is aligned.
 
@@ -87,6 +88,10 @@ def inspect_epochs(
     \b
       # a fleet, inside Spark tasks, one row per query into Parquet
       streamctl inspect epochs 's3://bucket/chk/*' --engine spark --output-parquet fleet.parquet
+
+    \b
+      # before an upgrade (or a downgrade): what does Spark 4.3 refuse?
+      streamctl inspect epochs /data/chk/orders --target-spark 4.3
 
     \b
       # live, with metrics for node-exporter
@@ -114,7 +119,8 @@ def inspect_epochs(
         raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
                          "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
     args = fleet.expand(checkpoints)
-    targets = [fleet.Target(*t, deep=deep) for t in options.targets(args, sink, sink_kind, app_id, config)]
+    line = options.target_spark(target_spark, config)
+    targets = [fleet.Target(*t, deep=deep, target_spark=line) for t in options.targets(args, sink, sink_kind, app_id, config)]
     quiet = options.quiet_period(quiet_period, config)
     default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None

@@ -42,6 +42,9 @@ ASYNC_PROGRESS_OPT = typer.Option(
     False, "--async-progress", help="The query runs with asyncProgressTrackingEnabled=true: its gaps in offsets/ and "
     "commits/ are Spark's own (Spark writes no trace of the option; without it a lost offsets/P-1 is damage).")
 QUIET_OPT = typer.Option(None, "--quiet-period", help=QUIET_HELP)
+TARGET_SPARK_OPT = typer.Option(None, "--target-spark", help="The Spark line that will restart the query (3.5, 4.3.0, "
+                                "or installed: the PySpark beside streamctl): report what it refuses (SPARK_LINE_REFUSES). "
+                                "Default: STREAMCTL_TARGET_SPARK, else the config's target_spark, else not checked.")
 FORMAT_OPT = typer.Option(None, "--format", "-o", help=FORMAT_HELP)
 JSON_OPT = typer.Option(False, "--json", help="Same as --format json.")
 # ... and of every mutating command
@@ -68,6 +71,15 @@ def quiet_period(flag: Optional[float], config: Any) -> float:
     from streamctl.cli.config import setting
 
     return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
+
+
+def target_spark(flag: Optional[str], config: Any) -> Optional[tuple[int, int]]:
+    """The Spark line of --target-spark / STREAMCTL_TARGET_SPARK / [defaults] target_spark, or None."""
+    from streamctl.cli.config import setting
+    from streamctl.inspectors.lines import parse_line
+
+    value = setting("target_spark", flag, "STREAMCTL_TARGET_SPARK", config, "", flag="--target-spark")
+    return parse_line(value) if value else None
 
 
 def checkpoints(args: list[str], config: Any) -> list[str]:

@@ -191,7 +191,7 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
                        sink_kind: str = "auto", app_id: Optional[str] = None,
                        quiet_period_s: Optional[float] = None, now_ms: Optional[int] = None,
                        absent: frozenset[str] = frozenset(), sink_absent: frozenset[str] = frozenset(),
-                       deep: bool = False) -> QueryInspection:
+                       deep: bool = False, target_spark: Optional[tuple[int, int]] = None) -> QueryInspection:
     """Inspect the checkpoint at `location` (local path or URI), and with `sink` the sink it
     writes to (its epoch joins the positions, its writers the parallel-writer analysis; a Delta
     sink's txn app id defaults to the checkpoint's query id). Never raises for bad input.
@@ -206,13 +206,17 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
 
     `deep`: on object stores and HDFS too, read the head and tail of the state files a restart
     starts from (a ranged read or two per store) to find torn ones; local checkpoints always are.
-    The mutations (align, trim, diagnose's plan) inspect deep; `inspect epochs --deep` asks for it."""
+    The mutations (align, trim, diagnose's plan) inspect deep; `inspect epochs --deep` asks for it.
+
+    `target_spark`: the Spark line (major, minor) that will restart the query: what it refuses is
+    SPARK_LINE_REFUSES, else SPARK_LINE_CHECKED; line-dependent verdicts take it instead of the
+    checkpoint's own evidence (inspectors/lines.py, docs/model.md#spark-lines)."""
     known = True
     storage: Optional[Storage] = None
     missing = False
     try:
         storage = masked(Storage.open(location), absent)
-        q = _Inspector(storage, progress, quiet_period_s, now_ms, deep).run()
+        q = _Inspector(storage, progress, quiet_period_s, now_ms, deep, target_spark).run()
     except StorageError as exc:
         q = _unreadable(location, exc.path, exc.reason)
         known = False  # the positions are unknown, not absent: no sink finding is derived from them
@@ -344,8 +348,9 @@ def _repartition_batch_finding(b: int, old: int, new: int) -> Finding:
 
 class _Inspector:
     def __init__(self, storage: Storage, progress: Optional[Progress], quiet_period_s: Optional[float] = None,
-                 now_ms: Optional[int] = None, deep: bool = False) -> None:
+                 now_ms: Optional[int] = None, deep: bool = False, target_spark: Optional[tuple[int, int]] = None) -> None:
         self.st = storage
+        self.target_spark = target_spark
         self.read_ends = storage.is_local or deep  # torn state files: judged by their heads and tails
         self.findings: list[Finding] = []
         self.progress = progress or (lambda _msg: None)
@@ -476,6 +481,8 @@ class _Inspector:
         if prev is not None and planned is not None and planned - 2 in offsets.batch_ids:
             before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
+        if self.target_spark is not None:
+            self._line_findings(self.target_spark, latest_offsets, commit_entries.get(committed) if committed is not None else None)
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
         self.newest_conf = conf  # evidence of the Spark line (_corrupt_findings)
         # the layout a restart reads: the newest batch's conf; an unfinished repartition's conf is
@@ -563,6 +570,34 @@ class _Inspector:
         )
 
     # -----------------------------------------------------------------------------------
+    def _line_findings(self, target: tuple[int, int], offsets: Optional[OffsetEntry], commit: Optional[CommitEntry]) -> None:
+        """SPARK_LINE_REFUSES / SPARK_LINE_CHECKED: the newest log files a restart on `target` reads,
+        against what that line reads (docs/model.md#spark-lines)."""
+        from streamctl.inspectors.lines import line_text, log_refusals, written_at_least
+
+        versions = {}
+        if offsets is not None:
+            versions["offsets"] = (f"offsets/{offsets.batch_id}", offsets.version)
+        if commit is not None:
+            versions["commits"] = (f"commits/{commit.batch_id}", commit.version)
+        wrote = written_at_least(offsets.conf) if offsets is not None else None
+        wrote_text = (f"written by Spark {line_text(wrote[0])}+ (its offsets conf holds {wrote[1]})" if wrote
+                      else "the offsets conf shows no line newer than 3.5")
+        refusals = log_refusals(target, versions)
+        details = {"target": line_text(target), "written_at_least": line_text(wrote[0]) if wrote else None,
+                   "logs": {k: v[1] for k, v in versions.items()}}
+        if refusals:
+            self.findings.append(Finding(
+                "SPARK_LINE_REFUSES",
+                f"a restart on Spark {line_text(target)} fails: " + "; ".join(r.why for r in refusals) + f"; {wrote_text}",
+                details=dict(details, files=[self.st.uri(r.file) for r in refusals],
+                             needs=line_text(max(r.needs for r in refusals)))))
+        else:
+            logs = ", ".join(f"{k} v{v[1]}" for k, v in sorted(versions.items())) or "no log files"
+            self.findings.append(Finding(
+                "SPARK_LINE_CHECKED", f"Spark {line_text(target)} reads what a restart reads ({logs}); {wrote_text}",
+                details=details))
+
     def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:
         """SOURCE_MOVED: the newest batch's input folder moved with the checkpoint (docs/model.md#moved-input);
         returns the sources it names (their replay is judged at the new place, after align's rewrite)."""
@@ -939,7 +974,8 @@ class _Inspector:
         # Spark 4.1+ loads around a bad snapshot (auto snapshot repair); older lines fail. The
         # line shows in the newest offsets conf: 4.1+ records the row checksum setting there. Not
         # shown: the failing outcome is taken (align moves the snapshot aside: every line restarts).
-        line_41 = ROW_CHECKSUM_CONF in getattr(self, "newest_conf", {})
+        line_41 = (ROW_CHECKSUM_CONF in getattr(self, "newest_conf", {}) if self.target_spark is None
+                   else self.target_spark >= (4, 1))  # the line named to restart it decides
         auto_repair = str(getattr(self, "newest_conf", {}).get(AUTO_REPAIR_CONF, "true")).lower() != "false"
         around = line_41 and auto_repair
         for items, severity, effect in (
@@ -947,9 +983,13 @@ class _Inspector:
                                "refuse (exit 4)"),
                 (repaired, WARNING if around else ERROR,
                  "an older snapshot and the changes above it are intact: "
-                 + ("Spark 4.1+ restarts from them (auto snapshot repair, this checkpoint's line)" if around else
-                    "Spark 4.1+ restarts from them (auto snapshot repair), older lines fail and the checkpoint does "
-                    "not show a 4.1+ line")
+                 + ("Spark 4.1+ restarts from them (auto snapshot repair, "
+                    + ("the --target-spark line)" if self.target_spark is not None else "this checkpoint's line)")
+                    if around else
+                    "Spark 4.1+ restarts from them (auto snapshot repair), older lines fail and "
+                    + ("the --target-spark line is older" if self.target_spark is not None and self.target_spark < (4, 1)
+                       else "the restart does not have it (auto snapshot repair is off)" if line_41
+                       else "the checkpoint does not show a 4.1+ line"))
                  + "; align moves the snapshot aside, after which every line restarts from them")):
             if items:
                 self.findings.append(Finding(

@@ -47,6 +47,10 @@ CODES: dict[str, str] = {
     "SOURCE_NOT_REPLAYABLE": ERROR,
     # the newest batch's input folder moved with the checkpoint: the restart fails `Wrong basePath`
     "SOURCE_MOVED": ERROR,
+    # --target-spark: the named Spark line refuses a file a restart reads (a log version it does not read)
+    "SPARK_LINE_REFUSES": ERROR,
+    # --target-spark: the named Spark line reads what a restart reads
+    "SPARK_LINE_CHECKED": INFO,
     # the sink's log holds batches this checkpoint did not write (another query's, a lost history's)
     "SINK_FOREIGN_BATCHES": ERROR,
     # `streamctl preflight`: a new version of the query does not fit the checkpoint's operators

@@ -124,6 +124,7 @@ class Target:
     sink_kind: str = "auto"
     app_id: Optional[str] = None
     deep: bool = False  # read state file ends on object stores too (inspect_checkpoint's `deep`)
+    target_spark: Optional[tuple[int, int]] = None  # the Spark line that will restart it (inspectors/lines.py)
 
 
 def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
@@ -131,7 +132,8 @@ def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     return inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink, sink_kind=target.sink_kind,
-                              app_id=target.app_id, quiet_period_s=quiet_period_s, deep=target.deep)
+                              app_id=target.app_id, quiet_period_s=quiet_period_s, deep=target.deep,
+                              target_spark=target.target_spark)
 
 
 def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[float] = None,

@@ -1,0 +1,86 @@
+"""One query of tests/test_spark_upgrade.py, run on whichever PySpark imports it: in the 3.5 leg's
+own session, or as `python tests/spark_line_job.py JOBS_JSON` under the newest line's venv (a
+subprocess: one JVM per line). Each job is {"kind", "base", "files": [first, count], "confs"}; the
+query reads `<base>/input` (JSON files it writes, one per batch) and writes Spark's noop sink
+with its checkpoint at `<base>/checkpoint`. Prints one JSON line per job: {"base", "ok",
+"error"}."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from typing import Any
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+KINDS = ("agg", "dedup", "join")
+
+
+def write_input(base: str, first: int, count: int) -> None:
+    folder = os.path.join(base, "input")
+    os.makedirs(folder, exist_ok=True)
+    t0 = dt.datetime(2026, 1, 1)
+    for i in range(first, first + count):
+        rows = [{"id": i * 10 + k, "key": f"k{k % 3}", "ts": (t0 + dt.timedelta(seconds=i * 10 + k)).isoformat()}
+                for k in range(10)]
+        tmp = os.path.join(folder, f".part-{i:05d}.json.tmp")
+        with open(tmp, "w") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(tmp, (1_700_000_000 + i, 1_700_000_000 + i))
+        os.rename(tmp, os.path.join(folder, f"part-{i:05d}.json"))
+
+
+def query(spark: Any, kind: str, base: str) -> Any:
+    from pyspark.sql import functions as F
+
+    src = (spark.readStream.schema("id BIGINT, key STRING, ts TIMESTAMP").option("maxFilesPerTrigger", 1)
+           .json(os.path.join(base, "input")))
+    if kind == "agg":
+        df, mode = src.groupBy("key").count(), "complete"
+    elif kind == "dedup":
+        df, mode = src.dropDuplicates(["id"]), "append"
+    else:  # a stream-stream inner join with watermarks and a time range
+        left = src.select(F.col("id").alias("lid"), F.col("ts").alias("lts")).withWatermark("lts", "1 minute")
+        right = src.select(F.col("id").alias("rid"), F.col("ts").alias("rts")).withWatermark("rts", "1 minute")
+        cond = F.expr("lid = rid AND rts BETWEEN lts - INTERVAL 5 SECONDS AND lts + INTERVAL 5 SECONDS")
+        df, mode = left.join(right, cond, "inner"), "append"
+    return (df.writeStream.format("noop").outputMode(mode)
+            .option("checkpointLocation", os.path.join(base, "checkpoint")).trigger(availableNow=True))
+
+
+def run(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
+    confs = dict(job.get("confs") or {})
+    old = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        write_input(job["base"], *job["files"])
+        q = query(spark, job["kind"], job["base"]).start()
+        q.awaitTermination()
+        return {"base": job["base"], "ok": True, "error": None}
+    except Exception as exc:  # noqa: BLE001 - the restart's error is the result
+        return {"base": job["base"], "ok": False, "error": str(exc)[:2000]}
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def main() -> None:
+    from pyspark.sql import SparkSession
+
+    jobs = json.loads(sys.argv[1])
+    spark = (SparkSession.builder.master("local[2]").appName("streamctl-spark-line-job")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        for job in jobs:
+            print(json.dumps(run(spark, job)), flush=True)
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""`--target-spark` (docs/model.md#spark-lines) on a copy of the PySpark 3.5 fixture whose newest
+commit is made the `v2` a format-2 checkpoint writes (the real restarts on both lines are in
+tests/test_spark_upgrade.py): flag, environment, config file and `installed` name the line;
+a bad value is a one-line usage error (exit 2) that changes nothing."""
+from __future__ import annotations
+
+import shutil
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from streamctl.inspectors.errors import UsageError
+from streamctl.inspectors.lines import parse_line
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+
+
+def _format2(tmp_path: Path) -> Path:
+    ck = tmp_path / "ck"
+    shutil.copytree(FIXTURE, ck)
+    (ck / "commits" / "3").write_text('v2\n{"nextBatchWatermarkMs":0}')
+    (ck / "commits" / ".3.crc").unlink()
+    return ck
+
+
+def _codes(r) -> dict:
+    return {f["code"]: f for f in r.json()["queries"][0]["findings"]}
+
+
+def test_parse_line_takes_versions_and_installed():
+    assert parse_line("3.5") == (3, 5) and parse_line("4.3.0") == (4, 3) and parse_line(" 4.2.0.dev1 ") == (4, 2)
+    installed = metadata.version("pyspark")
+    assert parse_line("installed") == tuple(int(x) for x in installed.split(".")[:2])
+    for bad in ("3", "3.x", "latest", "4.3.0; rm -rf /", ""):
+        with pytest.raises(UsageError, match="--target-spark"):
+            parse_line(bad)
+
+
+def test_target_line_refuses_a_newer_log_version_and_reads_its_own(cli, tmp_path):
+    ck = _format2(tmp_path)
+    r = cli("inspect", "epochs", str(ck), "--target-spark", "3.5", "--json")
+    f = _codes(r)
+    assert r.code == 1 and f["SPARK_LINE_REFUSES"]["files"] == [str(ck / "commits" / "3")], f
+    assert f["SPARK_LINE_REFUSES"]["needs"] == "4.0" and f["SPARK_LINE_REFUSES"]["logs"] == {"commits": 2, "offsets": 1}
+    r = cli("inspect", "epochs", str(ck), "--target-spark", "4.3", "--json")
+    assert r.code == 0 and "SPARK_LINE_CHECKED" in _codes(r), r.stdout
+    r = cli("inspect", "epochs", str(ck), "--json")  # not asked: not checked
+    assert r.code == 0 and not {"SPARK_LINE_CHECKED", "SPARK_LINE_REFUSES"} & set(_codes(r)), r.stdout
+
+    d = cli("diagnose", str(ck), "--target-spark", "3.5", "--json")
+    assert d.code == 1 and "SPARK_LINE_REFUSES" in {x["code"] for x in d.json()["findings"]}, d.stdout
+
+
+def test_target_line_from_environment_and_config(cli, tmp_path, monkeypatch):
+    ck = _format2(tmp_path)
+    monkeypatch.setenv("STREAMCTL_TARGET_SPARK", "3.5")
+    assert cli("inspect", "epochs", str(ck)).code == 1
+    assert cli("inspect", "epochs", str(ck), "--target-spark", "4.3").code == 0  # the flag wins
+    monkeypatch.delenv("STREAMCTL_TARGET_SPARK")
+    config = tmp_path / "config.toml"
+    config.write_text('[defaults]\ntarget_spark = "3.5"\n')
+    r = cli("--config", str(config), "inspect", "epochs", str(ck), "--json")
+    assert r.code == 1 and "SPARK_LINE_REFUSES" in _codes(r), r.stdout
+
+
+def test_a_bad_target_is_one_line_and_exit_2(cli, tmp_path, tree_snapshot):
+    ck = _format2(tmp_path)
+    before = tree_snapshot(tmp_path)
+    r = cli("inspect", "epochs", str(ck), "--target-spark", "three")
+    assert r.code == 2 and r.stderr.count("\n") == 1 and "--target-spark" in r.stderr and "Traceback" not in r.stderr
+    assert tree_snapshot(tmp_path) == before
