@@ -53,6 +53,42 @@ def compare_operators(committed: Optional[int], old: dict[int, Optional[str]], n
     return []
 
 
+def compare_keys(checkpoint: str, old: dict[int, Optional[str]], new: dict[int, tuple[str, str]],
+                 keys: dict[int, Optional[list[str]]]) -> list[Any]:
+    """STATE_KEY_SCHEMA_CHANGED when an operator the new query keeps (same id, same name) keys its
+    state by other types than the checkpoint's state schema file records: Spark checks them when
+    the first batch runs (StateSchemaCompatibilityChecker: field count and types, names and
+    nullability aside) and fails with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE."""
+    from streamctl.inspectors.errors import StreamctlError
+    from streamctl.inspectors.findings import Finding
+    from streamctl.inspectors.state import SCHEMA_FILE, parse_state_schema, schema_field_types
+    from streamctl.inspectors.storage import Storage
+
+    st = Storage.open(checkpoint)
+    out = []
+    for op, want in sorted(keys.items()):
+        if want is None or op not in old or old[op] != new.get(op, ("", ""))[1]:
+            continue
+        rel = f"state/{op}/0/{SCHEMA_FILE}"
+        try:
+            data = st.read(rel)
+        except StreamctlError:
+            continue  # no schema file (Spark writes it from 3.x; transformWithState keeps v3 elsewhere)
+        parsed = parse_state_schema(data, st.uri(rel))
+        if parsed is None:
+            continue
+        have = schema_field_types(parsed[0])
+        if have != want:
+            out.append(Finding(
+                "STATE_KEY_SCHEMA_CHANGED",
+                f"operator {op} ({old[op]}): the checkpoint's state is keyed by ({', '.join(have)}) "
+                f"({st.uri(rel)}), the new query's by ({', '.join(want)}): the first batch of its restart fails "
+                "(STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE). Keep the keys, or start the changed query on a new checkpoint",
+                details={"operator": op, "checkpoint_key_types": have, "query_key_types": want,
+                         "path": st.uri(rel), "restart_error": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"}))
+    return out
+
+
 @handle_errors
 def preflight(
     checkpoint: str = typer.Argument(..., help="The checkpoint the new version of the query will restart on."),
@@ -65,10 +101,11 @@ def preflight(
 
     Plans the new query (without starting it: its plan only, no data read, nothing written) and
     compares its stateful operators (ids and names, as Spark numbers them) with the checkpoint's
-    operator metadata, as Spark's restart does. Exit 0 when they fit, 1 when the restart would fail
-    (STATEFUL_OPERATORS_CHANGED, naming Spark's error), 2 for a bad --query, 3 for an unreadable
-    checkpoint. Key and value schemas are not compared (Spark checks them against
-    state/<op>/_stateSchema when the first batch runs).
+    operator metadata, as Spark's restart does, then the state key types of the deduplication and
+    aggregation operators it keeps with the checkpoint's state schema files, as Spark's first batch
+    does. Exit 0 when they fit, 1 when the restart would fail (STATEFUL_OPERATORS_CHANGED,
+    STATE_KEY_SCHEMA_CHANGED, naming Spark's error), 2 for a bad --query, 3 for an unreadable
+    checkpoint. Value schemas, joins and transformWithState keys are not compared.
 
     Examples:
 
@@ -81,7 +118,7 @@ def preflight(
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.findings import finding_records, verdict_of
-    from streamctl.pipeline.preflight import VERIFIED, load_query, stateful_operators
+    from streamctl.pipeline.preflight import VERIFIED, load_query, state_keys, stateful_operators
 
     try:
         build = load_query(query)
@@ -98,11 +135,14 @@ def preflight(
     try:
         df = build(spark)
         new = stateful_operators(df)
+        keys = state_keys(df)
     except Exception as exc:  # the user's code: its own error, one line
         raise fail(f"--query {query}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                    ExitCode(2)) from None
     old = {op.operator_id: op.name for op in q.operators}
     findings = compare_operators(q.committed, old, new, VERIFIED)
+    if not findings and q.committed is not None:
+        findings = compare_keys(q.checkpoint, old, new, keys)
     verdict = "misaligned" if findings else "aligned"
     doc = {"api_version": API_VERSION, "kind": "Preflight", "checkpoint": q.checkpoint, "query": query,
            "committed": q.committed,
@@ -117,6 +157,6 @@ def preflight(
                  "  query operators:      " + (", ".join(f"{i}: {name} ({node})" for i, (node, name) in sorted(new.items()))
                                                or "none")]
         lines += [f"{f.severity}  {f.code}  {f.message}" for f in findings]
-        lines.append(f"verdict: {'the restart fails' if findings else 'fits: the operators match'}")
+        lines.append(f"verdict: {'the restart fails' if findings else 'fits: the operators and their state keys match'}")
         render.emit_lines(lines, "plain")
     raise typer.Exit(1 if findings else 0)

@@ -55,6 +55,8 @@ CODES: dict[str, str] = {
     "SINK_FOREIGN_BATCHES": ERROR,
     # `streamctl preflight`: a new version of the query does not fit the checkpoint's operators
     "STATEFUL_OPERATORS_CHANGED": ERROR,
+    # `streamctl preflight`: a kept operator keys its state by other types than the checkpoint's schema file
+    "STATE_KEY_SCHEMA_CHANGED": ERROR,
     # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)
     "SINK_FILES_MISSING": ERROR,
     # a checkpoint streamctl drop-sink retired (its tombstone `metadata`): a state, not damage

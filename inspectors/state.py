@@ -650,6 +650,65 @@ def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
     return out
 
 
+MAX_SCHEMA_FILE = 16 << 20  # a state schema file larger than this is not read
+SCHEMA_FILE = "_metadata/schema"  # under partition 0's store folder (docs/formats/state.md#state-schema-files)
+
+
+def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:
+    """(key schema, value schema) as Spark's StructType JSON of a state schema file v1 or v2
+    (`DataOutputStream`: `writeUTF` of the version, then v1 two `writeUTF` JSON strings, v2 two
+    chunked ones: an int32 count, then that many `writeUTF` chunks). None for v3 (transformWithState:
+    per column family) and newer. LogParseError (naming the file) for anything else."""
+    if len(data) > MAX_SCHEMA_FILE:
+        raise LogParseError(path, f"larger than {MAX_SCHEMA_FILE} bytes: not a state schema file")
+    pos = 0
+
+    def utf() -> str:
+        nonlocal pos
+        if pos + 2 > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        n = int.from_bytes(data[pos:pos + 2], "big")
+        if pos + 2 + n > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        raw = data[pos + 2:pos + 2 + n]
+        pos += 2 + n
+        try:  # Java's modified UTF-8 differs from UTF-8 only for NUL and characters past U+FFFF
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LogParseError(path, "state schema text is not UTF-8") from None
+
+    def chunked() -> str:
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        count = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+        pos += 4
+        if not 0 <= count <= len(data):
+            raise LogParseError(path, f"bad chunk count {count} in a state schema file")
+        return "".join(utf() for _ in range(count))
+
+    version = utf()
+    if version not in ("v1", "v2"):
+        if re.fullmatch(r"v[0-9]{1,4}", version):
+            return None
+        raise LogParseError(path, f"not a state schema file (version {version[:20]!r})")
+    texts = (utf(), utf()) if version == "v1" else (chunked(), chunked())
+    try:
+        key, value = (json.loads(t) for t in texts)
+    except ValueError:
+        raise LogParseError(path, "state schema is not valid JSON") from None
+    if not (isinstance(key, dict) and isinstance(value, dict)):
+        raise LogParseError(path, "state schema is not a struct")
+    return key, value
+
+
+def schema_field_types(schema: Mapping[str, Any]) -> list[str]:
+    """The fields' data types of a StructType JSON, each as compact JSON (names and nullability
+    left out: Spark's check ignores them, `equalsIgnoreNameAndCompatibleNullability`)."""
+    return [json.dumps(f.get("type"), sort_keys=True, separators=(",", ":")) for f in schema.get("fields") or []
+            if isinstance(f, dict)]
+
+
 def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
     """`store` as if one file were gone (a torn file: no restart can read it)."""
     from dataclasses import replace

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 # the physical operator of the explain string -> the operator name Spark writes into the state
 # metadata (`StateStoreWriter.shortName`); names marked VERIFIED were seen in real checkpoints
@@ -67,3 +67,74 @@ def operators_in_plan(text: str) -> dict[int, tuple[str, str]]:
         node, op = m.group(1), int(m.group(2))
         out.setdefault(op, (node, OPERATOR_NAMES.get(node, node)))
     return out
+
+
+# the operators whose state key is the bracketed list that follows them in the explain string
+# (`StreamingDeduplicate [id#0L]`: the deduplication keys; `StateStoreSave [key#1]`: the grouping keys)
+KEYED = {"StreamingDeduplicate": "dedupe", "StateStoreSave": "stateStoreSave"}
+_KEYED_NODE = re.compile(r"\b(StreamingDeduplicate|StateStoreSave)(?:Exec)?\s*\[([^\n]*?)\], state info \[[^\]]*?opId = (\d+)")
+_ATTRIBUTE = re.compile(r"^(?P<name>.+)#(?P<id>\d+)(?:L|-T\d+ms)?$")
+
+
+def _split_top(text: str) -> list[str]:
+    """`a#1, f(b#2, c#3)` -> the comma-separated items at depth 0."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        out.append("".join(cur).strip())
+    return out
+
+
+def _attribute_types(plan_json: str) -> dict[int, Any]:
+    """exprId -> dataType (as Spark's JSON writes it) of every attribute in a plan's `toJSON`."""
+    import json
+
+    out: dict[int, Any] = {}
+    stack: list[Any] = [json.loads(plan_json)]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            if str(o.get("class", "")).endswith(".AttributeReference") and isinstance(o.get("exprId"), dict):
+                out.setdefault(int(o["exprId"].get("id", -1)), o.get("dataType"))
+            stack.extend(o.values())
+        elif isinstance(o, list):
+            stack.extend(o)
+    return out
+
+
+def keys_in_plan(text: str, types: dict[int, Any]) -> dict[int, Optional[list[str]]]:
+    """{operator id: the data types of its state key, as compact JSON} for deduplication and
+    aggregation operators; None where a key is not a plain attribute of known type."""
+    import json
+
+    out: dict[int, Optional[list[str]]] = {}
+    for m in _KEYED_NODE.finditer(text):
+        op = int(m.group(3))
+        if op in out:
+            continue
+        got: Optional[list[str]] = []
+        for item in _split_top(m.group(2)):
+            a = _ATTRIBUTE.match(item)
+            t = types.get(int(a.group("id"))) if a else None
+            if t is None:
+                got = None
+                break
+            got.append(json.dumps(t, sort_keys=True, separators=(",", ":")))  # type: ignore[union-attr]
+        out[op] = got
+    return out
+
+
+def state_keys(df: Any) -> dict[int, Optional[list[str]]]:
+    """The state key types of a streaming DataFrame's deduplication and aggregation operators."""
+    spark = df.sparkSession
+    text = spark._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
+    return keys_in_plan(text, _attribute_types(df._jdf.queryExecution().analyzed().toJSON()))

@@ -310,3 +310,22 @@ def test_hostile_state_file_names_never_crash_or_write(cli: Callable[..., Any], 
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (kind, r.stderr)
         json.loads(r.stdout)
     assert _snapshot(tmp_path) == before
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(mutation)
+def test_state_schema_reader_answers_or_names_the_file(m) -> None:
+    """`streamctl preflight` reads the state schema file's key schema (inspectors/state.py
+    parse_state_schema): a mutated file parses, is a version it leaves alone (None), or is a
+    LogParseError naming the file; nothing else escapes."""
+    from streamctl.inspectors.logs import LogParseError
+    from streamctl.inspectors.state import parse_state_schema, schema_field_types
+
+    data = _mutate((FIXTURE / "state/0/0/_metadata/schema").read_bytes(), *m)
+    try:
+        got = parse_state_schema(data, "state/0/0/_metadata/schema")
+    except LogParseError as exc:
+        assert "state/0/0/_metadata/schema" in str(exc)
+        return
+    if got is not None:
+        assert all(isinstance(t, str) for t in schema_field_types(got[0]))

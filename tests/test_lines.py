@@ -70,3 +70,24 @@ def test_a_bad_target_is_one_line_and_exit_2(cli, tmp_path, tree_snapshot):
     r = cli("inspect", "epochs", str(ck), "--target-spark", "three")
     assert r.code == 2 and r.stderr.count("\n") == 1 and "--target-spark" in r.stderr and "Traceback" not in r.stderr
     assert tree_snapshot(tmp_path) == before
+
+
+def test_state_keys_of_an_explain_string_and_a_schema_file():
+    """The two sides preflight compares (docs/model.md#preflight): the key types of a plan's
+    deduplication and aggregation operators (the explain text PySpark 4.3 prints, types by exprId
+    from the analyzed plan), and the key schema of a state schema file PySpark 3.5 wrote."""
+    from streamctl.inspectors.state import parse_state_schema, schema_field_types
+    from streamctl.pipeline.preflight import keys_in_plan
+
+    text = ("+- StateStoreSave [key#1], state info [ checkpoint = <unknown>, runId = r, opId = 0, ver = 0, "
+            "numPartitions = 200] stateStoreCkptIds = None, Append, 2\n"
+            "   +- StateStoreRestore [key#1], state info [ checkpoint = <unknown>, runId = r, opId = 0, ver = 0]\n"
+            "      +- StreamingDeduplicate [id#0L, window#7-T10000ms], state info [ checkpoint = <unknown>, runId = r, "
+            "opId = 1, ver = 0, numPartitions = 200] stateStoreCkptIds = None\n"
+            "         +- StreamingDeduplicate [upper(key#1)], state info [ checkpoint = <unknown>, runId = r, opId = 2]\n")
+    window = {"type": "struct", "fields": []}
+    assert keys_in_plan(text, {0: "long", 1: "string", 7: window}) == {
+        0: ['"string"'], 1: ['"long"', '{"fields":[],"type":"struct"}'], 2: None}
+    data = (FIXTURE / "state/0/0/_metadata/schema").read_bytes()
+    key, value = parse_state_schema(data, "schema")
+    assert schema_field_types(key) == ['"string"'] and schema_field_types(value) == ['"long"', '"long"']
