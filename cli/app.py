@@ -73,6 +73,7 @@ def root(
     context.SHOW_TRACEBACK = traceback
     context.VERBOSE = verbose
     context.NO_HEADERS = no_headers
+    context.WIDE = False  # set by -o wide (render.effective_format)
     _utf8_output()
     context.CONFIG_PATH = config
 

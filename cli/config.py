@@ -49,7 +49,7 @@ ENV_CONFIG = "STREAMCTL_CONFIG"
 ENV_FORMAT = "STREAMCTL_FORMAT"
 ENV_KAFKA_TIMEOUT = "STREAMCTL_KAFKA_TIMEOUT"
 
-FORMATS: tuple[str, ...] = ("table", "plain", "markdown", "json")
+FORMATS: tuple[str, ...] = ("table", "wide", "plain", "markdown", "json")
 
 PIPELINE_KEYS: tuple[str, ...] = ("checkpoint", "sink", "sink_kind", "app_id", "kafka")
 TOP_LEVEL_TABLES: tuple[str, ...] = ("defaults", "pipelines")

@@ -1,4 +1,4 @@
-"""Output: rich tables on a terminal, plain text when piped or NO_COLOR is set, markdown, JSON.
+"""Output: rich tables on a terminal (fitted to its width), plain text when piped, markdown, JSON.
 
 JSON never goes through rich (rich wraps long lines and eats `[bracketed]` text); table cells are
 `rich.text.Text` so topic names like `topic[prod]` survive.
@@ -11,12 +11,19 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional, Sequence
 
-FORMATS = ("table", "plain", "markdown", "json")
+FORMATS = ("table", "wide", "plain", "markdown", "json")
 
 
 def effective_format(fmt: str) -> str:
-    """`table` means a rich table on a terminal; piped output or NO_COLOR gets plain text."""
-    if fmt == "table" and (not sys.stdout.isatty() or os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb"):
+    """`table` means a rich table on a terminal, fitted to its width (NO_COLOR: without colours);
+    piped output or a dumb terminal gets plain text. `wide` is `table` with each table's wide
+    columns (context.WIDE)."""
+    if fmt == "wide":
+        from streamctl.cli import context
+
+        context.WIDE = True
+        fmt = "table"
+    if fmt == "table" and (not sys.stdout.isatty() or os.environ.get("TERM") == "dumb"):
         return "plain"
     return fmt
 
@@ -74,7 +81,23 @@ def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, 
             table.add_column(h, overflow="fold")
         for row in rows:
             table.add_row(*[Text(_cell(v)) for v in row])
-        Console().print(table)
+        console = Console()
+        natural = console.measure(table, options=console.options.update(max_width=1 << 20)).maximum
+        if context.NO_HEADERS or len(headers) < 3 or natural <= console.width:
+            console.print(table)
+            return
+        # wider than the terminal: one block per row, a column's name beside its value (as
+        # `psql \x auto`), so nothing is folded into unreadable slivers
+        if title:
+            console.print(Text(title, style="bold"))
+        for i, row in enumerate(rows):
+            grid = Table.grid(padding=(0, 2))
+            grid.add_column(style="bold", no_wrap=True)
+            grid.add_column(overflow="fold")
+            for h, v in zip(headers, row, strict=False):
+                grid.add_row(Text(h), Text(_cell(v)))
+            console.print(grid)
+            console.print()
         return
     from tabulate import tabulate
 

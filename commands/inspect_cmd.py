@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import render
+from streamctl.cli import context, render
 from streamctl.cli.errors import handle_errors
 from streamctl.cli.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import inspect_view as view
@@ -218,8 +218,12 @@ def inspect_state(
                 elif chain == "orphans":
                     chain = f"orphans: {len(s['orphans']) + len(s['temp_files'])}"
                 versions = "-" if not s["versions"] else f"{s['versions'][0]}..{s['versions'][1]} ({s['version_count']})"
-                rows.append([op["operator"], s["partition"], s["store"], s["provider"], versions,
-                             s["newest_snapshot"], s["durable_version"], chain])
+                row = [op["operator"], s["partition"], s["store"], s["provider"], versions,
+                       s["newest_snapshot"], s["durable_version"], chain]
+                if context.WIDE:  # -o wide: where the store is and what a restart needs of it
+                    row += [s["path"], s["required_version"], s["first_restorable"],
+                            len(s["orphans"]) + len(s["temp_files"]), "yes" if s["unique_ids"] else "no"]
+                rows.append(row)
             sm = op["summary"]
             chains = ", ".join(f"{k} {v}" for k, v in sm["chains"].items())
             summary.append(
@@ -228,7 +232,8 @@ def inspect_state(
                 f"{sm['stores']} stores, durable versions {sm['min_durable_version']}..{sm['max_durable_version']}; {chains or 'no stores'}")
         title = f"{doc['checkpoint']}  (committed {doc['committed']}, next run restores version {doc['required_version']})"
         if rows:
-            render.emit_table(["op", "partition", "store", "provider", "versions", "newest snapshot", "durable", "chain"],
+            render.emit_table(["op", "partition", "store", "provider", "versions", "newest snapshot", "durable", "chain"]
+                              + (["path", "restores", "first restorable", "orphans", "unique ids"] if context.WIDE else []),
                               rows, output, title=title)
         else:
             render.emit_lines(["no state: the query is stateless"], output, title=title)

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import render
+from streamctl.cli import context, render
 from streamctl.cli.exit_codes import ExitCode
 from streamctl.commands import options
 
@@ -62,13 +62,34 @@ def epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[s
         if with_reclaim:
             r = q.get("reclaimable") or {}
             row += [f"{r['files']} files, {options.human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
-        rows.append(row + [window(q["common_window"]), q["verdict"]])
+        row += [window(q["common_window"]), q["verdict"]]
+        if context.WIDE:
+            row += _wide_epoch_cells(q)
+        rows.append(row)
         lines += [finding_line(f, q["checkpoint"] if len(doc["queries"]) > 1 else None) for f in q["findings"]]
     lines += [finding_line(f) for f in doc["findings"]]
     headers = (["query id", "checkpoint", "planned", "committed", "state epoch"]
                + (["sink epoch"] if with_sink else []) + (["kafka lag"] if with_kafka else [])
-               + (["reclaimable"] if with_reclaim else []) + ["common window", "verdict"])
+               + (["reclaimable"] if with_reclaim else []) + ["common window", "verdict"]
+               + (WIDE_EPOCH_HEADERS if context.WIDE else []))
     return headers, rows, lines
+
+
+WIDE_EPOCH_HEADERS = ["offsets kept", "format", "sink", "lease", "findings"]
+
+
+def _wide_epoch_cells(q: dict[str, Any]) -> list[Any]:
+    """`-o wide`: the retained offsets window, the checkpoint format, the sink's location, the
+    agent's lease and the findings by severity."""
+    kept = (q.get("retained") or {}).get("offsets")
+    counts: dict[str, int] = {}
+    for f in q["findings"]:
+        counts[f["severity"]] = counts.get(f["severity"], 0) + 1
+    found = ", ".join(f"{counts[s]} {s}{'s' if counts[s] > 1 and s != 'info' else ''}"
+                      for s in ("error", "warning", "info") if s in counts) or "none"
+    lease = q.get("lease")
+    return [window(kept) if kept else "-", q.get("checkpoint_format"), (q.get("sink") or {}).get("uri") or "-",
+            f"{lease['status']} ({lease['state']})" if lease else "-", found]
 
 
 def emit_epochs(doc: dict[str, Any], output: str) -> None:

@@ -10,7 +10,8 @@ import typer
 from streamctl.inspectors.findings import human_bytes  # noqa: F401 - the commands' name for it
 from streamctl.cli import context, render
 
-FORMAT_HELP = "Output format: table (plain text when piped or NO_COLOR is set), plain, markdown or json. [env: STREAMCTL_FORMAT]"
+FORMAT_HELP = ("Output format: table (fitted to the terminal; plain text when piped), wide (table with more columns), "
+               "plain, markdown or json. [env: STREAMCTL_FORMAT]")
 QUIET_HELP = ("Seconds: a newest offsets/commits file younger than this reports LIVE_QUERY. Default: three "
               "trigger intervals (10 s..10 min); 0 turns the check off. [env: STREAMCTL_QUIET_PERIOD]")
 SINK_HELP = "The sink this checkpoint writes to (a path or URI); once per checkpoint, in order."

@@ -62,3 +62,38 @@ def run(*args: str, terminal: bool, crash_after: Optional[int] = None, timeout: 
         reader.join(10)
         os.close(master)
     return Run(proc.returncode, out.decode(), b"".join(chunks).decode("utf-8", "replace"))
+
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def on_terminal(*args: str, columns: int, no_color: bool = False, timeout: float = 60) -> Run:
+    """`streamctl ARGS` with stdout and stderr on one pseudo-terminal `columns` wide, as an
+    operator at that terminal sees it; `stdout` is the screen's text without control sequences."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
+    env.update(STREAMCTL_QUIET_PERIOD="0", TERM="xterm-256color", COLUMNS=str(columns), LINES="50")
+    env.pop("NO_COLOR", None)
+    if no_color:
+        env["NO_COLOR"] = "1"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    proc = subprocess.Popen([str(STREAMCTL), *args], env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout)
+    os.close(master)
+    raw = b"".join(chunks).decode("utf-8", "replace")
+    return Run(code, ANSI.sub("", raw).replace("\r\n", "\n"), raw)

@@ -214,7 +214,7 @@ def test_config_unknown_default_key(tmp_path: Path) -> None:
     ("line", "expected"),
     [
         ("format = 3", "[defaults] format must be a string, not a number"),
-        ("format = 'xml'", "[defaults] format must be one of table, plain, markdown, json"),
+        ("format = 'xml'", "[defaults] format must be one of table, wide, plain, markdown, json"),
         ("kafka_timeout = '10'", "[defaults] kafka_timeout must be a number, not a string"),
         ("kafka_timeout = true", "[defaults] kafka_timeout must be a number, not a boolean"),
         ("kafka_timeout = 0", "[defaults] kafka_timeout must be a number greater than 0"),

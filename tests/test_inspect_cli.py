@@ -493,3 +493,47 @@ def test_no_headers_prints_the_rows_alone(cli) -> None:
     first = r.stdout.splitlines()[0].split()
     assert r.code == 0 and first[1] == str(ck) and first[-1] == "aligned", r.stdout
     assert "query id" not in r.stdout and "---" not in r.stdout
+
+
+FIXTURE_STATEFUL = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+
+
+def _terminal():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("streamctl_tests_terminal_width", Path(__file__).with_name("terminal.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_output_on_a_terminal_fits_its_width(tmp_path, no_color):
+    """Issue 31: a table and its findings on an 80-column terminal (colours or NO_COLOR) keep
+    every line within the width: rich folds cells and wraps finding lines; only piped output is
+    plain text. -o wide adds its columns and still fits."""
+    term = _terminal()
+    chk = build(tmp_path / "a-checkpoint-folder-with-a-long-name" / "chk", planned=4, committed=2)
+    (chk / "offsets" / "3").unlink()  # a gap: a long finding line
+    for fmt in ("table", "wide"):
+        r = term.on_terminal("inspect", "epochs", str(chk), "-o", fmt, columns=80, no_color=no_color)
+        lines = r.stdout.splitlines()
+        assert r.code == 1 and "ASYNC_PROGRESS" in r.stdout and "verdict: misaligned" in r.stdout, r.stdout
+        assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+        if fmt == "wide":
+            assert "lease" in r.stdout, r.stdout
+    piped = subprocess.run([str(term.STREAMCTL), "inspect", "epochs", str(chk)], capture_output=True,
+                           text=True, env=dict(os.environ, COLUMNS="80", STREAMCTL_QUIET_PERIOD="0"))
+    assert any(len(line) > 80 for line in piped.stdout.splitlines()), "piped output is plain: lines are not wrapped"
+
+
+def test_wide_adds_columns(cli, tmp_path):
+    chk = build(tmp_path / "chk")
+    r = cli("inspect", "epochs", str(chk), "-o", "wide")
+    head = r.stdout.splitlines()[0]
+    assert r.code == 0 and all(h in head for h in ("offsets kept", "format", "sink", "lease", "findings")), r.stdout
+    plain = cli("inspect", "epochs", str(chk))
+    assert "offsets kept" not in plain.stdout
+    st = cli("inspect", "state", str(FIXTURE_STATEFUL), "-o", "wide")
+    assert "first restorable" in st.stdout and "state/0/0" in st.stdout, st.stdout
