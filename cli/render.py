@@ -90,7 +90,7 @@ def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, 
         # `psql \x auto`), so nothing is folded into unreadable slivers
         if title:
             console.print(Text(title, style="bold"))
-        for i, row in enumerate(rows):
+        for row in rows:
             grid = Table.grid(padding=(0, 2))
             grid.add_column(style="bold", no_wrap=True)
             grid.add_column(overflow="fold")
