@@ -94,7 +94,10 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
     current = _int(meta.get("current-snapshot-id"))
     if current is None or current == -1:
         current = _int(main.get("snapshot-id"))
-    out: dict[str, Any] = {"metadata": st.uri(rel), "snapshot_id": current, "epoch": None, "epochs": [],
+    hadoop = re.fullmatch(rf"{METADATA_DIR}/v(\d{{1,18}})\.metadata\.json", rel)
+    out: dict[str, Any] = {"metadata": st.uri(rel), "metadata_rel": rel, "snapshot_id": current, "epoch": None, "epochs": [],
+                           "hadoop_version": int(hadoop.group(1)) if hadoop and st.lookup(f"{METADATA_DIR}/version-hint.text")
+                           is not None else None, "ancestry": [],
                            "rolled_back": [], "others": 0, "expired": False,
                            "queries": sorted({str(s["summary"][QUERY_ID]) for s in snapshots.values()
                                               if isinstance(s.get("summary"), dict) and s["summary"].get(QUERY_ID)})}
@@ -111,7 +114,10 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
         sid = _int(snap.get("parent-snapshot-id"))
     for sid in ancestry:
         summary = snapshots[sid].get("summary") if isinstance(snapshots[sid].get("summary"), dict) else {}
-        if app_id is not None and summary.get(QUERY_ID) == app_id:
+        mine = app_id is not None and summary.get(QUERY_ID) == app_id
+        out["ancestry"].append({"snapshot_id": sid, "epoch": _int(summary.get(EPOCH_ID)) if mine else None,
+                                "operation": str(summary.get("operation", "")), "query": summary.get(QUERY_ID)})
+        if mine:
             epoch = _int(summary.get(EPOCH_ID))
             if epoch is None:
                 raise StorageError(st.uri(rel), f"snapshot {sid}: {EPOCH_ID} {summary.get(EPOCH_ID)!r} is not an epoch")
@@ -151,3 +157,61 @@ def findings_of(table: dict[str, Any], app_id: Optional[str]) -> list[Finding]:
                 f"now holds the query's epochs up to {table['epoch']}",
                 details={"epochs": gone, "sink_epoch": table["epoch"]}))
     return out
+
+
+def rollback(st: Storage, table: dict[str, Any], x: int,
+             now_ms: int) -> tuple[Optional[list[tuple[str, bytes]]], str, Optional[int]]:
+    """Roll a Hadoop table back so the query's newest epoch in it is `x` (docs/model.md#iceberg-table-rollback):
+    ([(relative path, content)] of the new metadata file and the version hint, a text saying
+    what it does, the query's newest epoch in the table after it), or (None, why not, None). Iceberg's own rollback (`rollback_to_snapshot`): a new
+    metadata version whose current snapshot (and `main` ref) is the snapshot before the query's
+    epochs above `x`, with the snapshot log and metadata log extended; every snapshot, manifest
+    and data file stays. Refused when another writer committed between those epochs (rolling back
+    would drop its data), when nothing is left to roll back to, or for a catalog table (whose
+    catalog, not a file, names the current metadata)."""
+    import json
+
+    anc = table["ancestry"]
+    above = [k for k, a in enumerate(anc) if a["epoch"] is not None and a["epoch"] > x]
+    if not above:
+        return None, "nothing to roll back", None
+    i = above[-1] + 1  # the snapshot before the oldest of the query's epochs above x
+    others = [f"{a['snapshot_id']} ({a['operation'] or 'unknown'})" for a in anc[:i]
+              if a["epoch"] is None or a["epoch"] <= x]
+    if others:
+        return None, (f"another writer committed {len(others)} snapshot(s) after the query's epoch {x} "
+                      f"({summarize(others, 3)}): rolling the table back would drop their data"), None
+    if i == len(anc):
+        return None, f"the query's epochs above {x} start the table's history: no snapshot to roll back to", None
+    target = anc[i]["snapshot_id"]
+    after = next((a["epoch"] for a in anc[i:] if a["epoch"] is not None), None)
+    if after is None or after != x:
+        return None, (f"the snapshot it would go back to holds the query's epoch {after}, not {x}: what the table "
+                      f"holds of epochs {'' if after is None else after + 1}..{x} is unknown"), None
+    if table.get("hadoop_version") is None:
+        return None, (f"{table['metadata']} is named by a catalog, not by a version hint: roll the table back through "
+                      f"its catalog (CALL <catalog>.system.rollback_to_snapshot('<db>.<table>', {target})), then "
+                      "align again"), None
+    rel = table["metadata_rel"]
+    meta = load_json(st.read(rel, MAX_METADATA_BYTES).decode("utf-8"))
+    version = int(table["hadoop_version"]) + 1
+    new_rel = f"{METADATA_DIR}/v{version}.metadata.json"
+    if st.lookup(new_rel) is not None:
+        return None, f"{st.uri(new_rel)} exists already: the table moved on since it was read", None
+    previous_ms = _int(meta.get("last-updated-ms")) or now_ms
+    meta["current-snapshot-id"] = target
+    refs = meta.get("refs") if isinstance(meta.get("refs"), dict) else {}
+    main = dict(refs["main"] if isinstance(refs.get("main"), dict) else {}, **{"snapshot-id": target, "type": "branch"})
+    meta["refs"] = dict(refs, main=main)
+    meta["last-updated-ms"] = max(now_ms, previous_ms)
+    meta["snapshot-log"] = (meta["snapshot-log"] if isinstance(meta.get("snapshot-log"), list) else []) + [{"timestamp-ms": meta["last-updated-ms"], "snapshot-id": target}]
+    log = meta["metadata-log"] if isinstance(meta.get("metadata-log"), list) else []
+    prefix = str(log[-1]["metadata-file"]).rsplit("/", 1)[0] if log and isinstance(log[-1], dict) and \
+        log[-1].get("metadata-file") else st.uri(METADATA_DIR)
+    meta["metadata-log"] = log + [{"timestamp-ms": previous_ms, "metadata-file": f"{prefix}/{rel.rsplit('/', 1)[1]}"}]
+    content = json.dumps(meta, ensure_ascii=False).encode("utf-8")
+    epochs = [a["epoch"] for a in anc[:i]]
+    return ([(new_rel, content), (f"{METADATA_DIR}/version-hint.text", str(version).encode("ascii"))],
+            f"the table is rolled back to snapshot {target} (a new metadata version v{version}, as Iceberg's "
+            f"rollback_to_snapshot does): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
+            "state and the restart writes them again; undo makes the previous version current", after)

@@ -15,7 +15,7 @@ data files they list are moved away, so the replay rewrites them once).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
@@ -219,6 +219,8 @@ class _Evidence:
     sink_holes: list[int]  # repartition batches the file sink's log lacks (filled by the plan)
     fmt2: bool  # checkpoint format 2 with state: commits name state file ids
     async_ok: bool  # async progress tracking proven (offsets conf) or stated (--async-progress)
+    table: Optional[dict[str, Any]] = None  # an Iceberg sink's metadata (inspectors/iceberg.py read_table)
+    table_rollbacks: dict[int, Any] = field(default_factory=dict)  # x -> iceberg.rollback's answer
 
     @property
     def c_(self) -> int:
@@ -271,10 +273,29 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
         S = max(sink_holes + ([S] if S is not None else []))  # a hole below the newest entry keeps S
         pl.notes.append(f"{FILE_SINK_LOG}/ gets the empty entry of repartition batch(es) {epochs_text(sink_holes)} "
                         "(v1, no files): exactly-once, the batch read no input")
+    table = None
+    if sink is not None and sink.kind == "iceberg" and sink_st is not None:
+        from streamctl.inspectors.iceberg import read_table
+
+        table = read_table(sink_st, sink.app_id)
     return _Evidence(q, pl.st, set(q.offsets.batch_ids), set(q.commits.batch_ids), q.planned, q.committed, stores,
                      sink, sink_st, file_log, S_before, S, sink is not None and sink.kind in ROLLBACK_SINKS,
                      missing_writer_epochs, _unfinished_repartition(q), sink_holes,
-                     q.checkpoint_format == 2 and bool(stores), async_ok(q, req.async_progress))
+                     q.checkpoint_format == 2 and bool(stores), async_ok(q, req.async_progress), table)
+
+
+def _table_rollback(ev: _Evidence, x: int) -> tuple[Optional[list[tuple[str, bytes]]], str, Optional[int]]:
+    """An Iceberg table rolled back to the query's epoch x (inspectors/iceberg.py rollback), memoised
+    per x: (files to write, what it does, the table's epoch after it) or (None, why not, None)."""
+    if ev.table is None or ev.sink_st is None:
+        return None, "not an Iceberg table", None
+    if x not in ev.table_rollbacks:
+        import time
+
+        from streamctl.inspectors.iceberg import rollback
+
+        ev.table_rollbacks[x] = rollback(ev.sink_st, ev.table, x, int(time.time() * 1000))
+    return ev.table_rollbacks[x]
 
 
 def _missing_below(ids: set[int], x: int) -> Optional[int]:
@@ -350,10 +371,14 @@ def _classified(ev: _Evidence, x: int, keep_next: bool, strategy: str) -> Option
             why.append(f"the sink's newest epoch is {ev.S}: epochs {epochs_text(loss)} would be marked done without reaching it")
         loss += [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
         if not ev.rollbackable and s_ > x and not (keep_next and s_ == x + 1):
-            extra = [e for e in _span(x + 1, s_) if e not in loss]
-            loss += extra
-            why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
-                       f"{epochs_text(extra)} by batch id, whatever they now carry")
+            back, text, _after = _table_rollback(ev, x) if sink.kind == "iceberg" else (None, "", None)
+            if back is not None:
+                why.append(text)
+            else:
+                extra = [e for e in _span(x + 1, s_) if e not in loss]
+                loss += extra
+                why.append(f"the {sink.kind} sink cannot be rolled back: it skips replayed epochs "
+                           f"{epochs_text(extra)} by batch id, whatever they now carry" + (f" ({text})" if text else ""))
     loss.sort()
     cls = LOSS if loss else DUPLICATES if dup else EXACTLY_ONCE
     return Option(strategy, x, cls, dup, loss, "; ".join(why))
@@ -590,6 +615,14 @@ def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tup
         else:
             steps += pl.coordinated_steps(sink_st, sink, x)
         new_s = x
+    elif sink.kind == "iceberg" and ev.s_ > x and not (_keeps_next(ev, pl.req, x) and ev.s_ == x + 1):
+        back, text, after = _table_rollback(ev, x)
+        if back is not None:  # chosen as exactly-once by _classified: the table goes back to epoch x
+            steps += [Step("write", "sink", rel, "Iceberg table rollback: the new current metadata version" if
+                           rel.endswith(".metadata.json") else "Iceberg table rollback: the version hint", content)
+                      for rel, content in back]
+            pl.notes.append(text)
+            new_s = after
     for f in sink.findings:
         if f.code == "SINK_ORPHANS":
             for uri in f.details.get("files", []):

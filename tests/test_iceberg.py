@@ -76,10 +76,31 @@ def test_commit_lost_after_the_table_committed_is_in_flight(cli, tmp_path, check
     assert code == 0 and q["verdict"] == "recoverable" and _codes(q) == ["IN_FLIGHT"], q
 
 
-def test_offsets_and_commit_lost_with_the_table_ahead(cli, tmp_path, checkpoint):
-    """`offsets/2` and `commits/2` lost, the table holds epoch 2: Spark plans batch 2 anew from
-    newer offsets and the sink skips it as committed (its rows are lost): SINK_AHEAD; align cannot
-    roll an Iceberg table back by epoch, so the only plans lose or the plan refuses."""
+def _hadoop(table: Path) -> None:
+    """The pyiceberg table as a Hadoop table: `vN.metadata.json` and `version-hint.text`."""
+    meta_dir = table / "metadata"
+    files = sorted(meta_dir.glob("*.metadata.json"))
+    for i, f in enumerate(files):
+        os.rename(f, meta_dir / f"v{i + 1}.metadata.json")
+    (meta_dir / "version-hint.text").write_text(str(len(files)))
+
+
+def _rows(table: Path) -> list[int]:
+    """The rows a reader of the table's current metadata sees (pyiceberg reads the version hint's file)."""
+    from pyiceberg.table import StaticTable
+
+    hint = (table / "metadata" / "version-hint.text").read_text().strip()
+    t = StaticTable.from_metadata(str(table / "metadata" / f"v{hint}.metadata.json"))
+    return sorted(t.scan().to_arrow()["id"].to_pylist())
+
+
+def test_offsets_and_commit_lost_with_the_table_ahead(cli, tmp_path, checkpoint, tree_snapshot):
+    """`offsets/2` and `commits/2` lost, the table holds epoch 2: Spark plans batch 2 anew and the
+    sink skips it as committed (its rows are lost): SINK_AHEAD. A catalog table cannot be rolled
+    back by a file: align refuses and names Iceberg's procedure. A Hadoop table is rolled back as
+    Iceberg's `rollback_to_snapshot` does (a new metadata version whose current snapshot is epoch
+    1's): exactly-once, the restart writes epoch 2 again; undo makes the previous version current
+    (docs/model.md#iceberg-table-rollback)."""
     _, table = _table(tmp_path / "wh", 3)
     chk = checkpoint(tmp_path / "chk", 1, 1)
     code, q = _inspect(cli, chk, table)
@@ -87,7 +108,40 @@ def test_offsets_and_commit_lost_with_the_table_ahead(cli, tmp_path, checkpoint)
     f = {x["code"]: x for x in q["findings"]}["SINK_AHEAD"]
     assert f["skipped"] == [2], f
     r = cli("align", str(chk), "--sink", str(table), "--json", "--quiet-period", "0")
-    assert r.code == 4 and "exactly-once" in r.stderr, r
+    assert r.code == 4 and "rollback_to_snapshot" in r.stderr, r
+
+    _hadoop(table)
+    new = f"v{len(list((table / 'metadata').glob('v*.metadata.json'))) + 1}.metadata.json"
+    before = tree_snapshot(tmp_path)
+    r = cli("align", str(chk), "--sink", str(table), "--json", "--quiet-period", "0")
+    assert r.code == 0, r.stdout + r.stderr
+    plan = r.json()["plan"]
+    assert plan["classification"] == "exactly-once" and plan["target"] == 1 and plan["after"]["sink_epoch"] == 1, plan
+    assert [(s["root"], s["path"]) for s in plan["steps"]] == [("sink", f"metadata/{new}"),
+                                                              ("sink", "metadata/version-hint.text")], plan["steps"]
+    assert tree_snapshot(tmp_path) == before, "a plan changed files"
+    done = cli("align", str(chk), "--sink", str(table), "--json", "--quiet-period", "0", "--execute")
+    assert done.code == 0 and done.json()["verified"] is True, done.stdout + done.stderr
+    assert _rows(table) == list(range(2 * ROWS))  # the oracle: an Iceberg reader sees epochs 0 and 1 only
+    code, q = _inspect(cli, chk, table)
+    assert code == 0 and q["sink"]["epoch"] == 1 and "SINK_ROLLED_BACK" in _codes(q), q
+    undone = cli("align", "--undo", done.json()["backup"], "--json")
+    assert undone.code == 0, undone.stdout + undone.stderr
+    assert _rows(table) == list(range(3 * ROWS)) and not (table / "metadata" / new).exists()
+
+
+def test_table_rollback_refuses_over_another_writer(cli, tmp_path, checkpoint):
+    """Another writer appended after the query's epoch 2: rolling the table back to epoch 1 would
+    drop its rows, so align refuses and names its snapshot."""
+    import pyarrow as pa
+
+    t, table = _table(tmp_path / "wh", 3)
+    t.append(pa.table({"id": [1000]}))  # a batch job's append
+    other = t.metadata.current_snapshot_id
+    _hadoop(table)
+    chk = checkpoint(tmp_path / "chk", 1, 1)
+    r = cli("align", str(chk), "--sink", str(table), "--json", "--quiet-period", "0")
+    assert r.code == 4 and "another writer" in r.stderr and str(other) in r.stderr, r.stderr
 
 
 def test_table_rolled_back_makes_the_checkpoint_replay(cli, tmp_path, checkpoint):
@@ -134,9 +188,7 @@ def test_hadoop_table_version_hint_and_two_claimants(cli, tmp_path, checkpoint):
     _, table = _table(tmp_path / "wh", 2)
     meta_dir = table / "metadata"
     files = sorted(meta_dir.glob("*.metadata.json"))
-    for i, f in enumerate(files):
-        os.rename(f, meta_dir / f"v{i + 1}.metadata.json")
-    (meta_dir / "version-hint.text").write_text(str(len(files)))
+    _hadoop(table)
     chk = checkpoint(tmp_path / "chk", 1, 1)
     code, q = _inspect(cli, chk, table)
     assert code == 0 and q["sink"]["epoch"] == 1, q

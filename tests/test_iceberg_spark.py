@@ -91,11 +91,28 @@ def test_offsets_and_commit_lost_with_the_table_ahead_loses_ids(cli, r):
     code, q = _inspect(cli, r)
     assert code == 1 and "SINK_AHEAD" in _codes(q), q
     a = cli("align", str(r.ck), "--sink", str(r.table_dir), "--json", "--quiet-period", "0")
-    assert a.code == 4, a  # no exactly-once plan: the table skips batch 2 whatever it carries
-    r.add(2)
+    plan = a.json()["plan"]  # the repair (the next test carries it out): the table goes back to epoch 1
+    assert a.code == 0 and plan["classification"] == "exactly-once" and plan["after"]["sink_epoch"] == 1, plan
+    r.add(2)  # restarted as is: the table skips the re-planned batch 2
     r.run()
     got = r.ids()
     assert got != r.expected() and set(r.expected()) - set(got), got  # the oracle: ids lost, as predicted
+
+
+def test_offsets_and_commit_lost_then_align_rolls_the_table_back_and_the_restart_is_exactly_once(cli, r):
+    """The same damage, repaired: the Hadoop table is rolled back to epoch 1's snapshot as
+    Iceberg's rollback_to_snapshot does (a new metadata version), so the real writer commits the
+    re-planned batch 2 instead of skipping it (docs/model.md#iceberg-table-rollback)."""
+    _drop(r.ck / "offsets", 2)
+    _drop(r.ck / "commits", 2)
+    a = cli("align", str(r.ck), "--sink", str(r.table_dir), "--json", "--quiet-period", "0", "--execute")
+    assert a.code == 0 and a.json()["verified"] is True, a.stdout + a.stderr
+    plan = a.json()["plan"]
+    assert plan["classification"] == "exactly-once" and {s["root"] for s in plan["steps"]} == {"sink"}, plan
+    r.spark.sql(f"REFRESH TABLE {r.cat}.db.orders")  # a restart is a new driver: no cached table metadata
+    r.add(2)
+    r.run()
+    assert r.ids() == r.expected()  # the oracle: exactly once
 
 
 def test_table_rolled_back_then_align_replays_exactly_once(cli, r, spark):
