@@ -139,3 +139,67 @@ def test_a_fresh_checkpoint_on_the_same_table_is_a_preflight_finding(cli, r):
     r.run(new)
     got = r.ids()
     assert any(n > 1 for n in got.values()), got  # the oracle: the new query delivered every row again
+
+
+def _java_table(spark: Any, r: Run) -> Any:
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"{r.cat}.db.orders")
+
+
+def test_compaction_and_a_second_writer_between_epochs(cli, r, spark):
+    """Other writers' snapshots after the query's epoch 2 (Iceberg's own compaction, a batch
+    append): the sink epoch is still 2 (the writer walks past them), aligned; the restart commits
+    epochs 3 and 4 once, and the batch rows stay. A crash that lost `offsets/2` and `commits/2`
+    then cannot be repaired by rolling the table back over those writers: align refuses, naming
+    them."""
+    r.spark.createDataFrame([(10_000,)], "id BIGINT").writeTo(f"{r.cat}.db.orders").append()
+    actions = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get()
+    result = actions.rewriteDataFiles(_java_table(spark, r)).option("min-input-files", "2").execute()
+    assert result.rewrittenDataFilesCount() > 1, "the compaction rewrote nothing"
+    code, q = _inspect(cli, r)
+    assert code == 0 and q["sink"]["epoch"] == 2 and q["verdict"] == "aligned", q
+    sink = cli("inspect", "sink", str(r.table_dir), "--app-id", q["query_id"], "--json")
+    assert sink.code == 0 and sink.json()["sink"]["other_snapshots_after"] == 2, sink.stdout  # the append, the replace
+
+    _drop(r.ck / "offsets", 2)
+    _drop(r.ck / "commits", 2)
+    a = cli("align", str(r.ck), "--sink", str(r.table_dir), "--json", "--quiet-period", "0")
+    assert a.code == 4 and "another writer" in a.stderr, a.stderr
+    r.spark.sql(f"REFRESH TABLE {r.cat}.db.orders")
+
+
+def test_compaction_then_restart_is_exactly_once(cli, r, spark):
+    actions = spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get()
+    actions.rewriteDataFiles(_java_table(spark, r)).option("min-input-files", "2").execute()
+    code, q = _inspect(cli, r)
+    assert code == 0 and q["sink"]["epoch"] == 2, q
+    r.spark.sql(f"REFRESH TABLE {r.cat}.db.orders")
+    r.add(2)
+    r.run()
+    assert r.ids() == r.expected()  # the oracle: epochs 3, 4 once, nothing of 0..2 again
+
+
+def test_expired_history_is_unknown_and_a_branch_is_off_the_ancestry(cli, r, spark):
+    """Snapshot expiry that keeps only another writer's newest snapshot hides every epoch of the
+    query: unknown (exit 3), never aligned. A branch holding the query's epochs is not the table's
+    current state: the epoch on `main` counts."""
+    import time
+
+    table = _java_table(spark, r)
+    snaps = json.loads((r.table_dir / "metadata" / f"v{(r.table_dir / 'metadata/version-hint.text').read_text().strip()}"
+                        ".metadata.json").read_text())["snapshots"]
+    epoch = {s["summary"].get("spark.sql.streaming.epochId"): s["snapshot-id"] for s in snaps}
+    table.manageSnapshots().createBranch("audit", epoch["2"]).commit()
+    table.manageSnapshots().rollbackTo(epoch["1"]).commit()  # main at epoch 1; epoch 2 only on the branch
+    code, q = _inspect(cli, r)
+    assert code == 1 and q["sink"]["epoch"] == 1 and "SINK_ROLLED_BACK" in _codes(q), q
+    assert json.loads((r.table_dir / "metadata" / f"v{(r.table_dir / 'metadata/version-hint.text').read_text().strip()}"
+                       ".metadata.json").read_text())["refs"]["audit"]["snapshot-id"] == epoch["2"]
+
+    r.spark.sql(f"REFRESH TABLE {r.cat}.db.orders")
+    r.spark.createDataFrame([(10_000,)], "id BIGINT").writeTo(f"{r.cat}.db.orders").append()
+    table = _java_table(spark, r)
+    table.refresh()
+    table.manageSnapshots().removeBranch("audit").commit()
+    table.expireSnapshots().expireOlderThan(int(time.time() * 1000) + 1000).retainLast(1).commit()
+    code, q = _inspect(cli, r)
+    assert code == 3 and q["verdict"] == "unreadable" and "expired" in str(q["findings"]), q
