@@ -224,10 +224,11 @@ def _inspect(args: list[str], quiet_period: Optional[str] = "0") -> int:
 
 
 def _epochs_args(root: Path, bootstrap: Optional[str]) -> list[str]:
-    from streamctl.pipeline.reference import QUERIES, layout
+    from streamctl.pipeline.reference import ICEBERG, QUERIES, layout
 
-    args = ["inspect", "epochs", *[str(layout(root, q)[0]) for q in QUERIES]]
-    for q in QUERIES:
+    queries = QUERIES + ((ICEBERG,) if layout(root, ICEBERG)[0].exists() else ())
+    args = ["inspect", "epochs", *[str(layout(root, q)[0]) for q in queries]]
+    for q in queries:
         args += ["--sink", str(layout(root, q)[1])]
     if bootstrap:
         args += ["--bootstrap", bootstrap]
@@ -238,7 +239,10 @@ def _print_delivery(report: dict[str, Any]) -> None:
     _out("Delivery check (read from the sinks, outside Spark):")
     for name, label in (("file_sink", "file sink (parquet, files in _spark_metadata)"),
                         ("coordinated", "coordinated sink (files in _commits/*.json)"),
-                        ("delta", "Delta table (aggregate per key)")):
+                        ("delta", "Delta table (aggregate per key)"),
+                        ("iceberg", "Iceberg table (snapshots of the current ancestry)")):
+        if name not in report:
+            continue
         r = report[name]
         if "error" in r:
             _out(f"  {label}: FAILED: {r['error']}")
@@ -247,7 +251,8 @@ def _print_delivery(report: dict[str, Any]) -> None:
                  f"(want {report['events']}), table version {r['table_version']}"
                  + (f", wrong keys {r['wrong_keys']}" if r["wrong_keys"] else ""))
         else:
-            extra = f"{r['files']} files" if name == "file_sink" else f"{r['commit_records']} commit records"
+            extra = (f"{r['files']} files" if name == "file_sink" else f"{r['commit_records']} commit records"
+                     if name == "coordinated" else f"snapshot {r['snapshot_id']}")
             _out(f"  {label}: {'ok' if r['ok'] else 'FAILED'}: {r['rows']} rows from {extra}, "
                  f"{r['distinct']} distinct of {report['events']} events, missing {r['missing']}, "
                  f"duplicates {r['duplicates']}")
@@ -295,6 +300,9 @@ def demo(
     fault: Optional[str] = typer.Option(None, "--fault", help="After the clean run, apply a named fault and inspect again: "
                                         + ", ".join(FAULTS) + " (stale-lease needs the agent)."),
     keep_broker: bool = typer.Option(False, "--keep-broker", help="Leave the Kafka broker running at the end."),
+    iceberg: bool = typer.Option(False, "--iceberg", help="Add a fourth query that writes an Iceberg table (as Iceberg's "
+                                 "streaming sink commits: one snapshot per epoch, with the query id and epoch); needs "
+                                 "pyiceberg (pip install 'streamctl[iceberg]')."),
 ) -> None:
     """Run a complete local demo: a Kafka broker, a real PySpark pipeline with three sinks,
     an exactly-once delivery check, then streamctl's inspection of the result.
@@ -318,10 +326,16 @@ def demo(
       streamctl demo --dir /tmp/demo --events 500 --batches 8
       streamctl demo --fault sink-ahead
       streamctl demo --fault lost-state-file --keep-broker
+      streamctl demo --iceberg
     """
     from streamctl.inspectors.errors import UsageError
 
     names = _fault_names()
+    if iceberg:
+        import importlib.util
+
+        if importlib.util.find_spec("pyiceberg") is None:
+            raise UsageError("--iceberg needs pyiceberg: pip install 'streamctl[iceberg]'")
     if fault is not None and fault not in names:
         raise UsageError(f"unknown fault {fault!r}; known: {', '.join(names)}")
     if events < 1 or events > 1_000_000:
@@ -388,7 +402,10 @@ def demo(
                 _err(f"query {name}: caught up at batch {info['last_batch']} in {info['seconds']}s, "
                      f"stopped via {info['stop']}")
 
-        result = run_reference(spark, root, bootstrap, topic, batches=batches, events=events, on_query=on_query)
+        from streamctl.pipeline.reference import ICEBERG, QUERIES
+
+        result = run_reference(spark, root, bootstrap, topic, batches=batches, events=events, on_query=on_query,
+                               queries=QUERIES + ((ICEBERG,) if iceberg else ()))
         _stop_spark(spark)
         spark = None
 

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "QUERIES",
+    "ICEBERG",
     "NUM_KEYS",
     "PARTITIONS",
     "event",
@@ -62,6 +63,10 @@ __all__ = [
 
 #: query name -> folder under root (each holds checkpoint/ and output/), in run order.
 QUERIES = ("file_sink", "coordinated", "delta")
+#: the optional fourth query (``streamctl demo --iceberg``; needs pyiceberg, the `iceberg` extra)
+ICEBERG = "iceberg"
+ICEBERG_QUERY_ID = "spark.sql.streaming.queryId"  # the snapshot summary keys of Iceberg's streaming sink
+ICEBERG_EPOCH_ID = "spark.sql.streaming.epochId"
 NUM_KEYS = 8
 PARTITIONS = 3
 VALUE_SCHEMA = "i BIGINT, key STRING, value BIGINT"
@@ -223,6 +228,51 @@ def _delta_batch_fn(checkpoint: Path, output: Path) -> Callable[[Any, int], None
     return write_batch
 
 
+def _iceberg_catalog(root: Path) -> Any:
+    """The demo's Iceberg catalog: pyiceberg's SQL catalog on SQLite beside the table."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    base = layout(root, ICEBERG)[1].parent
+    return SqlCatalog("demo", uri=f"sqlite:///{base / 'catalog.db'}", warehouse=f"file://{base}")
+
+
+def _iceberg_last_epoch(table: Any, app_id: str) -> Optional[int]:
+    """The query's newest epoch along the current snapshot's ancestry (Iceberg's SparkWrite
+    `findLastCommittedEpochId`)."""
+    snap = table.metadata.current_snapshot()
+    while snap is not None:
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        if props.get(ICEBERG_QUERY_ID) == app_id:
+            return int(props[ICEBERG_EPOCH_ID])
+        snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
+    return None
+
+
+def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[Any, int], None]:
+    """foreachBatch that commits each batch to an Iceberg table as Iceberg's Spark streaming sink
+    does (its `StreamingAppend`): one append per epoch whose snapshot summary carries the query id
+    and the epoch, skipped when the query already committed that epoch or a later one along the
+    current ancestry. pyiceberg writes it (no Iceberg runtime exists for Spark 4 on PyPI)."""
+    def write_batch(batch_df: Any, batch_id: int) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        app_id = json.loads((checkpoint / "metadata").read_text(encoding="utf-8"))["id"]
+        data = batch_df.toArrow()
+        catalog = _iceberg_catalog(root)
+        try:
+            table = catalog.load_table("demo.events")
+        except NoSuchTableError:
+            catalog.create_namespace_if_not_exists("demo")
+            table = catalog.create_table("demo.events", schema=data.schema, location=f"file://{output}")
+        done = _iceberg_last_epoch(table, app_id)
+        if done is not None and done >= batch_id:
+            return  # a replay of an epoch the table already has
+        table.append(data.cast(table.schema().as_arrow()),
+                     snapshot_properties={ICEBERG_QUERY_ID: app_id, ICEBERG_EPOCH_ID: str(batch_id)})
+
+    return write_batch
+
+
 def _writer(spark: "SparkSession", name: str, options: dict[str, str], root: Path) -> tuple[Callable[[], Any], dict[str, str]]:
     """(make the DataStreamWriter, session confs) of query `name`."""
     from pyspark.sql import functions as F
@@ -248,7 +298,12 @@ def _writer(spark: "SparkSession", name: str, options: dict[str, str], root: Pat
                 F.count(F.lit(1)).alias("n"), F.sum("value").alias("total"))
             return agg.writeStream.outputMode("complete").foreachBatch(_delta_batch_fn(ckpt, out))
         return make, {_PROVIDER: _ROCKSDB, _CHANGELOG: "true", _CKPT_FORMAT: "2"}
-    raise ValueError(f"unknown reference query {name!r}; known: {', '.join(QUERIES)}")
+    if name == ICEBERG:
+        def make() -> Any:
+            return _stateless(spark, options).writeStream.outputMode("append").foreachBatch(
+                _iceberg_batch_fn(root, ckpt, out))
+        return make, {}
+    raise ValueError(f"unknown reference query {name!r}; known: {', '.join(QUERIES + (ICEBERG,))}")
 
 
 def run_reference(
@@ -261,6 +316,7 @@ def run_reference(
     timeout_s: float = 300.0,
     use_agent: bool = True,
     on_query: Optional[Callable[[str, str, dict[str, Any]], None]] = None,
+    queries: tuple[str, ...] = QUERIES,
 ) -> dict[str, Any]:
     """Run the three reference queries over `topic` (everything produced so far), one after the
     other, each until caught up, then stop it between batches. `events` (the number of records in
@@ -281,7 +337,7 @@ def run_reference(
     agent_mod = _agent_module() if use_agent else None
     result: dict[str, Any] = {"target": target, "max_offsets_per_trigger": int(options["maxOffsetsPerTrigger"]),
                               "agent": agent_mod is not None, "queries": {}}
-    for name in QUERIES:
+    for name in queries:
         ckpt, out = layout(root, name)
         make, confs = _writer(spark, name, options, root)
         info: dict[str, Any] = {"checkpoint": str(ckpt), "output": str(out)}
@@ -371,7 +427,9 @@ def _exactly_once(got_ids: list[int], produced: list[int]) -> dict[str, Any]:
 
 
 def delivery_check(root: Path, produced: list[dict[str, Any]]) -> dict[str, Any]:
-    """Check what the three sinks under `root` hold against the `produced` events.
+    """Check what the sinks under `root` hold against the `produced` events (the three, and the
+    Iceberg table when the demo ran with --iceberg: its rows, read by pyiceberg, every event
+    exactly once).
 
     * ``file_sink``: rows of the parquet files the sink log lists (pyarrow), every event exactly once;
     * ``coordinated``: rows of the files the ``_commits/*.json`` records name, every event exactly once;
@@ -418,5 +476,14 @@ def delivery_check(root: Path, produced: list[dict[str, Any]]) -> dict[str, Any]
     except Exception as exc:  # noqa: BLE001
         report["delta"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
-    report["ok"] = all(report[k].get("ok") for k in QUERIES)
+    ran = QUERIES
+    if layout(root, ICEBERG)[0].exists():  # the demo ran with --iceberg
+        ran = QUERIES + (ICEBERG,)
+        try:
+            table = _iceberg_catalog(root).load_table("demo.events")
+            got = [int(v) for v in table.scan().to_arrow().column("i").to_pylist()]
+            report[ICEBERG] = dict(_exactly_once(got, ids), snapshot_id=table.metadata.current_snapshot_id)
+        except Exception as exc:  # noqa: BLE001
+            report[ICEBERG] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    report["ok"] = all(report[k].get("ok") for k in ran)
     return report

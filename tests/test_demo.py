@@ -45,7 +45,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("demo")
     root = base / "run"
     t0 = time.monotonic()
-    proc = subprocess.run([str(STREAMCTL), "demo", "--dir", str(root), "--events", str(EVENTS), "--fault", "sink-ahead"],
+    proc = subprocess.run([str(STREAMCTL), "demo", "--dir", str(root), "--events", str(EVENTS), "--fault", "sink-ahead",
+                           "--iceberg"],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(base),
                           stdin=subprocess.DEVNULL, timeout=600)
     m = re.search(r"Kafka broker \(Tansu\) on 127\.0\.0\.1:(\d+)", proc.stderr)
@@ -62,8 +63,9 @@ def test_demo_runs_start_to_finish(demo_run: dict[str, Any]) -> None:
     clean = out.split("Fault sink-ahead")[0]
     assert "$ streamctl inspect epochs" in clean and "--bootstrap 127.0.0.1:" in clean
     assert "verdict: aligned" in clean
-    for name in ("file_sink", "coordinated", "delta"):
+    for name in ("file_sink", "coordinated", "delta", "iceberg"):
         assert re.search(rf"/{name}/checkpoint\s+4\s+4\s+.*\s0\s+\S+\s+aligned", clean), clean
+    assert "iceberg 4" in clean, clean  # --iceberg: the table's epoch read from its snapshots
     assert "Next, try:" in out and "streamctl inspect writers" in out
     # the broker is gone
     assert demo_run["port"] is not None, proc.stderr
@@ -89,7 +91,7 @@ def test_delivery_check_on_the_result(demo_run: dict[str, Any], tmp_path: Path) 
     produced = [event(i) for i in range(EVENTS)]
     report = delivery_check(demo_run["root"], produced)
     assert report["ok"], report
-    for name in ("file_sink", "coordinated"):
+    for name in ("file_sink", "coordinated", "iceberg"):
         r = report[name]
         assert (r["rows"], r["distinct"], r["missing"], r["duplicates"], r["unexpected"]) == (EVENTS, EVENTS, 0, 0, 0)
     assert report["delta"]["keys"] == 8 and report["delta"]["count"] == EVENTS
