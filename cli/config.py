@@ -523,6 +523,24 @@ def resolve_target(arg: str, sink: Optional[str], sink_kind: Any, app_id: Option
     location, pipeline = resolve_checkpoint(arg, config)
     kind = str(getattr(sink_kind, "value", sink_kind))
     if sink is None and pipeline is not None:
-        return Target(location, pipeline.sink, pipeline.sink_kind if kind == "auto" and pipeline.sink_kind else kind,
-                      app_id or pipeline.app_id, pipeline)
-    return Target(location, sink, kind, app_id, pipeline)
+        t = Target(location, pipeline.sink, pipeline.sink_kind if kind == "auto" and pipeline.sink_kind else kind,
+                   app_id or pipeline.app_id, pipeline)
+    else:
+        t = Target(location, sink, kind, app_id, pipeline)
+    return _catalog_tables(t)
+
+
+def _catalog_tables(t: Target) -> Target:
+    """A sink (or, for `inspect sink`, the argument) named `catalog:<name>/<namespace>.<table>`:
+    the Iceberg table's location, as its catalog says (inspectors/iceberg.py)."""
+    if not (t.checkpoint.startswith("catalog:") or (t.sink or "").startswith("catalog:")):
+        return t  # the common case imports nothing
+    from streamctl.inspectors.iceberg import CATALOG_PREFIX, resolve_catalog_sink
+
+    if t.sink is not None and t.sink.startswith(CATALOG_PREFIX):
+        return Target(t.checkpoint, resolve_catalog_sink(t.sink), "iceberg" if t.sink_kind == "auto" else t.sink_kind,
+                      t.app_id, t.pipeline)
+    if t.checkpoint.startswith(CATALOG_PREFIX):
+        return Target(resolve_catalog_sink(t.checkpoint), t.sink, "iceberg" if t.sink_kind == "auto" else t.sink_kind,
+                      t.app_id, t.pipeline)
+    return t

@@ -138,6 +138,10 @@ def drop_sink(
         checkpoint, sink, sink_kind, app_id = t.checkpoint, t.sink, t.sink_kind, t.app_id
     if not sink or not checkpoint:
         raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume / --undo)")
+    if sink.startswith("catalog:"):  # an Iceberg table named through its catalog: its location
+        from streamctl.inspectors.iceberg import resolve_catalog_sink
+
+        sink = resolve_catalog_sink(sink)
     if not 0 <= stop_timeout < float("inf"):
         raise UsageError("invalid value for --stop-timeout: must be a finite number >= 0")
     if not safe and not assume_stopped:

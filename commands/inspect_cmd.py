@@ -283,7 +283,7 @@ def inspect_sink(
     config = options.settings()
     output = options.output_format(fmt, as_json, config)
     t = resolve_target(sink, None, sink_kind, app_id, config)  # SINK may name a pipeline: its sink
-    location, kind, app = (t.sink or sink) if t.pipeline else sink, t.sink_kind, t.app_id
+    location, kind, app = (t.sink or sink) if t.pipeline else t.checkpoint, t.sink_kind, t.app_id  # a catalog: its table
     with render.progress(output != "json") as tick:
         tick(f"reading {location}")
         log = read_sink(location, kind, app, detail=True)

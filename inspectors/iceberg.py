@@ -36,8 +36,44 @@ def is_table(st: Storage) -> bool:
     return any(_NAME.match(n) for n in (st.list_names(METADATA_DIR)[0] if st.kind(METADATA_DIR) == "dir" else []))
 
 
+CATALOG_PREFIX = "catalog:"  # a sink named through an Iceberg catalog: catalog:<name>/<namespace>.<table>
+_PINNED: dict[str, str] = {}  # table location (Storage.display) -> the current metadata file its catalog names
+
+
+def resolve_catalog_sink(spec: str) -> str:
+    """`catalog:<name>/<namespace>.<table>` -> the table's location, its current metadata file
+    pinned as the catalog names it (docs/formats/sinks.md#iceberg). The catalog is pyiceberg's
+    (REST, Glue, Hive, SQL, ...), configured as pyiceberg is: `~/.pyiceberg.yaml` or
+    `PYICEBERG_CATALOG__<NAME>__<KEY>` variables; nothing of its settings is printed."""
+    from streamctl.inspectors.errors import UsageError
+
+    name, _, ident = spec[len(CATALOG_PREFIX):].partition("/")
+    if not name or not ident or "." not in ident:
+        raise UsageError(f"{spec!r}: a catalog sink is catalog:<catalog name>/<namespace>.<table>")
+    try:
+        from pyiceberg.catalog import load_catalog
+    except ImportError:
+        raise UsageError(f"{spec}: reading an Iceberg catalog needs pyiceberg: pip install 'streamctl[iceberg]'") from None
+    try:
+        table = load_catalog(name).load_table(ident)
+        location, current = str(table.metadata.location).rstrip("/"), str(table.metadata_location)
+    except Exception as exc:  # noqa: BLE001 - the catalog's own error, by type only: its text may hold credentials
+        raise StorageError(spec, f"the Iceberg catalog {name!r} cannot load table {ident!r} ({type(exc).__name__}); "
+                           "check its pyiceberg configuration") from None
+    if not current.startswith(location + f"/{METADATA_DIR}/") or "/" in current[len(location) + len(METADATA_DIR) + 2:]:
+        raise StorageError(spec, f"the catalog names metadata {current} outside the table's {METADATA_DIR}/ folder")
+    st = Storage.open(location)
+    _PINNED[st.display] = current.rsplit("/", 1)[1]
+    return location
+
+
 def current_metadata(st: Storage) -> str:
     """The relative path of the table's current metadata file (StorageError when it cannot be told)."""
+    pinned = _PINNED.get(st.display)
+    if pinned is not None:  # named by its catalog (resolve_catalog_sink)
+        if st.lookup(f"{METADATA_DIR}/{pinned}") is None:
+            raise StorageError(st.uri(f"{METADATA_DIR}/{pinned}"), "the metadata file the catalog names does not exist")
+        return f"{METADATA_DIR}/{pinned}"
     names = st.list_names(METADATA_DIR)[0]
     if "version-hint.text" in names:
         hint = st.read(f"{METADATA_DIR}/version-hint.text", 1024).decode("utf-8", "replace").strip()

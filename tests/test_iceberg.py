@@ -218,3 +218,41 @@ def test_drop_sink_leaves_the_table_and_records_its_snapshot(cli, tmp_path, chec
     handoff = json.loads((Path(archive) / "handoff.json").read_text())
     assert handoff["sink_epoch"] == 2 and handoff["sink_snapshot_id"] == t.metadata.current_snapshot_id, handoff
     assert {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in table.rglob("*") if f.is_file()} == before
+
+
+def test_a_table_named_through_its_catalog(cli, tmp_path, checkpoint):
+    """`--sink catalog:<name>/<namespace>.<table>`: pyiceberg loads the table from its catalog
+    (here SQL on SQLite, configured as pyiceberg is, by PYICEBERG_CATALOG__* variables: read when
+    pyiceberg is imported, so streamctl runs as its own process) and the metadata file the catalog
+    names is the current one, even where the folder alone is ambiguous (two files claiming the
+    newest number). A table the catalog does not know is exit 3 in one line that shows none of
+    the catalog's settings."""
+    import subprocess
+    import sys
+
+    t, table = _table(tmp_path / "wh", 3)
+    env = dict(os.environ, PYICEBERG_CATALOG__T__URI=f"sqlite:///{tmp_path / 'wh'}/catalog.db",
+               PYICEBERG_CATALOG__T__TYPE="sql", PYICEBERG_CATALOG__T__WAREHOUSE=f"file://{tmp_path / 'wh'}",
+               STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
+
+    def run(*args: str) -> Any:
+        return subprocess.run([str(Path(sys.executable).parent / "streamctl"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    meta_dir = table / "metadata"
+    current = Path(t.metadata_location.replace("file://", ""))
+    number = current.name.split("-", 1)[0]
+    shutil.copy(current, meta_dir / f"{number}-decoy.metadata.json")  # a second claimant: the folder alone is ambiguous
+    chk = checkpoint(tmp_path / "chk", 2, 2)
+    code, q = _inspect(cli, chk, table)
+    assert code == 3 and "claim version" in q["findings"][0]["message"], q
+    r = run("inspect", "epochs", str(chk), "--sink", "catalog:t/db.orders", "--json")
+    q = json.loads(r.stdout)["queries"][0]
+    assert r.returncode == 0 and q["sink"]["kind"] == "iceberg" and q["sink"]["epoch"] == 2, r.stdout + r.stderr
+    s = run("inspect", "sink", "catalog:t/db.orders", "--app-id", QID, "--json")
+    assert s.returncode == 0 and json.loads(s.stdout)["sink"]["metadata"].endswith(current.name), s.stdout + s.stderr
+
+    r = run("inspect", "epochs", str(chk), "--sink", "catalog:t/db.nothing")
+    assert r.returncode == 3 and "db.nothing" in r.stderr and "sqlite" not in r.stderr + r.stdout, r.stdout + r.stderr
+    bad = run("inspect", "epochs", str(chk), "--sink", "catalog:t")
+    assert bad.returncode == 2 and "catalog:<catalog name>" in bad.stderr, bad.stderr
