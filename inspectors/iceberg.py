@@ -37,14 +37,12 @@ def is_table(st: Storage) -> bool:
 
 
 CATALOG_PREFIX = "catalog:"  # a sink named through an Iceberg catalog: catalog:<name>/<namespace>.<table>
-_PINNED: dict[str, str] = {}  # table location (Storage.display) -> the current metadata file its catalog names
+_PINNED: dict[str, tuple[str, str]] = {}  # table location (Storage.display) -> (current metadata file, catalog spec)
 
 
-def resolve_catalog_sink(spec: str) -> str:
-    """`catalog:<name>/<namespace>.<table>` -> the table's location, its current metadata file
-    pinned as the catalog names it (docs/formats/sinks.md#iceberg). The catalog is pyiceberg's
-    (REST, Glue, Hive, SQL, ...), configured as pyiceberg is: `~/.pyiceberg.yaml` or
-    `PYICEBERG_CATALOG__<NAME>__<KEY>` variables; nothing of its settings is printed."""
+def catalog_table(spec: str) -> Any:
+    """The pyiceberg table a `catalog:<name>/<namespace>.<table>` spec names (StorageError naming
+    only the spec: the catalog's own error text may hold credentials)."""
     from streamctl.inspectors.errors import UsageError
 
     name, _, ident = spec[len(CATALOG_PREFIX):].partition("/")
@@ -55,21 +53,33 @@ def resolve_catalog_sink(spec: str) -> str:
     except ImportError:
         raise UsageError(f"{spec}: reading an Iceberg catalog needs pyiceberg: pip install 'streamctl[iceberg]'") from None
     try:
-        table = load_catalog(name).load_table(ident)
-        location, current = str(table.metadata.location).rstrip("/"), str(table.metadata_location)
-    except Exception as exc:  # noqa: BLE001 - the catalog's own error, by type only: its text may hold credentials
+        return load_catalog(name).load_table(ident)
+    except Exception as exc:  # noqa: BLE001 - by type only
         raise StorageError(spec, f"the Iceberg catalog {name!r} cannot load table {ident!r} ({type(exc).__name__}); "
                            "check its pyiceberg configuration") from None
+
+
+def pin(location: str, metadata_location: str, spec: str) -> None:
+    """Remember the current metadata file the catalog names for the table at `location`."""
+    _PINNED[Storage.open(location).display] = (metadata_location.rsplit("/", 1)[1], spec)
+
+
+def resolve_catalog_sink(spec: str) -> str:
+    """`catalog:<name>/<namespace>.<table>` -> the table's location, its current metadata file
+    pinned as the catalog names it (docs/formats/sinks.md#iceberg). The catalog is pyiceberg's
+    (REST, Glue, Hive, SQL, ...), configured as pyiceberg is: `~/.pyiceberg.yaml` or
+    `PYICEBERG_CATALOG__<NAME>__<KEY>` variables; nothing of its settings is printed."""
+    table = catalog_table(spec)
+    location, current = str(table.metadata.location).rstrip("/"), str(table.metadata_location)
     if not current.startswith(location + f"/{METADATA_DIR}/") or "/" in current[len(location) + len(METADATA_DIR) + 2:]:
         raise StorageError(spec, f"the catalog names metadata {current} outside the table's {METADATA_DIR}/ folder")
-    st = Storage.open(location)
-    _PINNED[st.display] = current.rsplit("/", 1)[1]
+    pin(location, current, spec)
     return location
 
 
 def current_metadata(st: Storage) -> str:
     """The relative path of the table's current metadata file (StorageError when it cannot be told)."""
-    pinned = _PINNED.get(st.display)
+    pinned = _PINNED.get(st.display, (None, ""))[0]
     if pinned is not None:  # named by its catalog (resolve_catalog_sink)
         if st.lookup(f"{METADATA_DIR}/{pinned}") is None:
             raise StorageError(st.uri(f"{METADATA_DIR}/{pinned}"), "the metadata file the catalog names does not exist")
@@ -196,10 +206,11 @@ def findings_of(table: dict[str, Any], app_id: Optional[str]) -> list[Finding]:
 
 
 def rollback(st: Storage, table: dict[str, Any], x: int,
-             now_ms: int) -> tuple[Optional[list[tuple[str, bytes]]], str, Optional[int]]:
+             now_ms: int) -> tuple[Optional[list[tuple[str, str, bytes]]], str, Optional[int]]:
     """Roll a Hadoop table back so the query's newest epoch in it is `x` (docs/model.md#iceberg-table-rollback):
-    ([(relative path, content)] of the new metadata file and the version hint, a text saying
-    what it does, the query's newest epoch in the table after it), or (None, why not, None). Iceberg's own rollback (`rollback_to_snapshot`): a new
+    ([(step action, relative path, content)]: the writes of the new metadata file and the version
+    hint, or for a table named through its catalog one `catalog_rollback` step; a text saying what
+    it does; the query's newest epoch in the table after it), or (None, why not, None). Iceberg's own rollback (`rollback_to_snapshot`): a new
     metadata version whose current snapshot (and `main` ref) is the snapshot before the query's
     epochs above `x`, with the snapshot log and metadata log extended; every snapshot, manifest
     and data file stays. Refused when another writer committed between those epochs (rolling back
@@ -224,10 +235,22 @@ def rollback(st: Storage, table: dict[str, Any], x: int,
     if after is None or after != x:
         return None, (f"the snapshot it would go back to holds the query's epoch {after}, not {x}: what the table "
                       f"holds of epochs {'' if after is None else after + 1}..{x} is unknown"), None
+    epochs = [a["epoch"] for a in anc[:i]]
     if table.get("hadoop_version") is None:
-        return None, (f"{table['metadata']} is named by a catalog, not by a version hint: roll the table back through "
-                      f"its catalog (CALL <catalog>.system.rollback_to_snapshot('<db>.<table>', {target})), then "
-                      "align again"), None
+        spec = _PINNED.get(st.display, (None, ""))[1]
+        if not spec:
+            return None, (f"{table['metadata']} is named by a catalog, not by a version hint: name the table through "
+                          f"its catalog (--sink catalog:<name>/<namespace>.<table>) for align to roll it back, or roll "
+                          f"it back yourself (CALL <catalog>.system.rollback_to_snapshot('<db>.<table>', {target})), "
+                          "then align again"), None
+        import json as _json
+
+        order = {"catalog": spec, "from_snapshot": table["snapshot_id"], "to_snapshot": target,
+                 "metadata": table["metadata"]}
+        return ([("catalog_rollback", table["metadata_rel"], _json.dumps(order, sort_keys=True).encode("utf-8"))],
+                f"the table is rolled back to snapshot {target} through its catalog {spec} (Iceberg's "
+                f"rollback_to_snapshot): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
+                "state and the restart writes them again; undo sets the previous current snapshot again", after)
     rel = table["metadata_rel"]
     meta = load_json(st.read(rel, MAX_METADATA_BYTES).decode("utf-8"))
     version = int(table["hadoop_version"]) + 1
@@ -246,8 +269,7 @@ def rollback(st: Storage, table: dict[str, Any], x: int,
         log[-1].get("metadata-file") else st.uri(METADATA_DIR)
     meta["metadata-log"] = log + [{"timestamp-ms": previous_ms, "metadata-file": f"{prefix}/{rel.rsplit('/', 1)[1]}"}]
     content = json.dumps(meta, ensure_ascii=False).encode("utf-8")
-    epochs = [a["epoch"] for a in anc[:i]]
-    return ([(new_rel, content), (f"{METADATA_DIR}/version-hint.text", str(version).encode("ascii"))],
+    return ([("write", new_rel, content), ("write", f"{METADATA_DIR}/version-hint.text", str(version).encode("ascii"))],
             f"the table is rolled back to snapshot {target} (a new metadata version v{version}, as Iceberg's "
             f"rollback_to_snapshot does): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
             "state and the restart writes them again; undo makes the previous version current", after)

@@ -284,7 +284,7 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
                      q.checkpoint_format == 2 and bool(stores), async_ok(q, req.async_progress), table)
 
 
-def _table_rollback(ev: _Evidence, x: int) -> tuple[Optional[list[tuple[str, bytes]]], str, Optional[int]]:
+def _table_rollback(ev: _Evidence, x: int) -> tuple[Optional[list[tuple[str, str, bytes]]], str, Optional[int]]:
     """An Iceberg table rolled back to the query's epoch x (inspectors/iceberg.py rollback), memoised
     per x: (files to write, what it does, the table's epoch after it) or (None, why not, None)."""
     if ev.table is None or ev.sink_st is None:
@@ -618,9 +618,10 @@ def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tup
     elif sink.kind == "iceberg" and ev.s_ > x and not (_keeps_next(ev, pl.req, x) and ev.s_ == x + 1):
         back, text, after = _table_rollback(ev, x)
         if back is not None:  # chosen as exactly-once by _classified: the table goes back to epoch x
-            steps += [Step("write", "sink", rel, "Iceberg table rollback: the new current metadata version" if
-                           rel.endswith(".metadata.json") else "Iceberg table rollback: the version hint", content)
-                      for rel, content in back]
+            steps += [Step(action, "sink", rel, "Iceberg table rollback through its catalog" if action != "write" else
+                           "Iceberg table rollback: the new current metadata version" if rel.endswith(".metadata.json")
+                           else "Iceberg table rollback: the version hint", content)
+                      for action, rel, content in back]
             pl.notes.append(text)
             new_s = after
     for f in sink.findings:

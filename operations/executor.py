@@ -766,6 +766,8 @@ class Executor:
             return dict(base, action="absent", size=None, sha256=None)
         if step.action == "put_back":
             return self._put_back(step, root, base, pre)
+        if step.action == "catalog_rollback":
+            return self._catalog_rollback(step, root, base)
         if step.action == "delete":  # --purge: no backup copy, the manifest keeps size and sha256
             if root.exists(step.path):
                 size, sha = root.digest(step.path)
@@ -797,6 +799,32 @@ class Executor:
             return dict(base, action="replaced" if prev else "created",
                         size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
         raise StreamctlError(f"unknown step action {step.action!r} in the plan")
+
+    @staticmethod
+    def _catalog_order(step: Step) -> dict[str, Any]:
+        order = json.loads((step.content or b"{}").decode("utf-8"))
+        if not isinstance(order, dict) or not {"catalog", "from_snapshot", "to_snapshot", "metadata"} <= set(order):
+            raise StreamctlError("a catalog_rollback step without its order (catalog, from and to snapshot, metadata)")
+        return order
+
+    def _catalog_rollback(self, step: Step, root: Root, base: dict[str, Any]) -> dict[str, Any]:
+        """Iceberg's rollback_to_snapshot through the table's catalog (pyiceberg), only from the
+        state the plan saw: the catalog must still name the metadata file and snapshot it read
+        (else Conflict: the table moved on); already at the target (a resumed run): done."""
+        from streamctl.inspectors.iceberg import catalog_table, pin
+
+        order = self._catalog_order(step)
+        table = catalog_table(order["catalog"])
+        current = table.metadata.current_snapshot_id
+        if current != order["to_snapshot"]:
+            if current != order["from_snapshot"] or \
+                    str(table.metadata_location).rsplit("/", 1)[-1] != str(order["metadata"]).rsplit("/", 1)[-1]:
+                raise Conflict(f"{order['catalog']}: the table moved on since the plan was made (current snapshot "
+                               f"{current}, the plan expected {order['from_snapshot']}); nothing was changed")
+            table.manage_snapshots().rollback_to_snapshot(int(order["to_snapshot"])).commit()
+            table = catalog_table(order["catalog"])
+        pin(str(table.metadata.location), str(table.metadata_location), order["catalog"])
+        return dict(base, backup=None, action="catalog_rollback", size=None, sha256=None)
 
     def _put_back(self, step: Step, root: Root, base: dict[str, Any], pre: Any) -> dict[str, Any]:
         """Move an archived file back to the same path under the `input` root, never over a file
@@ -971,6 +999,15 @@ class Executor:
                 if root.digest(step.path) != self.backup.digest(b):
                     return self._recreated(root, step.path)
             return None
+        if step.action == "catalog_rollback":
+            from streamctl.inspectors.iceberg import catalog_table
+
+            order = self._catalog_order(step)
+            current = catalog_table(order["catalog"]).metadata.current_snapshot_id
+            if current not in (order["to_snapshot"], order["from_snapshot"]):
+                return (f"{order['catalog']}: the table moved on after the rollback (current snapshot {current}, not "
+                        f"{order['to_snapshot']}): setting {order['from_snapshot']} current again would drop what came after")
+            return None
         if step.action == "put_back":
             dest, m = self.roots[PUT_BACK_TO], ((state.done.get(i) or {}).get("manifest") or {})
             if dest.exists(step.path):
@@ -1006,6 +1043,17 @@ class Executor:
         root = self.roots[step.root]
         b = backup_rel(step)
         done: list[str] = []
+        if step.action == "catalog_rollback":
+            from streamctl.inspectors.iceberg import catalog_table, pin
+
+            order = self._catalog_order(step)
+            table = catalog_table(order["catalog"])
+            if table.metadata.current_snapshot_id == order["to_snapshot"]:
+                table.manage_snapshots().set_current_snapshot(snapshot_id=int(order["from_snapshot"])).commit()
+                table = catalog_table(order["catalog"])
+                done.append(f"{order['catalog']} (snapshot {order['from_snapshot']} current again)")
+            pin(str(table.metadata.location), str(table.metadata_location), order["catalog"])
+            return done
         if step.action == "put_back":
             # back into the archive; gone from the input already: Spark archived it again after
             # its replayed batch committed, and the archive holds it as before

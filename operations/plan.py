@@ -5,6 +5,9 @@ Steps are the only vocabulary the executor knows:
 - `write`: write a whole file (the previous content, if any, is moved into the backup first);
 - `put_back`: move a file of the `archive` root to the same path under the `input` root (align
   returning input files that `cleanSource=archive` moved away; undo moves it back);
+- `catalog_rollback`: roll an Iceberg table back to a snapshot through its catalog (pyiceberg;
+  `content` is the JSON order: catalog spec, from and to snapshot, the metadata file it expects
+  current; `path` that file); undo sets the previous current snapshot again;
 - `delete`: delete a file with no backup copy (`--purge` only).
 Contents of `write` steps are part of the plan, so a plan file fully describes what will happen.
 """
@@ -22,7 +25,7 @@ LOSS = "loss"
 PLAN_VERSION = 1
 
 
-STEP_ACTIONS = ("move", "write", "put_back", "delete")
+STEP_ACTIONS = ("move", "write", "put_back", "catalog_rollback", "delete")
 PUT_BACK_TO = "input"  # the root a `put_back` step moves its file to (align: archived input, docs/model.md#replayable-batches)
 
 
@@ -57,6 +60,8 @@ class Step:
             return f"move {self.root}:{self.path} to the backup ({self.reason})"
         if self.action == "delete":
             return f"delete {self.root}:{self.path} ({self.reason})"
+        if self.action == "catalog_rollback":
+            return f"roll the Iceberg table {self.root}:{self.path} back through its catalog ({self.reason})"
         if self.action == "put_back":
             return f"put {self.root}:{self.path} back to {PUT_BACK_TO}:{self.path} ({self.reason})"
         return f"write {self.root}:{self.path} ({self.reason})"

@@ -256,3 +256,52 @@ def test_a_table_named_through_its_catalog(cli, tmp_path, checkpoint):
     assert r.returncode == 3 and "db.nothing" in r.stderr and "sqlite" not in r.stderr + r.stdout, r.stdout + r.stderr
     bad = run("inspect", "epochs", str(chk), "--sink", "catalog:t")
     assert bad.returncode == 2 and "catalog:<catalog name>" in bad.stderr, bad.stderr
+
+
+def test_a_catalog_table_is_rolled_back_through_its_catalog(tmp_path, checkpoint):
+    """The table-ahead incident on a table named through its catalog: align rolls it back with
+    Iceberg's rollback_to_snapshot through the catalog (pyiceberg), verified; a reader of the
+    catalog then sees epochs 0 and 1 only; undo sets epoch 2's snapshot current again. A table
+    that moved on after the rollback (another commit) makes undo refuse."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    t, table = _table(tmp_path / "wh", 3)
+    epoch2 = t.metadata.current_snapshot_id
+    env = dict(os.environ, PYICEBERG_CATALOG__T__URI=f"sqlite:///{tmp_path / 'wh'}/catalog.db",
+               PYICEBERG_CATALOG__T__TYPE="sql", PYICEBERG_CATALOG__T__WAREHOUSE=f"file://{tmp_path / 'wh'}",
+               STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
+
+    def run(*args: str) -> Any:
+        return subprocess.run([str(Path(sys.executable).parent / "streamctl"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    def current() -> tuple[int, list[int]]:
+        cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'wh'}/catalog.db", warehouse=f"file://{tmp_path / 'wh'}")
+        tb = cat.load_table("db.orders")
+        return tb.metadata.current_snapshot_id, sorted(tb.scan().to_arrow()["id"].to_pylist())
+
+    chk = checkpoint(tmp_path / "chk", 1, 1)  # offsets/2 and commits/2 lost
+    r = run("align", str(chk), "--sink", "catalog:t/db.orders", "--json")
+    plan = json.loads(r.stdout)["plan"]
+    assert r.returncode == 0 and plan["classification"] == "exactly-once", r.stdout + r.stderr
+    assert [s["action"] for s in plan["steps"]] == ["catalog_rollback"], plan["steps"]
+    assert current() == (epoch2, list(range(3 * ROWS))), "a plan changed the table"
+    done = run("align", str(chk), "--sink", "catalog:t/db.orders", "--json", "--execute")
+    assert done.returncode == 0 and json.loads(done.stdout)["verified"] is True, done.stdout + done.stderr
+    snap, rows = current()
+    assert snap != epoch2 and rows == list(range(2 * ROWS)), (snap, rows)  # the oracle: an Iceberg reader
+    backup = json.loads(done.stdout)["backup"]
+    undone = run("align", "--undo", backup, "--json")
+    assert undone.returncode == 0, undone.stdout + undone.stderr
+    assert current() == (epoch2, list(range(3 * ROWS)))
+
+    again = run("align", str(chk), "--sink", "catalog:t/db.orders", "--json", "--execute")
+    assert again.returncode == 0, again.stdout + again.stderr
+    cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'wh'}/catalog.db", warehouse=f"file://{tmp_path / 'wh'}")
+    cat.load_table("db.orders").append(pa.table({"id": [1000]}))  # the restarted query or anyone commits
+    refused = run("align", "--undo", json.loads(again.stdout)["backup"], "--json")
+    assert refused.returncode == 4 and "moved on" in refused.stderr, refused.stdout + refused.stderr
