@@ -7,6 +7,7 @@ metadata and `sources/`; everything else is decided from folder listings.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -346,6 +347,10 @@ def _repartition_batch_finding(b: int, old: int, new: int) -> Finding:
         details={"epoch": b, "from_partitions": old, "to_partitions": new})
 
 
+def _parse_commit_at(batch: int, data: bytes, path: str) -> CommitEntry:
+    return parse_commit(data, path, batch)
+
+
 class _Inspector:
     def __init__(self, storage: Storage, progress: Optional[Progress], quiet_period_s: Optional[float] = None,
                  now_ms: Optional[int] = None, deep: bool = False, target_spark: Optional[tuple[int, int]] = None) -> None:
@@ -500,7 +505,7 @@ class _Inspector:
             self.prefetch([f"commits/{b}" for b in commits.batch_ids if b not in commit_entries])
             for b in commits.batch_ids:
                 if b not in commit_entries:
-                    entry = self.read(f"commits/{b}", lambda d, p, b=b: parse_commit(d, p, b))
+                    entry = self.read(f"commits/{b}", functools.partial(_parse_commit_at, b))
                     if entry is not None:
                         commit_entries[b] = entry
         checkpoint_format = 2 if uses_ids or any(
@@ -648,7 +653,7 @@ class _Inspector:
             return None
         now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
         status = lease_status(lease, now_ms)
-        record = {"status": status, "state": lease.state, "query_id": lease.query_id, "run_id": lease.run_id,
+        record: dict[str, Any] = {"status": status, "state": lease.state, "query_id": lease.query_id, "run_id": lease.run_id,
                   "host": lease.host, "pid": lease.pid, "last_batch": lease.last_batch,
                   "heartbeat_age_s": round(max(now_ms - lease.heartbeat_ms, 0) / 1000.0, 3),
                   "expires_in_s": round((lease.expires_at_ms - now_ms) / 1000.0, 3)}
@@ -699,7 +704,7 @@ class _Inspector:
         if age is not None and age < quiet:
             # files streamctl wrote itself (an align's commit) are no sign of a running query
             own = self._own_writes()
-            entries = {rel: e for rel, e in entries.items() if own.get(rel) != [int(e.size or 0), int(e.mtime_ns)]}
+            entries = {rel: e for rel, e in entries.items() if own.get(rel) != [int(e.size or 0), int(e.mtime_ns or 0)]}
             age = age_of(entries)
         if age is not None and age < quiet:
             self.findings.append(Finding(
@@ -813,7 +818,7 @@ class _Inspector:
                "only every asyncProgressTrackingCheckpointIntervalMs")
         resume = "nothing committed yet" if C is None else f"resumes after batch {C}"
         fails = (f"; a restart without it fails (\"batch {P - 1} doesn't exist\": Spark reads offsets/{P - 1})"
-                 if prev_missing else "")
+                 if prev_missing and P is not None else "")
         # The outcome hangs on a writer option Spark leaves no trace of: unless the offsets conf
         # proves it, take the failing outcome (docs/model.md#verdicts-and-exit-codes): an error, and align rolls
         # back to a restartable epoch unless told `--async-progress`.

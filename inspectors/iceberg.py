@@ -135,8 +135,8 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
         if sid is None:
             raise StorageError(st.uri(rel), "a snapshot without a valid snapshot-id")
         snapshots[sid] = s
-    refs = meta.get("refs") if isinstance(meta.get("refs"), dict) else {}
-    main = refs.get("main") if isinstance(refs.get("main"), dict) else {}
+    refs: dict[str, Any] = meta["refs"] if isinstance(meta.get("refs"), dict) else {}
+    main: dict[str, Any] = refs["main"] if isinstance(refs.get("main"), dict) else {}
     current = _int(meta.get("current-snapshot-id"))
     if current is None or current == -1:
         current = _int(main.get("snapshot-id"))
@@ -159,7 +159,7 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
         ancestry.append(sid)
         sid = _int(snap.get("parent-snapshot-id"))
     for sid in ancestry:
-        summary = snapshots[sid].get("summary") if isinstance(snapshots[sid].get("summary"), dict) else {}
+        summary: dict[str, Any] = snapshots[sid]["summary"] if isinstance(snapshots[sid].get("summary"), dict) else {}
         mine = app_id is not None and summary.get(QUERY_ID) == app_id
         out["ancestry"].append({"snapshot_id": sid, "epoch": _int(summary.get(EPOCH_ID)) if mine else None,
                                 "operation": str(summary.get("operation", "")), "query": summary.get(QUERY_ID)})
@@ -176,7 +176,7 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
         out["expired"] = False  # the newest epoch was found: what expired before it does not matter
     on_path = set(ancestry)
     for sid, snap in snapshots.items():
-        summary = snap.get("summary") if isinstance(snap.get("summary"), dict) else {}
+        summary = snap["summary"] if isinstance(snap.get("summary"), dict) else {}
         if sid not in on_path and app_id is not None and summary.get(QUERY_ID) == app_id:
             epoch = _int(summary.get(EPOCH_ID))
             if epoch is not None:

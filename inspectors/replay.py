@@ -238,7 +238,9 @@ class MovedInput:
     def of_finding(cls, details: Mapping[str, object]) -> "MovedInput":
         """From a SOURCE_MOVED finding's details."""
         epochs = details.get("epochs") or [0]
-        return cls(str(details["source"]), str(details["old_folder"]), str(details["new_folder"]),
+        source = details["source"]
+        return cls(source if isinstance(source, (int, str)) else str(source), str(details["old_folder"]),
+                   str(details["new_folder"]),
                    str(details["old_base"]), str(details["new_base"]), int(epochs[0]))  # type: ignore[index,call-overload]
 
     def rewrite_log(self, content: bytes) -> bytes:
@@ -306,7 +308,7 @@ def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[Offs
     if end is None or not st.is_local:
         return []
     ck = os.path.abspath(st.uri(""))
-    ups = []
+    ups: list[str] = []
     here = posixpath.dirname(ck)
     while len(ups) < MAX_UP and here not in ("", "/"):
         ups.append(here)

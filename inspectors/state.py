@@ -484,7 +484,7 @@ def store_status(
     snapshots = sorted(set(store.full) | {v for v in store.full_ids if full_at(v)})
     chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
     fallback = None
-    if chain and is_full_file(chain[0]) and store.crc_names:  # only a checksum can call the snapshot corrupt
+    if chain and required is not None and is_full_file(chain[0]) and store.crc_names:  # only a checksum can call the snapshot corrupt
         base = state_file(chain[0])
         fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=base.version if base else None)
     return StoreStatus(
@@ -714,14 +714,14 @@ def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bo
     from dataclasses import replace
 
     if uid is None:
-        key = "full" if full else "incr"
-        return replace(store, **{key: set(getattr(store, key)) - {version}})
-    key = "full_ids" if full else "incr_ids"
-    table = {v: set(ids) for v, ids in getattr(store, key).items()}
+        if full:
+            return replace(store, full=set(store.full) - {version})
+        return replace(store, incr=set(store.incr) - {version})
+    table = {v: set(ids) for v, ids in (store.full_ids if full else store.incr_ids).items()}
     table[version] = table.get(version, set()) - {uid}
     if not table[version]:
         del table[version]
-    return replace(store, **{key: table})
+    return replace(store, full_ids=table) if full else replace(store, incr_ids=table)
 
 
 HADOOP_CRC_MAGIC = b"crc\0"

@@ -559,11 +559,11 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
     for f in ev.q.findings:
         if f.code == "STATE_ORPHANS":
             for uri in f.details.get("files", []):
-                rel = _rel_of(uri, st.display)
-                if rel and rel not in seen:
-                    seen.add(rel)
-                    steps.append(Step("move", "checkpoint", rel, "state file no restart uses"))
-                    base_head, _, base_name = rel.rpartition("/")
+                orphan = _rel_of(uri, st.display)
+                if orphan and orphan not in seen:
+                    seen.add(orphan)
+                    steps.append(Step("move", "checkpoint", orphan, "state file no restart uses"))
+                    base_head, _, base_name = orphan.rpartition("/")
                     for comp in (f"{base_head}/.{base_name}.crc", f"{base_head}/{base_name}.crc", f"{base_head}/.{base_name}.crc.crc"):
                         if comp not in seen and st.lookup(comp) is not None:
                             seen.add(comp)
@@ -673,11 +673,12 @@ def _relocation_steps(pl: _Planner, ev: _Evidence, earlier: list[Step]) -> list[
     return steps
 
 
-def _moved_inputs(q: QueryInspection) -> dict[str, Any]:
-    """SOURCE_MOVED findings as MovedInput, by source id."""
+def _moved_inputs(q: QueryInspection) -> dict[Any, Any]:
+    """SOURCE_MOVED findings as MovedInput, by source id (an ordinal's int, a name's str)."""
     from streamctl.inspectors.replay import MovedInput
 
-    return {str(f.details["source"]): MovedInput.of_finding(f.details) for f in q.findings if f.code == "SOURCE_MOVED"}
+    moved = [MovedInput.of_finding(f.details) for f in q.findings if f.code == "SOURCE_MOVED"]
+    return {m.source_id: m for m in moved}
 
 
 def _moved_source_steps(pl: _Planner, ev: _Evidence) -> list[Step]:

@@ -20,6 +20,8 @@ cannot read. The planner then inspects the checkpoint as the plan leaves it (the
 taken as absent: inspectors/masked.py)."""
 from __future__ import annotations
 
+import functools
+
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -52,6 +54,14 @@ class Damage:
                  for rel in sorted(rels) if (root, rel) not in written]
         return self.metadata + moves
 
+
+
+def _offsets_at(batch: int, data: bytes, path: str) -> Any:
+    return parse_offsets(data, path, batch)
+
+
+def _commit_at(batch: int, data: bytes, path: str) -> Any:
+    return parse_commit(data, path, batch)
 
 def rel_of(uri: str, base: str) -> Optional[str]:
     """`uri` relative to the root `base`; None when it lies outside."""
@@ -113,14 +123,14 @@ def assess(req: Any) -> Damage:
                 continue
             P, C = q.offsets.latest, q.commits.latest
             if P is not None and rel == f"offsets/{P}" and (C is None or C < P):
-                why = _torn(st, rel, lambda d, p, b=P: parse_offsets(d, p, b))
+                why = _torn(st, rel, functools.partial(_offsets_at, P))
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)
                     dmg.notes.append(f"offsets/{P} is torn ({why}) and nothing committed batch {P}: moved aside, "
                                      f"Spark plans batch {P} anew from the input after offsets/{P - 1}")
             elif C is not None and rel == f"commits/{C}":
-                why = _torn(st, rel, lambda d, p, b=C: parse_commit(d, p, b))
+                why = _torn(st, rel, functools.partial(_commit_at, C))
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)

@@ -234,6 +234,7 @@ class _Entry(dict):  # type: ignore[type-arg]
     same text, encoded once (`_entry_json`). Never changed after it is made."""
 
     __slots__ = ("text",)
+    text: str
 
 
 def _scalar(v: Any) -> str:

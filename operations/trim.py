@@ -139,8 +139,8 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             for z in kept_zips:
                 referenced |= zip_ssts(st, f"{s.path}/{z}")
             for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
-                base = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
-                if base.endswith(".sst") and base not in referenced:
+                sst = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+                if sst.endswith(".sst") and sst not in referenced:
                     add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names", e.size)
 
     if q.sink is not None and req.sink:
@@ -150,16 +150,16 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             compacts = [b for b in log.compactions if b <= low]
             if compacts:
                 keep_from = compacts[-1]
-                for b in (b for b in log.ids if b < keep_from):
-                    for name in (log.name(b), log.checksums.get(b)):
-                        if name is not None:
-                            add("sink", sink_st, f"{FILE_SINK_LOG}/{name}", "sink_log", f"superseded by {keep_from}.compact")
+                for old in (b for b in log.ids if b < keep_from):
+                    for log_name in (log.name(old), log.checksums.get(old)):
+                        if log_name is not None:
+                            add("sink", sink_st, f"{FILE_SINK_LOG}/{log_name}", "sink_log", f"superseded by {keep_from}.compact")
             # orphan data files (SINK_ORPHANS: no entry names them, older than the newest batch file):
             # the "staging" category, as a coordinated sink's leftovers of failed epochs
             from streamctl.operations.damage import rel_of
 
-            for f in q.sink.findings:
-                for uri in (f.details.get("files", []) if f.code == "SINK_ORPHANS" else []):
+            for finding in q.sink.findings:
+                for uri in (finding.details.get("files", []) if finding.code == "SINK_ORPHANS" else []):
                     rel = rel_of(uri, sink_st.display)
                     if rel:
                         add("sink", sink_st, rel, "staging", "orphan data file no sink-log entry names")
