@@ -229,22 +229,9 @@ def rewritten_path(raw: str, rel: str, st: Storage) -> str:
 def rewrite_paths(content: bytes, moved: Mapping[str, str], st: Storage) -> bytes:
     """A sink log file (`v1` then one JSON object per line) with every moved path pointing at
     the sink's current location; other lines byte for byte."""
-    import json
+    from streamctl.inspectors.sources import rewrite_entry_paths
 
-    out = []
-    for line in content.split(b"\n"):
-        if line.startswith(b"{"):
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                out.append(line)
-                continue
-            path = entry.get("path") if isinstance(entry, dict) else None
-            if isinstance(path, str) and path in moved:
-                entry["path"] = rewritten_path(path, moved[path], st)
-                line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        out.append(line)
-    return b"\n".join(out)
+    return rewrite_entry_paths(content, lambda path: rewritten_path(path, moved[path], st) if path in moved else None)
 
 
 def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, int]:

@@ -164,12 +164,7 @@ def put_back_of(archive: str, uris: Iterable[str]) -> Optional[PutBack]:
     """Where archived files go back: the folder their log paths share and its mirror under
     `archive`. Local files and a local archive only (a URI's query, an object store's endpoint,
     has no place in a mirrored path); None otherwise."""
-    paths = []
-    for uri in uris:
-        parsed = urlparse(uri)
-        if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
-            return None
-        paths.append(unquote(parsed.path))
+    paths = _local_paths(list(uris))
     if not paths or "://" in archive or "?" in archive or not all(p.startswith("/") for p in paths):
         return None
     common = posixpath.commonpath([posixpath.dirname(p) for p in paths])
@@ -244,25 +239,10 @@ class MovedInput:
                    str(details["old_base"]), str(details["new_base"]), int(epochs[0]))  # type: ignore[index,call-overload]
 
     def rewrite_log(self, content: bytes) -> bytes:
-        """A `sources/<n>/` log file (`v1`, then one FileEntry per line) with every path under
-        the old base at the new one; other lines byte for byte (Spark writes compact JSON,
-        `path`, `timestamp`, `batchId`)."""
-        import json
+        """A `sources/<n>/` log file with every path under the old base at the new one."""
+        from streamctl.inspectors.sources import rewrite_entry_paths
 
-        out = []
-        for line in content.split(b"\n"):
-            if line.startswith(b"{"):
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    entry = None
-                path = entry.get("path") if isinstance(entry, dict) else None
-                new = self.rewrite(path) if isinstance(path, str) else None
-                if new is not None:
-                    entry["path"] = new  # type: ignore[index]
-                    line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-            out.append(line)
-        return b"\n".join(out)
+        return rewrite_entry_paths(content, self.rewrite)
 
     def rewrite(self, uri: str) -> Optional[str]:
         """The logged `uri` under the new base, spelled as Spark spells it; None when not under the old base."""

@@ -4,7 +4,7 @@ log, plus the compactible log format the last shares with the file sink's `_spar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.logs import (LogParseError, SourceId, _decode, _json_object, _lines, batch_id_of,
@@ -157,3 +157,26 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     missing = missing_ranges([b for b, _ in chain], start, latest_id)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
                       file_log_missing=tuple(missing))
+
+
+def rewrite_entry_paths(content: bytes, new_path: Callable[[str], Optional[str]]) -> bytes:
+    """A compactible log file (`v1`, then one JSON object per line: the file sink's
+    `_spark_metadata/` or the file source's `sources/<n>/`) with each entry's `path` replaced where
+    `new_path` gives one; a rewritten line is compact JSON in the entry's own key order (as Spark
+    writes it), every other line byte for byte."""
+    import json
+
+    out = []
+    for line in content.split(b"\n"):
+        if line.startswith(b"{"):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = None
+            path = entry.get("path") if isinstance(entry, dict) else None
+            new = new_path(path) if isinstance(path, str) else None
+            if new is not None and isinstance(entry, dict):
+                entry["path"] = new
+                line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        out.append(line)
+    return b"\n".join(out)

@@ -41,6 +41,12 @@ def _load(name: str) -> Any:
     return module
 
 
+@pytest.fixture(scope="session")
+def terminal() -> Any:
+    """tests/terminal.py: streamctl as a real process on a pseudo-terminal."""
+    return _load("terminal")
+
+
 _spark = _load("spark_fixtures")
 spark = _spark.spark
 spark_checkpoints = _spark.spark_checkpoints

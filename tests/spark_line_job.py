@@ -49,23 +49,16 @@ def query(spark: Any, kind: str, base: str) -> Any:
 
 
 def run(spark: Any, job: dict[str, Any]) -> dict[str, Any]:
-    confs = dict(job.get("confs") or {})
-    old = {k: spark.conf.get(k, None) for k in confs}
-    for k, v in confs.items():
-        spark.conf.set(k, v)
-    try:
-        write_input(job["base"], *job["files"])
-        q = query(spark, job["kind"], job["base"]).start()
-        q.awaitTermination()
-        return {"base": job["base"], "ok": True, "error": None}
-    except Exception as exc:  # noqa: BLE001 - the restart's error is the result
-        return {"base": job["base"], "ok": False, "error": str(exc)[:2000]}
-    finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
+    from streamctl.pipeline.session import scenario_confs  # restores (or unsets) every conf it set
+
+    with scenario_confs(spark, dict(job.get("confs") or {})):
+        try:
+            write_input(job["base"], *job["files"])
+            q = query(spark, job["kind"], job["base"]).start()
+            q.awaitTermination()
+            return {"base": job["base"], "ok": True, "error": None}
+        except Exception as exc:  # noqa: BLE001 - the restart's error is the result
+            return {"base": job["base"], "ok": False, "error": str(exc)[:2000]}
 
 
 def main() -> None:

@@ -220,6 +220,23 @@ def test_drop_sink_leaves_the_table_and_records_its_snapshot(cli, tmp_path, chec
     assert {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in table.rglob("*") if f.is_file()} == before
 
 
+def _catalog_cli(warehouse: Path) -> Any:
+    """streamctl as its own process with catalog `t` (SQL on SQLite under `warehouse`) configured
+    as pyiceberg is, by PYICEBERG_CATALOG__* variables: pyiceberg reads them when it is imported,
+    so an in-process run would miss them."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYICEBERG_CATALOG__T__URI=f"sqlite:///{warehouse}/catalog.db", PYICEBERG_CATALOG__T__TYPE="sql",
+               PYICEBERG_CATALOG__T__WAREHOUSE=f"file://{warehouse}", STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
+
+    def run(*args: str) -> Any:
+        return subprocess.run([str(Path(sys.executable).parent / "streamctl"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    return run
+
+
 def test_a_table_named_through_its_catalog(cli, tmp_path, checkpoint):
     """`--sink catalog:<name>/<namespace>.<table>`: pyiceberg loads the table from its catalog
     (here SQL on SQLite, configured as pyiceberg is, by PYICEBERG_CATALOG__* variables: read when
@@ -227,17 +244,8 @@ def test_a_table_named_through_its_catalog(cli, tmp_path, checkpoint):
     names is the current one, even where the folder alone is ambiguous (two files claiming the
     newest number). A table the catalog does not know is exit 3 in one line that shows none of
     the catalog's settings."""
-    import subprocess
-    import sys
-
     t, table = _table(tmp_path / "wh", 3)
-    env = dict(os.environ, PYICEBERG_CATALOG__T__URI=f"sqlite:///{tmp_path / 'wh'}/catalog.db",
-               PYICEBERG_CATALOG__T__TYPE="sql", PYICEBERG_CATALOG__T__WAREHOUSE=f"file://{tmp_path / 'wh'}",
-               STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
-
-    def run(*args: str) -> Any:
-        return subprocess.run([str(Path(sys.executable).parent / "streamctl"), *args], env=env, capture_output=True,
-                              text=True, timeout=120)
+    run = _catalog_cli(tmp_path / "wh")
 
     meta_dir = table / "metadata"
     current = Path(t.metadata_location.replace("file://", ""))
@@ -263,21 +271,12 @@ def test_a_catalog_table_is_rolled_back_through_its_catalog(tmp_path, checkpoint
     Iceberg's rollback_to_snapshot through the catalog (pyiceberg), verified; a reader of the
     catalog then sees epochs 0 and 1 only; undo sets epoch 2's snapshot current again. A table
     that moved on after the rollback (another commit) makes undo refuse."""
-    import subprocess
-    import sys
-
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
 
     t, table = _table(tmp_path / "wh", 3)
     epoch2 = t.metadata.current_snapshot_id
-    env = dict(os.environ, PYICEBERG_CATALOG__T__URI=f"sqlite:///{tmp_path / 'wh'}/catalog.db",
-               PYICEBERG_CATALOG__T__TYPE="sql", PYICEBERG_CATALOG__T__WAREHOUSE=f"file://{tmp_path / 'wh'}",
-               STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
-
-    def run(*args: str) -> Any:
-        return subprocess.run([str(Path(sys.executable).parent / "streamctl"), *args], env=env, capture_output=True,
-                              text=True, timeout=120)
+    run = _catalog_cli(tmp_path / "wh")
 
     def current() -> tuple[int, list[int]]:
         cat = SqlCatalog("t", uri=f"sqlite:///{tmp_path / 'wh'}/catalog.db", warehouse=f"file://{tmp_path / 'wh'}")

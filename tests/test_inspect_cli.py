@@ -498,22 +498,12 @@ def test_no_headers_prints_the_rows_alone(cli) -> None:
 FIXTURE_STATEFUL = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
 
 
-def _terminal():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("streamctl_tests_terminal_width", Path(__file__).with_name("terminal.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("no_color", [False, True])
-def test_output_on_a_terminal_fits_its_width(tmp_path, no_color):
+def test_output_on_a_terminal_fits_its_width(tmp_path, no_color, terminal):
     """Issue 31: a table and its findings on an 80-column terminal (colours or NO_COLOR) keep
     every line within the width: rich folds cells and wraps finding lines; only piped output is
     plain text. -o wide adds its columns and still fits."""
-    term = _terminal()
+    term = terminal
     chk = build(tmp_path / "a-checkpoint-folder-with-a-long-name" / "chk", planned=4, committed=2)
     (chk / "offsets" / "3").unlink()  # a gap: a long finding line
     for fmt in ("table", "wide"):
