@@ -207,15 +207,15 @@ def findings_of(table: dict[str, Any], app_id: Optional[str]) -> list[Finding]:
 
 def rollback(st: Storage, table: dict[str, Any], x: int,
              now_ms: int) -> tuple[Optional[list[tuple[str, str, bytes]]], str, Optional[int]]:
-    """Roll a Hadoop table back so the query's newest epoch in it is `x` (docs/model.md#iceberg-table-rollback):
-    ([(step action, relative path, content)]: the writes of the new metadata file and the version
-    hint, or for a table named through its catalog one `catalog_rollback` step; a text saying what
-    it does; the query's newest epoch in the table after it), or (None, why not, None). Iceberg's own rollback (`rollback_to_snapshot`): a new
-    metadata version whose current snapshot (and `main` ref) is the snapshot before the query's
-    epochs above `x`, with the snapshot log and metadata log extended; every snapshot, manifest
-    and data file stays. Refused when another writer committed between those epochs (rolling back
-    would drop its data), when nothing is left to roll back to, or for a catalog table (whose
-    catalog, not a file, names the current metadata)."""
+    """Roll the table back so the query's newest epoch in it is `x`, as Iceberg's
+    `rollback_to_snapshot` does (docs/model.md#iceberg-table-rollback). Returns
+    ([(step action, relative path, content)], what it does, the query's epoch after it), or
+    (None, why not, None). A Hadoop table: the writes of a new metadata version whose current
+    snapshot (and `main` ref) is the snapshot before the query's epochs above `x`, the snapshot
+    and metadata logs extended, then of the version hint; every snapshot, manifest and data file
+    stays. A table named through its catalog: one `catalog_rollback` step (the executor asks the
+    catalog). Refused when another writer committed above epoch `x` (its data would go), when no
+    snapshot of epoch `x` is there to go back to, or for a catalog table given by its folder."""
     import json
 
     anc = table["ancestry"]
@@ -243,11 +243,9 @@ def rollback(st: Storage, table: dict[str, Any], x: int,
                           f"its catalog (--sink catalog:<name>/<namespace>.<table>) for align to roll it back, or roll "
                           f"it back yourself (CALL <catalog>.system.rollback_to_snapshot('<db>.<table>', {target})), "
                           "then align again"), None
-        import json as _json
-
         order = {"catalog": spec, "from_snapshot": table["snapshot_id"], "to_snapshot": target,
                  "metadata": table["metadata"]}
-        return ([("catalog_rollback", table["metadata_rel"], _json.dumps(order, sort_keys=True).encode("utf-8"))],
+        return ([("catalog_rollback", table["metadata_rel"], json.dumps(order, sort_keys=True).encode("utf-8"))],
                 f"the table is rolled back to snapshot {target} through its catalog {spec} (Iceberg's "
                 f"rollback_to_snapshot): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
                 "state and the restart writes them again; undo sets the previous current snapshot again", after)
@@ -263,7 +261,8 @@ def rollback(st: Storage, table: dict[str, Any], x: int,
     main = dict(refs["main"] if isinstance(refs.get("main"), dict) else {}, **{"snapshot-id": target, "type": "branch"})
     meta["refs"] = dict(refs, main=main)
     meta["last-updated-ms"] = max(now_ms, previous_ms)
-    meta["snapshot-log"] = (meta["snapshot-log"] if isinstance(meta.get("snapshot-log"), list) else []) + [{"timestamp-ms": meta["last-updated-ms"], "snapshot-id": target}]
+    snapshot_log = meta["snapshot-log"] if isinstance(meta.get("snapshot-log"), list) else []
+    meta["snapshot-log"] = snapshot_log + [{"timestamp-ms": meta["last-updated-ms"], "snapshot-id": target}]
     log = meta["metadata-log"] if isinstance(meta.get("metadata-log"), list) else []
     prefix = str(log[-1]["metadata-file"]).rsplit("/", 1)[0] if log and isinstance(log[-1], dict) and \
         log[-1].get("metadata-file") else st.uri(METADATA_DIR)

@@ -21,7 +21,6 @@ taken as absent: inspectors/masked.py)."""
 from __future__ import annotations
 
 import functools
-
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -55,13 +54,13 @@ class Damage:
         return self.metadata + moves
 
 
-
 def _offsets_at(batch: int, data: bytes, path: str) -> Any:
     return parse_offsets(data, path, batch)
 
 
 def _commit_at(batch: int, data: bytes, path: str) -> Any:
     return parse_commit(data, path, batch)
+
 
 def rel_of(uri: str, base: str) -> Optional[str]:
     """`uri` relative to the root `base`; None when it lies outside."""

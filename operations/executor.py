@@ -803,7 +803,10 @@ class Executor:
 
     @staticmethod
     def _catalog_order(step: Step) -> dict[str, Any]:
-        order = json.loads((step.content or b"{}").decode("utf-8"))
+        try:
+            order = json.loads((step.content or b"{}").decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            order = None
         if not isinstance(order, dict) or not {"catalog", "from_snapshot", "to_snapshot", "metadata"} <= set(order):
             raise StreamctlError("a catalog_rollback step without its order (catalog, from and to snapshot, metadata)")
         return order
