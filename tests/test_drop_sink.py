@@ -103,6 +103,12 @@ def test_refuses_without_safe_or_assume_stopped(tmp_path: Path, cli: Any, tree_s
 # ------------------------------------------------------------------------------ real Spark
 
 
+def _streamctl_files(ck: Path) -> list[str]:
+    """What streamctl keeps in the checkpoint's `_streamctl/`, without the agent's heartbeat in
+    flight (it writes `.lease.json.<random>.tmp`, then renames it over `lease.json`)."""
+    return sorted(n for n in os.listdir(ck / "_streamctl") if not (n.startswith(".lease.json.") and n.endswith(".tmp")))
+
+
 @pytest.mark.spark
 @pytest.mark.spark_lines
 def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp_path: Path, cli: Any) -> None:
@@ -138,12 +144,12 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
         r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--assume-stopped", "--execute")
         assert r.code == 4 and "running" in r.stderr, r
         assert q.isActive and (out / "_spark_metadata").is_dir()
-        assert sorted(os.listdir(ck / "_streamctl")) == ["lease.json"]
+        assert _streamctl_files(ck) == ["lease.json"]
         # plan mode with --safe: shows the steps, changes nothing
         r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe")
         assert r.code == 0, r
         assert "tombstone" in r.stdout and "the query is running" in r.stdout
-        assert sorted(os.listdir(ck / "_streamctl")) == ["lease.json"]
+        assert _streamctl_files(ck) == ["lease.json"]
         # --safe --execute: stops the query through the agent, drains, retires
         r = cli("drop-sink", str(out), "--checkpoint", str(ck), "--safe", "--execute", "--stop-timeout", "90",
                 "--quiet-period", "1", "--json")
