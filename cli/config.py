@@ -51,7 +51,7 @@ ENV_KAFKA_TIMEOUT = "STREAMCTL_KAFKA_TIMEOUT"
 
 FORMATS: tuple[str, ...] = ("table", "wide", "plain", "markdown", "json")
 
-PIPELINE_KEYS: tuple[str, ...] = ("checkpoint", "sink", "sink_kind", "app_id", "kafka")
+PIPELINE_KEYS: tuple[str, ...] = ("checkpoint", "sink", "sink_kind", "app_id", "target_spark", "kafka")
 TOP_LEVEL_TABLES: tuple[str, ...] = ("defaults", "pipelines")
 
 # What a redacted Kafka setting shows; which settings are secret: inspectors/kafka.py is_secret_key.
@@ -76,6 +76,7 @@ class Pipeline:
     sink_kind: str | None
     app_id: str | None
     kafka: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    target_spark: str | None = None  # the Spark line that restarts this pipeline (inspectors/lines.py)
 
     def __post_init__(self) -> None:
         # a read-only copy, so a Pipeline built by hand is as immutable as a loaded one
@@ -436,7 +437,7 @@ def _parse_pipeline(name: str, table: object, path: str) -> Pipeline:
             raise UsageError(f"{where}: unknown key {key!r} (expected {_either(PIPELINE_KEYS)})")
 
     strings: dict[str, str | None] = {}
-    for key in ("checkpoint", "sink", "sink_kind", "app_id"):
+    for key in ("checkpoint", "sink", "sink_kind", "app_id", "target_spark"):
         value = table.get(key)
         if value is not None and not isinstance(value, str):
             raise UsageError(f"{where}: {key} must be a string, not {_type_name(value)}")
@@ -471,6 +472,7 @@ def _parse_pipeline(name: str, table: object, path: str) -> Pipeline:
         sink_kind=strings["sink_kind"],
         app_id=strings["app_id"],
         kafka=MappingProxyType(kafka),
+        target_spark=strings["target_spark"],
     )
 
 

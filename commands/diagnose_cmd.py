@@ -97,7 +97,7 @@ def diagnose(
     t = resolve_target(checkpoint, sink, str(sink_kind), app_id, config)
     q = inspect_checkpoint(t.checkpoint, sink=t.sink, sink_kind=t.sink_kind, app_id=t.app_id,
                            quiet_period_s=options.quiet_period(quiet_period, config), deep=True,
-                           target_spark=options.target_spark(target_spark, config))
+                           target_spark=options.target_spark(target_spark, config, t.pipeline))
     step = next_step(q, t.checkpoint, t.sink, t.sink_kind, t.app_id)
     doc = {"api_version": API_VERSION, "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
            "verdict": q.verdict, "planned": q.planned, "committed": q.committed,

@@ -119,8 +119,9 @@ def inspect_epochs(
         raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
                          "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
     args = fleet.expand(checkpoints)
-    line = options.target_spark(target_spark, config)
-    targets = [fleet.Target(*t, deep=deep, target_spark=line) for t in options.targets(args, sink, sink_kind, app_id, config)]
+    lines = [options.target_spark(target_spark, config, config.pipelines.get(a)) for a in args]
+    targets = [fleet.Target(*t, deep=deep, target_spark=line)
+               for t, line in zip(options.targets(args, sink, sink_kind, app_id, config), lines, strict=True)]
     quiet = options.quiet_period(quiet_period, config)
     default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None

@@ -74,11 +74,17 @@ def quiet_period(flag: Optional[float], config: Any) -> float:
     return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
 
 
-def target_spark(flag: Optional[str], config: Any) -> Optional[tuple[int, int]]:
-    """The Spark line of --target-spark / STREAMCTL_TARGET_SPARK / [defaults] target_spark, or None."""
+def target_spark(flag: Optional[str], config: Any, pipeline: Any = None) -> Optional[tuple[int, int]]:
+    """The Spark line that restarts the query: --target-spark, else STREAMCTL_TARGET_SPARK, else
+    the pipeline's `target_spark`, else [defaults] target_spark; None: not checked."""
+    import os
+
     from streamctl.cli.config import setting
     from streamctl.inspectors.lines import parse_line
 
+    if flag is None and not os.environ.get("STREAMCTL_TARGET_SPARK") and getattr(pipeline, "target_spark", None):
+        where = f"pipeline {pipeline.name}'s target_spark"
+        return parse_line(pipeline.target_spark, flag=where)
     value = setting("target_spark", flag, "STREAMCTL_TARGET_SPARK", config, "", flag="--target-spark")
     return parse_line(value) if value else None
 

@@ -62,6 +62,17 @@ def test_target_line_from_environment_and_config(cli, tmp_path, monkeypatch):
     config.write_text('[defaults]\ntarget_spark = "3.5"\n')
     r = cli("--config", str(config), "inspect", "epochs", str(ck), "--json")
     assert r.code == 1 and "SPARK_LINE_REFUSES" in _codes(r), r.stdout
+    # a pipeline names its own line, over the defaults; the flag still wins
+    config.write_text(f'[defaults]\ntarget_spark = "3.5"\n[pipelines.orders]\ncheckpoint = "{ck}"\ntarget_spark = "4.3"\n')
+    r = cli("--config", str(config), "inspect", "epochs", "orders", "--json")
+    assert r.code == 0 and "SPARK_LINE_CHECKED" in _codes(r), r.stdout
+    d = cli("--config", str(config), "diagnose", "orders", "--json")
+    assert d.code == 0 and "SPARK_LINE_CHECKED" in {x["code"] for x in d.json()["findings"]}, d.stdout
+    r = cli("--config", str(config), "inspect", "epochs", "orders", "--target-spark", "3.5")
+    assert r.code == 1, r.stdout
+    config.write_text(f'[pipelines.orders]\ncheckpoint = "{ck}"\ntarget_spark = "soon"\n')
+    r = cli("--config", str(config), "inspect", "epochs", "orders")
+    assert r.code == 2 and "pipeline orders's target_spark" in r.stderr, r.stderr
 
 
 def test_a_bad_target_is_one_line_and_exit_2(cli, tmp_path, tree_snapshot):
