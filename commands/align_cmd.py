@@ -101,8 +101,8 @@ def align(
                             plan_lines, as_json)
     if target is None:
         return
-    location, sink, sink_kind, app_id, config = target
-    req = AlignRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config), to=to,
+    location, sink, kind, app_id, config = target
+    req = AlignRequest(location, sink, kind, app_id, options.quiet_period(quiet_period, config), to=to,
                        allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight,
                        async_progress=async_progress, query_id=query_id, sink_compact_interval=sink_compact_interval,
                        source_archive=source_archive)

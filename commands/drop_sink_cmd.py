@@ -118,7 +118,7 @@ def drop_sink(
     from streamctl.operations.files import Root
 
     say = _say(as_json)
-    sink_kind = str(sink_kind)  # type: ignore[assignment]
+    kind = str(sink_kind.value if hasattr(sink_kind, "value") else sink_kind)
     if resume and undo:
         raise UsageError("--resume and --undo cannot be combined")
     if resume or undo:
@@ -127,15 +127,15 @@ def drop_sink(
         if resume:
             _show(mutation.call("drop-sink", as_json, lambda tick: runner.resume(teardown.operation(), resume, break_lock,
                                                                                 say=say, meter=tick)), as_json)
-        else:
+        elif undo:
             mutation.show_undo("drop-sink", mutation.call("drop-sink", as_json, lambda tick: runner.undo(
                 teardown.operation(), undo, break_lock, meter=tick)), as_json)
         return
 
     config = options.settings()
     if sink and not checkpoint and sink in config.pipelines:  # SINK names a pipeline: its checkpoint and sink
-        t = resolve_target(sink, None, sink_kind, app_id, config)
-        checkpoint, sink, sink_kind, app_id = t.checkpoint, t.sink, t.sink_kind, t.app_id
+        t = resolve_target(sink, None, kind, app_id, config)
+        checkpoint, sink, kind, app_id = t.checkpoint, t.sink, t.sink_kind, t.app_id
     if not sink or not checkpoint:
         raise UsageError("name a SINK and its --checkpoint (or a pipeline name, or use --resume / --undo)")
     if sink.startswith("catalog:"):  # an Iceberg table named through its catalog: its location
@@ -149,7 +149,7 @@ def drop_sink(
             f"{checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the writer, confirm "
             "it drained) or, for a query you know is stopped, --assume-stopped"), as_json)
     quiet = options.quiet_period(quiet_period, config)
-    req = teardown.TeardownRequest(checkpoint, sink, sink_kind, app_id, archive, discard_in_flight, purge, purge_data)
+    req = teardown.TeardownRequest(checkpoint, sink, kind, app_id, archive, discard_in_flight, purge, purge_data)
     ck_root, sink_root = Root("checkpoint", checkpoint), Root("sink", sink)
     for r in (ck_root, sink_root):
         what = r.storage.kind()
@@ -161,7 +161,7 @@ def drop_sink(
     def inspect() -> Any:
         from streamctl.inspectors.checkpoint import inspect_checkpoint
 
-        return inspect_checkpoint(ck_root.location, sink=sink_root.location, sink_kind=sink_kind, app_id=app_id,
+        return inspect_checkpoint(ck_root.location, sink=sink_root.location, sink_kind=kind, app_id=app_id,
                                   quiet_period_s=0)
 
     def detail() -> Any:
@@ -169,7 +169,7 @@ def drop_sink(
             return None
         from streamctl.inspectors.sinks import read_sink
 
-        return read_sink(sink_root.location, sink_kind, app_id, detail=True)
+        return read_sink(sink_root.location, kind, app_id, detail=True)
 
     if execute:
         opening: list[dict[str, Any]] = []

@@ -251,8 +251,12 @@ def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], o
     with render.progress(output != "json") as tick:
         for loc, sink, kind, app in targets:
             tick(f"inspecting {loc}")
-            queries.append(inspect_checkpoint(loc, progress=lambda msg, loc=loc: tick(f"{loc}: {msg}"),
-                                              sink=sink, sink_kind=kind, app_id=app, quiet_period_s=quiet_period))
+
+            def progress(msg: str, loc: str = loc) -> None:
+                tick(f"{loc}: {msg}")
+
+            queries.append(inspect_checkpoint(loc, progress=progress, sink=sink, sink_kind=kind, app_id=app,
+                                              quiet_period_s=quiet_period))
     return queries
 
 

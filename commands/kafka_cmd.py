@@ -97,7 +97,7 @@ def _epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str,
                          f"{q.offsets.oldest}..{q.offsets.latest})")
     entry = parse_offsets(st.read(f"offsets/{chosen}"), st.uri(f"offsets/{chosen}"), chosen)
     merged: dict[tuple[str, int], int] = {}
-    raws: list[tuple[int, str]] = []
+    raws: list[tuple[Any, str]] = []
     for src in entry.sources:
         parsed = parse_kafka_offsets(src.raw)
         if parsed is None or src.raw is None:

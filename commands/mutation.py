@@ -15,7 +15,7 @@ from streamctl.cli.errors import exit_code_for, fail
 from streamctl.inspectors.findings import API_VERSION
 
 
-Lines = Callable[[Any, bool], list[str]]
+Lines = Callable[..., list[str]]  # (plan, executed=False) -> the plan's lines
 
 
 def title(name: str) -> str:

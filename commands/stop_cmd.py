@@ -1,7 +1,7 @@
 """`streamctl stop`: ask a query running under the streamctl agent to stop between batches."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 
@@ -65,7 +65,7 @@ def stop(
         if not as_json:
             render.emit_lines([line], "plain")
 
-    def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> None:
+    def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> NoReturn:
         now = now_ms()
         doc = {"api_version": API_VERSION, "kind": "StopResult", "checkpoint": st.display,
                "query_id": lease.query_id if lease is not None else None, "stopped": stopped,

@@ -69,8 +69,8 @@ def trim(
                             plan_lines, as_json)
     if target is None:
         return
-    location, sink, sink_kind, app_id, config = target
-    req = TrimRequest(location, sink, sink_kind, app_id, options.quiet_period(quiet_period, config),
+    location, sink, kind, app_id, config = target
+    req = TrimRequest(location, sink, kind, app_id, options.quiet_period(quiet_period, config),
                       keep_epochs=keep_epochs, keep_rollback_to=keep_rollback_to, purge=purge,
                       async_progress=async_progress)
     mutation.plan_or_execute("trim", location, lambda: plan_trim(req)[0], backup_dir, break_lock, execute, operation(),

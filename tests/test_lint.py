@@ -21,7 +21,7 @@ def test_ruff_pyflakes_and_bugbear_pass() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-TYPED_ROOMS = ["inspectors", "operations"]  # the core rooms mypy checks (issue 30)
+TYPED_ROOMS = ["inspectors", "operations", "commands"]  # the rooms mypy checks (issue 30)
 
 
 def test_mypy_passes_on_the_core_rooms(tmp_path: Path) -> None:
