@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -87,7 +88,15 @@ def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.Temp
             raise KeyError(f"no example checkpoint named {name!r}; known: {sorted(spark_checkpoints)}") from None
         dest_root = tmp_path_factory.mktemp(f"copy-{name}")
         # symlinks=True: copy links as links; the example trees contain none, but never follow one out.
-        shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
+        for attempt in range(5):
+            try:
+                shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
+                break
+            except shutil.Error:  # RocksDB's maintenance thread renamed a temp file away mid-copy
+                shutil.rmtree(dest_root / name, ignore_errors=True)  # (CI saw `.8.zip.<uuid>.tmp` vanish)
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
         _as_if_written_here(src_ckpt.parent, dest_root / name)
         return dest_root / name / src_ckpt.name
 
