@@ -305,7 +305,7 @@ def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[Offs
         if not paths or not all(p.startswith("/") for p in paths):
             continue
         folder = posixpath.commonpath([posixpath.dirname(p) for p in paths])
-        if folder == "/" or os.path.lexists(folder):
+        if folder == "/" or Storage.open(posixpath.dirname(folder)).lookup(posixpath.basename(folder)) is not None:
             continue
         names = [posixpath.relpath(p, folder) for p in paths[:PROBE_FILES]]
         parts = folder.split("/")
@@ -316,7 +316,8 @@ def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[Offs
                 if new_base == old_base:
                     continue
                 cand = f"{new_base}/{rel}"
-                if all(os.path.isfile(f"{cand}/{n}") for n in names):
+                there = Storage.open(cand)  # the shared reader: one lookup per probed name
+                if all((e := there.lookup(n)) is not None and not e.is_dir for n in names):
                     found = MovedInput(s.source_id, folder, cand, old_base, new_base, end.batch_id)
                     break
             if found:

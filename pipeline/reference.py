@@ -65,8 +65,6 @@ __all__ = [
 QUERIES = ("file_sink", "coordinated", "delta")
 #: the optional fourth query (``streamctl demo --iceberg``; needs pyiceberg, the `iceberg` extra)
 ICEBERG = "iceberg"
-ICEBERG_QUERY_ID = "spark.sql.streaming.queryId"  # the snapshot summary keys of Iceberg's streaming sink
-ICEBERG_EPOCH_ID = "spark.sql.streaming.epochId"
 NUM_KEYS = 8
 PARTITIONS = 3
 VALUE_SCHEMA = "i BIGINT, key STRING, value BIGINT"
@@ -238,12 +236,14 @@ def _iceberg_catalog(root: Path) -> Any:
 
 def _iceberg_last_epoch(table: Any, app_id: str) -> Optional[int]:
     """The query's newest epoch along the current snapshot's ancestry (Iceberg's SparkWrite
-    `findLastCommittedEpochId`)."""
+    `findLastCommittedEpochId`); the summary keys are the format owner's (inspectors/iceberg.py)."""
+    from streamctl.inspectors.iceberg import EPOCH_ID, QUERY_ID
+
     snap = table.metadata.current_snapshot()
     while snap is not None:
         props = snap.summary.additional_properties if snap.summary is not None else {}
-        if props.get(ICEBERG_QUERY_ID) == app_id:
-            return int(props[ICEBERG_EPOCH_ID])
+        if props.get(QUERY_ID) == app_id:
+            return int(props[EPOCH_ID])
         snap = table.metadata.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id is not None else None
     return None
 
@@ -267,8 +267,10 @@ def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[A
         done = _iceberg_last_epoch(table, app_id)
         if done is not None and done >= batch_id:
             return  # a replay of an epoch the table already has
+        from streamctl.inspectors.iceberg import EPOCH_ID, QUERY_ID
+
         table.append(data.cast(table.schema().as_arrow()),
-                     snapshot_properties={ICEBERG_QUERY_ID: app_id, ICEBERG_EPOCH_ID: str(batch_id)})
+                     snapshot_properties={QUERY_ID: app_id, EPOCH_ID: str(batch_id)})
 
     return write_batch
 
