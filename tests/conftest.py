@@ -1,5 +1,6 @@
-"""Shared fixtures. Tests run with --import-mode=importlib and `python -P`, so helper modules
-in tests/ are loaded by path rather than imported as a package."""
+"""Shared fixtures. Tests run with --import-mode=importlib and `python -P`; pytest puts tests/
+on sys.path (`pythonpath` in pyproject.toml), so what the tests share is the package
+tests/helpers/, imported as `helpers.<module>`."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,8 +11,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from helpers import align_pipeline as _align_pipeline
+from helpers import layouts as _layouts
+from helpers import terminal as _terminal
+from helpers.kafka_fixtures import kafka_broker, kafka_topic  # noqa: F401  (fixtures)
+from helpers.spark_fixtures import fresh_copy, spark, spark_checkpoints  # noqa: F401  (fixtures)
+from helpers.trees import snapshot_tree
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -30,44 +35,22 @@ def _has_python_data_sources() -> bool:
 collect_ignore = [] if _has_python_data_sources() else ["test_coordinated_sink.py", "test_kafka_source.py"]
 
 
-def _load(name: str) -> Any:
-    if f"streamctl_tests_{name}" in sys.modules:  # test modules load helpers under the same key
-        return sys.modules[f"streamctl_tests_{name}"]
-    spec = importlib.util.spec_from_file_location(f"streamctl_tests_{name}", Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def terminal() -> Any:
-    """tests/terminal.py: streamctl as a real process on a pseudo-terminal."""
-    return _load("terminal")
-
-
-_spark = _load("spark_fixtures")
-spark = _spark.spark
-spark_checkpoints = _spark.spark_checkpoints
-fresh_copy = _spark.fresh_copy
+    """helpers/terminal.py: streamctl as a real process on a pseudo-terminal."""
+    return _terminal
 
 
 @pytest.fixture(scope="session")
 def align_pipeline() -> Any:
-    """tests/align_pipeline.py (real PySpark pipelines and their delivery check), loaded by path."""
-    return _load("align_pipeline")
+    """helpers/align_pipeline.py: real PySpark pipelines and their delivery check."""
+    return _align_pipeline
 
 
 @pytest.fixture(scope="session")
 def layouts() -> Any:
-    """tests/test_sinks.py's builders of checkpoints and sinks in Spark's layout, loaded by path."""
-    return _load("test_sinks")
-
-
-_kafka = _load("kafka_fixtures")
-kafka_broker = _kafka.kafka_broker
-kafka_topic = _kafka.kafka_topic
+    """helpers/layouts.py: checkpoints and sinks in Spark's layout, built by hand."""
+    return _layouts
 
 
 class CliResult:
@@ -85,9 +68,8 @@ class CliResult:
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., CliResult]:
     """Run the streamctl app in-process (typer's CliRunner, stdout and stderr kept apart).
     No user config is read: STREAMCTL_CONFIG is unset and the config dir points at an empty dir."""
-    from typer.testing import CliRunner
-
     from streamctl.cli.app import app
+    from typer.testing import CliRunner
 
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
@@ -106,20 +88,6 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactor
         return CliResult(result.exit_code, result.stdout, result.stderr)
 
     return run
-
-
-def snapshot_tree(root: Path) -> dict[str, tuple[int, int]]:
-    """path -> (size, mtime_ns) of every file below root (to prove nothing was written)."""
-    out = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
-            p = Path(dirpath) / f
-            try:
-                st = p.lstat()
-            except OSError:
-                continue
-            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns)
-    return out
 
 
 @pytest.fixture

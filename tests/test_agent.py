@@ -11,13 +11,11 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from streamctl.inspectors.lease import Lease, lease_status, read_lease, read_stop_request
 from streamctl.inspectors.logs import LogParseError
 from streamctl.inspectors.storage import Storage
@@ -147,7 +145,6 @@ def test_stop_times_out_and_withdraws(tmp_path: Path, cli: Any) -> None:
 
 def _start_query(spark: Any, root: Path, name: str) -> tuple[Any, Path, Path]:
     from pyspark.sql import functions as F
-
     from streamctl.fixtures.examples import write_input_files
 
     inp, ckpt = root / "input", root / "checkpoint"

@@ -1,5 +1,5 @@
 """The delivery check of `streamctl align` (docs/model.md#the-delivery-check) for every fault family of
-issue #6: each test runs a real PySpark query (tests/align_pipeline.py), damages its checkpoint or
+issue #6: each test runs a real PySpark query (tests/helpers/align_pipeline.py), damages its checkpoint or
 sink the way the fault happens in production, checks that `inspect epochs` names the fault, that
 the plan changes nothing and is exactly-once, executes it (verified), then restarts the same query
 with more input and checks that the sink holds every id exactly once (for the dedup kinds that is
@@ -7,31 +7,18 @@ also the stateful result of an undisturbed run: a lost state entry would let a r
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import align_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
-def _load(name: str) -> Any:
-    key = f"streamctl_tests_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, Path(__file__).with_name(f"{name}.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("align_pipeline")
+ap = align_pipeline
 Pipeline = ap.Pipeline
 
 

@@ -2,7 +2,7 @@
 `--resume` / `--undo`, the lock (concurrent runs, a stale lock, `--break-lock`), refusal under a
 live query, `--undo` refusing after Spark ran again, bad input, plan-only changing nothing.
 
-Real PySpark where a delivery check is involved (tests/align_pipeline.py, kind "file"): one
+Real PySpark where a delivery check is involved (tests/helpers/align_pipeline.py, kind "file"): one
 pipeline is built per module and two snapshots of its whole folder (input + checkpoint + output)
 are kept aside. The file sink's log holds absolute paths, so a snapshot is always restored IN
 PLACE (same path), never used from a copy at another path.
@@ -18,7 +18,6 @@ STREAMCTL_TEST_CRASH_AFTER / STREAMCTL_TEST_STEP_DELAY can end or slow a real pr
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -30,28 +29,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
+from helpers import align_pipeline
+from helpers.paths import SPARK35
+from streamctl.operations.executor import CRASH_EXIT
 
-HERE = Path(__file__).resolve().parent
 STREAMCTL = Path(sys.executable).parent / "streamctl"
-CRASH_EXIT = 86
-FIXTURE_CKPT = HERE / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE_CKPT = SPARK35 / "agg_hdfs" / "checkpoint"
 INPUT_FILES = 5
 spark_mark = pytest.mark.spark
 
 
-def _load_harness() -> Any:
-    name = "streamctl_tests_align_pipeline"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / "align_pipeline.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load_harness()
+ap = align_pipeline
 
 
 # --------------------------------------------------------------------------- helpers

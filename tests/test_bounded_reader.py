@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from helpers.paths import SPARK35
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 HUGE = "9" * 100_000
 
 

@@ -14,11 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
+from helpers.paths import REPO
 from streamctl.completions import generate
 
-ROOT = Path(__file__).resolve().parents[1]
-CHECKED_IN = ROOT / "completions"
+CHECKED_IN = REPO / "completions"
 PROGRAM = generate.entry_point()
 
 
@@ -31,7 +30,6 @@ def run_program(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def top_level_commands() -> list[str]:
     import typer
-
     from streamctl.cli.app import app
 
     group = typer.main.get_command(app)
@@ -65,7 +63,7 @@ def test_completions_are_machine_independent(fresh: Path) -> None:
     for shell in generate.SHELLS:
         name = generate.file_name(shell)
         text = (fresh / name).read_text(encoding="utf-8")
-        for path in {str(ROOT), sys.prefix, str(Path.home()), str(PROGRAM.parent)}:
+        for path in {str(REPO), sys.prefix, str(Path.home()), str(PROGRAM.parent)}:
             assert path not in text, f"{name} contains the machine path {path}"
         assert "\r" not in text and text.endswith("\n") and not text.endswith("\n\n")
     zsh = (fresh / "streamctl.zsh").read_text(encoding="utf-8")
@@ -156,9 +154,8 @@ def test_completion_fish_script_sourced_completes() -> None:
 
 
 def test_completion_command_prints_the_shipped_scripts() -> None:
-    from typer.testing import CliRunner
-
     from streamctl.cli.app import app
+    from typer.testing import CliRunner
 
     for shell in generate.SHELLS:
         result = CliRunner().invoke(app, ["completion", shell])

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from streamctl.cli import config as cfg
 from streamctl.cli.config import Config, Pipeline, load_config, resolve_checkpoint, setting
 from streamctl.inspectors.errors import UsageError

@@ -209,9 +209,20 @@ def test_row_conversion():
     from decimal import Decimal
 
     from pyspark.sql import Row
-    from pyspark.sql.types import (ArrayType, BinaryType, DateType, DecimalType, DoubleType, LongType,
-                                   MapType, StringType, StructField, StructType, TimestampNTZType,
-                                   TimestampType)
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
 
     inner = StructType([StructField("t", TimestampType()), StructField("n", LongType())])
     schema = StructType([
@@ -297,7 +308,6 @@ def test_coordinated_replayed_epoch_is_not_duplicated(spark, spark_checkpoints, 
 @pytest.mark.spark
 def test_delta_replayed_batch_is_skipped(spark, spark_checkpoints, fresh_copy):
     from deltalake import DeltaTable
-
     from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("delta_foreach_batch")

@@ -9,14 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-
+from helpers.paths import CORPUS
 from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.logs import parse_offsets
 from streamctl.inspectors.sources import parse_kafka_initial_offsets, read_compactible_log
 from streamctl.inspectors.storage import Storage
-
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
-
 
 
 def _placeholders() -> set[Path]:

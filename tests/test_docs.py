@@ -14,11 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
-
+from helpers.paths import REPO
 from streamctl.inspectors.findings import CODES
 
-ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
+DOCS = REPO / "docs"
 SKIP_DIRS = {"build", "dist", "node_modules", "__pycache__"}
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
@@ -49,12 +48,12 @@ def _anchors(path: Path) -> frozenset[str]:
 
 
 def _markdown_files() -> list[Path]:
-    return sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    return sorted(DOCS.rglob("*.md")) + [REPO / "README.md"]
 
 
 def _python_files() -> list[Path]:
     out = []
-    for folder, dirs, files in os.walk(ROOT):
+    for folder, dirs, files in os.walk(REPO):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]  # .venv*, .git
         out += [Path(folder, f) for f in files if f.endswith(".py")]
     return sorted(out)
@@ -65,10 +64,10 @@ def test_docs_exist_with_an_index() -> None:
     pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md") if p.name != "README.md" or p.parent != DOCS)
     assert pages, "docs/ holds no pages"
     assert [p for p in pages if p not in index] == [], "pages missing from docs/README.md"
-    assert "(docs/README.md)" in (ROOT / "README.md").read_text(encoding="utf-8"), "README.md does not link docs/"
+    assert "(docs/README.md)" in (REPO / "README.md").read_text(encoding="utf-8"), "README.md does not link docs/"
 
 
-@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(ROOT).as_posix())
+@pytest.mark.parametrize("path", _markdown_files(), ids=lambda p: p.relative_to(REPO).as_posix())
 def test_links_and_anchors_resolve(path: Path) -> None:
     broken = []
     for target in _LINK.findall(path.read_text(encoding="utf-8")):
@@ -85,7 +84,7 @@ def test_links_and_anchors_resolve(path: Path) -> None:
 
 @pytest.mark.parametrize("doc", ["docs/model.md", "docs/findings.md"])
 def test_every_finding_code_is_documented_with_its_severity(doc: str) -> None:
-    text = (ROOT / doc).read_text(encoding="utf-8")
+    text = (REPO / doc).read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| `([A-Z_]+)` \| ([a-z]+)", text, re.M))
     assert set(rows) == set(CODES), {"undocumented": sorted(set(CODES) - set(rows)), "unknown": sorted(set(rows) - set(CODES))}
     assert {c: rows[c] for c in CODES if rows[c] != CODES[c]} == {}, f"{doc} shows another default severity"
@@ -95,7 +94,7 @@ def test_code_cites_docs_that_exist() -> None:
     broken, outside = [], []
     for path in _python_files():
         text = path.read_text(encoding="utf-8")
-        rel = path.relative_to(ROOT).as_posix()
+        rel = path.relative_to(REPO).as_posix()
         if rel != "tests/test_docs.py" and _OUTSIDE.search(text):
             outside.append(rel)
         for page, anchor in _CITATION.findall(text):
@@ -140,9 +139,8 @@ def test_every_help_renders_its_examples_line_by_line(columns: int, monkeypatch:
     """Every command's example block keeps its lines at any terminal width: a comment and a
     command never share a line (click re-wraps a paragraph unless it starts with `\\b`)."""
     import typer.main
-    from typer.testing import CliRunner
-
     from streamctl.cli.app import app
+    from typer.testing import CliRunner
 
     monkeypatch.setenv("COLUMNS", str(columns))
     root = typer.main.get_command(app)
@@ -174,7 +172,7 @@ def test_the_readme_exit_code_table_is_the_code_s() -> None:
     """The README's exit-code table lists exactly the codes of cli/exit_codes.py."""
     from streamctl.cli.exit_codes import ExitCode
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
     rows = [int(c) for c in re.findall(r"^\| (\d+) \|", section, re.M)]
     assert rows == sorted(int(c) for c in ExitCode), rows
@@ -183,7 +181,6 @@ def test_the_readme_exit_code_table_is_the_code_s() -> None:
 def test_the_readme_tour_names_every_command() -> None:
     """The README is the landing page: its tour has one example for every command."""
     import typer.main
-
     from streamctl.cli.app import app
 
     root = typer.main.get_command(app)
@@ -191,5 +188,5 @@ def test_the_readme_tour_names_every_command() -> None:
     for name, cmd in root.commands.items():  # type: ignore[attr-defined]
         subs = getattr(cmd, "commands", None)
         names += [f"streamctl {name} {sub}" for sub in subs] if subs else [f"streamctl {name}"]
-    tour = (ROOT / "README.md").read_text(encoding="utf-8").split("## A tour", 1)[1].split("\n## ", 1)[0]
+    tour = (REPO / "README.md").read_text(encoding="utf-8").split("## A tour", 1)[1].split("\n## ", 1)[0]
     assert [n for n in names if f"| `{n}` |" not in tour] == []

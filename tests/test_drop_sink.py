@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -26,20 +25,11 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
-
+from helpers import align_pipeline
+from streamctl.operations.executor import CRASH_EXIT
 from streamctl.pipeline.agent import now_ms, write_json_atomic
 
-
-def _load_pipeline() -> Any:
-    spec = importlib.util.spec_from_file_location("streamctl_tests_align_pipeline_drop", Path(__file__).with_name("align_pipeline.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load_pipeline()
+ap = align_pipeline
 STREAMCTL = str(Path(sys.executable).parent / "streamctl")
 
 
@@ -238,7 +228,7 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
     for n in range(1, total):
         restore()
         r = _run_cli(*args, crash=n)
-        assert r.returncode == 86, (n, r.returncode, r.stderr)
+        assert r.returncode == CRASH_EXIT, (n, r.returncode, r.stderr)
         arch = archive_dir()
         last = json.loads((arch / "journal.jsonl").read_text().splitlines()[-1])
         # restart the old query (real Spark) with one more input file

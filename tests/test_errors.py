@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from helpers.paths import TESTS
 
-HERE = Path(__file__).resolve().parent
-FIXTURE = HERE / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE = TESTS / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
 PROGRAM = Path(sys.executable).with_name("streamctl")
 SECRET = "hunter2-errors-secret"
 
@@ -299,7 +299,7 @@ def test_a_permission_error_is_exit_3_naming_the_file(ck_outside_pytest_tmp: Pat
 
 # ------------------------------------------------------------------ Kafka client settings
 
-KAFKA_CHECKPOINT = HERE / "fixtures" / "spark-corpus" / \
+KAFKA_CHECKPOINT = TESTS / "fixtures" / "spark-corpus" / \
     "checkpoint-version-2.4.3-kafka-include-headers-default"  # written by Spark's own Kafka tests
 
 

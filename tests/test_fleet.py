@@ -3,7 +3,6 @@ engines, JSON-lines and Parquet outputs, --watch and --metrics-file (Prometheus 
 and globs over S3 on a real moto server. Real checkpoints from tests/fixtures/spark-corpus, no mocks."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -15,13 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-
+from helpers import s3_fixtures as _os
+from helpers.paths import CORPUS, SPARK35
 from streamctl.inspectors import fleet
 from streamctl.inspectors.metrics import format_metrics
 
-REPO = Path(__file__).resolve().parent.parent
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "spark-3.5"
 CORPUS_CHECKPOINTS = ("checkpoint-version-2.1.0", "checkpoint-version-2.4.0-streaming-join",
                       "checkpoint-version-3.5.1-streaming-deduplication", "checkpoint-version-4.0.0/rocksdb/agg")
 
@@ -36,7 +33,7 @@ def fleet_dir(tmp_path: Path) -> Path:
     for rel in CORPUS_CHECKPOINTS:
         shutil.copytree(CORPUS / rel, root / rel.replace("/", "-"))
     for name in ("agg_hdfs", "agg_rocksdb"):
-        shutil.copytree(FIXTURES / name / "checkpoint", root / name)
+        shutil.copytree(SPARK35 / name / "checkpoint", root / name)
     (root / "README").write_text("not a checkpoint\n")
     return root
 
@@ -215,7 +212,7 @@ def test_watch_stops_on_ctrl_c_with_exit_130_and_no_traceback(tmp_path):
     env = dict(os.environ, NO_COLOR="1", STREAMCTL_QUIET_PERIOD="0", STREAMCTL_CONFIG=str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
     program = Path(sys.executable).parent / "streamctl"
-    proc = subprocess.Popen([str(program), "inspect", "epochs", str(FIXTURES / "agg_hdfs" / "checkpoint"), "--watch",
+    proc = subprocess.Popen([str(program), "inspect", "epochs", str(SPARK35 / "agg_hdfs" / "checkpoint"), "--watch",
                              "--interval", "0.2", "--metrics-file", str(prom)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -258,22 +255,12 @@ def test_spark_engine_gives_the_records_of_the_local_engine(cli, spark, fleet_di
 
 
 def test_spark_engine_refuses_kafka(cli):
-    r = cli("inspect", "epochs", str(FIXTURES / "agg_hdfs" / "checkpoint"), "--engine", "spark", "--bootstrap", "b:9092")
+    r = cli("inspect", "epochs", str(SPARK35 / "agg_hdfs" / "checkpoint"), "--engine", "spark", "--bootstrap", "b:9092")
     assert r.code == 2 and "--engine spark does not ask Kafka brokers" in r.stderr
 
 
 # ------------------------------------------------------------------------------ object stores
 
-def _object_store_module():
-    spec = importlib.util.spec_from_file_location("streamctl_tests_object_store",
-                                                  Path(__file__).with_name("test_object_store.py"))
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_os = _object_store_module()
 s3 = _os.s3
 
 
@@ -281,8 +268,8 @@ s3 = _os.s3
 def test_glob_over_s3(cli, s3):
     fs, port = s3
     for name in ("agg_hdfs", "agg_rocksdb"):
-        _os.upload(fs, FIXTURES / name / "checkpoint", f"fleet/{name}")
-        _os.upload(fs, FIXTURES / name / "checkpoint", f"fleet/nested/{name}")
+        _os.upload(fs, SPARK35 / name / "checkpoint", f"fleet/{name}")
+        _os.upload(fs, SPARK35 / name / "checkpoint", f"fleet/nested/{name}")
     with fs.open_output_stream("chk/fleet/README") as out:
         out.write(b"not a checkpoint")
     opts = f"?endpoint_override=127.0.0.1:{port}&scheme=http"
@@ -298,7 +285,7 @@ def test_glob_over_s3(cli, s3):
     assert [q["checkpoint"] for q in remote] == [
         f"s3://chk/fleet/agg_hdfs{opts}", f"s3://chk/fleet/agg_rocksdb{opts}", f"s3://chk/fleet/nested/agg_hdfs{opts}"]
     assert r.json()["findings"][0]["code"] == "QUERY_ID_CLASH"  # the same checkpoint uploaded twice
-    local = {q["query_id"]: q for q in cli("inspect", "epochs", str(FIXTURES / "*" / "checkpoint"), "--json").json()["queries"]}
+    local = {q["query_id"]: q for q in cli("inspect", "epochs", str(SPARK35 / "*" / "checkpoint"), "--json").json()["queries"]}
     for q in remote:
         for key in ("query_id", "planned", "committed", "state_epoch", "common_window"):
             assert q[key] == local[q["query_id"]][key], key

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-
+from helpers.paths import SPARK35
 from hypothesis import HealthCheck, given, settings  # the test extra installs it
 from hypothesis import strategies as st
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 ENTRY = ('{"path":"file://SINK/part-%d","size":10,"isDir":false,"modificationTime":1,"blockReplication":1,'
          '"blockSize":1,"action":"add"}')  # SINK: the sink's own folder (its files exist: no SINK_FILES_MISSING)
 # every file kind of the base tree a restart or streamctl reads
@@ -231,7 +231,7 @@ def own_template(tmp_path_factory: pytest.TempPathFactory, layouts: Any) -> Path
     backup = Path(json.loads(r.stdout)["backup"])
     assert (backup / "files").is_dir(), sorted(p.name for p in backup.iterdir())
     (root / "backup").symlink_to(backup.relative_to(root), target_is_directory=True)
-    layouts.coordinated(root / "coordinated", 2)  # tests/test_sinks.py's: three epochs, two writers
+    layouts.coordinated(root / "coordinated", 2)  # helpers/layouts.py: three epochs, two writers
     _stateless(root / "coordinated-ck", lambda b: '{"logOffset":%d}' % b)
     return root
 

@@ -8,7 +8,7 @@ comparison. The real-Spark behaviour behind these documents is tested elsewhere 
 test_trim, test_drop_sink, test_kafka_*); these files pin the contract: a changed key or value
 fails here, and is reviewed, then accepted with `STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden`.
 
-The Kafka documents come from the real broker of tests/kafka_fixtures.py (topics named here, one
+The Kafka documents come from the real broker of tests/helpers/kafka_fixtures.py (topics named here, one
 record per produce request), since `inspect kafka`, `retention-floor` and `commit-offsets` ask it.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import GOLDEN
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 _OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
 _VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
                   "now_ms", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}

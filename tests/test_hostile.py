@@ -1,5 +1,5 @@
 """The guarantees of every mutation under hostile input (issue 14), one test per class on a real
-PySpark checkpoint (tests/align_pipeline.py, kind "file", the "sink ahead" fault of
+PySpark checkpoint (tests/helpers/align_pipeline.py, kind "file", the "sink ahead" fault of
 test_align_ops: align rolls the sink back to batch 3), restored IN PLACE before each test (the
 file sink's log holds absolute paths). Each test asserts the exact outcome: exit code, JSON, and
 every byte under the pipeline folder and outside it.
@@ -7,7 +7,6 @@ every byte under the pipeline folder and outside it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -16,25 +15,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from helpers import align_pipeline
+from helpers.paths import SPARK35
+from helpers.trees import tree  # relative path -> sha256 (symlinks as their target)
 
-HERE = Path(__file__).resolve().parent
 INPUT_FILES = 5
 
 
-def _load(name: str, file: str) -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / file)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ap = _load("streamctl_tests_align_pipeline", "align_pipeline.py")
-# relative path -> sha256 (symlinks as their target) of every file below a folder
-tree = _load("streamctl_tests_hostile_properties", "test_hostile_properties.py").tree
+ap = align_pipeline
 
 
 class Lab(ap.Lab):
@@ -209,7 +197,7 @@ def test_an_early_failure_leaves_no_lock(fresh: Lab, cli: Callable, tmp_path: Pa
 
 # ------------------------------------------------------------------ 5. cost follows the files that exist
 
-FIXTURE = HERE / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"  # written by PySpark 3.5
+FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"  # written by PySpark 3.5
 
 
 def _finding(doc: dict[str, Any], code: str) -> dict[str, Any]:

@@ -10,30 +10,19 @@ every case goes through the runner's checks (operations.runner.check_plan) and t
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import time
 from pathlib import Path
 
 import pytest
-
+from helpers.trees import tree
 from streamctl.operations.executor import Conflict, Executor
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused, Step
 from streamctl.operations.runner import check_backup_target, check_plan
 
 CASES = 60
-
-
-def tree(base: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for dirpath, dirs, files in os.walk(base):
-        for f in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
-            p = Path(dirpath) / f
-            out[str(p.relative_to(base))] = ("link:" + os.readlink(p)) if p.is_symlink() else \
-                hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
 
 
 def build(rng: random.Random, base: Path) -> tuple[Path, Path, list[str]]:

@@ -8,7 +8,7 @@ not on PyPI for this machine's lines (issue 32 records how to build one for PySp
 restart outcomes these verdicts predict are Iceberg's own rule (the streaming commit skips an
 epoch its query already committed along the current ancestry), the same rule as Delta's `txn`,
 whose real restarts tests/test_spark_sinks.py proves. The checkpoints are synthetic
-(tests/test_sinks.py's builder)."""
+(tests/helpers/layouts.py)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ import pytest
 pyiceberg = pytest.importorskip("pyiceberg", reason="pyiceberg is in the test extra (./dev test installs it)")
 
 ROWS = 5
-QID = "11111111-2222-3333-4444-555555555555"  # the query id of tests/test_sinks.py's checkpoints
+QID = "11111111-2222-3333-4444-555555555555"  # the query id of tests/helpers/layouts.py's checkpoints
 
 
 @pytest.fixture

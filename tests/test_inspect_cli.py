@@ -10,44 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
-GOLDEN = Path(__file__).resolve().parent / "golden"
-QID = "11111111-2222-3333-4444-555555555555"
-META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
-
-
-def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 0, qid: str = QID,
-          state: dict[str, list[str]] | None = None, offsets_missing: tuple[int, ...] = (),
-          commits_missing: tuple[int, ...] = (), meta: str = META, commit_body: dict[int, str] | None = None) -> Path:
-    """A checkpoint with Spark's file layout. state: 'op/part[/store]' -> file names."""
-    (root / "offsets").mkdir(parents=True)
-    (root / "commits").mkdir()
-    (root / "metadata").write_text(json.dumps({"id": qid}, separators=(",", ":")))
-    for b in range(first, planned + 1):
-        if b not in offsets_missing:
-            (root / "offsets" / str(b)).write_text(f'v1\n{meta}\n{{"logOffset":{b}}}')
-            (root / "offsets" / f".{b}.crc").write_bytes(b"crc")
-    if committed is not None:
-        for b in range(first, committed + 1):
-            if b not in commits_missing:
-                body = (commit_body or {}).get(b, '{"nextBatchWatermarkMs":0}')
-                (root / "commits" / str(b)).write_text(f"v1\n{body}")
-    for store, files in (state or {}).items():
-        d = root / "state" / store
-        d.mkdir(parents=True, exist_ok=True)
-        for f in files:
-            (d / f).write_bytes(b"LZ4Block\x15" + bytes(12))  # an empty LZ4 stream: its end block alone
-    return root
-
-
-def deltas(lo: int, hi: int) -> list[str]:
-    return [f"{v}.delta" for v in range(lo, hi + 1)]
-
-
-def healthy_state(hi: int = 4) -> dict[str, list[str]]:
-    return {"0/0": deltas(1, hi), "0/1": deltas(1, hi)}
+from helpers.layouts import META, QID, build, deltas, healthy_state  # noqa: F401
+from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35
 
 
 def codes(doc: dict) -> list[str]:
@@ -355,7 +319,6 @@ def test_rich_table_keeps_brackets(tmp_path, monkeypatch):
     import io
 
     from rich.console import Console
-
     from streamctl.cli import render
 
     buf = io.StringIO()
@@ -421,7 +384,7 @@ def test_golden_json(cli, command, folder):
     if os.environ.get("STREAMCTL_UPDATE_GOLDEN"):
         path.parent.mkdir(exist_ok=True)
         path.write_text(got)
-    assert got == path.read_text(), f"JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
+    assert got == path.read_text(), "JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
 
 
 def test_file_uri_and_unsupported_scheme(cli, tmp_path):
@@ -488,14 +451,14 @@ def test_live_and_stale_leases(cli, tmp_path):
 
 def test_no_headers_prints_the_rows_alone(cli) -> None:
     """--no-headers (issue 31, as kubectl's): a table's rows without title or header, one per line."""
-    ck = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+    ck = SPARK35 / "agg_hdfs" / "checkpoint"
     r = cli("--no-headers", "inspect", "epochs", str(ck), "-o", "plain", "--quiet-period", "0")
     first = r.stdout.splitlines()[0].split()
     assert r.code == 0 and first[1] == str(ck) and first[-1] == "aligned", r.stdout
     assert "query id" not in r.stdout and "---" not in r.stdout
 
 
-FIXTURE_STATEFUL = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE_STATEFUL = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 @pytest.mark.parametrize("no_color", [False, True])

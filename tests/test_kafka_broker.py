@@ -7,7 +7,6 @@ import json
 import shutil
 import socket
 import time
-from pathlib import Path
 
 import pytest
 
@@ -265,11 +264,8 @@ def test_commit_offsets_shows_progress_on_a_terminal_only(kafka_broker, kafka_ag
     """A real `streamctl kafka commit-offsets` process with its stderr on a pseudo-terminal shows
     the partitions done (the meter of every mutation), for --execute and --undo; piped or with
     --json it prints none."""
-    import importlib.util
+    from helpers import terminal as term
 
-    spec = importlib.util.spec_from_file_location("streamctl_tests_terminal_kafka", Path(__file__).with_name("terminal.py"))
-    term = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(term)
     chk, topic = kafka_agg
 
     def commit(group: str) -> tuple[str, ...]:

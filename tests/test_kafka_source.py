@@ -1,12 +1,12 @@
 """streamctl.pipeline.kafka_source against a real Kafka-compatible broker (Tansu, kafka_broker
-fixture from tests/kafka_fixtures.py), with and without real PySpark queries."""
+fixture from tests/helpers/kafka_fixtures.py), with and without real PySpark queries."""
 from __future__ import annotations
 
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List
 
 import pytest
 

@@ -9,11 +9,11 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
+from helpers.paths import SPARK35
 from streamctl.inspectors.errors import UsageError
 from streamctl.inspectors.lines import parse_line
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 
 
 def _format2(tmp_path: Path) -> Path:

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.paths import REPO
+
 ROOMS = ["cli", "commands", "inspectors", "operations", "pipeline", "fixtures", "completions", "bench"]
 
 
@@ -17,7 +18,7 @@ def _ruff() -> list[str]:
 
 
 def test_ruff_pyflakes_and_bugbear_pass() -> None:
-    r = subprocess.run([*_ruff(), "check", "--no-cache", *ROOMS], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([*_ruff(), "check", "--no-cache", *ROOMS], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -32,9 +33,9 @@ def test_mypy_passes_on_the_core_rooms(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for room in ROOMS[:-1]:
-        (pkg / room).symlink_to(ROOT / room)
+        (pkg / room).symlink_to(REPO / room)
     args = [sys.executable, "-m", "mypy", "--explicit-package-bases", "--ignore-missing-imports",
-            "--follow-imports=silent", "--cache-dir", str(ROOT / ".cache" / "mypy"), "--no-error-summary"]
+            "--follow-imports=silent", "--cache-dir", str(REPO / ".cache" / "mypy"), "--no-error-summary"]
     for room in TYPED_ROOMS:
         args += ["-p", f"streamctl.{room}"]
     r = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -1,6 +1,6 @@
 """Physical damage to the logs (issue 22), judged by a real restart (docs/model.md#physical-damage).
 
-One real PySpark query (tests/align_pipeline.py, kind ``file``: a file source, a JSON file sink
+One real PySpark query (tests/helpers/align_pipeline.py, kind ``file``: a file source, a JSON file sink
 with its ``_spark_metadata`` log) runs over four input files (batches 0..3). Each test puts that
 pipeline back in place, damages it the way a crash, a full disk or a hand clean-up leaves it, and:
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 FILES = 4  # batches 0..3
 

@@ -2,33 +2,16 @@
 stands in for S3, and streamctl reads it through pyarrow.fs with s3:// URIs."""
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from helpers.paths import SPARK35
+from helpers.s3_fixtures import CountingProxy, free_port, moto_server, s3, upload  # noqa: F401, F811  (s3: a fixture)
 
-
-def _load_s3():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("streamctl_tests_s3_fixtures", Path(__file__).with_name("s3_fixtures.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_s3f = _load_s3()
-moto_server, s3, upload, _free_port = _s3f.moto_server, _s3f.s3, _s3f.upload, _s3f._free_port
 pytestmark = pytest.mark.skipif(moto_server is None, reason="moto[server] is installed by ./dev test")
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "spark-corpus"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
+FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 
 
 def test_inspect_epochs_and_state_on_s3_match_local(cli, s3):
@@ -61,92 +44,12 @@ def test_s3_missing_prefix_and_corrupt_file(cli, s3):
 
 
 def test_unreachable_endpoint_is_exit_3_one_line(cli, s3):
-    port = _free_port()
+    port = free_port()
     t0 = time.time()
     r = cli("inspect", "epochs", f"s3://chk/agg?endpoint_override=127.0.0.1:{port}&scheme=http&connect_timeout=1&request_timeout=2")
     assert r.code == 3, r
     assert "Traceback" not in r.stdout + r.stderr
     assert time.time() - t0 < 60
-
-
-class _CountingProxy:
-    """A loopback HTTP proxy in front of the moto server that counts the S3 requests it forwards
-    (the real server still answers every one)."""
-
-    def __init__(self, target_port: int, delay: float = 0.0) -> None:
-        import http.client
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        proxy = self
-        self.requests: list[tuple[str, str]] = []
-        self.sent: list[tuple[str, str, int]] = []  # method, path, request body bytes
-        self.in_flight = self.max_in_flight = 0
-        lock = threading.Lock()
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def _body(self) -> "tuple[bytes | None, dict[str, str]]":
-                """The request body and the headers to forward (a chunked upload, as the AWS SDK
-                sends a multipart part, is forwarded whole with its length)."""
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
-                if (self.headers.get("Transfer-Encoding") or "").lower() != "chunked":
-                    length = int(self.headers.get("Content-Length") or 0)
-                    return (self.rfile.read(length) if length else None), headers
-                chunks = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        break
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                headers = {k: v for k, v in headers.items() if k.lower() != "transfer-encoding"}
-                body = b"".join(chunks)
-                headers["Content-Length"] = str(len(body))
-                return body, headers
-
-            def _forward(self) -> None:
-                body, headers = self._body()
-                with lock:
-                    proxy.requests.append((self.command, self.path))
-                    proxy.sent.append((self.command, self.path, len(body or b"")))
-                    proxy.in_flight += 1
-                    proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
-                try:
-                    time.sleep(delay)  # a round trip to a real object store
-                    conn = http.client.HTTPConnection("127.0.0.1", target_port, timeout=30)
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    resp = conn.getresponse()
-                    data = resp.read()
-                finally:
-                    with lock:
-                        proxy.in_flight -= 1
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
-                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                        self.send_header(k, v)
-                # a HEAD answer carries the object's length, not the (empty) body's
-                length = resp.getheader("Content-Length") if self.command == "HEAD" else None
-                self.send_header("Content-Length", length or str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                conn.close()
-
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
 
 
 def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, s3):
@@ -169,7 +72,7 @@ def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, 
     for rel, text in files.items():
         with fs.open_output_stream(f"chk/many/{rel}") as out:
             out.write(text.encode())
-    proxy = _CountingProxy(port)
+    proxy = CountingProxy(port)
     try:
         uri = f"s3://chk/many?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
         r = cli("inspect", "epochs", uri, "--json", "--quiet-period", "0")
@@ -190,7 +93,7 @@ def test_small_files_are_read_concurrently_within_the_request_bound(cli, s3):
     grow, and the findings are those of the local copy."""
     fs, port = s3
     upload(fs, FIXTURE, "overlap")
-    proxy = _CountingProxy(port, delay=0.1)
+    proxy = CountingProxy(port, delay=0.1)
     try:
         uri = f"s3://chk/overlap?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
         remote = cli("inspect", "epochs", uri, "--json", "--quiet-period", "0")

@@ -11,7 +11,6 @@ its commit records, so nothing is rewritten on the way."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import sys
@@ -20,19 +19,14 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import pytest
+from helpers import align_pipeline
+from helpers import cloud_fixtures as _cf
+from helpers import s3_fixtures as _s3f
+from helpers.paths import SPARK35
+from helpers.s3_fixtures import CountingProxy
+from streamctl.operations.executor import CRASH_EXIT
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"streamctl_tests_{name}_s3m", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_s3f = _load("s3_fixtures")
-_cf = _load("cloud_fixtures")
-ap = _load("align_pipeline")
+ap = align_pipeline
 s3, gcs, azure = _s3f.s3, _cf.gcs, _cf.azure
 URIS = {"s3": _s3f.s3_uri, "gcs": _cf.gcs_uri, "azure": _cf.azure_uri}
 
@@ -67,7 +61,7 @@ def _upload(store: Store, src: Path, prefix: str) -> None:
 def _prefix(uri: str) -> str:
     """The object prefix of a store URI, below the bucket/container chk."""
     return urlparse(uri).path.strip("/")
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 def _objects(fs, prefix: str) -> dict[str, str]:
@@ -269,13 +263,12 @@ def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
     per-object read or delete); a move is read (the begin record's sha256) -> server-side copy ->
     read back -> batched delete, about three requests per file, the copies in parallel (printed
     for BENCHMARKS.md)."""
-    _osf = _load("test_object_store")
     fs, port = s3
     counts = {}
     for mode, epochs in (("purge", 1050), ("move", 300)):
         prefix = f"many-{mode}"
         _many_epochs(fs, prefix, epochs)
-        proxy = _osf._CountingProxy(port, delay=0.002)
+        proxy = CountingProxy(port, delay=0.002)
         try:
             uri = f"s3://chk/{prefix}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
             backup = f"s3://chk/{prefix}-backup?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
@@ -340,11 +333,10 @@ def test_the_journal_is_written_once_on_s3_however_many_group_commits(cli, s3):
     front of the real S3 server: the journal bytes a trim and its undo send are exactly the
     journal's size at the end, over the group commits of both processes (printed for
     BENCHMARKS.md)."""
-    _osf = _load("test_object_store")
     fs, port = s3
     prefix = "journal-bytes"
     _many_epochs(fs, prefix, 20)
-    proxy = _osf._CountingProxy(port, delay=0.002)
+    proxy = CountingProxy(port, delay=0.002)
     sent = {}
     try:
         uri = f"s3://chk/{prefix}?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
@@ -427,7 +419,7 @@ def test_crash_after_every_journal_record_then_resume_or_undo_on_the_store(store
         code, _out, err = _run(*trim, crash_after=n)
         (op,) = _backups(fs, prefix) - seen
         backup = store.uri(f"{prefix}/_streamctl/backups/{op}")
-        if code != 86:
+        if code != CRASH_EXIT:
             failures.append(f"N={n}: the crash run exited {code}: {err[-500:]}")
             continue
         if n % 2:

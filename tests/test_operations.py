@@ -11,14 +11,14 @@ import time
 from pathlib import Path
 
 import pytest
-
+from helpers.paths import SPARK35
 from streamctl.inspectors.errors import StorageError
-from streamctl.operations.executor import JOURNAL_FILE, MANIFEST_FILE, Conflict, Executor
+from streamctl.operations.executor import CRASH_EXIT, JOURNAL_FILE, MANIFEST_FILE, Conflict, Executor
 from streamctl.operations.files import Root, hadoop_crc
 from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
 from streamctl.operations.plan import Plan, Step
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -99,7 +99,7 @@ def test_a_step_interrupted_between_its_journal_records_is_redone(tmp_path: Path
             "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
     Executor(plan, roots, Root("backup", str(backup))).write_plan()
     proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)], env=env)
-    assert proc.returncode == 86
+    assert proc.returncode == CRASH_EXIT
     assert not (ck / "commits" / "3").exists()
     events = [json.loads(line)["event"] for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     assert events == ["start", "begin"]
@@ -281,7 +281,7 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
             "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
     proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
                           env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER=str(crash)))
-    assert proc.returncode == 86
+    assert proc.returncode == CRASH_EXIT
     records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     events = [r["event"] for r in records]
     assert "finished" not in events and events.count("begin") + events.count("done") == crash - 1

@@ -21,14 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO, TESTS
 
 try:
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-ROOT = Path(__file__).resolve().parents[1]
-PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 PACKAGES: list[str] = SETUPTOOLS["packages"]
 PACKAGE_DIR: dict[str, str] = SETUPTOOLS["package-dir"]
@@ -48,11 +48,11 @@ EXE = ".exe" if os.name == "nt" else ""
 
 def python_files(*dirs: str) -> Iterator[Path]:
     for name in dirs:
-        base = ROOT / name
+        base = REPO / name
         if not base.is_dir():
             continue
         for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(ROOT).parts
+            rel = path.relative_to(REPO).parts
             if any(part == "__pycache__" or part.startswith(".") for part in rel):
                 continue
             yield path
@@ -64,7 +64,7 @@ def parse(path: Path) -> ast.Module:
 
 def module_name(path: Path) -> str | None:
     """The dotted `streamctl.*` name of a file under a mapped root, else None."""
-    rel = path.relative_to(ROOT)
+    rel = path.relative_to(REPO)
     for package, folder in PACKAGE_DIR.items():
         if rel.parts[0] == folder:
             parts = list(rel.with_suffix("").parts[1:])
@@ -96,7 +96,7 @@ def module_is_package(name: str) -> bool:
     for package, folder in PACKAGE_DIR.items():
         if name == package or name.startswith(package + "."):
             rel = name[len(package) :].lstrip(".").split(".") if name != package else []
-            return (ROOT / folder).joinpath(*rel, "__init__.py").is_file()
+            return (REPO / folder).joinpath(*rel, "__init__.py").is_file()
     return False
 
 
@@ -159,7 +159,7 @@ def test_no_bare_imports_of_the_mapped_root_folders() -> None:
     `monkeypatch.setattr("cli.context.X", ...)` and relative imports are all refused:
     only `streamctl.`-prefixed absolute imports."""
     problems = [
-        f"{path.relative_to(ROOT)}:{line}: {what}"
+        f"{path.relative_to(REPO)}:{line}: {what}"
         for path in python_files(*SCANNED_DIRS)
         for line, what in bare_import_problems(parse(path), module_name(path))
     ]
@@ -168,7 +168,7 @@ def test_no_bare_imports_of_the_mapped_root_folders() -> None:
 
 def test_inspectors_do_not_depend_on_the_presentation_layer() -> None:
     problems = [
-        f"{path.relative_to(ROOT)}:{line}: {what}"
+        f"{path.relative_to(REPO)}:{line}: {what}"
         for path in python_files(PACKAGE_DIR.get("streamctl.inspectors", "inspectors"))
         for line, what in inspector_problems(parse(path), module_name(path))
     ]
@@ -223,7 +223,7 @@ def discovered_packages() -> tuple[set[str], list[str]]:
     found: set[str] = set()
     unmarked: list[str] = []
     for package, folder in PACKAGE_DIR.items():
-        base = ROOT / folder
+        base = REPO / folder
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.startswith("."))
             rel = Path(dirpath).relative_to(base).parts
@@ -235,9 +235,9 @@ def discovered_packages() -> tuple[set[str], list[str]]:
 
 
 def test_every_mapped_root_exists() -> None:
-    missing = [f"{package} -> {folder}/" for package, folder in PACKAGE_DIR.items() if not (ROOT / folder).is_dir()]
+    missing = [f"{package} -> {folder}/" for package, folder in PACKAGE_DIR.items() if not (REPO / folder).is_dir()]
     assert not missing, f"package-dir maps to missing folders: {missing}"
-    assert not (ROOT / "__init__.py").exists(), "the repo root must not be a package (docs/development.md#packaging)"
+    assert not (REPO / "__init__.py").exists(), "the repo root must not be a package (docs/development.md#packaging)"
 
 
 def test_package_dir_keys_are_the_top_packages_listed() -> None:
@@ -271,10 +271,10 @@ def test_package_data_refers_to_listed_packages_and_existing_files() -> None:
             continue
         top = next(p for p in PACKAGE_DIR if package == p or package.startswith(p + "."))
         sub = package[len(top) :].lstrip(".")
-        folder = ROOT / PACKAGE_DIR[top] / Path(*sub.split(".")) if sub else ROOT / PACKAGE_DIR[top]
+        folder = REPO / PACKAGE_DIR[top] / Path(*sub.split(".")) if sub else REPO / PACKAGE_DIR[top]
         for pattern in patterns:
             if not list(folder.glob(pattern)):
-                problems.append(f"{package}: {pattern!r} matches no file in {folder.relative_to(ROOT)}/")
+                problems.append(f"{package}: {pattern!r} matches no file in {folder.relative_to(REPO)}/")
     assert not problems, "\n".join(problems)
 
 
@@ -336,14 +336,14 @@ def copy_source(dest: Path) -> None:
     stale build/ once masked a missing package (docs/development.md#packaging)."""
     dest.mkdir(parents=True)
     for name in ("pyproject.toml", "setup.cfg", "setup.py", "MANIFEST.in"):
-        if (ROOT / name).is_file():
-            shutil.copy2(ROOT / name, dest / name)
-    for path in ROOT.iterdir():
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, dest / name)
+    for path in REPO.iterdir():
         if path.is_file() and path.name.upper().startswith(("README", "LICENSE", "LICENCE", "NOTICE")):
             shutil.copy2(path, dest / path.name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".*")
     for folder in sorted(set(PACKAGE_DIR.values())):
-        shutil.copytree(ROOT / folder, dest / folder, ignore=ignore)
+        shutil.copytree(REPO / folder, dest / folder, ignore=ignore)
 
 
 def clean_env(venv: Path) -> dict[str, str]:
@@ -419,7 +419,7 @@ def test_wheel_contains_the_namespaced_packages_only(installed: dict[str, object
 
 def wheel_path(path: Path) -> str:
     """Where a source file under a mapped root lands in the wheel (cli/app.py -> streamctl/cli/app.py)."""
-    rel = path.relative_to(ROOT)
+    rel = path.relative_to(REPO)
     package = next(p for p, folder in PACKAGE_DIR.items() if rel.parts[0] == folder)
     return "/".join([*package.split("."), *rel.parts[1:]])
 
@@ -442,7 +442,7 @@ def test_installed_wheel_runs(installed: dict[str, object], capsys: pytest.Captu
     assert "inspect" in help_run.stdout
 
     bash = run([str(program), "completion", "bash"], env=env, cwd=cwd)
-    assert bash.stdout == (ROOT / "completions" / "streamctl.bash").read_text(encoding="utf-8")
+    assert bash.stdout == (REPO / "completions" / "streamctl.bash").read_text(encoding="utf-8")
     assert "_STREAMCTL_COMPLETE=complete_bash" in bash.stdout
 
     timings = installed["timings"]
@@ -527,7 +527,7 @@ def test_every_room_imports_only_the_rooms_below_it() -> None:
     assert set(LAYERS) == {p.split(".")[1] for p in PACKAGE_DIR}, "a new room needs its row in LAYERS"
     problems = [problem for package, folder in PACKAGE_DIR.items() for path in python_files(folder)
                 for problem in module_layer_problems(package.split(".")[1], module_name(path), parse(path),
-                                                     str(path.relative_to(ROOT)))]
+                                                     str(path.relative_to(REPO)))]
     assert not problems, "layer violations:\n" + "\n".join(problems)
 
 
@@ -554,12 +554,30 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
 def test_no_test_reads_outside_the_repository() -> None:
     """A fresh clone runs every test: nothing reads ../shared (Spark's test checkpoints are in
     tests/fixtures/spark-corpus, with their license and provenance)."""
-    here = Path(__file__).resolve().parent
-    offenders = [f"{p.name}:{i}" for p in sorted(here.glob("*.py"))
+    here = TESTS
+    offenders = [f"{p.relative_to(here)}:{i}" for p in sorted(here.rglob("*.py"))
                  for i, line in enumerate(p.read_text().splitlines(), 1)
                  if ('"shared"' in line or "../shared" in line) and p.name != "test_packaging.py"]
     assert not offenders, offenders
     assert (here / "fixtures" / "spark-corpus" / "LICENSE-Apache-2.0.txt").is_file()
+
+
+def test_tests_are_a_package_and_load_nothing_by_path() -> None:
+    """What tests share lives in tests/helpers/ and is imported (`helpers.<module>`, pytest's
+    `pythonpath`); no test builds a module from a file path or imports another test module, so
+    each helper exists once in sys.modules (issue 30)."""
+    import re
+
+    loaders = re.compile(r"spec_from_file_location|module_from_spec|SourceFileLoader|runpy\.|"
+                         r"^\s*(from|import) test_\w+")
+    offenders = [f"{p.relative_to(TESTS)}:{i}: {line.strip()}" for p in sorted(TESTS.rglob("*.py"))
+                 if p.name != "test_packaging.py"
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if loaders.search(line)]
+    assert not offenders, offenders
+    assert (TESTS / "helpers" / "__init__.py").is_file()
+    assert 'pythonpath = ["tests"]' in (REPO / "pyproject.toml").read_text()
+    assert not [p.name for p in TESTS.glob("*.py") if not p.name.startswith("test_") and p.name != "conftest.py"], \
+        "a shared module belongs in tests/helpers/"
 
 
 def test_api_version_is_defined_once() -> None:
@@ -567,6 +585,6 @@ def test_api_version_is_defined_once() -> None:
     import re
 
     rooms = sorted({d.split("/")[0] for d in PACKAGE_DIR.values() if d})
-    hits = [f"{p.relative_to(ROOT)}:{i}" for room in rooms for p in (ROOT / room).rglob("*.py")
+    hits = [f"{p.relative_to(REPO)}:{i}" for room in rooms for p in (REPO / room).rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"[\"']streamctl/v1[\"']", line)]
     assert hits == ["inspectors/findings.py:7"], hits

@@ -1,5 +1,5 @@
 """`streamctl preflight` (issue 29, item 6): before a deploy, does a new version of a query fit its
-checkpoint? One real PySpark query (tests/align_pipeline.py, kind ``dedup_file``) writes the
+checkpoint? One real PySpark query (tests/helpers/align_pipeline.py, kind ``dedup_file``) writes the
 checkpoint; three new versions of it (the same query, one with a stateful operator added, one
 with it removed) are judged by preflight and then by the oracle, a real restart of each version
 on a copy of the checkpoint (docs/model.md#preflight)."""
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 
 VERSIONS = '''

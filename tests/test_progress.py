@@ -9,28 +9,18 @@ by Spark), the sink a coordinated sink written here in its documented layout
 (docs/formats/streamctl.md: one `_commits/<epoch>.json` record and one data file per epoch)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
+from helpers import s3_fixtures as _s3f
+from helpers import terminal as term
+from helpers.paths import SPARK35
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"streamctl_tests_{name}_progress", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_s3f = _load("s3_fixtures")
-term = _load("terminal")
 s3 = _s3f.s3
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 def _pipeline(base: Path, sink_epochs: int) -> tuple[Path, Path]:

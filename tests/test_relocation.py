@@ -27,7 +27,7 @@ FILES = 4  # batches 0..3, ids 0..19
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 
 

@@ -1,14 +1,14 @@
 """Spark's own offline state repartition (PySpark 4.2+, `spark._streamingCheckpointManager.repartition`)
 and "never repair what a restart reads" (issue 13, items 2 and 3).
 
-Each test runs a real PySpark 4.3 query (tests/align_pipeline.py), runs Spark's repartition on its
+Each test runs a real PySpark 4.3 query (tests/helpers/align_pipeline.py), runs Spark's repartition on its
 checkpoint, and reproduces the issue's symptom first (the finding streamctl gave before, the plan
 that moved state a restart reads, the SINK_BEHIND that align refused, the IN_FLIGHT verdict of a
 checkpoint Spark refuses to start from). Then `align` repairs it and the same query restarts
 through the file sink's next compaction (compactInterval 3) with the delivery check: every id
 exactly once. The standing test of item 3 runs align and trim on every clean example checkpoint
 the suite builds and checks that neither plans to move anything a restart reads; its second half
-does the same on every pipeline shape of tests/align_pipeline.py and restarts the query after
+does the same on every pipeline shape of tests/helpers/align_pipeline.py and restarts the query after
 both, with the delivery check.
 """
 from __future__ import annotations
@@ -274,7 +274,7 @@ def test_align_and_trim_never_move_what_a_restart_reads(spark_checkpoints: dict[
 def test_align_and_trim_then_restart_deliver_on_every_pipeline_shape(spark: Any, cli: Any, tmp_path: Path,
                                                                      align_pipeline: Any, kind: str) -> None:
     """Item 3 with the delivery check: on a clean checkpoint of every query shape of
-    tests/align_pipeline.py (stateless file sink, dedup on HDFS and RocksDB, the coordinated sink,
+    tests/helpers/align_pipeline.py (stateless file sink, dedup on HDFS and RocksDB, the coordinated sink,
     transformWithState on checkpoint format 1 and 2 and in pandas, offsets log v2, a named source),
     `align --execute` changes nothing a restart
     reads and `trim --keep-epochs 1 --execute` moves no partition folder; the restart after both

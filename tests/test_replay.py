@@ -1,7 +1,7 @@
 """Replayable or refused (issue 29): a roll back makes the restart replay batches, and a replayed
 batch of a file source reads the input files its log lists, where the log says. With
 `cleanSource=archive` Spark has moved those files to the archive after their batches committed.
-One real PySpark query (tests/align_pipeline.py, kind ``dedup_file`` with ``cleanSource=archive``)
+One real PySpark query (tests/helpers/align_pipeline.py, kind ``dedup_file`` with ``cleanSource=archive``)
 is damaged (a lost state delta forces a roll back); align must not call that roll back
 exactly-once while the replayed input is gone (docs/model.md#replayable-batches).
 """
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import SPARK35
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 @pytest.mark.parametrize("damage", ["cut", "gone"])

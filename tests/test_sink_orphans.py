@@ -1,7 +1,7 @@
 """Orphan files of a file sink (issue 31): data files a failed or aborted batch wrote into the sink
 folder that `_spark_metadata` never listed (docs/formats/sinks.md#orphan-files).
 
-A real PySpark query (tests/align_pipeline.py, kind ``file``) runs over four input files; then a
+A real PySpark query (tests/helpers/align_pipeline.py, kind ``file``) runs over four input files; then a
 crashed attempt's leftovers are put beside its data files: a copy of a data file under a new
 name, older than the log's newest batch file. The oracle is Spark: the sink's log reader never
 sees it; a reader of the plain folder (a glob path bypasses the log) does. `inspect` reports it

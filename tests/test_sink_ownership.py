@@ -3,7 +3,7 @@ sink (the Databricks knowledge base's case). Spark's file sink skips every batch
 already holds, so the new query's first batches vanish; align once rolled the old query's batches
 back as if they were the new one's and lost more (docs/model.md#sink-ownership).
 
-Two real PySpark queries (tests/align_pipeline.py, kind ``file``) write one JSON file sink: the
+Two real PySpark queries (tests/helpers/align_pipeline.py, kind ``file``) write one JSON file sink: the
 old one three batches, then the new one, on its own checkpoint, two. The oracle is the sink's own
 log, read by hand: the new query's rows never reach it.
 """
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 
 

@@ -3,58 +3,9 @@ deltalake package), streamctl's coordinated sink; SINK_AHEAD / SINK_BEHIND again
 built with Spark's layout; bad sink input."""
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
-import pytest
-
-QID = "11111111-2222-3333-4444-555555555555"
-META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
-
-
-def checkpoint(root: Path, planned: int, committed: int | None, qid: str = QID) -> Path:
-    (root / "offsets").mkdir(parents=True)
-    (root / "commits").mkdir()
-    (root / "metadata").write_text(json.dumps({"id": qid}))
-    for b in range(planned + 1):
-        (root / "offsets" / str(b)).write_text(f'v1\n{META}\n{{"logOffset":{b}}}')
-    for b in range((committed if committed is not None else -1) + 1):
-        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-    return root
-
-
-def file_sink(root: Path, latest: int, compact_every: int = 0, drop: tuple[int, ...] = ()) -> Path:
-    log = root / "_spark_metadata"
-    log.mkdir(parents=True)
-    entries: list[str] = []
-    for b in range(latest + 1):
-        entry = json.dumps({"path": f"file:{root}/part-{b:05d}.parquet", "size": 10, "isDir": False,
-                            "modificationTime": 1, "blockReplication": 1, "blockSize": 1, "action": "add"})
-        (root / f"part-{b:05d}.parquet").write_bytes(b"PAR1")
-        entries.append(entry)
-        compact = compact_every and (b + 1) % compact_every == 0
-        if b in drop:
-            continue
-        (log / (f"{b}.compact" if compact else str(b))).write_text("v1\n" + "\n".join(entries if compact else [entry]))
-    # Spark deletes log files older than the newest compaction (after a delay); mimic that.
-    compacts = [b for b in range(latest + 1) if compact_every and (b + 1) % compact_every == 0]
-    if compacts:
-        for f in log.iterdir():
-            if f.name.isdigit() and int(f.name) < compacts[-1]:
-                f.unlink()
-    return root
-
-
-def epochs(cli, chk: Path, sink: Path, *extra: str):
-    r = cli("inspect", "epochs", str(chk), "--sink", str(sink), "--json", *extra)
-    assert "Traceback" not in r.stderr, r
-    return r.code, r.json()["queries"][0]
-
-
-def codes(q: dict) -> list[str]:
-    return sorted(f["code"] for f in q["findings"])
-
+from helpers.layouts import QID, checkpoint, codes, coordinated, delta_table, epochs, file_sink, quiet_pipeline
 
 # --- file sink ------------------------------------------------------------------------------
 
@@ -125,15 +76,6 @@ def test_sink_count_must_match_checkpoints(cli, tmp_path):
 # --- Delta ----------------------------------------------------------------------------------
 
 
-def delta_table(path: Path, app_id: str, versions: range) -> None:
-    import pyarrow as pa
-    from deltalake import CommitProperties, Transaction, write_deltalake
-
-    for v in versions:
-        write_deltalake(str(path), pa.table({"batch": [v], "value": [v * 10]}), mode="append",
-                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=v)]))
-
-
 def test_delta_txn_version_is_the_sink_epoch(cli, tmp_path):
     sink = tmp_path / "table"
     delta_table(sink, QID, range(0, 6))
@@ -163,21 +105,6 @@ def test_delta_log_with_a_missing_version_file(cli, tmp_path):
 
 
 # --- coordinated sink (layout of streamctl.pipeline.coordinated_sink) ------------------------
-
-
-def coordinated(root: Path, epochs_: int, writers: int = 2) -> Path:
-    for e in range(epochs_ + 1):
-        recs = []
-        for p in range(writers):
-            rel = f"data/epoch={e}/part-{p:05d}-0-{e:04d}.jsonl"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text('{"key": "k"}\n')
-            recs.append({"partition": p, "attempt": 0, "rows": 1, "files": [rel]})
-        (root / "_commits").mkdir(parents=True, exist_ok=True)
-        (root / "_commits" / f"{e}.json").write_text(json.dumps(
-            {"version": 1, "epoch": e, "query_id": QID, "committed_at_ms": 1, "num_writers": writers,
-             "writers": recs, "rows": writers}))
-    return root
 
 
 def test_coordinated_sink_writers_join_the_parallel_writer_analysis(cli, tmp_path):
@@ -336,15 +263,4 @@ def test_a_running_query_has_one_stable_verdict(cli, tmp_path):
     r = cli("inspect", "epochs", str(chk), "--json", "--quiet-period", "600")
     assert r.json()["queries"][0]["verdict"] == "recoverable"
 
-
-def quiet_pipeline(root: Path, last: int) -> tuple[Path, Path]:
-    """A checkpoint committed through `last` and its file sink, every log file old (no sign of a
-    running query)."""
-    import os
-
-    chk, out = checkpoint(root / "chk", last, last), file_sink(root / "out", last)
-    for d in ("offsets", "commits"):
-        for f in (chk / d).iterdir():
-            os.utime(f, (1, 1))
-    return chk, out
 

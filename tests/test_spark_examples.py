@@ -9,11 +9,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.paths import SPARK35
 
 PARTITIONS = range(4)
 JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-SPARK35 = Path(__file__).resolve().parent / "fixtures" / "spark-3.5"
 
 
 def _spark_41() -> bool:

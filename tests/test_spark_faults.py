@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.paths import SPARK35
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -177,13 +178,12 @@ def test_corrupt_commit_file_is_unreadable(cli, fresh_copy, tree_snapshot):
     assert tree_snapshot(chk) == before
 
 
-FIXTURES_35 = Path(__file__).resolve().parent / "fixtures" / "spark-3.5"
 
 
 @pytest.mark.parametrize("name", ["agg_hdfs", "agg_rocksdb"])
 def test_pyspark_3_5_checkpoints(cli, name):
     """Checkpoints written by PySpark 3.5 (scripts/make_spark35_fixture.sh) read the same way."""
-    chk = FIXTURES_35 / name / "checkpoint"
+    chk = SPARK35 / name / "checkpoint"
     code, doc = epochs(cli, chk)
     q = doc["queries"][0]
     assert code == 0 and q["verdict"] == "aligned", q

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import re
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
-PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+PYPROJECT = REPO / "pyproject.toml"
 
 
 def _line(version: str) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Upgrade and downgrade between Spark lines (issue 29, item 5; docs/model.md#spark-lines), judged
 by real restarts on both lines: the PySpark 3.5 leg's own session, and the newest line's venv in
-a subprocess (tests/spark_line_job.py). `inspect epochs --target-spark` must predict each restart.
+a subprocess (tests/helpers/spark_line_job.py). `inspect epochs --target-spark` must predict each restart.
 
 - Up: checkpoints PySpark 3.5 writes (aggregation, deduplication, a stream-stream join; HDFS and
   RocksDB state) restart on the newest line: SPARK_LINE_CHECKED, exit 0.
@@ -12,32 +12,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import TESTS
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark35]
 
-HERE = Path(__file__).resolve().parent
-JOB = HERE / "spark_line_job.py"
+JOB = TESTS / "helpers" / "spark_line_job.py"  # also run as a script, in the newest line's venv
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
 def _job_module() -> Any:
-    import importlib.util
+    from helpers import spark_line_job
 
-    spec = importlib.util.spec_from_file_location("streamctl_tests_spark_line_job", JOB)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return spark_line_job
 
 
 def _newest_python() -> str:
     """The newest line's interpreter: `./dev test` runs that leg first in .venv."""
-    py = os.environ.get("STREAMCTL_NEWEST_PYTHON") or str(HERE.parent / ".venv" / "bin" / "python")
+    py = os.environ.get("STREAMCTL_NEWEST_PYTHON") or str(TESTS.parent / ".venv" / "bin" / "python")
     out = subprocess.run([py, "-c", "import pyspark; print(pyspark.__version__)"], capture_output=True, text=True)
     assert out.returncode == 0 and int(out.stdout.split(".")[0]) >= 4, (py, out.stdout, out.stderr)
     return py

@@ -4,7 +4,7 @@ none). Spark's restart fails loading the store; `inspect epochs` once said "alig
 Judged by the file's own format (its LZ4Block end mark, docs/formats/state.md#torn-files), the
 version is not restorable: STATE_UNRESTORABLE (exit 1) names the file, the real restart of an
 untouched copy fails as predicted, and align's roll back leads to a restart that delivers every
-id exactly once (tests/align_pipeline.py kinds ``dedup_file`` and ``dedup_rocksdb``)."""
+id exactly once (tests/helpers/align_pipeline.py kinds ``dedup_file`` and ``dedup_rocksdb``)."""
 from __future__ import annotations
 
 import time
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
-    """tests/align_pipeline.py (conftest's session fixture)."""
+    """tests/helpers/align_pipeline.py (conftest's session fixture)."""
     return align_pipeline
 
 

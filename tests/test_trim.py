@@ -1,12 +1,13 @@
 """`streamctl trim` with real Spark: trim, restart, delivery check; a kept rollback still works."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import SPARK35
+from streamctl.operations.executor import CRASH_EXIT
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -115,7 +116,7 @@ def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_
     assert tree_snapshot(tmp_path) == snap
 
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "spark-3.5" / "agg_rocksdb" / "checkpoint"
+FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -145,7 +146,7 @@ def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path
         shutil.copytree(FIXTURE, ck)
         crashed = subprocess.run([exe, "trim", str(ck), "--keep-epochs", "1", "--execute"],
                                  env=dict(env, STREAMCTL_TEST_CRASH_AFTER=str(n)), capture_output=True, text=True)
-        assert crashed.returncode == 86, (n, crashed.stderr)
+        assert crashed.returncode == CRASH_EXIT, (n, crashed.stderr)
         (backup,) = (ck / "_streamctl" / "backups").iterdir()
         assert (ck / "_streamctl" / "lock.json").exists()  # the crashed run's lock stays
         if n == 1:
@@ -169,9 +170,8 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "STREAMCTL_TEST_CRASH_AFTER")}
     env.update(STREAMCTL_QUIET_PERIOD="0", STREAMCTL_TEST_STEP_DELAY="0.05", TERM="xterm", COLUMNS="200")
-    spec = importlib.util.spec_from_file_location("streamctl_tests_writers_chart_trim", Path(__file__).with_name("test_writers_chart.py"))
-    chart = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(chart)  # its _run_in_pty: stdout and stderr on one pseudo-terminal
+    from helpers.terminal import run_in_pty  # stdout and stderr on one pseudo-terminal
+
     seen = {}
     for mode in ("tty", "pipe", "tty-json"):
         ck = tmp_path / mode
@@ -182,7 +182,7 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
             assert p.returncode == 0, p.stderr[-2000:]
             seen[mode] = p.stderr
         else:
-            seen[mode] = chart._run_in_pty(argv, env, timeout=120)
+            seen[mode] = run_in_pty(argv, env, timeout=120)
         assert (ck / "_streamctl" / "backups").is_dir() and not (ck / "offsets" / "0").exists(), (mode, seen[mode][-2000:])
     assert "files/s" in seen["tty"] and "eta" in seen["tty"] and " MB" in seen["tty"], seen["tty"][-2000:]
     assert "files/s" not in seen["pipe"] and "files/s" not in seen["tty-json"]

@@ -4,26 +4,10 @@ The pure layout is checked line by line; the whole command is run under a real p
 from __future__ import annotations
 
 import os
-import pty
-import select
-import subprocess
 import sys
-import time
-from pathlib import Path
 
+from helpers.terminal import run_in_pty
 from streamctl.cli.writers_chart import axis_lines, bar, chart_lines, chart_rows
-
-TESTS = Path(__file__).resolve().parent
-
-
-def _build():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("streamctl_tests_inspect_cli", TESTS / "test_inspect_cli.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def record(writers, common, committed=9):
@@ -77,39 +61,16 @@ def test_a_single_epoch_axis_and_bar_helpers():
     assert bar(None, 4, (0, 10), 11, "━") == " " * 11
 
 
-def _run_in_pty(args: list[str], env: dict[str, str], timeout: float = 60.0) -> str:
-    """Run a command with a pseudo-terminal as its stdout (what an operator's terminal is)."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(args, stdout=slave, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:  # the child closed the terminal
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    proc.wait(timeout=10)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_inspect_writers_draws_the_chart_on_a_terminal_only(tmp_path, cli):
-    m = _build()
+    from helpers import layouts as m
+
     state = {"0/0": m.deltas(1, 4), "0/1": m.deltas(1, 2)}  # partition 1 can restart only up to epoch 1
     chk = m.build(tmp_path / "chk", state=state)
     env = {**os.environ, "COLUMNS": "100", "TERM": "xterm", "STREAMCTL_QUIET_PERIOD": "0",
            "HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path)}
     env.pop("NO_COLOR", None)
     env.pop("STREAMCTL_CONFIG", None)
-    out = _run_in_pty([sys.executable, "-P", "-m", "streamctl.cli.app", "inspect", "writers", str(chk)], env)
+    out = run_in_pty([sys.executable, "-P", "-m", "streamctl.cli.app", "inspect", "writers", str(chk)], env)
     plain = out.replace("\r", "")
     import re
 

@@ -56,14 +56,11 @@ def spark() -> Iterator[object]:
     from streamctl.pipeline.session import get_spark
 
     confs = {}
-    if spark_major() < 4:  # Iceberg's Spark runtime exists for 3.5 only here (tests/iceberg_runtime.py)
-        import importlib.util
+    if spark_major() < 4:  # Iceberg's Spark runtime exists for 3.5 only here (tests/helpers/iceberg_runtime.py)
+        from helpers import iceberg_runtime
+        from helpers.paths import REPO
 
-        spec = importlib.util.spec_from_file_location("streamctl_tests_iceberg_runtime",
-                                                      Path(__file__).with_name("iceberg_runtime.py"))
-        runtime = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(runtime)
-        confs["spark.jars"] = ",".join(runtime.jars(Path(__file__).resolve().parents[1] / ".cache" / "iceberg"))
+        confs["spark.jars"] = ",".join(iceberg_runtime.jars(REPO / ".cache" / "iceberg"))
     session = get_spark("streamctl-tests", confs)
     try:
         yield session

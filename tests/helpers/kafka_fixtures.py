@@ -46,8 +46,6 @@ from streamctl.pipeline.broker import TansuProcess
 from streamctl.pipeline.broker import free_port as _free_port
 
 
-
-
 def _as_bytes(value: Union[bytes, str, None]) -> Optional[bytes]:
     if value is None or isinstance(value, bytes):
         return value

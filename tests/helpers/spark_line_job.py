@@ -1,5 +1,5 @@
 """One query of tests/test_spark_upgrade.py, run on whichever PySpark imports it: in the 3.5 leg's
-own session, or as `python tests/spark_line_job.py JOBS_JSON` under the newest line's venv (a
+own session, or as `python tests/helpers/spark_line_job.py JOBS_JSON` under the newest line's venv (a
 subprocess: one JVM per line). Each job is {"kind", "base", "files": [first, count], "confs"}; the
 query reads `<base>/input` (JSON files it writes, one per batch) and writes Spark's noop sink
 with its checkpoint at `<base>/checkpoint`. Prints one JSON line per job: {"base", "ok",

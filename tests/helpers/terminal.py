@@ -4,15 +4,19 @@ bytes, rate, eta: operations/executor.py Meter)."""
 from __future__ import annotations
 
 import os
+import pty
 import re
+import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from streamctl.operations.executor import CRASH_EXIT  # noqa: F401  (the tests' crash exit, named once)
+
 STREAMCTL = Path(sys.executable).parent / "streamctl"
-CRASH_EXIT = 86
 PROGRESS = re.compile(r"[\d,]+/[\d,]+ (files|partitions), [\d.,]+ MB, [\d,]+ (files|partitions)/s, eta [\d,]+ s")
 
 
@@ -97,3 +101,27 @@ def on_terminal(*args: str, columns: int, no_color: bool = False, timeout: float
     os.close(master)
     raw = b"".join(chunks).decode("utf-8", "replace")
     return Run(code, ANSI.sub("", raw).replace("\r\n", "\n"), raw)
+
+
+def run_in_pty(args: list[str], env: dict[str, str], timeout: float = 60.0) -> str:
+    """Run a command with a pseudo-terminal as its stdout (what an operator's terminal is)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(args, stdout=slave, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=10)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")

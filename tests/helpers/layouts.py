@@ -1,0 +1,121 @@
+"""Builders of checkpoints and sinks in Spark's on-disk layout (no Spark run): a checkpoint's
+offsets/commits/metadata, a file sink's `_spark_metadata/` with compactions, a Delta table with
+`txn` app transactions (deltalake), streamctl's coordinated sink; and the `inspect epochs` call
+the sink tests share."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+QID = "11111111-2222-3333-4444-555555555555"
+META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
+
+
+def checkpoint(root: Path, planned: int, committed: int | None, qid: str = QID) -> Path:
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": qid}))
+    for b in range(planned + 1):
+        (root / "offsets" / str(b)).write_text(f'v1\n{META}\n{{"logOffset":{b}}}')
+    for b in range((committed if committed is not None else -1) + 1):
+        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return root
+
+
+def file_sink(root: Path, latest: int, compact_every: int = 0, drop: tuple[int, ...] = ()) -> Path:
+    log = root / "_spark_metadata"
+    log.mkdir(parents=True)
+    entries: list[str] = []
+    for b in range(latest + 1):
+        entry = json.dumps({"path": f"file:{root}/part-{b:05d}.parquet", "size": 10, "isDir": False,
+                            "modificationTime": 1, "blockReplication": 1, "blockSize": 1, "action": "add"})
+        (root / f"part-{b:05d}.parquet").write_bytes(b"PAR1")
+        entries.append(entry)
+        compact = compact_every and (b + 1) % compact_every == 0
+        if b in drop:
+            continue
+        (log / (f"{b}.compact" if compact else str(b))).write_text("v1\n" + "\n".join(entries if compact else [entry]))
+    # Spark deletes log files older than the newest compaction (after a delay); mimic that.
+    compacts = [b for b in range(latest + 1) if compact_every and (b + 1) % compact_every == 0]
+    if compacts:
+        for f in log.iterdir():
+            if f.name.isdigit() and int(f.name) < compacts[-1]:
+                f.unlink()
+    return root
+
+
+def epochs(cli, chk: Path, sink: Path, *extra: str):
+    r = cli("inspect", "epochs", str(chk), "--sink", str(sink), "--json", *extra)
+    assert "Traceback" not in r.stderr, r
+    return r.code, r.json()["queries"][0]
+
+
+def codes(q: dict) -> list[str]:
+    return sorted(f["code"] for f in q["findings"])
+
+
+def delta_table(path: Path, app_id: str, versions: range) -> None:
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    for v in versions:
+        write_deltalake(str(path), pa.table({"batch": [v], "value": [v * 10]}), mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=v)]))
+
+
+def coordinated(root: Path, epochs_: int, writers: int = 2) -> Path:
+    for e in range(epochs_ + 1):
+        recs = []
+        for p in range(writers):
+            rel = f"data/epoch={e}/part-{p:05d}-0-{e:04d}.jsonl"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text('{"key": "k"}\n')
+            recs.append({"partition": p, "attempt": 0, "rows": 1, "files": [rel]})
+        (root / "_commits").mkdir(parents=True, exist_ok=True)
+        (root / "_commits" / f"{e}.json").write_text(json.dumps(
+            {"version": 1, "epoch": e, "query_id": QID, "committed_at_ms": 1, "num_writers": writers,
+             "writers": recs, "rows": writers}))
+    return root
+
+
+def quiet_pipeline(root: Path, last: int) -> tuple[Path, Path]:
+    """A checkpoint committed through `last` and its file sink, every log file old (no sign of a
+    running query)."""
+    chk, out = checkpoint(root / "chk", last, last), file_sink(root / "out", last)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    return chk, out
+
+
+def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 0, qid: str = QID,
+          state: dict[str, list[str]] | None = None, offsets_missing: tuple[int, ...] = (),
+          commits_missing: tuple[int, ...] = (), meta: str = META, commit_body: dict[int, str] | None = None) -> Path:
+    """A checkpoint with Spark's file layout, crc files and state stores. state: 'op/part[/store]' -> file names."""
+    (root / "offsets").mkdir(parents=True)
+    (root / "commits").mkdir()
+    (root / "metadata").write_text(json.dumps({"id": qid}, separators=(",", ":")))
+    for b in range(first, planned + 1):
+        if b not in offsets_missing:
+            (root / "offsets" / str(b)).write_text(f'v1\n{meta}\n{{"logOffset":{b}}}')
+            (root / "offsets" / f".{b}.crc").write_bytes(b"crc")
+    if committed is not None:
+        for b in range(first, committed + 1):
+            if b not in commits_missing:
+                body = (commit_body or {}).get(b, '{"nextBatchWatermarkMs":0}')
+                (root / "commits" / str(b)).write_text(f"v1\n{body}")
+    for store, files in (state or {}).items():
+        d = root / "state" / store
+        d.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            (d / f).write_bytes(b"LZ4Block\x15" + bytes(12))  # an empty LZ4 stream: its end block alone
+    return root
+
+
+def deltas(lo: int, hi: int) -> list[str]:
+    return [f"{v}.delta" for v in range(lo, hi + 1)]
+
+
+def healthy_state(hi: int = 4) -> dict[str, list[str]]:
+    return {"0/0": deltas(1, hi), "0/1": deltas(1, hi)}
