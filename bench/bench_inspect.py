@@ -282,7 +282,7 @@ def time_command(argv: list[str], runs: int, check=None, env=None) -> dict:
 
 
 def streamctl_check(result) -> str | None:
-    # Exit codes (cli/exit_codes.py): 0 aligned, 1 misaligned finding; anything else is a failure.
+    # Exit codes (console/exit_codes.py): 0 aligned, 1 misaligned finding; anything else is a failure.
     if result.returncode not in (0, 1):
         return f"exit code {result.returncode}: {first_line(result.stderr)}"
     try:

@@ -16,7 +16,6 @@ more examples, is in [commands.md](commands.md); exit codes in the [README](../R
 
 
 def render() -> str:
-    import click
     import typer.main
 
     from streamctl.cli.app import app
@@ -30,9 +29,9 @@ def render() -> str:
         for name in sorted(getattr(cmd, "commands", {})):
             sub = cmd.commands[name]
             if not sub.hidden:
-                walk(sub, click.Context(sub, info_name=name, parent=ctx, terminal_width=WIDTH, max_content_width=WIDTH))
+                walk(sub, sub.context_class(sub, info_name=name, parent=ctx, terminal_width=WIDTH, max_content_width=WIDTH))
 
-    walk(root, click.Context(root, info_name="streamctl", terminal_width=WIDTH, max_content_width=WIDTH))
+    walk(root, root.context_class(root, info_name="streamctl", terminal_width=WIDTH, max_content_width=WIDTH))
     return "\n".join(out)
 
 

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli.errors import handle_errors
+from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import (APP_ID_OPT, BACKUP_DIR_OPT, BREAK_LOCK_OPT, CHECKPOINT_ARG, EXECUTE_OPT,
                                        ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind)

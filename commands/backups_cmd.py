@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from streamctl.cli import render
-from streamctl.cli.errors import handle_errors
+from streamctl.console import render
+from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import CHECKPOINT_ARG, EXECUTE_OPT
 from streamctl.inspectors.findings import API_VERSION
@@ -36,8 +36,8 @@ def backups(
       streamctl backups /data/chk/orders --drop-older-than 14
       streamctl backups /data/chk/orders --drop-older-than 14 --execute
     """
-    from streamctl.cli import context
-    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.console import context
+    from streamctl.console.config import load_config, resolve_checkpoint
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations import backups as ops
 

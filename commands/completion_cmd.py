@@ -5,7 +5,7 @@ import sys
 
 import typer
 
-from streamctl.cli.errors import handle_errors
+from streamctl.console.errors import handle_errors
 from streamctl.inspectors.errors import UsageError
 
 SHELLS = ("bash", "zsh", "fish")

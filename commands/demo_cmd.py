@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from streamctl.cli.errors import fail, handle_errors
-from streamctl.cli.exit_codes import ExitCode
+from streamctl.console.errors import fail, handle_errors
+from streamctl.console.exit_codes import ExitCode
 
 FAULTS: dict[str, str] = {
     "sink-ahead": "restore an older copy of the file sink's checkpoint: its newest offsets/commits batches "

@@ -6,8 +6,8 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import render
-from streamctl.cli.errors import handle_errors
+from streamctl.console import render
+from streamctl.console.errors import handle_errors
 from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.inspectors.findings import API_VERSION
 
@@ -87,8 +87,8 @@ def diagnose(
       # before restarting on another Spark line
       streamctl diagnose /data/chk/orders --target-spark 3.5
     """
-    from streamctl.cli.config import load_config, resolve_target
-    from streamctl.cli import context
+    from streamctl.console.config import load_config, resolve_target
+    from streamctl.console import context
     from streamctl.commands import options
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.findings import Finding, finding_records

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli.errors import handle_errors
+from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.inspectors.findings import API_VERSION
@@ -111,7 +111,7 @@ def drop_sink(
       streamctl drop-sink --resume /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
       streamctl drop-sink --undo /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
     """
-    from streamctl.cli.config import resolve_target
+    from streamctl.console.config import resolve_target
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations import runner, teardown

@@ -7,9 +7,9 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import context, render
-from streamctl.cli.errors import handle_errors
-from streamctl.cli.exit_codes import EXIT_CODES_HELP
+from streamctl.console import context, render
+from streamctl.console.errors import handle_errors
+from streamctl.console.exit_codes import EXIT_CODES_HELP
 from streamctl.commands import inspect_view as view
 from streamctl.commands import kafka_cmd, options
 from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SINK_OPT, SinkKind
@@ -281,7 +281,7 @@ def inspect_sink(
       streamctl inspect sink /data/tables/orders
       streamctl inspect sink s3://bucket/tables/orders --sink-kind delta --app-id 26806544-709f-4745-a6e4-7641361fe94a
     """
-    from streamctl.cli.config import resolve_target
+    from streamctl.console.config import resolve_target
     from streamctl.inspectors.report import sink_report
     from streamctl.inspectors.sinks import read_sink
 
@@ -367,7 +367,7 @@ def _with_kafka(queries: list[Any], args: list[str], bootstrap: Optional[str], k
                 timeout: Optional[float], config: Any) -> list[Any]:
     """Add Kafka positions and SOURCE_* findings to each query (its pipeline's Kafka settings
     apply when the argument names one)."""
-    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.console.config import resolve_checkpoint
     from streamctl.inspectors.kafka import KafkaBroker, with_kafka
 
     out = []
@@ -405,7 +405,7 @@ def inspect_kafka(
       streamctl inspect kafka /data/chk/orders --bootstrap broker:9092
       streamctl inspect kafka orders --kafka-config security.protocol=SASL_SSL --kafka-config sasl.mechanism=PLAIN
     """
-    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.console.config import resolve_checkpoint
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.kafka import KafkaBroker, with_kafka
     from streamctl.inspectors.report import kafka_report

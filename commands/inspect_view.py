@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import context, render
-from streamctl.cli.exit_codes import ExitCode
+from streamctl.console import context, render
+from streamctl.console.exit_codes import ExitCode
 from streamctl.commands import options
 
 

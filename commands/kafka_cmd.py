@@ -6,11 +6,11 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import context, render
-from streamctl.cli.errors import handle_errors
+from streamctl.console import context, render
+from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
-from streamctl.cli.exit_codes import EXIT_CODES_HELP
+from streamctl.console.exit_codes import EXIT_CODES_HELP
 from streamctl.inspectors.findings import API_VERSION
 
 app = typer.Typer(
@@ -39,7 +39,7 @@ def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], 
     the broker an earlier operation's plan names)."""
     import os
 
-    from streamctl.cli.config import setting
+    from streamctl.console.config import setting
     from streamctl.inspectors.errors import UsageError
 
     piped = dict(pipeline.kafka) if pipeline is not None else {}
@@ -63,7 +63,7 @@ def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], 
 
 
 def _load(checkpoint: str) -> tuple[Any, Any, str]:
-    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.console.config import load_config, resolve_checkpoint
 
     config = load_config(context.CONFIG_PATH)
     location, pipeline = resolve_checkpoint(checkpoint, config)
@@ -152,7 +152,7 @@ def _show_commit(doc: dict[str, Any], output: str) -> None:
         else:
             note = f"plan: {doc['changes']} offset(s) to commit; run again with --execute"
         render.emit_lines([note], output)
-    if doc["refused"]:  # exit 4 through cli/errors.py's table
+    if doc["refused"]:  # exit 4 through console/errors.py's table
         raise Refused(f"{doc['checkpoint']}: {doc['refusal']}; nothing was changed")
     if doc["executed"] and not doc["verified"]:
         raise NotVerified(f"{doc['checkpoint']}: committed, but group {doc['group']} reads back other offsets")
@@ -234,7 +234,7 @@ def commit_offsets(
       streamctl kafka commit-offsets orders --group orders-spark --execute
       streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
     """
-    from streamctl.cli.config import load_config
+    from streamctl.console.config import load_config
     from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.kafka import KafkaBroker
     from streamctl.operations import group_offsets, runner

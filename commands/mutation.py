@@ -1,7 +1,7 @@
 """What the mutating commands (align, trim, drop-sink) share on the command side: resolving the
 target from flags and config, calling the runner (streamctl.operations.runner: lock, plan under
 the lock, journal, steps, verify, resume, undo; docs/model.md#the-mutation-path) and rendering its
-outcome. Exit codes come from cli/errors.py's table: a refusal is `Refused` (4), a failed
+outcome. Exit codes come from console/errors.py's table: a refusal is `Refused` (4), a failed
 verification `NotVerified` (5)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from streamctl.cli import render
-from streamctl.cli.errors import exit_code_for, fail
+from streamctl.console import render
+from streamctl.console.errors import exit_code_for, fail
 from streamctl.inspectors.findings import API_VERSION
 
 
@@ -29,8 +29,8 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     """The common front of a mutating command: `--resume` / `--undo` are run here (None is
     returned); otherwise (checkpoint location, sink, sink kind, app id, config), a named
     pipeline's sink filling in what the flags leave out."""
-    from streamctl.cli.config import load_config, resolve_target
-    from streamctl.cli import context
+    from streamctl.console.config import load_config, resolve_target
+    from streamctl.console import context
     from streamctl.inspectors.errors import UsageError
 
     if resume and undo:
@@ -77,7 +77,7 @@ def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
     """The numbered steps of a plan (docs/model.md#the-mutation-path: plans are shown in full):
     every one up to FULL_PLAN_STEPS or with --verbose; above, one line per kind of step and
     folder, with counts, the first few paths and "... N more" (the JSON lists every step)."""
-    from streamctl.cli import context
+    from streamctl.console import context
 
     def text(s: Any) -> str:
         return s.describe().replace("to the backup", f"to the {backup_word}")

@@ -8,7 +8,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.inspectors.findings import human_bytes  # noqa: F401 - the commands' name for it
-from streamctl.cli import context, render
+from streamctl.console import context, render
 
 FORMAT_HELP = ("Output format: table (fitted to the terminal; plain text when piped), wide (table with more columns), "
                "plain, markdown or json. [env: STREAMCTL_FORMAT]")
@@ -57,19 +57,19 @@ BREAK_LOCK_OPT = typer.Option(False, "--break-lock", help="Take over a lock left
 
 def settings() -> Any:
     """The config file (`--config`, STREAMCTL_CONFIG or the user config dir's)."""
-    from streamctl.cli.config import load_config
+    from streamctl.console.config import load_config
 
     return load_config(context.CONFIG_PATH)
 
 
 def output_format(flag: Optional[str], as_json: bool, config: Any) -> str:
-    from streamctl.cli.config import format_setting
+    from streamctl.console.config import format_setting
 
     return render.effective_format("json" if as_json else format_setting(flag, config))
 
 
 def quiet_period(flag: Optional[float], config: Any) -> float:
-    from streamctl.cli.config import setting
+    from streamctl.console.config import setting
 
     return float(setting("quiet_period", flag, "STREAMCTL_QUIET_PERIOD", config, -1.0, flag="--quiet-period"))
 
@@ -79,7 +79,7 @@ def target_spark(flag: Optional[str], config: Any, pipeline: Any = None) -> Opti
     the pipeline's `target_spark`, else [defaults] target_spark; None: not checked."""
     import os
 
-    from streamctl.cli.config import setting
+    from streamctl.console.config import setting
     from streamctl.inspectors.lines import parse_line
 
     if flag is None and not os.environ.get("STREAMCTL_TARGET_SPARK") and getattr(pipeline, "target_spark", None):
@@ -90,16 +90,16 @@ def target_spark(flag: Optional[str], config: Any, pipeline: Any = None) -> Opti
 
 
 def checkpoints(args: list[str], config: Any) -> list[str]:
-    from streamctl.cli.config import resolve_checkpoint
+    from streamctl.console.config import resolve_checkpoint
 
     return [resolve_checkpoint(a, config)[0] for a in args]
 
 
 def targets(args: list[str], sinks: Optional[list[str]], sink_kind: SinkKind, app_id: Optional[str],
             config: Any) -> list[tuple[str, Optional[str], str, Optional[str]]]:
-    """(checkpoint, sink, sink kind, app id) per argument, by cli/config.py resolve_target. --sink
+    """(checkpoint, sink, sink kind, app id) per argument, by console/config.py resolve_target. --sink
     is given once per checkpoint, in order."""
-    from streamctl.cli.config import resolve_target
+    from streamctl.console.config import resolve_target
     from streamctl.inspectors.errors import UsageError
 
     if sinks and len(sinks) != len(args):

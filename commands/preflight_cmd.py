@@ -5,8 +5,8 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.cli import render
-from streamctl.cli.errors import handle_errors
+from streamctl.console import render
+from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 # operator names Spark writes that streamctl has seen in real checkpoints (pipeline/preflight.py)
@@ -113,8 +113,8 @@ def preflight(
       streamctl preflight /data/chk/orders --query orders_job:build
       PYTHONPATH=deploy/v2 streamctl preflight /data/chk/orders --query orders_job:build --json
     """
-    from streamctl.cli.errors import fail
-    from streamctl.cli.exit_codes import ExitCode
+    from streamctl.console.errors import fail
+    from streamctl.console.exit_codes import ExitCode
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.findings import finding_records, verdict_of

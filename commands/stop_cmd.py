@@ -5,9 +5,9 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
-from streamctl.cli import context, render
-from streamctl.cli.errors import fail, handle_errors
-from streamctl.cli.exit_codes import ExitCode
+from streamctl.console import context, render
+from streamctl.console.errors import fail, handle_errors
+from streamctl.console.exit_codes import ExitCode
 from streamctl.inspectors.findings import API_VERSION
 
 
@@ -46,7 +46,7 @@ def stop(
       streamctl stop orders --reason "deploy 2.3" --timeout 120
       streamctl stop /data/chk/orders --no-wait --json
     """
-    from streamctl.cli.config import load_config, resolve_checkpoint
+    from streamctl.console.config import load_config, resolve_checkpoint
     from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.lease import lease_status, read_lease
     from streamctl.operations.stop import (describe_expired, driver_state, local_checkpoint, now_ms, request_stop,

@@ -1,4 +1,4 @@
-"""Typed errors raised by the read side. They carry no exit codes: cli/errors.py maps them."""
+"""Typed errors raised by the read side. They carry no exit codes: console/errors.py maps them."""
 from __future__ import annotations
 
 

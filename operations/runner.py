@@ -7,7 +7,7 @@ live here, once:
 
 with `resume` (after a crash: the same operation, from its journal) and `undo` (the exact bytes
 back, checked against the manifest first). Commands only build the `Request`, call `execute`,
-`resume` or `undo`, render the outcome and return the exit code of cli/errors.py's table.
+`resume` or `undo`, render the outcome and return the exit code of console/errors.py's table.
 
 The invariants checked here:
 

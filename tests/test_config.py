@@ -1,4 +1,4 @@
-"""cli/config.py: where the file is, what it may hold, precedence, and that secrets stay hidden."""
+"""console/config.py: where the file is, what it may hold, precedence, and that secrets stay hidden."""
 from __future__ import annotations
 
 import enum
@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from streamctl.cli import config as cfg
-from streamctl.cli.config import Config, Pipeline, load_config, resolve_checkpoint, setting
+from streamctl.console import config as cfg
+from streamctl.console.config import Config, Pipeline, load_config, resolve_checkpoint, setting
 from streamctl.inspectors.errors import UsageError
 
 SECRET = "hunter2-Zq9"  # must never appear in a message or in redacted output
@@ -285,7 +285,7 @@ def test_config_unreadable_file(tmp_path: Path) -> None:
         os.chmod(base, 0o755)
         path = write(Path(base), FULL)
         os.chmod(path, 0o600)
-        code = ("import sys\nfrom streamctl.cli.config import load_config\n"
+        code = ("import sys\nfrom streamctl.console.config import load_config\n"
                 "from streamctl.inspectors.errors import UsageError\n"
                 "try:\n    load_config(sys.argv[1])\nexcept UsageError as e:\n    print(e)\n")
         r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",

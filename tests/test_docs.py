@@ -111,7 +111,7 @@ def test_help_lists_every_command_once_in_runbook_groups(cli) -> None:
     """`streamctl --help` groups the commands (inspect / repair / retire / Kafka / set-up), each
     group in the order of a runbook, and lists every registered command exactly once."""
     from streamctl.cli.app import app
-    from streamctl.cli.errors import COMMAND_GROUPS
+    from streamctl.console.errors import COMMAND_GROUPS
 
     r = cli("--help")
     assert r.code == 0, r
@@ -169,8 +169,8 @@ def test_the_generated_command_reference_matches_the_app() -> None:
 
 
 def test_the_readme_exit_code_table_is_the_code_s() -> None:
-    """The README's exit-code table lists exactly the codes of cli/exit_codes.py."""
-    from streamctl.cli.exit_codes import ExitCode
+    """The README's exit-code table lists exactly the codes of console/exit_codes.py."""
+    from streamctl.console.exit_codes import ExitCode
 
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]

@@ -182,7 +182,7 @@ def test_sink_kind_in_the_config_file_is_checked(cli: Callable, ck: Path, tmp_pa
 
 
 def test_format_json_in_the_config_file_alone_prints_the_error_document(cli: Callable, ck: Path, tmp_path: Path) -> None:
-    """`format = "json"` in [defaults] is the same choice as --json (cli/config.py format_setting):
+    """`format = "json"` in [defaults] is the same choice as --json (console/config.py format_setting):
     a failing run prints the Error document too, not only stderr's line; a flag still beats it."""
     cfg = tmp_path / "streamctl.toml"
     cfg.write_text('[defaults]\nformat = "json"\n')

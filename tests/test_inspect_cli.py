@@ -319,7 +319,7 @@ def test_rich_table_keeps_brackets(tmp_path, monkeypatch):
     import io
 
     from rich.console import Console
-    from streamctl.cli import render
+    from streamctl.console import render
 
     buf = io.StringIO()
     monkeypatch.setattr("rich.console.Console", lambda *a, **k: Console(file=buf, width=200, color_system=None))

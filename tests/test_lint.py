@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers.paths import REPO
 
-ROOMS = ["cli", "commands", "inspectors", "operations", "pipeline", "fixtures", "completions", "bench"]
+ROOMS = ["cli", "commands", "console", "inspectors", "operations", "pipeline", "fixtures", "completions", "bench"]
 
 
 def _ruff() -> list[str]:
@@ -22,7 +22,7 @@ def test_ruff_pyflakes_and_bugbear_pass() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-TYPED_ROOMS = ["inspectors", "operations", "commands"]  # the rooms mypy checks (issue 30)
+TYPED_ROOMS = ["inspectors", "operations", "console", "commands", "cli"]  # the rooms mypy checks (issue 30)
 
 
 def test_mypy_passes_on_the_core_rooms(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ BARE_NAMES = frozenset({"cli", "commands", "inspectors", "completions", "pipelin
 SCANNED_DIRS = sorted({*PACKAGE_DIR.values(), "tests", "bench", "scripts"})
 
 # The domain layer must not reach up into the presentation layer.
-INSPECTOR_FORBIDDEN_IMPORTS = ("typer", "rich", "tabulate", "click", "streamctl.cli", "streamctl.commands")
+INSPECTOR_FORBIDDEN_IMPORTS = ("typer", "rich", "tabulate", "click", "streamctl.cli", "streamctl.console", "streamctl.commands")
 HEAVY_MODULES = ("pyspark", "py4j", "kafka")
 
 BIN = "Scripts" if os.name == "nt" else "bin"
@@ -192,7 +192,7 @@ BAD_INSPECTOR = """\
 import typer
 from rich.console import Console
 import tabulate
-from streamctl.cli import render
+from streamctl.console import render
 from streamctl.commands.inspect_cmd import app
 from sys import exit
 import sys, os
@@ -477,10 +477,12 @@ def test_installed_wheel_imports_every_shipped_module_without_extras(installed: 
     assert not bad, "modules that fail to import from the installed wheel:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
 
 
-# The rooms and what each may import (README: Layout). Read downwards: the entry point
-# (`cli/app.py`) registers the commands; a command builds a request, calls the write side
-# (`operations/`) or the readers (`inspectors/`) and renders through the presentation helpers of
-# `cli/`; the PySpark side (`pipeline/`) stands apart from the write side; what builds example
+# The rooms and what each may import (README: Layout). Read downwards, one way:
+# cli -> commands -> console -> operations -> inspectors. The entry point (`cli/app.py`) registers
+# the commands and holds the error boundary; a command builds a request, calls the write side
+# (`operations/`) or the readers (`inspectors/`) and renders through `console/` (output settings,
+# rendering, exit codes, error messages, the config file), which never imports a command or the
+# app; the PySpark side (`pipeline/`) stands apart from the write side; what builds example
 # checkpoints for tests and `./dev examples` (`fixtures/`) stands on the PySpark side, and no
 # runtime room imports it.
 LAYERS: dict[str, set[str]] = {
@@ -488,8 +490,9 @@ LAYERS: dict[str, set[str]] = {
     "operations": {"operations", "inspectors"},
     "pipeline": {"pipeline", "inspectors"},
     "fixtures": {"fixtures", "pipeline", "inspectors"},  # builds example checkpoints: tests, ./dev examples
-    "commands": {"commands", "operations", "inspectors", "pipeline", "cli"},
-    "cli": {"cli", "commands", "operations", "inspectors"},
+    "console": {"console", "operations", "inspectors"},
+    "commands": {"commands", "console", "operations", "inspectors", "pipeline"},
+    "cli": {"cli", "commands", "console", "operations", "inspectors"},
     "completions": {"completions"},
 }
 ONLY_THE_APP_REGISTERS_COMMANDS = "streamctl.cli.app"
@@ -535,7 +538,11 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
     cases = [
         ("operations", "streamctl.operations.x", "def f():\n    from streamctl.pipeline.agent import attach\n"),
         ("inspectors", "streamctl.inspectors.x", "import streamctl.operations.plan\n"),
-        ("cli", "streamctl.cli.render", "from streamctl.commands import inspect_cmd\n"),
+        ("cli", "streamctl.cli.reference", "from streamctl.commands import inspect_cmd\n"),
+        # the cycle: neither commands nor console import the entry point's room
+        ("commands", "streamctl.commands.trim_cmd", "from streamctl.cli import reference\n"),
+        ("console", "streamctl.console.render", "from streamctl.commands import inspect_cmd\n"),
+        ("console", "streamctl.console.errors", "def f():\n    from streamctl.cli.app import app\n"),
         ("commands", "streamctl.commands.trim_cmd", "from streamctl.cli.app import app\n"),
         ("commands", "streamctl.commands.trim_cmd", "from streamctl.pipeline.session import get_spark\n"),
         ("pipeline", "streamctl.pipeline.agent", "from streamctl.operations.files import Root\n"),
@@ -547,7 +554,7 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
     ]
     for room, me, code in cases:
         assert len(module_layer_problems(room, me, ast.parse(code), "x.py")) == 1, (room, code)
-    ok = "from streamctl.cli import render\nfrom streamctl.operations import runner\n"
+    ok = "from streamctl.console import render\nfrom streamctl.operations import runner\n"
     assert module_layer_problems("commands", "streamctl.commands.trim_cmd", ast.parse(ok), "x.py") == []
 
 

@@ -1,4 +1,4 @@
-"""`inspect writers` on a terminal: the writers' windows on one epoch axis (cli/writers_chart.py).
+"""`inspect writers` on a terminal: the writers' windows on one epoch axis (console/writers_chart.py).
 The pure layout is checked line by line; the whole command is run under a real pseudo-terminal
 (the picture appears only on a terminal; piped and JSON output stay as they were)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import sys
 
 from helpers.terminal import run_in_pty
-from streamctl.cli.writers_chart import axis_lines, bar, chart_lines, chart_rows
+from streamctl.console.writers_chart import axis_lines, bar, chart_lines, chart_rows
 
 
 def record(writers, common, committed=9):

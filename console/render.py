@@ -19,7 +19,7 @@ def effective_format(fmt: str) -> str:
     piped output or a dumb terminal gets plain text. `wide` is `table` with each table's wide
     columns (context.WIDE)."""
     if fmt == "wide":
-        from streamctl.cli import context
+        from streamctl.console import context
 
         context.WIDE = True
         fmt = "table"
@@ -31,7 +31,7 @@ def effective_format(fmt: str) -> str:
 PRETTY_LIMIT = 1 << 20  # larger documents (a 100,000-step plan) are printed compact: json's indenting encoder is pure Python
 
 
-_documents = [0]  # JSON documents printed by the running command (cli/errors.py: one per --json run)
+_documents = [0]  # JSON documents printed by the running command (console/errors.py: one per --json run)
 
 
 def reset_documents() -> None:
@@ -67,7 +67,7 @@ def _cell(value: Any) -> str:
 
 
 def emit_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str, title: Optional[str] = None) -> None:
-    from streamctl.cli import context
+    from streamctl.console import context
 
     if context.NO_HEADERS:  # --no-headers: the rows alone
         title = None
@@ -121,17 +121,17 @@ def epochs_renderable(headers: Sequence[str], rows: Sequence[Sequence[Any]], lin
         table.add_column(h, overflow="fold")
     for row in rows:
         table.add_row(*[Text(_cell(v)) for v in row])
-    findings = [Text(line, style="red" if line.startswith("error") else "yellow" if line.startswith("warning") else None)
+    findings = [Text(line, style="red" if line.startswith("error") else "yellow" if line.startswith("warning") else "")
                 for line in lines]
     return Group(table, Text("Findings", style="bold"), *findings, Text(verdict), Text(status, style="dim"))
 
 
 def emit_chart(record: Any, title: str) -> None:
-    """`inspect writers` on a terminal: each writer's window on one epoch axis (cli/writers_chart.py)."""
+    """`inspect writers` on a terminal: each writer's window on one epoch axis (console/writers_chart.py)."""
     from rich.console import Console
     from rich.text import Text
 
-    from streamctl.cli.writers_chart import writers_chart
+    from streamctl.console.writers_chart import writers_chart
 
     console = Console()
     console.print(Text(title, style="bold"))
@@ -151,7 +151,7 @@ def emit_lines(lines: Sequence[str], fmt: str, title: Optional[str] = None) -> N
         if title:
             console.print(Text(title, style="bold"))
         for line in lines:
-            style = "red" if line.startswith("error") else "yellow" if line.startswith("warning") else None
+            style = "red" if line.startswith("error") else "yellow" if line.startswith("warning") else ""
             console.print(Text(line, style=style))
         return
     if title:

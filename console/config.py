@@ -7,7 +7,7 @@ variables, which beat the config file's `[defaults]`, which beat the built-in de
 Where the file is:
 
 1. an explicit path: the root `--config` option or the `STREAMCTL_CONFIG` environment
-   variable (cli/app.py stores it in `streamctl.cli.context.CONFIG_PATH`). It must exist;
+   variable (cli/app.py stores it in `streamctl.console.context.CONFIG_PATH`). It must exist;
 2. otherwise `config.toml` in `typer.get_app_dir("streamctl")` (XDG-aware:
    `~/.config/streamctl/config.toml` on Linux), if it exists;
 3. otherwise no file: an empty config.
@@ -257,7 +257,7 @@ def _converter_for(name: str, default: object) -> Converter:
 
 def format_setting(flag: str | None, config: Config, env: Mapping[str, str] | None = None) -> str:
     """The output format: `--format`, else STREAMCTL_FORMAT, else the config file's, else table.
-    One rule for the commands and for the Error document of a failing run (cli/errors.py)."""
+    One rule for the commands and for the Error document of a failing run (console/errors.py)."""
     return setting("format", flag, ENV_FORMAT, config, "table", env=env, flag="--format")
 
 

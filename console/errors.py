@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 import typer
 from typer.core import TyperGroup
 
-from streamctl.cli.exit_codes import ExitCode
+from streamctl.console.exit_codes import ExitCode
 from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
 from streamctl.inspectors.findings import API_VERSION
 
@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 try:  # typer vendors click from 0.28 on
     from typer._click.exceptions import ClickException
 except ImportError:  # pragma: no cover - older typer uses click itself
-    from click.exceptions import ClickException  # type: ignore[no-redef]
+    from click.exceptions import ClickException  # type: ignore[no-redef,assignment]
 
 
 def _table() -> list[tuple[type[BaseException], ExitCode]]:
@@ -110,13 +110,13 @@ def fail(message: str, code: ExitCode) -> "typer.Exit":
 
 def _wants_json(kwargs: dict[str, Any]) -> bool:
     """--json, or (for a command with --format) the format setting as the command resolves it:
-    the flag, STREAMCTL_FORMAT or the config file's `format` (cli/config.py format_setting)."""
+    the flag, STREAMCTL_FORMAT or the config file's `format` (console/config.py format_setting)."""
     if kwargs.get("as_json"):
         return True
     if "fmt" not in kwargs:
         return False
-    from streamctl.cli import context
-    from streamctl.cli.config import ENV_FORMAT, format_setting, load_config
+    from streamctl.console import context
+    from streamctl.console.config import ENV_FORMAT, format_setting, load_config
 
     try:
         return format_setting(kwargs["fmt"], load_config(context.CONFIG_PATH)) == "json"
@@ -140,7 +140,7 @@ def error_document(code: int, message: str) -> dict[str, Any]:
 
 
 def _emit_error_document(code: int) -> None:
-    from streamctl.cli import render
+    from streamctl.console import render
 
     if render.documents_emitted() == 0:
         render.emit_json(error_document(code, _state["message"] or ExitCode(code).name.lower()))
@@ -168,7 +168,7 @@ def _failure(exc: BaseException) -> "typer.Exit":
     if isinstance(exc, OSError):
         where = os.fsdecode(exc.filename) if exc.filename is not None else "input"
         return fail(f"{where}: {exc.strerror or type(exc).__name__}", code)
-    from streamctl.cli import context
+    from streamctl.console import context
 
     if context.SHOW_TRACEBACK:
         raise exc
@@ -185,7 +185,7 @@ def handle_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from streamctl.cli import render
+        from streamctl.console import render
 
         render.reset_documents()
         _state["message"] = None
@@ -224,7 +224,7 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
     code = ExitCode.USAGE
     failure = fail(exc.format_message() + hint, code)
     if _argv_wants_json(argv):
-        from streamctl.cli import render
+        from streamctl.console import render
 
         render.emit_json(error_document(int(code), _state["message"]))
     return failure
