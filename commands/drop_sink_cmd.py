@@ -115,7 +115,6 @@ def drop_sink(
     from streamctl.commands import mutation
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations import runner, teardown
-    from streamctl.operations.files import Root
 
     say = _say(as_json)
     kind = str(sink_kind.value if hasattr(sink_kind, "value") else sink_kind)
@@ -144,76 +143,17 @@ def drop_sink(
         sink = resolve_catalog_sink(sink)
     if not 0 <= stop_timeout < float("inf"):
         raise UsageError("invalid value for --stop-timeout: must be a finite number >= 0")
-    if not safe and not assume_stopped:
-        raise _refused(teardown.Refused(
-            f"{checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the writer, confirm "
-            "it drained) or, for a query you know is stopped, --assume-stopped"), as_json)
-    quiet = options.quiet_period(quiet_period, config)
-    req = teardown.TeardownRequest(checkpoint, sink, kind, app_id, archive, discard_in_flight, purge, purge_data)
-    ck_root, sink_root = Root("checkpoint", checkpoint), Root("sink", sink)
-    for r in (ck_root, sink_root):
-        what = r.storage.kind()
-        if what != "dir":
-            from streamctl.inspectors.errors import StorageError
-
-            raise StorageError(r.location, "does not exist" if what == "missing" else "is not a folder")
-
-    def inspect() -> Any:
-        from streamctl.inspectors.checkpoint import inspect_checkpoint
-
-        return inspect_checkpoint(ck_root.location, sink=sink_root.location, sink_kind=kind, app_id=app_id,
-                                  quiet_period_s=0)
-
-    def detail() -> Any:
-        if not purge_data:
-            return None
-        from streamctl.inspectors.sinks import read_sink
-
-        return read_sink(sink_root.location, kind, app_id, detail=True)
-
-    if execute:
-        opening: list[dict[str, Any]] = []
-
-        def planner(op_id: str, archive_root: Any) -> Any:  # under the lock: stop, confirm drained, plan
-            stopped = teardown.stop_writer(ck_root.location, safe=safe, quiet_period_s=quiet,
-                                           stop_timeout_s=stop_timeout, say=say, assume_stopped=assume_stopped)
-            q = inspect()
-            discarded = teardown.check_drained(q, discard_in_flight)
-            opening.extend([{"event": "writer_stopped", **stopped},
-                            {"event": "drained", "planned": q.planned, "committed": q.committed,
-                             "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded}])
-            return teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, op_id, discarded, detail())
-
-        request = runner.Request(ck_root.location, planner, archive, break_lock, opening)
-        _show(mutation.call("drop-sink", as_json, lambda tick: runner.execute(teardown.operation(), request, say=say,
-                                                                               meter=tick)), as_json)
-        return
-
-    from streamctl.inspectors.lease import lease_status
-
-    try:  # checked in plan mode too: a named archive is new or empty
-        archive_root = runner.check_backup_target(
-            archive or ck_root.uri(f"{teardown.RETIRED_DIR}/{runner.new_op_id('drop-sink')}"), "--archive", "archive")
+    req = teardown.TeardownRequest(checkpoint, sink, kind, app_id, archive, discard_in_flight, purge, purge_data,
+                                   safe, assume_stopped, options.quiet_period(quiet_period, config), stop_timeout)
+    try:
+        ck_root, sink_root = teardown.open_roots(req)
+        if execute:
+            request = teardown.execute_request(req, ck_root, sink_root, break_lock, say)
+            _show(mutation.call("drop-sink", as_json, lambda tick: runner.execute(teardown.operation(), request,
+                                                                                   say=say, meter=tick)), as_json)
+            return
+        plan = teardown.preview(req, ck_root, sink_root)
     except teardown.Refused as exc:
         raise _refused(exc, as_json) from None
-    lease = teardown._lease(ck_root.location)  # noqa: SLF001 - same feature
-    live = lease is not None and lease_status(lease, teardown.now_ms()) == "live"
-    if live and not safe:
-        raise _refused(teardown.Refused(f"{ck_root.location}: the query is running (live agent lease); use --safe"),
-                       as_json)
-    q = inspect()
-    notes = []
-    discarded = None
-    if live:
-        notes.append("the query is running: --execute first asks the agent to stop it, then checks it drained; "
-                     "the steps below are as of now")
-    else:
-        try:
-            discarded = teardown.check_drained(q, discard_in_flight)
-        except teardown.Refused as exc:
-            raise _refused(exc, as_json) from None
-    plan = teardown.plan_teardown(req, q, ck_root, sink_root, archive_root, "(assigned by --execute)", discarded,
-                                  detail())
-    plan.notes[:0] = notes
     mutation.emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
                   as_json, plan_lines(plan))

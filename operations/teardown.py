@@ -70,6 +70,84 @@ class TeardownRequest:
     discard_in_flight: bool = False
     purge: bool = False
     purge_data: bool = False
+    safe: bool = False  # stop the writer through the agent's lease first
+    assume_stopped: bool = False  # without --safe: proceed when no lease is live and the logs are quiet
+    quiet_period_s: float = 0.0
+    stop_timeout_s: float = 60.0
+
+
+# ------------------------------------------------------------------------------ the two modes
+
+
+def open_roots(req: TeardownRequest) -> tuple[Root, Root]:
+    """The checkpoint and sink roots; refuses an unsafe request first, then a root that is no folder."""
+    if not req.safe and not req.assume_stopped:
+        raise Refused(f"{req.checkpoint}: drop-sink retires a query's checkpoint and sink: pass --safe (stop the "
+                      "writer, confirm it drained) or, for a query you know is stopped, --assume-stopped")
+    roots = Root("checkpoint", req.checkpoint), Root("sink", req.sink)
+    for r in roots:
+        what = r.storage.kind()
+        if what != "dir":
+            raise StorageError(r.location, "does not exist" if what == "missing" else "is not a folder")
+    return roots
+
+
+def _inspect(req: TeardownRequest, ck: Root, sink: Root) -> Any:
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+
+    return inspect_checkpoint(ck.location, sink=sink.location, sink_kind=req.sink_kind, app_id=req.app_id,
+                              quiet_period_s=0)
+
+
+def _detail(req: TeardownRequest, sink: Root) -> Any:
+    """The sink log with every data file it lists (--purge-data only)."""
+    if not req.purge_data:
+        return None
+    from streamctl.inspectors.sinks import read_sink
+
+    return read_sink(sink.location, req.sink_kind, req.app_id, detail=True)
+
+
+def execute_request(req: TeardownRequest, ck: Root, sink: Root, break_lock: bool, say: Say) -> Any:
+    """The runner's request of `--execute`: under the lock, stop the writer, confirm it drained,
+    plan; the stop and the drain are the journal's opening records."""
+    from streamctl.operations import runner
+
+    opening: list[dict[str, Any]] = []
+
+    def planner(op_id: str, archive_root: Any) -> Any:
+        stopped = stop_writer(ck.location, safe=req.safe, quiet_period_s=req.quiet_period_s,
+                              stop_timeout_s=req.stop_timeout_s, say=say, assume_stopped=req.assume_stopped)
+        q = _inspect(req, ck, sink)
+        discarded = check_drained(q, req.discard_in_flight)
+        opening.extend([{"event": "writer_stopped", **stopped},
+                        {"event": "drained", "planned": q.planned, "committed": q.committed,
+                         "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded}])
+        return plan_teardown(req, q, ck, sink, archive_root, op_id, discarded, _detail(req, sink))
+
+    return runner.Request(ck.location, planner, req.archive, break_lock, opening)
+
+
+def preview(req: TeardownRequest, ck: Root, sink: Root) -> Plan:
+    """The plan as of now, nothing changed (plan mode). A running query is planned as if stopped,
+    with a note (--execute stops it first); without --safe it refuses."""
+    from streamctl.inspectors.lease import lease_status
+    from streamctl.operations import runner
+
+    # checked in plan mode too: a named archive is new or empty
+    archive_root = runner.check_backup_target(
+        req.archive or ck.uri(f"{RETIRED_DIR}/{runner.new_op_id('drop-sink')}"), "--archive", "archive")
+    lease = _lease(ck.location)
+    live = lease is not None and lease_status(lease, now_ms()) == "live"
+    if live and not req.safe:
+        raise Refused(f"{ck.location}: the query is running (live agent lease); use --safe")
+    q = _inspect(req, ck, sink)
+    discarded = None if live else check_drained(q, req.discard_in_flight)
+    plan = plan_teardown(req, q, ck, sink, archive_root, "(assigned by --execute)", discarded, _detail(req, sink))
+    if live:
+        plan.notes.insert(0, "the query is running: --execute first asks the agent to stop it, then checks it "
+                             "drained; the steps below are as of now")
+    return plan
 
 
 # ------------------------------------------------------------------------------ stop the writer
