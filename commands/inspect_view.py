@@ -25,6 +25,17 @@ def window(w: Optional[list[int]]) -> str:
     return "-" if not w else f"{w[0]}..{w[1]}"
 
 
+def check_output_paths(jsonl: Optional[str], parquet: Optional[str], metrics: Optional[str]) -> None:
+    """UsageError when the folder of an output file given does not exist (before any inspection)."""
+    import os
+
+    from streamctl.inspectors.errors import UsageError
+
+    for flag, path in (("--output-jsonl", jsonl), ("--output-parquet", parquet), ("--metrics-file", metrics)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(os.path.expanduser(path)))):
+            raise UsageError(f"{flag} {path}: its folder does not exist")
+
+
 def write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
                    jsonl: Optional[str], parquet: Optional[str], metrics_file: Optional[str]) -> None:
     from streamctl.inspectors import fleet

@@ -1,6 +1,8 @@
 """Typed errors raised by the read side. They carry no exit codes: console/errors.py maps them."""
 from __future__ import annotations
 
+from typing import Any
+
 
 class StreamctlError(Exception):
     """Base of every error streamctl reports as a one-line message instead of a traceback."""
@@ -21,3 +23,10 @@ class NotACheckpoint(StorageError):
 
 class UsageError(StreamctlError):
     """Bad values given by the user (flags, config, pipeline names): exit 2."""
+
+
+def raise_unreadable(q: Any) -> None:
+    """StorageError (exit 3) naming the first file of an inspection that could not be read."""
+    bad = [f for f in q.findings if f.code == "UNREADABLE"]
+    if bad:
+        raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))

@@ -436,3 +436,46 @@ def with_kafka(q: QueryInspection, broker: KafkaBroker, group: Optional[str] = N
     record = {"bootstrap": broker.bootstrap, "sources": len(sources),
               "lag": sum(r.lag or 0 for r in rows if r.status != "new"), "topics": totals(rows)}
     return replace(q, findings=q.findings + tuple(findings), kafka=record), rows
+
+
+def epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, int], int], list[tuple[int, str]]]:
+    """The query, the epoch `epoch` names (committed, planned or a batch id), its Kafka offsets
+    merged over the query's Kafka sources, and each Kafka source's raw line (byte-exact as Spark
+    logged it: a successor's startingOffsets). UsageError names what is missing."""
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.errors import UsageError, raise_unreadable
+    from streamctl.inspectors.logs import parse_offsets
+    from streamctl.inspectors.storage import Storage
+
+    q = inspect_checkpoint(location)
+    raise_unreadable(q)
+    if epoch == "committed":
+        chosen = q.committed
+    elif epoch == "planned":
+        chosen = q.planned
+    elif epoch.isdigit():
+        chosen = int(epoch)
+    else:
+        raise UsageError(f"invalid value for --epoch: {epoch!r} (committed, planned or a batch id)")
+    if chosen is None:
+        raise UsageError(f"{location}: no {epoch} epoch in this checkpoint")
+    st = Storage.open(location)
+    if chosen not in q.offsets.batch_ids:
+        raise UsageError(f"{location}: offsets/{chosen} does not exist (retained: "
+                         f"{q.offsets.oldest}..{q.offsets.latest})")
+    entry = parse_offsets(st.read(f"offsets/{chosen}"), st.uri(f"offsets/{chosen}"), chosen)
+    merged: dict[tuple[str, int], int] = {}
+    raws: list[tuple[Any, str]] = []
+    for src in entry.sources:
+        parsed = parse_kafka_offsets(src.raw)
+        if parsed is None or src.raw is None:
+            continue
+        raws.append((src.source_id, src.raw))
+        for topic, parts in parsed.items():
+            for p, off in parts.items():
+                if (topic, p) in merged and merged[(topic, p)] != off:
+                    raise UsageError(f"{topic}/{p} is read by two sources at different offsets")
+                merged[(topic, p)] = off
+    if not raws:
+        raise UsageError(f"{location}: offsets/{chosen} has no Kafka source")
+    return q, chosen, merged, raws

@@ -15,6 +15,7 @@ import json
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, Meter, write_manifest, write_plan
+from streamctl.inspectors.findings import API_VERSION
 from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 
@@ -190,3 +191,44 @@ def operation(broker: Any) -> Any:
     return Operation(COMMAND, lambda plan, _roots: verify_commit(broker, plan), resumable=_nothing, undoable=_nothing,
                      undo_check=lambda plan, _roots: verify_undo(broker, plan),
                      steps=lambda plan, _roots, backup, _say, meter: GroupOffsets(plan, backup, broker, meter))
+
+
+def locked_planner(broker: Any, location: str, group: str, epoch: str) -> Callable[[str, Any], Plan]:
+    """The runner's planner of `--execute`: under the lock, the checkpoint and the group again."""
+    from streamctl.inspectors.kafka import epoch_offsets
+    from streamctl.operations.plan import Refused
+
+    def planner(_op_id: str, _backup: Any) -> Plan:
+        q, chosen, target, _raws = epoch_offsets(location, epoch)
+        again = plan_commit(broker, location, group, q.query_id, chosen, target)
+        why = refusal(again)
+        if why:
+            raise Refused(why)
+        return again
+
+    return planner
+
+
+def undo_document(done: Any) -> dict[str, Any]:
+    """The KafkaCommitOffsetsUndo document of an undone commit."""
+    return {"api_version": API_VERSION, "kind": "KafkaCommitOffsetsUndo", "group": done.plan.settings["group"],
+            "backup": done.backup.location, "restored": len(done.restored), "partitions": done.restored,
+            "after": done.after, "before_operation": done.plan.before, "verified": done.verified}
+
+
+def commit_document(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[str]) -> dict[str, Any]:
+    """The KafkaCommitOffsets document of a plan (and of its outcome when it ran): JSON contract,
+    docs/json.md."""
+    if outcome is not None:  # the plan made under the lock
+        plan = outcome.plan
+    current, target = offsets_of(plan.before["offsets"]), offsets_of(plan.after["offsets"])
+    done = outcome is not None and outcome.executed
+    rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
+             "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
+            for (t, p), off in sorted(target.items())]
+    return {"api_version": API_VERSION, "kind": "KafkaCommitOffsets", "checkpoint": checkpoint,
+            "query_id": plan.settings.get("query_id"), "group": plan.settings["group"],
+            "group_state": plan.before.get("group_state"), "epoch": plan.target, "executed": done,
+            "refused": refusal is not None, "refusal": refusal, "verified": outcome.verified if done else None,
+            "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows,
+            "backup": outcome.backup.location if done else None}

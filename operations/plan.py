@@ -17,7 +17,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.inspectors.errors import StreamctlError, raise_unreadable
 
 EXACTLY_ONCE = "exactly-once"
 DUPLICATES = "duplicates"
@@ -212,13 +212,6 @@ class CheckpointRequest:
                                quiet_period_s=self.quiet_period_s, deep=True)
         refuse_unsafe(q)
         return q
-
-
-def raise_unreadable(q: Any) -> None:
-    """StorageError (exit 3) naming the first file of the inspection that could not be read."""
-    bad = [f for f in q.findings if f.code == "UNREADABLE"]
-    if bad:
-        raise StorageError(str(bad[0].details.get("path", q.checkpoint)), str(bad[0].details.get("reason", bad[0].message)))
 
 
 def refuse_unsafe(q: Any) -> None:

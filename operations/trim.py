@@ -204,3 +204,19 @@ def operation() -> Any:
     from streamctl.operations.runner import Operation
 
     return Operation("trim", _verify)
+
+
+def reclaimable(checkpoint: str, sink: Optional[str], sink_kind: str, app_id: Optional[str], keep_epochs: int,
+                quiet: float, inspection: Any = None) -> dict[str, Any]:
+    """What `streamctl trim --keep-epochs N` would reclaim, or why it would refuse (`inspect epochs
+    --reclaimable`: a plan, nothing changed)."""
+    from streamctl.inspectors.errors import StreamctlError
+
+    try:
+        plan, sizes = plan_trim(TrimRequest(checkpoint, sink, sink_kind, app_id, quiet, keep_epochs=keep_epochs),
+                                inspection)
+    except StreamctlError as exc:
+        return {"keep_epochs": keep_epochs, "refused": str(exc)}
+    return {"keep_epochs": keep_epochs, "oldest_kept_epoch": plan.target,
+            "files": sum(v["files"] for v in sizes.values()), "bytes": sum(v["bytes"] for v in sizes.values()),
+            "by_category": sizes}
