@@ -11,7 +11,6 @@ from streamctl.console.errors import handle_errors
 from streamctl.commands import kafka_commit_cmd, kafka_options, options
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 from streamctl.inspectors.findings import API_VERSION
-from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
 
 app = typer.Typer(
     help="Publish a checkpoint's Kafka positions, or print where a successor should start.",
@@ -40,6 +39,8 @@ def starting_offsets(
       spark.readStream.format("kafka").option("startingOffsets", "$(streamctl kafka starting-offsets orders)")
     """
     import sys
+
+    from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
 
     _config, _pipeline, location = kafka_options.load(checkpoint)
     q, chosen, _merged, raws = kafka_epoch_offsets(location, epoch)
@@ -75,6 +76,7 @@ def retention_floor(
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations.plan import Refused
+    from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
     from streamctl.operations.trim import oldest_kept_epoch
 
     config, _pipeline, location = kafka_options.load(checkpoint)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -180,6 +179,8 @@ def _fault_lost_state_file(root: Path) -> list[str]:
 
 def _fault_stale_lease(root: Path) -> list[str]:
     """A lease left by a driver that died 10 minutes ago (the agent's own format: inspectors/lease.py)."""
+    import socket
+
     from streamctl.inspectors.lease import LEASE_VERSION, Lease
     from streamctl.pipeline.agent import write_json_atomic
 
