@@ -263,7 +263,7 @@ def first_line(text: str) -> str:
 def time_command(argv: list[str], runs: int, check=None, env=None) -> dict:
     """One warm-up run (validated by `check`), then `runs` timed runs with stdout to /dev/null."""
     t0 = time.perf_counter()
-    warm = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    warm = subprocess.run(argv, capture_output=True, text=True, env=env)
     warm_s = time.perf_counter() - t0
     problem = check(warm) if check else (None if warm.returncode == 0 else "")
     if problem is not None:
@@ -312,8 +312,8 @@ def time_spark(checkpoint: Path, runs: int, log) -> dict:
     """Time Spark's state-metadata reader; session start-up is measured separately."""
     t_import = time.perf_counter()
     try:
-        from pyspark.sql import SparkSession
         import pyspark
+        from pyspark.sql import SparkSession
     except Exception as e:  # noqa: BLE001 - report, never crash the benchmark
         return {"ok": False, "error": f"failed: cannot import pyspark: {e}"}
     import_s = time.perf_counter() - t_import

@@ -10,12 +10,22 @@ from typing import Optional
 import typer
 from typer.completion import completion_init
 
+from streamctl.commands import (
+    align_cmd,
+    backups_cmd,
+    completion_cmd,
+    demo_cmd,
+    diagnose_cmd,
+    drop_sink_cmd,
+    inspect_cmd,
+    kafka_cmd,
+    preflight_cmd,
+    stop_cmd,
+    trim_cmd,
+)
 from streamctl.console import context
 from streamctl.console.errors import StreamctlGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
-from streamctl.commands import completion_cmd, inspect_cmd, kafka_cmd, stop_cmd
-from streamctl.commands import align_cmd, demo_cmd, trim_cmd
-from streamctl.commands import backups_cmd, diagnose_cmd, drop_sink_cmd, preflight_cmd
 
 app = typer.Typer(
     name="streamctl",

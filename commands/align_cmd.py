@@ -8,10 +8,19 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.console.errors import handle_errors
 from streamctl.commands import options
-from streamctl.commands.options import (APP_ID_OPT, BACKUP_DIR_OPT, BREAK_LOCK_OPT, CHECKPOINT_ARG, EXECUTE_OPT,
-                                       ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind)
+from streamctl.commands.options import (
+    APP_ID_OPT,
+    BACKUP_DIR_OPT,
+    BREAK_LOCK_OPT,
+    CHECKPOINT_ARG,
+    EXECUTE_OPT,
+    ONE_SINK_OPT,
+    QUIET_OPT,
+    SINK_KIND_OPT,
+    SinkKind,
+)
+from streamctl.console.errors import handle_errors
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -29,7 +38,7 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
         + (f" (duplicates: epochs {epochs_text(plan.duplicates)})" if plan.duplicates else "")
         + (f" (loss: epochs {epochs_text(plan.loss)})" if plan.loss else ""),
     ]
-    from streamctl.commands.mutation import step_lines
+    from streamctl.console.plan_view import step_lines
 
     return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
 

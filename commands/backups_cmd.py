@@ -6,10 +6,10 @@ from typing import Optional
 
 import typer
 
-from streamctl.console import render
-from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import CHECKPOINT_ARG, EXECUTE_OPT
+from streamctl.console import render
+from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 

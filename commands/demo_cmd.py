@@ -30,7 +30,7 @@ class _Say:
         sys.stderr.flush()
 
     @staticmethod
-    def progress(label: str, total: int) -> "_Progress":
+    def progress(label: str, total: int) -> _Progress:
         return _Progress(label, total)
 
 
@@ -48,7 +48,7 @@ class _Progress:
                                   TimeElapsedColumn(), console=Console(stderr=True), transient=False)
             self._task = self._rich.add_task(label, total=total)
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self._rich is not None:
             self._rich.start()
         return self

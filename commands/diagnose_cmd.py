@@ -6,11 +6,10 @@ from typing import Any, Optional
 
 import typer
 
+from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.console import render
 from streamctl.console.errors import handle_errors
-from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.inspectors.findings import API_VERSION
-
 
 _STRATEGY = {"rollback": "roll back to epoch {x}", "roll_forward": "roll forward to epoch {x}",
              "keep": "keep epoch {x} and repair around it"}
@@ -87,9 +86,9 @@ def diagnose(
       # before restarting on another Spark line
       streamctl diagnose /data/chk/orders --target-spark 3.5
     """
-    from streamctl.console.config import load_config, resolve_target
-    from streamctl.console import context
     from streamctl.commands import options
+    from streamctl.console import context
+    from streamctl.console.config import load_config, resolve_target
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.findings import Finding, finding_records
 

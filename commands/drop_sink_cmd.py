@@ -9,11 +9,11 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.console.errors import handle_errors
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.console import plan_view
+from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
-
 
 
 def _say(as_json: bool) -> Any:
@@ -34,20 +34,15 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
                                           if plan.after.get("discarded_epoch") is not None else "")
         + f"; archive {plan.roots['archive']}" + (" (copies purged at the end)" if plan.settings.get("purge") else ""),
     ]
-    from streamctl.commands.mutation import step_lines
-
-    return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan, "archive")
+    return lines + [f"  note: {n}" for n in plan.notes] + plan_view.step_lines(plan, "archive")
 
 
 def _refused(exc: Any, as_json: bool) -> typer.Exit:
-    from streamctl.commands.mutation import refused
-
-    return refused(exc, as_json, "DropSinkRefusal")
+    return plan_view.refused(exc, as_json, "DropSinkRefusal")
 
 
 def _show(outcome: Any, as_json: bool) -> None:
     """An executed or resumed teardown: the result document, then exit 5 when not verified."""
-    from streamctl.commands.mutation import emit
     from streamctl.operations import teardown
     from streamctl.operations.plan import NotVerified
 
@@ -59,7 +54,7 @@ def _show(outcome: Any, as_json: bool) -> None:
         f"archive and journal: {archive.location} (undo: streamctl drop-sink --undo {archive.location})",
         f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
         f"verified: {'yes' if ok else 'NO'}" + ("" if ok else " — " + "; ".join(got["problems"][:3]))]
-    emit(doc, as_json, lines)
+    plan_view.emit(doc, as_json, lines)
     if not ok:
         raise NotVerified(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}")
 
@@ -111,8 +106,8 @@ def drop_sink(
       streamctl drop-sink --resume /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
       streamctl drop-sink --undo /data/chk/orders/_streamctl/retired/drop-sink-20261121T030000Z-1a2b
     """
-    from streamctl.console.config import resolve_target
     from streamctl.commands import mutation
+    from streamctl.console.config import resolve_target
     from streamctl.inspectors.errors import UsageError
     from streamctl.operations import runner, teardown
 
@@ -127,7 +122,7 @@ def drop_sink(
             _show(mutation.call("drop-sink", as_json, lambda tick: runner.resume(teardown.operation(), resume, break_lock,
                                                                                 say=say, meter=tick)), as_json)
         elif undo:
-            mutation.show_undo("drop-sink", mutation.call("drop-sink", as_json, lambda tick: runner.undo(
+            plan_view.show_undo("drop-sink", mutation.call("drop-sink", as_json, lambda tick: runner.undo(
                 teardown.operation(), undo, break_lock, meter=tick)), as_json)
         return
 
@@ -155,5 +150,5 @@ def drop_sink(
         plan = teardown.preview(req, ck_root, sink_root)
     except teardown.Refused as exc:
         raise _refused(exc, as_json) from None
-    mutation.emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
+    plan_view.emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
                   as_json, plan_lines(plan))

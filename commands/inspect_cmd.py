@@ -1,12 +1,17 @@
 """`streamctl inspect ...`: read-only inspections, one module per subcommand
 (commands/inspect_<name>_cmd.py); each resolves its inputs, calls the inspectors, renders and
-returns the exit code the verdict implies (commands/inspect_view.py)."""
+returns the exit code the verdict implies (console/inspect_view.py)."""
 from __future__ import annotations
 
 import typer
 
-from streamctl.commands import inspect_epochs_cmd, inspect_kafka_cmd, inspect_sink_cmd, inspect_state_cmd, \
-    inspect_writers_cmd
+from streamctl.commands import (
+    inspect_epochs_cmd,
+    inspect_kafka_cmd,
+    inspect_sink_cmd,
+    inspect_state_cmd,
+    inspect_writers_cmd,
+)
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 
 app = typer.Typer(

@@ -7,13 +7,20 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.commands import inspect_view as view
 from streamctl.commands import kafka_options, options
+from streamctl.commands.options import (
+    APP_ID_OPT,
+    FORMAT_OPT,
+    JSON_OPT,
+    QUIET_OPT,
+    SINK_KIND_OPT,
+    SINK_OPT,
+    TARGET_SPARK_OPT,
+    SinkKind,
+)
+from streamctl.console import inspect_view as view
 from streamctl.console import render
 from streamctl.console.errors import handle_errors
-from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, TARGET_SPARK_OPT, SinkKind
-
-
 
 ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
                "one Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")

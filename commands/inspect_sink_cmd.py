@@ -5,12 +5,11 @@ from typing import Optional
 
 import typer
 
-from streamctl.commands import inspect_view as view
 from streamctl.commands import options
+from streamctl.commands.options import FORMAT_OPT, JSON_OPT, SINK_KIND_OPT, SinkKind
+from streamctl.console import inspect_view as view
 from streamctl.console import render
 from streamctl.console.errors import handle_errors
-from streamctl.commands.options import FORMAT_OPT, JSON_OPT, SINK_KIND_OPT, SinkKind
-
 
 
 @handle_errors

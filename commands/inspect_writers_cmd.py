@@ -5,12 +5,11 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.commands import inspect_view as view
 from streamctl.commands import options
+from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
+from streamctl.console import inspect_view as view
 from streamctl.console import render
 from streamctl.console.errors import handle_errors
-from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
-
 
 
 def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,

@@ -6,9 +6,9 @@ from typing import Optional
 
 import typer
 
+from streamctl.commands import kafka_commit_cmd, kafka_options, options
 from streamctl.console import render
 from streamctl.console.errors import handle_errors
-from streamctl.commands import kafka_commit_cmd, kafka_options, options
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 from streamctl.inspectors.findings import API_VERSION
 
@@ -75,8 +75,8 @@ def retention_floor(
     """
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import UsageError
-    from streamctl.operations.plan import Refused
     from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
+    from streamctl.operations.plan import Refused
     from streamctl.operations.trim import oldest_kept_epoch
 
     config, _pipeline, location = kafka_options.load(checkpoint)

@@ -115,9 +115,8 @@ def commit_offsets(
     """
     from streamctl.console.config import load_config
     from streamctl.inspectors.errors import UsageError
-    from streamctl.inspectors.kafka import KafkaBroker
+    from streamctl.inspectors.kafka import KafkaBroker, epoch_offsets
     from streamctl.operations import group_offsets, runner
-    from streamctl.inspectors.kafka import epoch_offsets
     from streamctl.operations.plan import Refused
 
     if resume and undo:

@@ -1,26 +1,15 @@
 """What the mutating commands (align, trim, drop-sink) share on the command side: resolving the
 target from flags and config, calling the runner (streamctl.operations.runner: lock, plan under
 the lock, journal, steps, verify, resume, undo; docs/model.md#the-mutation-path) and rendering its
-outcome. Exit codes come from console/errors.py's table: a refusal is `Refused` (4), a failed
-verification `NotVerified` (5)."""
+outcome (console/plan_view.py). Exit codes come from console/errors.py's table: a refusal is
+`Refused` (4), a failed verification `NotVerified` (5)."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Optional
 
-import typer
-
 from streamctl.console import render
-from streamctl.console.errors import exit_code_for, fail
+from streamctl.console.plan_view import Lines, emit, refused, show_result, show_undo, title
 from streamctl.inspectors.findings import API_VERSION
-
-
-Lines = Callable[..., list[str]]  # (plan, executed=False) -> the plan's lines
-
-
-def title(name: str) -> str:
-    """`drop-sink` -> `DropSink`: the prefix of a command's JSON kinds."""
-    return "".join(w.title() for w in name.replace("-", " ").split())
 
 
 def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: str, app_id: Optional[str],
@@ -29,8 +18,8 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     """The common front of a mutating command: `--resume` / `--undo` are run here (None is
     returned); otherwise (checkpoint location, sink, sink kind, app id, config), a named
     pipeline's sink filling in what the flags leave out."""
-    from streamctl.console.config import load_config, resolve_target
     from streamctl.console import context
+    from streamctl.console.config import load_config, resolve_target
     from streamctl.inspectors.errors import UsageError
 
     if resume and undo:
@@ -69,53 +58,6 @@ def call(name: str, as_json: bool, action: Callable[[Callable[[str], None]], Any
         raise refused(exc, as_json, f"{title(name)}Refusal") from None
 
 
-FULL_PLAN_STEPS = 40  # more steps than this are summarized on a terminal unless --verbose
-SHOWN_PER_GROUP = 3
-
-
-def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
-    """The numbered steps of a plan (docs/model.md#the-mutation-path: plans are shown in full):
-    every one up to FULL_PLAN_STEPS or with --verbose; above, one line per kind of step and
-    folder, with counts, the first few paths and "... N more" (the JSON lists every step)."""
-    from streamctl.console import context
-
-    def text(s: Any) -> str:
-        return s.describe().replace("to the backup", f"to the {backup_word}")
-
-    steps = plan.steps
-    if len(steps) <= FULL_PLAN_STEPS or context.VERBOSE:
-        return [f"  steps ({len(steps)}):"] + [f"    {i:>4}. {text(s)}" for i, s in enumerate(steps, 1)]
-    groups: dict[tuple[str, str, str], list[Any]] = {}
-    for s in steps:
-        folder = s.path.rsplit("/", 1)[0] if "/" in s.path else ""
-        groups.setdefault((s.action, s.root, folder), []).append(s)
-    lines = [f"  steps ({len(steps)}, summarized by kind and folder; every step: --verbose or --json):"]
-    for (action, root, folder), items in groups.items():
-        where = f"{root}:{folder + '/' if folder else ''}"
-        verb = {"move": f"move to the {backup_word}", "write": "write", "delete": "delete",
-                "put_back": "put back to the input"}.get(action, action)
-        names = ", ".join(s.path.rsplit("/", 1)[-1] for s in items[:SHOWN_PER_GROUP])
-        more = f", ... {len(items) - SHOWN_PER_GROUP} more" if len(items) > SHOWN_PER_GROUP else ""
-        prep = "from" if action == "put_back" else "in"
-        lines.append(f"    {verb} {len(items):>6} {prep} {where} ({names}{more}): {items[0].reason}")
-    return lines
-
-
-def emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        render.emit_json(doc)
-    else:
-        for line in lines:
-            sys.stdout.write(line + "\n")
-
-
-def refused(exc: Any, as_json: bool, kind: str) -> typer.Exit:
-    if as_json:
-        render.emit_json({"api_version": API_VERSION, "kind": kind, "reason": str(exc),
-                          "options": [o.to_record() for o in getattr(exc, "options", [])]})
-    return fail(str(exc), exit_code_for(exc))
-
-
 def execute(name: str, request: Any, operation: Any, lines: Lines, as_json: bool) -> None:
     """`--execute` of align and trim through the runner, rendered."""
     outcome = call(name, as_json, lambda tick: runner().execute(operation, request, meter=tick))
@@ -148,47 +90,3 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
          else lines(plan))  # every step described: not for --json
 
 
-def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
-    """An executed or resumed align/trim: the result document, then exit 5 when not verified."""
-    from streamctl.operations.plan import NotVerified
-
-    plan, got, ok = outcome.plan, outcome.got, outcome.verified
-    doc = {"api_version": API_VERSION, "kind": f"{title(name)}Result", "executed": True, "resumed": outcome.resumed,
-           "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.to_record(),
-           "verified": ok, "after": got}
-    out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
-        f"backup and journal: {outcome.backup.location} ({_backup_size(outcome.backup)}; undo: streamctl {name} --undo "
-        f"{outcome.backup.location}; elsewhere next time: --backup-dir)",
-        f"verified: {'yes' if ok else 'NO'} — now planned {got.get('planned')}, committed {got.get('committed')}, "
-        f"sink epoch {got.get('sink_epoch')}, verdict {got.get('verdict')} (expected {plan.expected_verdict})"]
-    emit(doc, as_json, out)
-    if not ok:
-        raise NotVerified(f"{plan.roots['checkpoint']}: {name} ran but the checkpoint is {got.get('verdict')} "
-                          f"({', '.join(got.get('findings') or [])}), not the promised {plan.expected_verdict}")
-
-
-def _backup_size(backup: Any) -> str:
-    """`N file(s), X MiB` the backup holds (its files/ folder: one listing), or `size unknown`."""
-    from streamctl.inspectors.errors import StorageError
-    from streamctl.inspectors.findings import human_bytes
-
-    try:
-        sizes = backup.walk_sizes("files")
-    except (StorageError, OSError):
-        return "size unknown"
-    return f"{len(sizes)} file(s), {human_bytes(sum(size for _, size in sizes))}"
-
-
-def show_undo(name: str, done: Any, as_json: bool) -> None:
-    """An undo: what was restored and whether the positions are those from before the operation."""
-    from streamctl.operations.plan import NotVerified
-
-    after = done.after
-    doc = {"api_version": API_VERSION, "kind": f"{title(name)}Undo", "backup": done.backup.location,
-           "restored": len(done.restored), "after": after, "before_operation": done.plan.before, "verified": done.verified}
-    emit(doc, as_json, [f"Undone: {len(done.restored)} file(s) restored from {done.backup.location}",
-                        f"now planned {after.get('planned')}, committed {after.get('committed')}, sink epoch "
-                        f"{after.get('sink_epoch')}, verdict {after.get('verdict')} (as before the operation: "
-                        f"{'yes' if done.verified else 'NO'})"])
-    if not done.verified:
-        raise NotVerified(f"{done.plan.roots['checkpoint']}: undo ran but the positions differ from before the operation")

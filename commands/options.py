@@ -7,8 +7,8 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.inspectors.findings import human_bytes  # noqa: F401 - the commands' name for it
 from streamctl.console import context, render
+from streamctl.inspectors.findings import human_bytes  # noqa: F401 - the commands' name for it
 
 FORMAT_HELP = ("Output format: table (fitted to the terminal; plain text when piped), wide (table with more columns), "
                "plain, markdown or json. [env: STREAMCTL_FORMAT]")

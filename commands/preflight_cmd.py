@@ -1,7 +1,6 @@
 """`streamctl preflight`: does a new version of a query fit its checkpoint? (docs/model.md#preflight)"""
 from __future__ import annotations
 
-
 import typer
 
 from streamctl.console import render

@@ -49,8 +49,14 @@ def stop(
     from streamctl.console.config import load_config, resolve_checkpoint
     from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.lease import lease_status, read_lease
-    from streamctl.operations.stop import (describe_expired, driver_state, local_checkpoint, now_ms, request_stop,
-                                           wait_released)
+    from streamctl.operations.stop import (
+        describe_expired,
+        driver_state,
+        local_checkpoint,
+        now_ms,
+        request_stop,
+        wait_released,
+    )
 
     if timeout < 0:
         raise UsageError("invalid value for --timeout: must be >= 0")

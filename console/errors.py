@@ -101,7 +101,7 @@ def redact(text: str, secrets: Sequence[str]) -> str:
     return text
 
 
-def fail(message: str, code: ExitCode) -> "typer.Exit":
+def fail(message: str, code: ExitCode) -> typer.Exit:
     message = redact(message, _state["secrets"])
     _state["message"] = message
     sys.stderr.write(f"streamctl: {message}\n")
@@ -146,7 +146,7 @@ def _emit_error_document(code: int) -> None:
         render.emit_json(error_document(code, _state["message"] or ExitCode(code).name.lower()))
 
 
-def _closed_pipe() -> "typer.Exit":
+def _closed_pipe() -> typer.Exit:
     """The reader of stdout went away (`| head -1`): stop quietly. Later writes, and the flush at
     exit, go to /dev/null instead of raising again."""
     try:
@@ -157,7 +157,7 @@ def _closed_pipe() -> "typer.Exit":
     return typer.Exit(int(ExitCode.CLOSED_PIPE))
 
 
-def _failure(exc: BaseException) -> "typer.Exit":
+def _failure(exc: BaseException) -> typer.Exit:
     code = exit_code_for(exc)
     if code == ExitCode.CLOSED_PIPE:
         return _closed_pipe()

@@ -12,13 +12,26 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import ERROR, INFO, WARNING, Finding, count_of, finding_records, ids_of, missing_ranges, ranges_text, summarize, verdict_of
+from streamctl.inspectors.findings import (
+    ERROR,
+    INFO,
+    WARNING,
+    Finding,
+    count_of,
+    finding_records,
+    ids_of,
+    missing_ranges,
+    ranges_text,
+    summarize,
+    verdict_of,
+)
+from streamctl.inspectors.lease import retired_record
 from streamctl.inspectors.logs import (
-    batch_id_of,
     CommitEntry,
     LogListing,
     OffsetEntry,
     SourceId,
+    batch_id_of,
     classify_log_names,
     load_json,
     parse_commit,
@@ -26,6 +39,7 @@ from streamctl.inspectors.logs import (
     parse_query_metadata,
     source_id_of,
 )
+from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
     DEFAULT_STORE,
@@ -38,8 +52,6 @@ from streamctl.inspectors.state import (
     read_state,
     store_status,
 )
-from streamctl.inspectors.masked import masked
-from streamctl.inspectors.lease import retired_record
 from streamctl.inspectors.storage import Storage, parallel_map
 
 if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean
@@ -128,7 +140,7 @@ class QueryInspection:
     latest_offsets: Optional[OffsetEntry]
     committed_offsets: Optional[OffsetEntry]
     findings: tuple[Finding, ...]
-    sink: "Optional[SinkLog]" = None
+    sink: Optional[SinkLog] = None
     kafka: Optional[dict[str, Any]] = None  # filled by inspectors.kafka.with_kafka
     lease: Optional[dict[str, Any]] = None  # the agent's lease, when there is one
 
@@ -271,7 +283,7 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     return replace(q, findings=findings, sink=log, writers=writers, common_window=_common_window(list(writers)))
 
 
-def _repartition_sink(sink: "SinkLog", found: list[Finding], checkpoint: tuple[Finding, ...]) -> list[Finding]:
+def _repartition_sink(sink: SinkLog, found: list[Finding], checkpoint: tuple[Finding, ...]) -> list[Finding]:
     """A repartition batch reads no input and writes nothing to the sink. SINK_BEHIND by exactly
     the repartition batches is, for a file sink, SINK_REPARTITION_HOLE: its log has no entry for
     the batch, Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query
@@ -288,7 +300,7 @@ def _repartition_sink(sink: "SinkLog", found: list[Finding], checkpoint: tuple[F
     return out
 
 
-def _sink_hole_finding(sink: "SinkLog", epochs: list[int]) -> Finding:
+def _sink_hole_finding(sink: SinkLog, epochs: list[int]) -> Finding:
     return Finding(
         "SINK_REPARTITION_HOLE",
         f"the file sink's log has no entry for repartition batch(es) {summarize([str(e) for e in epochs])}: "
@@ -297,7 +309,7 @@ def _sink_hole_finding(sink: "SinkLog", epochs: list[int]) -> Finding:
         details={"sink_epoch": sink.epoch, "missing": epochs})
 
 
-def _repartition_sink_gaps(location: str, sink: "SinkLog", q: QueryInspection) -> tuple[list[Finding], list[Finding]]:
+def _repartition_sink_gaps(location: str, sink: SinkLog, q: QueryInspection) -> tuple[list[Finding], list[Finding]]:
     """A file sink's LOG_GAP (a batch missing after the log's newest compaction) whose missing
     batches are all committed repartition batches, however old: the query ran on past the
     repartition and the log kept the hole (it dies at the next compaction). Each listed batch is

@@ -132,7 +132,7 @@ def summarize(items: list[str], limit: int = 5) -> str:
 MAX_LISTED = 1000  # ids a finding lists at most; the ranges and the count say the rest
 
 
-def missing_ranges(present: "list[int] | tuple[int, ...]", lo: int, hi: int) -> list[tuple[int, int]]:
+def missing_ranges(present: list[int] | tuple[int, ...], lo: int, hi: int) -> list[tuple[int, int]]:
     """The ids in [lo, hi] not in `present`, as (first, last) ranges. Cost follows the ids that
     exist (len(present)), never the numeric gap hi - lo."""
     out: list[tuple[int, int]] = []

@@ -128,7 +128,7 @@ class Target:
 
 
 def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
-                   progress: Optional[Callable[[str], None]] = None) -> "QueryInspection":
+                   progress: Optional[Callable[[str], None]] = None) -> QueryInspection:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     return inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink, sink_kind=target.sink_kind,
@@ -137,7 +137,7 @@ def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
 
 
 def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[float] = None,
-              progress: Optional[Callable[[str], None]] = None) -> list["QueryInspection"]:
+              progress: Optional[Callable[[str], None]] = None) -> list[QueryInspection]:
     """Inspect every target; results in input order. `workers` > 1 uses a thread pool."""
     tick = progress or (lambda _msg: None)
     if workers <= 1 or len(targets) <= 1:
@@ -148,7 +148,7 @@ def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[
         return out
     done = [0]
 
-    def one(t: Target) -> "QueryInspection":
+    def one(t: Target) -> QueryInspection:
         q = inspect_target(t, quiet_period_s)
         done[0] += 1  # only a progress figure: an occasional lost increment is harmless
         tick(f"inspected {done[0]}/{len(targets)} checkpoints")
@@ -219,7 +219,7 @@ class SparkRunner:
         if self.owned:
             self.spark.stop()
 
-    def __enter__(self) -> "SparkRunner":
+    def __enter__(self) -> SparkRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -201,7 +201,7 @@ class KafkaBroker:
                 raise self._connect_error(exc) from None
         return self._admin
 
-    def __enter__(self) -> "KafkaBroker":
+    def __enter__(self) -> KafkaBroker:
         return self
 
     def __exit__(self, *exc: object) -> None:

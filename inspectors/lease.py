@@ -148,7 +148,7 @@ def now_ms() -> int:
 TOMBSTONE_KIND = "streamctl-retired-checkpoint"  # the `metadata` drop-sink leaves (docs/formats/streamctl.md#the-tombstone)
 
 
-def retired_record(data: object) -> "Optional[dict]":
+def retired_record(data: object) -> Optional[dict]:
     """The tombstone drop-sink wrote over `metadata` (its JSON object), None for anything else."""
     if not isinstance(data, (bytes, bytearray)) or b"streamctl" not in data:
         return None

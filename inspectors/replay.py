@@ -175,7 +175,7 @@ def put_back_of(archive: str, uris: Iterable[str]) -> Optional[PutBack]:
 
 
 def unreplayable(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry], end: Optional[OffsetEntry],
-                 archive: Optional[str] = None, moved: Optional[Mapping[SourceId, "MovedInput"]] = None) -> list[Unreplayable]:
+                 archive: Optional[str] = None, moved: Optional[Mapping[SourceId, MovedInput]] = None) -> list[Unreplayable]:
     """For each file source, the files a replay of the batches after `start` through `end` reads
     that are gone (`start` None: from the beginning); a source in `moved` is judged with its
     paths at the new base (what they are once align rewrote its log)."""
@@ -230,7 +230,7 @@ class MovedInput:
                 f"the query's path), and one that read them under new paths would take every moved file for a new one")
 
     @classmethod
-    def of_finding(cls, details: Mapping[str, object]) -> "MovedInput":
+    def of_finding(cls, details: Mapping[str, object]) -> MovedInput:
         """From a SOURCE_MOVED finding's details."""
         epochs = details.get("epochs") or [0]
         source = details["source"]

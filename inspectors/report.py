@@ -73,7 +73,7 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
     }
 
 
-def sink_report(log: "SinkLog") -> dict[str, Any]:
+def sink_report(log: SinkLog) -> dict[str, Any]:
     """`inspect sink`: the sink's commit log on its own."""
     return {
         "api_version": API_VERSION,

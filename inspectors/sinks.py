@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.findings import MAX_LISTED, WARNING, Finding, count_of, ids_of, missing_ranges, ranges_text, summarize
+from streamctl.inspectors.findings import (
+    MAX_LISTED,
+    WARNING,
+    Finding,
+    count_of,
+    ids_of,
+    missing_ranges,
+    ranges_text,
+    summarize,
+)
 from streamctl.inspectors.logs import LogParseError, is_temp_name, load_json
 from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage

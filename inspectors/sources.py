@@ -7,9 +7,16 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.logs import (LogParseError, SourceId, _decode, _json_object, _lines, batch_id_of,
-                                      parse_version_line)
 from streamctl.inspectors.findings import missing_ranges
+from streamctl.inspectors.logs import (
+    LogParseError,
+    SourceId,
+    _decode,
+    _json_object,
+    _lines,
+    batch_id_of,
+    parse_version_line,
+)
 from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1

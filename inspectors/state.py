@@ -23,9 +23,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Optional
 
-from streamctl.inspectors.logs import (LogParseError, _decode, _lines, is_hadoop_crc, is_temp_name, load_json,
-                                       parse_version_line)
 from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.logs import (
+    LogParseError,
+    _decode,
+    _lines,
+    is_hadoop_crc,
+    is_temp_name,
+    load_json,
+    parse_version_line,
+)
 from streamctl.inspectors.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -224,7 +231,7 @@ _STATE_FILES_RE = re.compile(r"^((\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|z
 _tuple = tuple.__new__
 
 
-def state_files(names: "list[str] | tuple[str, ...]") -> list[tuple[str, StateFileName]]:
+def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFileName]]:
     """[(name, state_file(name))] for the names that are state files or their checksum companions,
     in order: one regex over the joined names (a trim plan parses 130,000 of them)."""
     joined = "\n".join(names)
@@ -556,7 +563,7 @@ LZ4_MAGIC = b"LZ4Block"
 LZ4_END = 21  # lz4-java LZ4BlockOutputStream.finish(): magic, token, compressed 0, original 0, checksum 0
 
 
-def _ends(storage: Storage, rel: str, head: int, tail: int) -> "Optional[tuple[bytes, bytes, int] | str]":
+def _ends(storage: Storage, rel: str, head: int, tail: int) -> Optional[tuple[bytes, bytes, int] | str]:
     """A file's head and tail for the torn checks; "empty file" for an empty one; None when it
     cannot be judged (unreadable, not a regular file)."""
     try:
@@ -709,7 +716,7 @@ def schema_field_types(schema: Mapping[str, Any]) -> list[str]:
             if isinstance(f, dict)]
 
 
-def without_file(store: "StoreFiles", version: int, uid: Optional[str], full: bool) -> "StoreFiles":
+def without_file(store: StoreFiles, version: int, uid: Optional[str], full: bool) -> StoreFiles:
     """`store` as if one file were gone (a torn file: no restart can read it)."""
     from dataclasses import replace
 

@@ -48,7 +48,7 @@ SIZE_CHUNK = 512  # files per task of Storage.sizes
 SIZE_THREADS = 4
 
 
-def _is_dir(de: "os.DirEntry[str]") -> bool:
+def _is_dir(de: os.DirEntry[str]) -> bool:
     try:
         return de.is_dir()
     except OSError:
@@ -96,7 +96,7 @@ def azure_location(uri: str) -> dict[str, str]:
             "dfs_authority": opts.get("dfs_storage_authority", opts.get("blob_storage_authority", ""))}
 
 
-def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
+def _azure_with_key(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
     """An Azure file system authenticated by the account key in AZURE_STORAGE_ACCOUNT_KEY."""
     import pyarrow.fs as pafs
 
@@ -108,7 +108,7 @@ def _azure_with_key(uri: str) -> "tuple[pyarrow.fs.FileSystem, str]":
     return fs, f"{loc['container']}/{loc['path']}".rstrip("/")
 
 
-def parallel_map(fn: "Callable[[A], B]", items: "list[A]", threads: int, chunk: int = 1) -> "list[B]":
+def parallel_map(fn: Callable[[A], B], items: list[A], threads: int, chunk: int = 1) -> list[B]:
     """[fn(x) for x in items], in order, on at most `threads` threads with `chunk` items per task
     (a task per item costs more than a short system call); in this thread when one task would
     do. For calls that wait with the GIL released: system calls, object-store requests. The
@@ -122,7 +122,7 @@ def parallel_map(fn: "Callable[[A], B]", items: "list[A]", threads: int, chunk: 
         return [r for part in pool.map(lambda c: [fn(x) for x in c], chunks) for r in part]
 
 
-def atomic_write(path: str, write: "Callable[[str], None]") -> None:
+def atomic_write(path: str, write: Callable[[str], None]) -> None:
     """`write(tmp)` to a temporary file beside `path` (`.<name>.<random>.tmp`), then rename it
     over `path`: readers see the old file or the new one, never half of one. The one local
     atomic writer of the read side and the pipeline side (outputs of `inspect`, the agent's
@@ -214,7 +214,7 @@ class _RangedFile:
     def close(self) -> None:
         self._fh.close()
 
-    def __enter__(self) -> "_RangedFile":
+    def __enter__(self) -> _RangedFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -225,7 +225,7 @@ class Storage:
     """A read-only view of one root folder. Paths passed to methods are relative, `/`-separated."""
 
     def __init__(self, display: str, local_root: Optional[str] = None,
-                 fs: "Optional[pyarrow.fs.FileSystem]" = None, fs_root: str = "") -> None:
+                 fs: Optional[pyarrow.fs.FileSystem] = None, fs_root: str = "") -> None:
         self.display = display.rstrip("/") or display
         self._local_root = local_root
         self._fs = fs
@@ -233,7 +233,7 @@ class Storage:
 
     # -- construction -------------------------------------------------------------------
     @classmethod
-    def open(cls, location: str) -> "Storage":
+    def open(cls, location: str) -> Storage:
         """Open a local path, a `file://` URI or a remote URI. Raises StorageError for an
         unknown scheme or a file system that cannot be reached."""
         parsed = urlparse(location)
@@ -264,7 +264,7 @@ class Storage:
         return cls(display=location, fs=fs, fs_root=root)
 
     @classmethod
-    def open_local(cls, location: str) -> "Optional[Storage]":
+    def open_local(cls, location: str) -> Optional[Storage]:
         """`open` for a location on the local file system; None for any other, judged on the
         words first (a remote store is never contacted). The agent protocol's rule: the agent
         watches a local folder (pipeline/agent.py, operations/stop.py)."""
@@ -295,7 +295,7 @@ class Storage:
         return f"{self._fs_root}/{rel}" if rel else self._fs_root
 
     # -- listing ------------------------------------------------------------------------
-    def _local_call(self, rel: str, call: "Callable[[str], T]") -> Optional[T]:
+    def _local_call(self, rel: str, call: Callable[[str], T]) -> Optional[T]:
         """Run `call(path)` on a local path: None when the path does not exist, StorageError
         (naming the path, one line) for any other OS error."""
         path = self._local(rel)

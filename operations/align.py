@@ -19,18 +19,29 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
-from streamctl.inspectors.masked import masked
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
+from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
+from streamctl.inspectors.state import state_file
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess
 from streamctl.operations.damage import rel_of as _rel_of
 from streamctl.operations.files import crc_name, hadoop_crc
-from streamctl.inspectors.state import state_file
-from streamctl.operations.plan import (DUPLICATES, EXACTLY_ONCE, LOSS, CheckpointRequest, Option, Plan, Refused, Step,
-                                       epochs_text, refuse_corrupt_state, refuse_unsafe)
+from streamctl.operations.plan import (
+    DUPLICATES,
+    EXACTLY_ONCE,
+    LOSS,
+    CheckpointRequest,
+    Option,
+    Plan,
+    Refused,
+    Step,
+    epochs_text,
+    refuse_corrupt_state,
+    refuse_unsafe,
+)
 
 ROLLBACK_SINKS = ("file", "coordinated")
 MAX_NAMED_BATCHES = 10  # missing sink-log batches a refusal names; it counts the rest

@@ -607,7 +607,7 @@ class Executor:
             pending.extend(records)
             touched.extend(self.plan.steps[i] for i in indices)
 
-    def _prepare_renames(self, indices: list[int]) -> "_Renaming":
+    def _prepare_renames(self, indices: list[int]) -> _Renaming:
         """The (source, target) paths of these moves, the targets' folders made; nothing moved."""
         steps = self.plan.steps
         by_root: dict[str, list[int]] = {}
@@ -622,7 +622,7 @@ class Executor:
                 renaming.pairs.extend(got)
         return renaming
 
-    def _start_renames(self, renaming: "_Renaming", state: JournalState) -> "_Renaming":
+    def _start_renames(self, renaming: _Renaming, state: JournalState) -> _Renaming:
         """Start the renames (their begin records are durable) in the co-process, else run them
         here; then encode their manifest entries (while the co-process renames)."""
         self._step_lines(renaming.indices)
@@ -635,7 +635,7 @@ class Executor:
                                          state.begun[i]["pre"]["sha256"]) for i in renaming.indices]
         return renaming
 
-    def _finish_renames(self, renaming: "_Renaming", state: JournalState) -> list[dict[str, Any]]:
+    def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:
         """Wait for the renames, take the general path (`_apply`) for those not done, and return
         the done records in plan order (to be written once their folders are fsynced). When the
         co-process failed halfway, none counts as done: `_apply` finds out from the files."""
@@ -1090,7 +1090,7 @@ _BACKUP_FILE = re.compile(rf"/(?:{re.escape(PLAN_FILE)}|{re.escape(MANIFEST_FILE
 _SEGMENT_FOLDER = re.compile(rf"/{SEGMENT_DIR}/*$")
 
 
-def _without(location: str, pattern: "re.Pattern[str]") -> str:
+def _without(location: str, pattern: re.Pattern[str]) -> str:
     """`location` without the end `pattern` matches; a URI's query (an object store's endpoint
     options) is kept."""
     head, sep, query = location.partition("?") if "://" in location else (location, "", "")

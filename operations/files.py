@@ -37,7 +37,7 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _noatime = getattr(os, "O_NOATIME", 0)
 
 
-def hash_file(path: "str | bytes") -> tuple[int, str]:
+def hash_file(path: str | bytes) -> tuple[int, str]:
     """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
     half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
     ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
@@ -241,7 +241,7 @@ class Root:
         finally:
             body.close()
 
-    def copy_checked(self, rel: str, dest: "Root", dest_rel: str, want: tuple[int, str]) -> None:
+    def copy_checked(self, rel: str, dest: Root, dest_rel: str, want: tuple[int, str]) -> None:
         """Copy one file into another root and read the copy back: it must hold exactly `want`
         (size, sha256) or StorageError (the source is kept). Within one object store the copy is
         the store's own (S3 CopyObject: no bytes through this process)."""
@@ -267,7 +267,7 @@ class Root:
         if dest.file_digest(dest_rel) != tuple(want):
             raise StorageError(dest.uri(dest_rel), "copy differs from its source; source kept")
 
-    def sync_parents(self, rels: "list[str] | set[str]") -> None:
+    def sync_parents(self, rels: list[str] | set[str]) -> None:
         """Make renames, creates and deletes of these paths durable: fsync each distinct parent
         folder and, the first time this root syncs it (or after this root made it again), its
         ancestors up to the root; later only the folder itself, whose entries are all that a
@@ -593,7 +593,7 @@ class Root:
         elif self.kind(rel) == "file":
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
-    def rename_into(self, rel: str, dest: "Root", dest_rel: str) -> bool:
+    def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
         """Rename a local file or folder into another local root, never over anything there (Linux
         renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
         renamed; False when that cannot be done here and now (nothing at `rel`, something at
@@ -601,7 +601,7 @@ class Root:
         pairs = self.rename_pairs([rel], dest, [dest_rel])
         return pairs is not None and _RENAME.run(pairs)[0]
 
-    def rename_pairs(self, rels: list[str], dest: "Root", dest_rels: list[str]) -> Optional[list[tuple[str, str]]]:
+    def rename_pairs(self, rels: list[str], dest: Root, dest_rels: list[str]) -> Optional[list[tuple[str, str]]]:
         """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
         made (once per folder); None when they cannot be renames (not both local, no
         renameat2)."""
@@ -617,7 +617,7 @@ class Root:
             out.append((head + rel if head is not None and is_normal_rel(rel) else self.local(rel), dst))
         return out
 
-    def move_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
+    def move_to(self, rel: str, dest: Root, dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file
         system, else copy -> fsync -> verify -> delete. Remote: copy -> verify -> delete."""
         if self.is_local and dest.is_local:
@@ -644,14 +644,14 @@ class Root:
             raise StorageError(dest.uri(dest_rel), "copy differs from its source; source kept")
         self.delete(rel)
 
-    def copy_to(self, rel: str, dest: "Root", dest_rel: str) -> None:
+    def copy_to(self, rel: str, dest: Root, dest_rel: str) -> None:
         if self.kind(rel) == "dir":
             for sub in self.walk_files(rel):
                 self.copy_to(f"{rel}/{sub}", dest, f"{dest_rel}/{sub}")
             return
         self._copy_file(rel, dest, dest_rel)
 
-    def _copy_file(self, rel: str, dest: "Root", dest_rel: str) -> None:
+    def _copy_file(self, rel: str, dest: Root, dest_rel: str) -> None:
         if self.is_local and dest.is_local:
             dst = dest.local(dest_rel)
             dest._makedirs(os.path.dirname(dst))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional
 
-from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, Meter, write_manifest, write_plan
 from streamctl.inspectors.findings import API_VERSION
+from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, Meter, write_manifest, write_plan
 from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 

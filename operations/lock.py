@@ -54,7 +54,7 @@ class Lock:
 
     @classmethod
     def acquire(cls, root: Root, command: str, op_id: str, break_lock: bool = False,
-                takeover_op: Optional[str] = None) -> "Lock":
+                takeover_op: Optional[str] = None) -> Lock:
         owner = {"op_id": op_id, "command": command, "host": socket.gethostname(), "pid": os.getpid(),
                  "started_ms": int(time.time() * 1000)}
         data = json.dumps(owner, sort_keys=True).encode()

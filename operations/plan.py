@@ -47,7 +47,7 @@ class Step:
         return rec
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> "Step":
+    def from_record(cls, rec: dict[str, Any]) -> Step:
         content = None
         if "content" in rec:
             content = str(rec["content"]).encode("utf-8")
@@ -126,7 +126,7 @@ class Plan:
         return rec
 
     @classmethod
-    def from_record(cls, rec: dict[str, Any]) -> "Plan":
+    def from_record(cls, rec: dict[str, Any]) -> Plan:
         steps = [Step.from_record(s) for s in rec["steps"]]
         roots = dict(rec["roots"])
         for s in steps:

@@ -136,7 +136,7 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
 LISTING_FROM = 16  # steps in one folder from which one listing is cheaper than an lstat each
 
 
-def _links(parent: str, names: "dict[str, str] | list[str]") -> set[str]:
+def _links(parent: str, names: dict[str, str] | list[str]) -> set[str]:
     """Which of these names (entries of `parent`; checked: no "." or ".." names) are symlinks.
     A name that is not one resolves to itself inside its resolved folder."""
     if len(names) >= LISTING_FROM:

@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
-from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.inspectors.errors import StorageError
+from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 from streamctl.operations.stop import now_ms
-from streamctl.inspectors.findings import API_VERSION
 
 HANDOFF_FILE = "handoff.json"
 RETIRED_DIR = "_streamctl/retired"

@@ -16,10 +16,17 @@ from typing import Any, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
-from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.state import state_files, zip_ssts
-from streamctl.operations.plan import (EXACTLY_ONCE, CheckpointRequest, Plan, Refused, Step, refuse_corrupt_state,
-                                       refuse_unsafe)
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.plan import (
+    EXACTLY_ONCE,
+    CheckpointRequest,
+    Plan,
+    Refused,
+    Step,
+    refuse_corrupt_state,
+    refuse_unsafe,
+)
 
 FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")

@@ -82,7 +82,7 @@ def _newest(folder: str) -> Optional[int]:
     return max(ids) if ids else None
 
 
-def _local_root(checkpoint: "str | Path") -> str:
+def _local_root(checkpoint: str | Path) -> str:
     st = Storage.open_local(str(checkpoint))
     if st is None:
         raise ValueError(f"{checkpoint}: the streamctl agent supports local file-system checkpoints only")
@@ -92,7 +92,7 @@ def _local_root(checkpoint: "str | Path") -> str:
 class Agent:
     """The lease writer and stop-request watcher of one running query. Create it with `attach`."""
 
-    def __init__(self, query: Any, checkpoint: "str | Path", *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
+    def __init__(self, query: Any, checkpoint: str | Path, *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
                  name: Optional[str] = None, poll_s: float = 0.5, spark: Any = None) -> None:
         if heartbeat_s <= 0 or ttl_s <= 0 or poll_s <= 0:
             raise ValueError("heartbeat_s, ttl_s and poll_s must be positive")
@@ -413,7 +413,7 @@ class Agent:
         return f"Agent(query_id={self.query_id!r}, checkpoint={self.checkpoint!r}, state={self.state!r})"
 
 
-def attach(query: Any, checkpoint: "str | Path", *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
+def attach(query: Any, checkpoint: str | Path, *, heartbeat_s: float = 5.0, ttl_s: float = 30.0,
            name: Optional[str] = None, poll_s: float = 0.5, spark: Any = None) -> Agent:
     """Attach the streamctl agent to a started query whose checkpoint is `checkpoint`.
 

@@ -52,7 +52,7 @@ class TansuProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> "TansuProcess":
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> TansuProcess:
         """Start (in its own process group) and wait until it answers a metadata request."""
         if self.running:
             return self

@@ -105,7 +105,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
@@ -163,7 +163,7 @@ class CoordinatedCommitMessage(WriterCommitMessage):
     partition: int
     attempt: int
     rows: int
-    files: List[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
     epoch: Optional[int] = None
     query_id: Optional[str] = None
 
@@ -216,7 +216,7 @@ class CoordinatedSinkDataSource(DataSource):
     def name(cls) -> str:
         return SHORT_NAME
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> "CoordinatedSinkWriter":
+    def streamWriter(self, schema: StructType, overwrite: bool) -> CoordinatedSinkWriter:
         return CoordinatedSinkWriter(
             local_path(_lookup(self.options, OPT_PATH)),
             schema,

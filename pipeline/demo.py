@@ -58,7 +58,7 @@ class DemoRequest:
 
     @classmethod
     def of(cls, directory: Optional[Path], events: int, batches: int, fault: Optional[str], keep_broker: bool,
-           iceberg: bool) -> "DemoRequest":
+           iceberg: bool) -> DemoRequest:
         """The request the options ask for, its folder made; UsageError names the bad option."""
         if iceberg:
             import importlib.util
@@ -337,8 +337,14 @@ def run(request: DemoRequest, say: Say, running: Running, restore_sigint: Callab
     bootstrap, topic = broker.bootstrap, "demo-events"
     say.err(f"Kafka broker (Tansu) on {bootstrap}, pid {broker.proc.pid if broker.proc else '?'}")
 
-    from streamctl.pipeline.reference import ICEBERG, QUERIES, create_topic, delivery_check, produce_events, \
-        run_reference
+    from streamctl.pipeline.reference import (
+        ICEBERG,
+        QUERIES,
+        create_topic,
+        delivery_check,
+        produce_events,
+        run_reference,
+    )
     from streamctl.pipeline.session import get_spark
 
     create_topic(bootstrap, topic)

@@ -114,7 +114,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -143,7 +143,7 @@ LATEST = -1
 
 _log = logging.getLogger("streamctl.pipeline.kafka_source")
 
-Offsets = Dict[str, Dict[str, int]]
+Offsets = dict[str, dict[str, int]]
 
 #: Spark Kafka options this source does not implement (lower case, as Spark hands options over).
 _UNSUPPORTED = {
@@ -187,7 +187,7 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise ValueError(f"{SHORT_NAME}: option {name!r} must be true or false")
 
 
-def _jaas_credentials(raw: str) -> Dict[str, str]:
+def _jaas_credentials(raw: str) -> dict[str, str]:
     """username/password of a PlainLoginModule / ScramLoginModule JAAS line."""
     if not re.search(r"(PlainLoginModule|ScramLoginModule)\s+required", raw):
         raise ValueError(
@@ -199,14 +199,14 @@ def _jaas_credentials(raw: str) -> Dict[str, str]:
     return {"sasl_plain_username": found["username"], "sasl_plain_password": found["password"]}
 
 
-def consumer_config(kafka_options: Mapping[str, str]) -> Dict[str, Any]:
+def consumer_config(kafka_options: Mapping[str, str]) -> dict[str, Any]:
     """kafka-python ``KafkaConsumer`` kwargs from Kafka property names (without the ``kafka.``
     prefix, any case). Raises ValueError naming the offending property, never its value."""
     from kafka import KafkaConsumer
 
     defaults = KafkaConsumer.DEFAULT_CONFIG
     props = {str(k).lower(): v for k, v in kafka_options.items()}
-    cfg: Dict[str, Any] = {}
+    cfg: dict[str, Any] = {}
     truststore_type = str(props.pop("ssl.truststore.type", "")).upper()
     for name, raw in props.items():
         label = f"kafka.{name}"
@@ -267,15 +267,15 @@ class KafkaSourceOptions:
         for key in opts:
             if not key.startswith("kafka.") and key not in _KNOWN:
                 _log.warning("%s: ignoring unknown option %r", SHORT_NAME, key)
-        self.consumer: Dict[str, Any] = consumer_config(kafka_opts)
+        self.consumer: dict[str, Any] = consumer_config(kafka_opts)
         self.bootstrap = ",".join(self.consumer["bootstrap_servers"])
 
         chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
         if len(chosen) != 1:
             raise ValueError(f"{SHORT_NAME}: set exactly one of 'subscribe', 'subscribePattern', 'assign'")
-        self.subscribe: Optional[List[str]] = None
+        self.subscribe: Optional[list[str]] = None
         self.pattern: Optional[str] = None
-        self.assign: Optional[Dict[str, List[int]]] = None
+        self.assign: Optional[dict[str, list[int]]] = None
         if chosen[0] == "subscribe":
             topics = sorted({t.strip() for t in str(opts["subscribe"]).split(",") if t.strip()})
             if not topics:
@@ -324,7 +324,7 @@ class KafkaSourceOptions:
         return KafkaConsumer(**cfg)
 
 
-def _parse_assign(raw: str) -> Dict[str, List[int]]:
+def _parse_assign(raw: str) -> dict[str, list[int]]:
     try:
         data = json.loads(raw)
         if not isinstance(data, dict) or not data:
@@ -347,7 +347,7 @@ def _parse_starting(raw: Any) -> Any:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError
-        out: Dict[str, Dict[int, int]] = {}
+        out: dict[str, dict[int, int]] = {}
         for topic, parts in data.items():
             if not isinstance(parts, dict):
                 raise ValueError
@@ -366,7 +366,7 @@ def _parse_starting(raw: Any) -> Any:
 # --------------------------------------------------------------------------- offsets helpers
 
 
-def _ordered(offsets: Mapping[Tuple[str, int], int]) -> Offsets:
+def _ordered(offsets: Mapping[tuple[str, int], int]) -> Offsets:
     """{(topic, partition): offset} -> Spark's JSON shape, topics and partitions sorted."""
     out: Offsets = {}
     for (topic, part) in sorted(offsets):
@@ -374,16 +374,16 @@ def _ordered(offsets: Mapping[Tuple[str, int], int]) -> Offsets:
     return out
 
 
-def _flat(offsets: Optional[Mapping[str, Mapping[str, Any]]]) -> Dict[Tuple[str, int], int]:
-    out: Dict[Tuple[str, int], int] = {}
+def _flat(offsets: Optional[Mapping[str, Mapping[str, Any]]]) -> dict[tuple[str, int], int]:
+    out: dict[tuple[str, int], int] = {}
     for topic, parts in (offsets or {}).items():
         for part, off in parts.items():
             out[(str(topic), int(part))] = int(off)
     return out
 
 
-def rate_limit(start: Mapping[Tuple[str, int], int], latest: Mapping[Tuple[str, int], int],
-               limit: Optional[int]) -> Dict[Tuple[str, int], int]:
+def rate_limit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int],
+               limit: Optional[int]) -> dict[tuple[str, int], int]:
     """The end offsets of a batch taking at most `limit` offsets from `start` towards `latest`
     (both keyed by (topic, partition); every key of `latest` must be in `start`).
 
@@ -397,7 +397,7 @@ def rate_limit(start: Mapping[Tuple[str, int], int], latest: Mapping[Tuple[str, 
     total = sum(avail.values())
     if total <= limit:
         return dict(latest)
-    take: Dict[Tuple[str, int], int] = {}
+    take: dict[tuple[str, int], int] = {}
     rems = []
     for tp in sorted(avail):
         q, r = divmod(limit * avail[tp], total)
@@ -439,11 +439,11 @@ class _OffsetClient:
             raise RuntimeError(f"{SHORT_NAME}: {what} failed (bootstrap {self.opts.bootstrap}): "
                                f"{type(exc).__name__}: {exc}") from None
 
-    def topic_partitions(self) -> List[Tuple[str, int]]:
+    def topic_partitions(self) -> list[tuple[str, int]]:
         """The topic-partitions the source reads now (fresh metadata)."""
         c = self.consumer
         topics = set(self._call("metadata request", c.topics))
-        tps: List[Tuple[str, int]] = []
+        tps: list[tuple[str, int]] = []
         if self.opts.assign is not None:
             for topic, parts in self.opts.assign.items():
                 have = c.partitions_for_topic(topic) if topic in topics else set()
@@ -462,7 +462,7 @@ class _OffsetClient:
                     tps.append((topic, p))
         return sorted(tps)
 
-    def _offsets(self, kind: str, tps: Sequence[Tuple[str, int]]) -> Dict[Tuple[str, int], int]:
+    def _offsets(self, kind: str, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         from kafka import TopicPartition
 
         if not tps:
@@ -473,10 +473,10 @@ class _OffsetClient:
         got = self._call(f"{kind} offsets request", lambda: fn(tpl, timeout_ms=self.opts.poll_timeout_ms))
         return {(tp.topic, tp.partition): int(off) for tp, off in got.items()}
 
-    def earliest(self, tps: Sequence[Tuple[str, int]]) -> Dict[Tuple[str, int], int]:
+    def earliest(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return self._offsets("earliest", tps)
 
-    def latest(self, tps: Sequence[Tuple[str, int]]) -> Dict[Tuple[str, int], int]:
+    def latest(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return self._offsets("latest", tps)
 
 
@@ -513,7 +513,7 @@ class KafkaDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def streamReader(self, schema: Any) -> "KafkaStreamReader":
+    def streamReader(self, schema: Any) -> KafkaStreamReader:
         return KafkaStreamReader(KafkaSourceOptions(self.options))
 
 
@@ -529,7 +529,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._initial: Optional[Offsets] = None
         self._last_end: Optional[Offsets] = None  # end of the last partitions() call
 
-    def __getstate__(self) -> Dict[str, Any]:  # the driver's consumer never travels
+    def __getstate__(self) -> dict[str, Any]:  # the driver's consumer never travels
         state = dict(self.__dict__)
         state["_client"] = None
         return state
@@ -619,11 +619,11 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # -- data (executors: a fresh reader unpickled in a Python worker)
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[Tuple[Any, ...]]:
+    def read(self, partition: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
         return _read_range(self.opts, partition)
 
 
-def _read_range(opts: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[Tuple[Any, ...]]:
+def _read_range(opts: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
     from kafka import TopicPartition
     from kafka.errors import OffsetOutOfRangeError
 
@@ -706,7 +706,7 @@ def offsets_reached(offsets: Mapping[str, Mapping[str, Any]], target: Mapping[st
     return all(tp in have and have[tp] >= off for tp, off in _flat(target).items())
 
 
-def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> Tuple[Optional[int], Optional[str]]:
+def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> tuple[Optional[int], Optional[str]]:
     """(batch id, the source's offset line as Spark wrote it, ``-`` for none yet) of the latest
     batch that has both ``offsets/N`` and ``commits/N`` in `checkpoint`; (None, None) when there is
     none. ``offsets/N`` is read by the one reader of that format (inspectors/logs.py parse_offsets)."""

@@ -43,7 +43,7 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -119,7 +119,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = PARTITIONS, timeo
 
 
 def produce_events(bootstrap: str, topic: str, count: int, start: int = 0,
-                   on_sent: Optional[Callable[[int], None]] = None) -> List[dict[str, Any]]:
+                   on_sent: Optional[Callable[[int], None]] = None) -> list[dict[str, Any]]:
     """Produce events ``start..start+count-1`` (JSON values, key bytes = the event's key) to
     partition ``i % 3``, ONE record per produce request (Tansu's latest offset is wrong after a
     multi-record request). Calls ``on_sent(i)`` after each. Returns the events."""
@@ -192,7 +192,7 @@ class _Stoppable:
             pass
 
 
-def _stateless(spark: "SparkSession", options: dict[str, str]) -> Any:
+def _stateless(spark: SparkSession, options: dict[str, str]) -> Any:
     from pyspark.sql import functions as F
 
     from streamctl.pipeline.kafka_source import SHORT_NAME
@@ -275,7 +275,7 @@ def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[A
     return write_batch
 
 
-def _writer(spark: "SparkSession", name: str, options: dict[str, str], root: Path) -> tuple[Callable[[], Any], dict[str, str]]:
+def _writer(spark: SparkSession, name: str, options: dict[str, str], root: Path) -> tuple[Callable[[], Any], dict[str, str]]:
     """(make the DataStreamWriter, session confs) of query `name`."""
     from pyspark.sql import functions as F
 
@@ -309,7 +309,7 @@ def _writer(spark: "SparkSession", name: str, options: dict[str, str], root: Pat
 
 
 def run_reference(
-    spark: "SparkSession",
+    spark: SparkSession,
     root: Path,
     bootstrap: str,
     topic: str,
@@ -325,8 +325,8 @@ def run_reference(
     the topic; looked up when None) and `batches` set ``maxOffsetsPerTrigger``.
     ``on_query(name, "start"|"done", info)`` reports progress. Returns
     ``{"queries": {name: {"checkpoint", "output", "last_batch", "seconds", "stop"}}, "target": ...}``."""
-    from streamctl.pipeline.session import scenario_confs as _confs
     from streamctl.pipeline.kafka_source import current_end_offsets, register, run_until_caught_up
+    from streamctl.pipeline.session import scenario_confs as _confs
 
     root = Path(root)
     register(spark)

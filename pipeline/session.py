@@ -43,7 +43,7 @@ def _log4j_config_file() -> Path:
     return path
 
 
-def get_spark(app_name: str = "streamctl-examples", confs: "dict[str, str] | None" = None) -> "SparkSession":
+def get_spark(app_name: str = "streamctl-examples", confs: dict[str, str] | None = None) -> SparkSession:
     """A small local SparkSession (2 cores, 4 shuffle partitions, no UI, quick state maintenance);
     `confs` are set on the builder too (for example `spark.jars`, which only a new session takes)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -74,7 +74,7 @@ def get_spark(app_name: str = "streamctl-examples", confs: "dict[str, str] | Non
 
 
 @contextlib.contextmanager
-def scenario_confs(spark: "SparkSession", overrides: dict[str, str]) -> Iterator[None]:
+def scenario_confs(spark: SparkSession, overrides: dict[str, str]) -> Iterator[None]:
     """Set the scenario confs, restoring (or unsetting) every scenario conf afterwards."""
     saved = {k: spark.conf.get(k, None) for k in SCENARIO_CONFS + tuple(overrides)}
     try:

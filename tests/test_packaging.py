@@ -595,3 +595,14 @@ def test_api_version_is_defined_once() -> None:
     hits = [f"{p.relative_to(REPO)}:{i}" for room in rooms for p in (REPO / room).rglob("*.py")
             for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"[\"']streamctl/v1[\"']", line)]
     assert hits == ["inspectors/findings.py:7"], hits
+
+
+COMMAND_MODULE_LINES = 160  # issue 30: "no command module exceeds ~150 lines"
+
+
+def test_command_modules_stay_thin() -> None:
+    """A command module parses options, calls one function of the core and renders its result:
+    what grows past this belongs below it (console/ for rendering, operations/, inspectors/ or
+    pipeline/ for the work)."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in sorted((REPO / "commands").glob("*.py"))}
+    assert {n: s for n, s in sizes.items() if s > COMMAND_MODULE_LINES} == {}, sizes

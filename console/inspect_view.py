@@ -9,7 +9,7 @@ import typer
 
 from streamctl.console import context, render
 from streamctl.console.exit_codes import ExitCode
-from streamctl.commands import options
+from streamctl.inspectors.findings import human_bytes
 
 
 def exit_for_verdict(verdict: str) -> ExitCode:
@@ -72,7 +72,7 @@ def epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[s
             row += [q["kafka"]["lag"] if q["kafka"] else "-"]
         if with_reclaim:
             r = q.get("reclaimable") or {}
-            row += [f"{r['files']} files, {options.human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
+            row += [f"{r['files']} files, {human_bytes(r['bytes'])}" if "files" in r else "refused" if r else "-"]
         row += [window(q["common_window"]), q["verdict"]]
         if context.WIDE:
             row += _wide_epoch_cells(q)
