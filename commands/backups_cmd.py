@@ -9,11 +9,9 @@ import typer
 from streamctl.commands import options
 from streamctl.commands.options import CHECKPOINT_ARG, EXECUTE_OPT
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 
-@handle_errors
 def backups(
     checkpoint: Optional[str] = CHECKPOINT_ARG,
     drop_older_than: Optional[float] = typer.Option(None, "--drop-older-than", min=0,

@@ -5,13 +5,11 @@ import sys
 
 import typer
 
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.errors import UsageError
 
 SHELLS = ("bash", "zsh", "fish")
 
 
-@handle_errors
 def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> None:
     """Print the completion script for SHELL.
 

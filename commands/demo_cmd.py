@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import typer
 
-from streamctl.console.errors import fail, handle_errors
+from streamctl.console.errors import fail
 from streamctl.console.exit_codes import ExitCode
 from streamctl.pipeline.demo import FAULTS  # names and descriptions only: the module imports no PySpark
 
@@ -68,7 +68,6 @@ class _Progress:
             self._rich.stop()
 
 
-@handle_errors
 def demo(
     directory: Optional[Path] = typer.Option(None, "--dir", help="Folder for checkpoints and sinks (new or empty; default: a new temp dir)."),
     events: int = typer.Option(200, "--events", help="Events to produce (default 200)."),

@@ -8,7 +8,6 @@ import typer
 
 from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 _STRATEGY = {"rollback": "roll back to epoch {x}", "roll_forward": "roll forward to epoch {x}",
@@ -59,7 +58,6 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
                      "steps": len(plan.steps), "expected_verdict": plan.expected_verdict, "notes": list(plan.notes)}}
 
 
-@handle_errors
 def diagnose(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     sink: Optional[str] = ONE_SINK_OPT,

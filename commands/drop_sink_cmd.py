@@ -12,7 +12,6 @@ import typer
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.console import plan_view
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 
@@ -59,7 +58,6 @@ def _show(outcome: Any, as_json: bool) -> None:
         raise NotVerified(f"{plan.roots['checkpoint']}: teardown ran but {got['problems'][0]}")
 
 
-@handle_errors
 def drop_sink(
     sink: Optional[str] = typer.Argument(None, help="The sink to retire (path or URI), or a pipeline name."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The checkpoint of the query writing to SINK."),

@@ -20,7 +20,6 @@ from streamctl.commands.options import (
 )
 from streamctl.console import inspect_view as view
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 
 ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
                "one Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
@@ -31,7 +30,6 @@ WORKERS_HELP = ("Threads of the local engine (default: min(32, 4 x CPUs) when a 
 WATCH_HELP = "Redraw the table every --interval seconds until Ctrl-C (exit 130); with --metrics-file, rewrite it each time."
 
 
-@handle_errors
 def inspect_epochs(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs (s3://, gs://, hdfs://, abfs://, file://), "
                                             "glob patterns of either ('/data/chk/*', 's3://b/chk/*') or pipeline names."),

@@ -9,10 +9,8 @@ from streamctl.commands import kafka_options, options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import inspect_view as view
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 
 
-@handle_errors
 def inspect_kafka(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     bootstrap: Optional[str] = kafka_options.BOOTSTRAP_OPT,

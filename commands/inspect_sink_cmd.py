@@ -9,10 +9,8 @@ from streamctl.commands import options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.console import inspect_view as view
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 
 
-@handle_errors
 def inspect_sink(
     sink: str = typer.Argument(..., help="The sink's path or URI, or a pipeline name."),
     sink_kind: SinkKind = SINK_KIND_OPT,

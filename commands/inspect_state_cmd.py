@@ -9,10 +9,8 @@ from streamctl.commands import options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import context, render
 from streamctl.console import inspect_view as view
-from streamctl.console.errors import handle_errors
 
 
-@handle_errors
 def inspect_state(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     quiet_period: Optional[float] = QUIET_OPT,

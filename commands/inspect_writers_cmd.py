@@ -9,7 +9,6 @@ from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
 from streamctl.console import inspect_view as view
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 
 
 def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,
@@ -29,7 +28,6 @@ def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], o
     return queries
 
 
-@handle_errors
 def inspect_writers(
     checkpoints: list[str] = typer.Argument(..., help="Checkpoint paths, URIs or pipeline names."),
     sink: Optional[list[str]] = SINK_OPT,

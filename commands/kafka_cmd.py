@@ -8,7 +8,6 @@ import typer
 
 from streamctl.commands import kafka_commit_cmd, kafka_options, options
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 from streamctl.inspectors.findings import API_VERSION
 
@@ -23,7 +22,6 @@ app.command("commit-offsets")(kafka_commit_cmd.commit_offsets)
 
 
 @app.command("starting-offsets")
-@handle_errors
 def starting_offsets(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
@@ -54,7 +52,6 @@ def starting_offsets(
 
 
 @app.command("retention-floor")
-@handle_errors
 def retention_floor(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="The newest epochs kept as restart/rollback points (as trim)."),

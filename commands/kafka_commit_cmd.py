@@ -10,7 +10,6 @@ import typer
 from streamctl.commands import kafka_options, options
 from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
 from streamctl.console import context, render
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 
@@ -79,7 +78,6 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
         raise NotVerified(f"group {doc['group']}: undo ran but the offsets differ from before the operation")
 
 
-@handle_errors
 def commit_offsets(
     checkpoint: Optional[str] = CHECKPOINT_ARG,
     group: Optional[str] = typer.Option(None, "--group", help="The consumer group to publish the positions to."),

@@ -4,13 +4,11 @@ from __future__ import annotations
 import typer
 
 from streamctl.console import render
-from streamctl.console.errors import handle_errors
 from streamctl.inspectors.findings import API_VERSION
 
 _DOC = "docs/model.md#preflight"
 
 
-@handle_errors
 def preflight(
     checkpoint: str = typer.Argument(..., help="The checkpoint the new version of the query will restart on."),
     query: str = typer.Option(..., "--query", help="module:function returning the new query's streaming DataFrame "

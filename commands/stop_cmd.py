@@ -6,7 +6,7 @@ from typing import Any, NoReturn, Optional
 import typer
 
 from streamctl.console import context, render
-from streamctl.console.errors import fail, handle_errors
+from streamctl.console.errors import fail
 from streamctl.console.exit_codes import ExitCode
 from streamctl.inspectors.findings import API_VERSION
 
@@ -21,7 +21,6 @@ def _describe(lease: Any, status: str, now: int) -> str:
             f"last batch {batch}, heartbeat {_age(lease.heartbeat_ms, now)}")
 
 
-@handle_errors
 def stop(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, file:// URI or pipeline name."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the agent has stopped the query (default)."),

@@ -19,7 +19,6 @@ from streamctl.commands.options import (
     SINK_KIND_OPT,
     SinkKind,
 )
-from streamctl.console.errors import handle_errors
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -38,7 +37,6 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes[1:]] + step_lines(plan)
 
 
-@handle_errors
 def trim(
     checkpoint: Optional[str] = CHECKPOINT_ARG,
     sink: Optional[str] = ONE_SINK_OPT,

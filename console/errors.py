@@ -177,10 +177,12 @@ def _failure(exc: BaseException) -> typer.Exit:
 
 
 def handle_errors(func: F) -> F:
-    """Wrap a command: user errors become `streamctl: <message>` on stderr and an exit code;
-    under --json a failing run without a document of its own prints an `Error` document.
+    """Wrap a command's callback: user errors become `streamctl: <message>` on stderr and an exit
+    code; under --json a failing run without a document of its own prints an `Error` document.
 
-    Applied per command (not only in main()) so typer's CliRunner sees the same codes.
+    The root group installs it on every command it dispatches to (`StreamctlGroup.invoke`): the
+    one error boundary, so typer's CliRunner and the installed program see the same codes, and no
+    command module handles errors itself.
     """
 
     @functools.wraps(func)
@@ -241,6 +243,16 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+def _install_boundary(group: Any) -> None:
+    """Every command below `group` (subgroups included) runs through `handle_errors`, once."""
+    for cmd in group.commands.values():
+        if hasattr(cmd, "commands"):
+            _install_boundary(cmd)
+        elif cmd.callback is not None and not getattr(cmd.callback, "_streamctl_boundary", False):
+            cmd.callback = handle_errors(cmd.callback)
+            cmd.callback._streamctl_boundary = True
+
+
 class StreamctlGroup(TyperGroup):
     """The root command group: flag errors typer's parser finds (an unknown option, a value
     out of range, a choice not offered) are one line on stderr, exit 2, never echo a secret,
@@ -273,6 +285,9 @@ class StreamctlGroup(TyperGroup):
         return ctx
 
     def invoke(self, ctx: Any) -> Any:
+        if not getattr(self, "_boundary", False):
+            _install_boundary(self)
+            self._boundary = True
         try:
             return super().invoke(ctx)
         except ClickException as exc:
