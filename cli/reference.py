@@ -36,6 +36,6 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    import sys
+    from streamctl.console.render import emit_text
 
-    sys.stdout.write(render())
+    emit_text(render())

@@ -1,10 +1,9 @@
 """`streamctl completion SHELL`: print the shell completion script shipped with streamctl."""
 from __future__ import annotations
 
-import sys
-
 import typer
 
+from streamctl.console import render
 from streamctl.inspectors.errors import UsageError
 
 SHELLS = ("bash", "zsh", "fish")
@@ -25,4 +24,4 @@ def completion(shell: str = typer.Argument(..., help="bash, zsh or fish")) -> No
     from importlib import resources
 
     text = resources.files("streamctl.completions").joinpath(f"streamctl.{shell}").read_text()
-    sys.stdout.write(text)
+    render.emit_text(text)

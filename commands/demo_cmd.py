@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 
+from streamctl.console import render
 from streamctl.console.errors import fail
 from streamctl.console.exit_codes import ExitCode
 from streamctl.pipeline.demo import FAULTS  # names and descriptions only: the module imports no PySpark
@@ -21,13 +22,11 @@ class _Say:
 
     @staticmethod
     def out(line: str = "") -> None:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        render.emit_text(line + "\n")
 
     @staticmethod
     def err(line: str) -> None:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
+        render.note(line)
 
     @staticmethod
     def progress(label: str, total: int) -> _Progress:

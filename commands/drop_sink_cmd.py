@@ -4,21 +4,20 @@ Thin: the planner and the safety checks are streamctl.operations.teardown; --exe
 --undo run through streamctl.operations.runner."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 import typer
 
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
-from streamctl.console import plan_view
+from streamctl.console import plan_view, render
 from streamctl.inspectors.findings import API_VERSION
 
 
 def _say(as_json: bool) -> Any:
     def say(line: str) -> None:
         if not as_json:
-            sys.stderr.write(line + "\n")
+            render.note(line)
     return say
 
 

@@ -36,7 +36,6 @@ def starting_offsets(
       streamctl kafka starting-offsets /data/chk/orders
       spark.readStream.format("kafka").option("startingOffsets", "$(streamctl kafka starting-offsets orders)")
     """
-    import sys
 
     from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
 
@@ -48,7 +47,7 @@ def starting_offsets(
                           "sources": [{"source": sid, "starting_offsets": raw} for sid, raw in raws]})
     else:
         for _sid, raw in raws:
-            sys.stdout.write(raw + "\n")
+            render.emit_text(raw + "\n")
 
 
 @app.command("retention-floor")

@@ -152,7 +152,7 @@ def watch_epochs(inspect_once: Any, output: str, interval: float, count: Optiona
                 if count is not None and n >= count:
                     break
                 if output != "json":
-                    sys.stdout.write("\n")
+                    render.emit_text("\n")
                     sys.stdout.flush()
                 time.sleep(interval)
     except KeyboardInterrupt:

@@ -3,7 +3,6 @@ numbered steps, the result, the undo and refusal documents. Exit codes come from
 console/errors.py's table: a refusal is `Refused` (4), a failed verification `NotVerified` (5)."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable
 
 import typer
@@ -57,7 +56,7 @@ def emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
         render.emit_json(doc)
     else:
         for line in lines:
-            sys.stdout.write(line + "\n")
+            render.emit_text(line + "\n")
 
 
 def refused(exc: Any, as_json: bool, kind: str) -> typer.Exit:

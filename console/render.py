@@ -58,6 +58,19 @@ def emit_json_line(doc: Any) -> None:
     sys.stdout.flush()
 
 
+def emit_text(text: str) -> None:
+    """Text on stdout as is (a bare value a script captures, a generated script, the demo's
+    lines): every write to stdout goes through this module."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def note(line: str) -> None:
+    """One line on stderr: what a command is doing (never data; --json keeps stdout clean)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"

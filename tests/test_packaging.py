@@ -606,3 +606,18 @@ def test_command_modules_stay_thin() -> None:
     pipeline/ for the work)."""
     sizes = {p.name: len(p.read_text().splitlines()) for p in sorted((REPO / "commands").glob("*.py"))}
     assert {n: s for n, s in sizes.items() if s > COMMAND_MODULE_LINES} == {}, sizes
+
+
+OUTPUT_LAYER = ("console/render.py", "console/errors.py")  # stdout and stderr are written here only
+
+
+def test_every_write_goes_through_the_output_layer() -> None:
+    """The CLI side writes to stdout and stderr through console/render.py (and the error
+    messages of console/errors.py): no command prints or writes a stream itself (issue 30)."""
+    import re
+
+    direct = re.compile(r"\bsys\.(stdout|stderr)\.write\(|(?<![\w.])print\(")
+    hits = [f"{p.relative_to(REPO)}:{i}" for room in ("cli", "commands", "console") for p in sorted((REPO / room).glob("*.py"))
+            if str(p.relative_to(REPO)) not in OUTPUT_LAYER
+            for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    assert hits == [], hits
