@@ -57,7 +57,7 @@ def _created_ms(name: str) -> Optional[int]:
 
 
 def _state(backup: Root) -> str:
-    from streamctl.operations.executor import Journal
+    from streamctl.operations.journal import Journal
 
     try:
         j = Journal(backup).read()

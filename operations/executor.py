@@ -33,16 +33,26 @@ from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
 from streamctl.operations.files import Root, rename_outcomes, run_renames
-from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused, Step
+from streamctl.operations.journal import (
+    JOURNAL_FILE,
+    SEGMENT_DIR,
+    Conflict,
+    Event,
+    Journal,
+    JournalState,
+    _Entry,
+    _json_file,
+    _q,
+    _quote,
+    _scalar,
+    _step_json,
+    journal_location,
+)
+from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
 PLAN_FILE = "plan.json"
-JOURNAL_FILE = "journal.jsonl"
-SEGMENT_DIR = "journal"  # object stores: journal/<n>.jsonl, one object per group commit
-_SEGMENT = re.compile(r"([0-9]+)\.jsonl")
 MANIFEST_FILE = "manifest.json"
-CRASH_ENV = "STREAMCTL_TEST_CRASH_AFTER"
 DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
-CRASH_EXIT = 86
 BATCH_STEPS = 8192  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
 METER_SECONDS = 0.2
@@ -50,264 +60,10 @@ COPY_THREADS = 8  # object-store reads and copies in flight at once
 UNDO_COPY_BATCH = 256  # undo on object stores: copies put back per batched delete of their backups
 
 
-class Conflict(Refused):
-    """The files no longer look like the journal says: refuse rather than guess (exit 4)."""
-
-
-@dataclass
-class JournalState:
-    started: bool = False
-    begun: dict[int, dict[str, Any]] = field(default_factory=dict)  # first begin record per step
-    done: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finished: bool = False
-    verified: Optional[dict[str, Any]] = None
-    undone: set[int] = field(default_factory=set)
-    undo_finished: bool = False
-    purged: bool = False  # drop-sink --purge deleted the archived copies
-
-
-class Journal:
-    """The journal of one backup folder. Local: journal.jsonl, appended with one write and one
-    fsync per group commit. Object stores (no append): each group commit is a new segment object
-    journal/<n>.jsonl, created only if absent (the store's conditional create, as the lock), so
-    nothing written is ever rewritten and a long operation writes each record once."""
-
-    _writes = 0  # per process, for the crash hook
-
-    def __init__(self, backup: Root) -> None:
-        self.backup = backup
-        self._next: Optional[int] = None  # object stores: the number of the next segment
-        self._checked_end = False  # local: whether the file's end was checked for a torn line
-
-    def path(self) -> str:
-        return journal_location(self.backup)
-
-    def append(self, record: dict[str, Any]) -> None:
-        self.append_many([record])
-
-    def append_many(self, records: list[dict[str, Any]]) -> None:
-        """Append records and make them durable together: one write and one fsync (local), one
-        new segment object (object stores). The group commit of the executor."""
-        if not records:
-            return
-        now = int(time.time() * 1000)
-        lines = [record_line(r, now) for r in records]
-        crash_after = os.environ.get(CRASH_ENV)
-        crash_at = None
-        if crash_after and crash_after.isdigit() and Journal._writes + len(lines) >= int(crash_after):
-            crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
-            lines = lines[:crash_at]
-        data = "".join(lines).encode()
-        if self.backup.is_local:
-            self._append_local(data)
-        elif data:
-            self._write_segment(data)
-        Journal._writes += len(lines)
-        if crash_at is not None:
-            os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
-
-    def _append_local(self, data: bytes) -> None:
-        path = self.backup.local(JOURNAL_FILE)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "ab+") as fh:
-            if not self._checked_end:  # a torn last line of a crashed run: never glue a record to it
-                self._checked_end = True
-                if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
-                    data = b"\n" + data
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def _write_segment(self, data: bytes) -> None:
-        """One group commit on an object store: the next segment, created only if no object has its
-        name (listed once per process: the lock is ours, so no one else numbers segments)."""
-        if self._next is None:
-            self._next = max(self._segments(), default=0) + 1
-        rel = f"{SEGMENT_DIR}/{self._next:06d}.jsonl"
-        if not self.backup.create_exclusive(rel, data):
-            raise Conflict(f"{self.backup.uri(rel)} already exists: another process writes this journal "
-                           "(the lock is no longer ours); nothing was overwritten")
-        self._next += 1
-
-    def _segments(self) -> list[int]:
-        """The numbers of the journal's segment objects, ascending (names other than <n>.jsonl are
-        not segments)."""
-        found = [_SEGMENT.fullmatch(e.name) for e in self.backup.storage.list_dir(SEGMENT_DIR) or [] if not e.is_dir]
-        return sorted(int(m.group(1)) for m in found if m)
-
-    def _chunks(self) -> list[bytes]:
-        """The journal's bytes in record order: journal.jsonl (local, or an object store's backup
-        of the earlier single-object layout), then the segments by number."""
-        chunks = [self.backup.read_all(JOURNAL_FILE)] if self.backup.exists(JOURNAL_FILE) else []
-        if self.backup.is_local:
-            return chunks
-        numbers = self._segments()
-        self._next = max(numbers, default=0) + 1
-        return chunks + parallel(lambda n: self.backup.read_all(f"{SEGMENT_DIR}/{n:06d}.jsonl"), numbers)
-
-    def read(self) -> JournalState:
-        """The journal's records applied in order. A line that is not JSON is a torn line of a
-        crashed run (a resume appends after it, so it may sit in the middle) and is skipped; a JSON
-        line that is not a journal record (not an object, an event that is not a name, a step that
-        is not a step number) is refused (Conflict): an undo or a resume never acts on records it
-        cannot read."""
-        state = JournalState()
-        where = journal_location(self.backup)
-        for chunk in self._chunks():  # each on its own: a torn end never runs into the next chunk
-            lines = chunk.decode("utf-8", "replace").splitlines()
-            for i, line in enumerate(lines):
-                try:
-                    rec = load_json(line)
-                except ValueError:
-                    continue  # a torn line of a crashed run
-                if not isinstance(rec, dict) or not _apply_record(state, rec):
-                    raise Conflict(f"{where}: line {i + 1} is not a journal record (an unknown event or a bad step "
-                                   "number); refusing to act on it, nothing was changed")
-        return state
-
-
-def _step_of(rec: dict[str, Any]) -> Optional[int]:
-    step = rec.get("step")
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
-
-
-def _apply_record(state: JournalState, rec: dict[str, Any]) -> bool:
-    """Apply one record; False when it is not a record this journal writes."""
-    ev = rec.get("event")
-    if ev in ("begin", "done", "undo_done") and _step_of(rec) is None:
-        return False
-    if ev == "start":
-        state.started = True
-    elif ev == "begin":
-        state.begun.setdefault(int(rec["step"]), rec)
-    elif ev == "done":
-        state.done[int(rec["step"])] = rec
-    elif ev == "finished":
-        state.finished = True
-    elif ev == "verified":
-        state.verified = rec
-    elif ev == "undo_done":
-        state.undone.add(int(rec["step"]))
-    elif ev == "undone":
-        state.undo_finished = True
-    elif ev == "purge_begin":
-        state.purged = True
-    elif not isinstance(ev, str):
-        return False
-    return True
-
-
-def journal_location(backup: Root) -> str:
-    """Where a backup's journal is: its journal.jsonl (local) or its journal/ folder of segments."""
-    return backup.uri(JOURNAL_FILE if backup.is_local else SEGMENT_DIR)
-
-
 def parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     """fn over items on at most COPY_THREADS threads, one item per task (object-store requests
     overlap), in order."""
     return parallel_map(fn, items, COPY_THREADS)
-
-
-_quote = json.encoder.encode_basestring_ascii  # what json.dumps does with a str (ensure_ascii)
-_BEGIN_KEYS = frozenset(("event", "step", "action", "root", "path", "pre"))
-_DIGEST_KEYS = frozenset(("size", "sha256"))
-_ENTRY_KEYS = ("action", "backup", "path", "root", "sha256", "size", "uri")  # a manifest entry, sorted
-_ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
-_STEP_KEY_SET = frozenset(("action", "path", "reason", "root"))  # a plan step without content
-
-
-_QUOTED: dict[str, str] = {}  # _q's memo: actions, root names, reasons repeat over 100,000 steps
-
-
-def _q(v: str) -> str:
-    """_quote of a string that repeats (an action, a root name, a step's reason), memoised."""
-    t = _QUOTED.get(v)
-    if t is None:
-        if len(_QUOTED) > 4096:
-            _QUOTED.clear()
-        t = _QUOTED[v] = _quote(v)
-    return t
-
-
-class _Entry(dict):  # type: ignore[type-arg]
-    """A manifest entry that keeps its JSON text: the done record and manifest.json write the
-    same text, encoded once (`_entry_json`). Never changed after it is made."""
-
-    __slots__ = ("text",)
-    text: str
-
-
-def _scalar(v: Any) -> str:
-    """json.dumps of a str, int or None (the common cases) without the encoder's set-up per call."""
-    if type(v) is str:  # noqa: E721
-        return _quote(v)
-    if v is None:
-        return "null"
-    if type(v) is int:  # noqa: E721 - not bool
-        return str(v)
-    return json.dumps(v)
-
-
-def _entry_json(m: dict[str, Any]) -> str:
-    """json.dumps(m, sort_keys=True) of a manifest entry (or a plan step, any flat record); the
-    common shapes without the general encoder (two journal records per step, the plan and the
-    manifest: most of an operation's encoding time otherwise)."""
-    if type(m) is _Entry:  # noqa: E721
-        return m.text
-    if m.keys() == _ENTRY_KEY_SET:
-        return (f'{{"action": {_scalar(m["action"])}, "backup": {_scalar(m["backup"])}, "path": {_scalar(m["path"])}, '
-                f'"root": {_scalar(m["root"])}, "sha256": {_scalar(m["sha256"])}, "size": {_scalar(m["size"])}, '
-                f'"uri": {_scalar(m["uri"])}}}')
-    if m.keys() == _STEP_KEY_SET:
-        return (f'{{"action": {_scalar(m["action"])}, "path": {_scalar(m["path"])}, "reason": {_scalar(m["reason"])}, '
-                f'"root": {_scalar(m["root"])}}}')
-    if all(v is None or type(v) in (str, int) for v in m.values()):  # noqa: E721
-        return "{" + ", ".join(f"{_quote(k)}: {_scalar(m[k])}" for k in sorted(m)) + "}"
-    return json.dumps(m, sort_keys=True)
-
-
-def _step_json(step: Step) -> str:
-    """_entry_json(step.to_record()): a plan step, its repeated strings quoted once."""
-    if step.content is not None:
-        return _entry_json(step.to_record())
-    return (f'{{"action": {_q(step.action)}, "path": {_quote(step.path)}, "reason": {_q(step.reason)}, '
-            f'"root": {_q(step.root)}}}')
-
-
-def record_line(rec: dict[str, Any], now: int) -> str:
-    """One journal line: json.dumps(dict(rec, time_ms=now), sort_keys=True) + newline, the begin
-    and done records of steps written without the general encoder (the same text; a test
-    compares them)."""
-    ev = rec.get("event")
-    if ev == "begin" and rec.keys() == _BEGIN_KEYS and type(rec["step"]) is int:  # noqa: E721
-        pre = rec["pre"]
-        if pre is None or (isinstance(pre, dict) and pre.keys() == _DIGEST_KEYS):
-            pre_json = "null" if pre is None else f'{{"sha256": {_scalar(pre["sha256"])}, "size": {_scalar(pre["size"])}}}'
-            return (f'{{"action": {_q(rec["action"])}, "event": "begin", "path": {_quote(rec["path"])}, '
-                    f'"pre": {pre_json}, "root": {_q(rec["root"])}, "step": {rec["step"]}, "time_ms": {now}}}\n')
-    elif ev == "done" and len(rec) == 3 and isinstance(rec.get("manifest"), dict) and type(rec.get("step")) is int:  # noqa: E721
-        return f'{{"event": "done", "manifest": {_entry_json(rec["manifest"])}, "step": {rec["step"]}, "time_ms": {now}}}\n'
-    return json.dumps(dict(rec, time_ms=now), sort_keys=True) + "\n"
-
-
-def _json_file(doc: dict[str, Any], encoded: Optional[dict[str, list[str]]] = None) -> bytes:
-    """plan.json / manifest.json: one key per line at the top, lists one item per line, each item
-    compact (json's C encoder: indent=2 takes the pure-Python one, seconds on 100,000 steps).
-    `encoded`: lists whose items are JSON texts already."""
-    parts = []
-    doc = dict(doc, **(encoded or {}))
-    for key in sorted(doc):
-        value = doc[key]
-        if encoded and key in encoded:
-            items = ",\n    ".join(value)
-            parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]" if value else f"  {json.dumps(key)}: []")
-        elif isinstance(value, list) and value:
-            items = ",\n    ".join(_entry_json(v) if isinstance(v, dict) else json.dumps(v, sort_keys=True)
-                                      for v in value)
-            parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]")
-        else:
-            parts.append(f"  {json.dumps(key)}: {json.dumps(value, sort_keys=True)}")
-    return ("{\n" + ",\n".join(parts) + "\n}\n").encode()
 
 
 def write_plan(backup: Root, plan: Plan) -> None:
@@ -433,7 +189,7 @@ class Executor:
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
         if not state.started:
-            pending.append({"event": "start", "op_id": self.plan.op_id, "pid": os.getpid(),
+            pending.append({"event": Event.START, "op_id": self.plan.op_id, "pid": os.getpid(),
                             "steps": len(self.plan.steps)})
             state.started = True
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
@@ -474,7 +230,7 @@ class Executor:
                 self._co = None
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
-            pending.append({"event": "finished"})
+            pending.append({"event": Event.FINISHED})
             state.finished = True
         self.journal.append_many(pending)
         return state
@@ -486,7 +242,7 @@ class Executor:
         records = list(pending)
         for i in new:
             step = self.plan.steps[i]
-            rec = {"event": "begin", "step": i, "action": step.action, "root": step.root,
+            rec = {"event": Event.BEGIN, "step": i, "action": step.action, "root": step.root,
                    "path": step.path, "pre": pres[i]}
             records.append(rec)
             state.begun[i] = rec
@@ -523,7 +279,7 @@ class Executor:
             deletes, copies, renames = [], [], []
             self._step_line(i)
             pre = state.begun[i].get("pre")
-            rec = {"event": "done", "step": i, "manifest": self._apply(step, pre)}
+            rec = {"event": Event.DONE, "step": i, "manifest": self._apply(step, pre)}
             self.meter.tick(pre.get("size") or 0 if isinstance(pre, dict) else 0)
             pending.append(rec)
             state.done[i] = rec
@@ -649,7 +405,7 @@ class Executor:
         records = []
         for i, entry in zip(renaming.indices, renaming.entries, strict=True):
             step, pre = steps[i], state.begun[i]["pre"]
-            rec = {"event": "done", "step": i, "manifest": entry if renamed.get(i) else self._apply(step, pre)}
+            rec = {"event": Event.DONE, "step": i, "manifest": entry if renamed.get(i) else self._apply(step, pre)}
             records.append(rec)
             state.done[i] = rec
             if tick is not None:
@@ -679,7 +435,7 @@ class Executor:
             self.roots[name].delete_many(paths)
         for i in indices:
             step, pre = self.plan.steps[i], state.begun[i]["pre"]
-            rec = {"event": "done", "step": i, "manifest": dict(_entry_base(step, self.roots[step.root]), action="moved",
+            rec = {"event": Event.DONE, "step": i, "manifest": dict(_entry_base(step, self.roots[step.root]), action="moved",
                                                                 size=pre["size"], sha256=pre["sha256"])}
             pending.append(rec)
             state.done[i] = rec
@@ -704,7 +460,7 @@ class Executor:
             entry = dict(_entry_base(step, self.roots[step.root]), backup=None,
                          action="absent" if pre is None else "deleted", size=size,
                          sha256=pre.get("sha256") if isinstance(pre, dict) else None)
-            rec = {"event": "done", "step": i, "manifest": entry}
+            rec = {"event": Event.DONE, "step": i, "manifest": entry}
             pending.append(rec)
             state.done[i] = rec
             touched.append(step)
@@ -896,7 +652,7 @@ class Executor:
         if conflicts:
             raise Conflict("undo refused, files changed after the operation: " + "; ".join(conflicts[:5])
                            + (f" (+{len(conflicts) - 5} more)" if len(conflicts) > 5 else ""))
-        pending: list[dict[str, Any]] = [{"event": "undo_start", "steps": len(todo)}]
+        pending: list[dict[str, Any]] = [{"event": Event.UNDO_START, "steps": len(todo)}]
         self.meter = Meter(len(todo), self.meter.out, label="undo: ")
         restored: list[str] = []
         touched: list[Step] = []
@@ -921,12 +677,12 @@ class Executor:
                 self._commit_done(touched, pending)
                 pending, touched, t0 = [], [], time.monotonic()
         self._undo_by_copy(copies, state, pending, touched, restored)
-        self._commit_done(touched, pending + [{"event": "undone"}])
+        self._commit_done(touched, pending + [{"event": Event.UNDONE}])
         return restored
 
     def _undo_done(self, i: int, state: JournalState, pending: list[dict[str, Any]], touched: list[Step]) -> None:
         self.meter.tick(((state.done.get(i) or {}).get("manifest") or {}).get("size") or 0)
-        pending.append({"event": "undo_done", "step": i})
+        pending.append({"event": Event.UNDO_DONE, "step": i})
         touched.append(self.plan.steps[i])
 
     def _copyable(self, todo: list[int], state: JournalState) -> set[int]:

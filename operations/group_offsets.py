@@ -15,8 +15,9 @@ import json
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.inspectors.findings import API_VERSION
-from streamctl.operations.executor import MANIFEST_FILE, Conflict, Journal, Meter, write_manifest, write_plan
+from streamctl.operations.executor import MANIFEST_FILE, Meter, write_manifest, write_plan
 from streamctl.operations.files import Root
+from streamctl.operations.journal import Conflict, Event, Journal
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 
 COMMAND = "kafka commit-offsets"
@@ -87,9 +88,9 @@ class GroupOffsets:
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         if not state.started:
-            pending.append({"event": "start", "op_id": self.plan.op_id, "steps": len(self.plan.steps)})
+            pending.append({"event": Event.START, "op_id": self.plan.op_id, "steps": len(self.plan.steps)})
         if 0 not in state.begun:  # the backup: the group's offsets before anything changes
-            state.begun[0] = {"event": "begin", "step": 0, "action": "commit", "root": ROOT, "path": self.group,
+            state.begun[0] = {"event": Event.BEGIN, "step": 0, "action": "commit", "root": ROOT, "path": self.group,
                               "pre": {"offsets": records(self.broker.group_offsets(self.group))}}
             pending.append(state.begun[0])
         self.journal.append_many(pending)
@@ -104,9 +105,9 @@ class GroupOffsets:
         entries = [{"topic": t, "partition": p, "previous": previous.get((t, p)), "committed": off}
                    for (t, p), off in sorted(committed(self.plan).items())]
         self._tick(len(entries), "commit: ")
-        self.journal.append({"event": "done", "step": 0, "manifest": {"group": self.group, "offsets": entries}})
+        self.journal.append({"event": Event.DONE, "step": 0, "manifest": {"group": self.group, "offsets": entries}})
         write_manifest(self.backup, self.plan, group=self.group, offsets=entries)
-        self.journal.append({"event": "finished"})
+        self.journal.append({"event": Event.FINISHED})
         return state
 
     def _previous(self, state: Any) -> Offsets:
@@ -142,7 +143,7 @@ class GroupOffsets:
         restore = {tp: previous[tp] for tp in target if tp in previous and now.get(tp) != previous[tp]}
         drop = [tp for tp in sorted(target) if tp not in previous and tp in now]
         whole = bool(drop) and not previous and set(now) <= set(target)  # the group did not exist before
-        self.journal.append({"event": "undo_start", "steps": 1})
+        self.journal.append({"event": Event.UNDO_START, "steps": 1})
         try:
             if drop and not whole:  # first: a broker without OffsetDelete refuses before anything changed
                 self.broker.delete_group_offsets(self.group, drop)
@@ -156,7 +157,7 @@ class GroupOffsets:
             raise Conflict(f"undo refused: {exc}") from None
         undone = [f"{t}/{p}" for t, p in sorted(set(restore) | set(drop))]
         self._tick(len(undone), "undo: ")
-        self.journal.append_many([{"event": "undo_done", "step": 0}, {"event": "undone"}])
+        self.journal.append_many([{"event": Event.UNDO_DONE, "step": 0}, {"event": Event.UNDONE}])
         return undone
 
     def _tick(self, n: int, label: str) -> None:

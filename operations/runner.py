@@ -31,6 +31,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from streamctl.inspectors.errors import StorageError, UsageError
 from streamctl.operations.files import Root, check_rel
+from streamctl.operations.journal import Event
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused
 
 
@@ -256,7 +257,7 @@ class Outcome:
 
     @property
     def journal(self) -> str:
-        from streamctl.operations.executor import journal_location
+        from streamctl.operations.journal import journal_location
 
         return journal_location(self.backup)
 
@@ -317,13 +318,13 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
 
 def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps: Steps, lock: Any,
          resumed: bool) -> Outcome:
-    from streamctl.operations.executor import Conflict
+    from streamctl.operations.journal import Conflict
 
     hint = f"streamctl {op.command} --resume {backup.location}"
     try:
         steps.run()
     except Untouched as exc:
-        steps.journal.append({"event": "refused", "reason": str(exc)})
+        steps.journal.append({"event": Event.REFUSED, "reason": str(exc)})
         lock.release()
         raise
     except Conflict as exc:  # the lock is kept: the journal says where it stopped
@@ -338,7 +339,7 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         op.finish(plan, roots, steps)
     _note_written(plan, roots)
     ok, got = op.verify(plan, roots)
-    steps.journal.append({"event": "verified", "ok": ok, "got": got})
+    steps.journal.append({"event": Event.VERIFIED, "ok": ok, "got": got})
     lock.release()
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
 

@@ -47,6 +47,7 @@ from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.findings import API_VERSION
 from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.operations.files import Root, crc_name
+from streamctl.operations.journal import Event
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 from streamctl.operations.stop import now_ms
 
@@ -120,8 +121,8 @@ def execute_request(req: TeardownRequest, ck: Root, sink: Root, break_lock: bool
                               stop_timeout_s=req.stop_timeout_s, say=say, assume_stopped=req.assume_stopped)
         q = _inspect(req, ck, sink)
         discarded = check_drained(q, req.discard_in_flight)
-        opening.extend([{"event": "writer_stopped", **stopped},
-                        {"event": "drained", "planned": q.planned, "committed": q.committed,
+        opening.extend([{"event": Event.WRITER_STOPPED, **stopped},
+                        {"event": Event.DRAINED, "planned": q.planned, "committed": q.committed,
                          "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded}])
         return plan_teardown(req, q, ck, sink, archive_root, op_id, discarded, _detail(req, sink))
 
@@ -479,7 +480,7 @@ def purge(plan: Plan, archive: Root, journal: Any, meter: Optional[Callable[[str
 
     for name in ("checkpoint", "sink"):
         rel = f"files/{name}"
-        journal.append({"event": "purge_begin", "path": rel})
+        journal.append({"event": Event.PURGE_BEGIN, "path": rel})
         files = archive.walk_sizes(rel)
         done = Meter(len(files), meter, label=f"purge {rel}: ")
         for start in range(0, len(files), PURGE_BATCH):
@@ -489,7 +490,7 @@ def purge(plan: Plan, archive: Root, journal: Any, meter: Optional[Callable[[str
                 done.tick(size)
         if archive.exists(rel):
             archive.delete(rel)
-        journal.append({"event": "purge_done", "path": rel})
+        journal.append({"event": Event.PURGE_DONE, "path": rel})
     if archive.exists("files") and not archive.walk_files("files"):
         archive.remove_empty_dirs("files")
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 import pytest
 from helpers import align_pipeline
 from helpers.paths import SPARK35
-from streamctl.operations.executor import CRASH_EXIT
+from streamctl.operations.journal import CRASH_EXIT
 
 STREAMCTL = Path(sys.executable).parent / "streamctl"
 FIXTURE_CKPT = SPARK35 / "agg_hdfs" / "checkpoint"

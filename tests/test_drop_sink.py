@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 from helpers import align_pipeline
-from streamctl.operations.executor import CRASH_EXIT
+from streamctl.operations.journal import CRASH_EXIT
 from streamctl.pipeline.agent import now_ms, write_json_atomic
 
 ap = align_pipeline

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from helpers.trees import tree
-from streamctl.operations.executor import Conflict, Executor
+from streamctl.operations.executor import Executor
+from streamctl.operations.journal import Conflict
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused, Step
 from streamctl.operations.runner import check_backup_target, check_plan

@@ -24,7 +24,7 @@ from helpers import cloud_fixtures as _cf
 from helpers import s3_fixtures as _s3f
 from helpers.paths import SPARK35
 from helpers.s3_fixtures import CountingProxy
-from streamctl.operations.executor import CRASH_EXIT
+from streamctl.operations.journal import CRASH_EXIT
 
 ap = align_pipeline
 s3, gcs, azure = _s3f.s3, _cf.gcs, _cf.azure

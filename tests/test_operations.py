@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.paths import SPARK35
 from streamctl.inspectors.errors import StorageError
-from streamctl.operations.executor import CRASH_EXIT, JOURNAL_FILE, MANIFEST_FILE, Conflict, Executor
+from streamctl.operations.executor import MANIFEST_FILE, Executor
+from streamctl.operations.journal import CRASH_EXIT, JOURNAL_FILE, Conflict
 from streamctl.operations.files import Root, hadoop_crc
 from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
 from streamctl.operations.plan import Plan, Step
@@ -194,7 +195,8 @@ def test_journal_lines_of_steps_are_what_json_dumps_writes(tmp_path: Path) -> No
     exact text of json.dumps(sort_keys=True): paths with quotes, backslashes and non-ASCII, null
     digests, write steps' extra keys, other records; so are the pre-encoded manifest entries of
     moved files and the plan's steps."""
-    from streamctl.operations.executor import _entry_json, _moved_entry, _step_json, record_line
+    from streamctl.operations.executor import _moved_entry
+    from streamctl.operations.journal import _entry_json, _step_json, record_line
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
     records = [
@@ -243,7 +245,7 @@ def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) ->
 def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path) -> None:
     """A crash in the middle of a write leaves a torn last line: the next run's records start on
     a line of their own (glued to it, the first would be lost with it)."""
-    from streamctl.operations.executor import Journal
+    from streamctl.operations.journal import Journal
 
     backup = tmp_path / "backup"
     backup.mkdir()

@@ -621,3 +621,19 @@ def test_every_write_goes_through_the_output_layer() -> None:
             if str(p.relative_to(REPO)) not in OUTPUT_LAYER
             for i, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
     assert hits == [], hits
+
+
+def test_journal_events_are_named_in_the_journal_module_only() -> None:
+    """One journal (issue 30): its event kinds are operations/journal.py's `Event`; every writer
+    names them through it, and no other module spells an event out."""
+    import re
+
+    from streamctl.operations.journal import Event
+
+    spelled = re.compile(r"[\"']event[\"']\s*:\s*[\"']|event\s*=\s*[\"']")
+    hits = [f"{p.relative_to(REPO)}:{i}" for room in ("cli", "commands", "console", "operations", "inspectors")
+            for p in sorted((REPO / room).glob("*.py")) if p.name != "journal.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1) if spelled.search(line)]
+    assert hits == [], hits
+    assert {e.value for e in Event} >= {"start", "begin", "done", "finished", "verified", "undo_start", "undo_done",
+                                        "undone"}

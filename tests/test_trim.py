@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from helpers.paths import SPARK35
-from streamctl.operations.executor import CRASH_EXIT
+from streamctl.operations.journal import CRASH_EXIT
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
