@@ -1,25 +1,25 @@
 """The journal of a backup folder (docs/formats/streamctl.md#the-journal): its closed set of event kinds,
 how records are written (group commits: one write and one fsync locally, one new segment object on
 object stores), read back (a torn line of a crashed run skipped, anything else unknown refused) and
-encoded, and the JSON encoding (orjson) its records share with plan.json and manifest.json. The executor,
+encoded, and the JSON encoding its records share with plan.json and manifest.json. The executor,
 the runner, teardown and the Kafka group offsets write records through `Journal`; nothing else
 reads or writes a journal's bytes.
 """
 from __future__ import annotations
 
 import enum
+import json
+import json.encoder
 import os
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import orjson
-
 from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.files import Root
-from streamctl.operations.plan import Refused
+from streamctl.operations.plan import Refused, Step
 
 JOURNAL_FILE = "journal.jsonl"
 SEGMENT_DIR = "journal"  # object stores: journal/<n>.jsonl, one object per group commit
@@ -95,7 +95,7 @@ class Journal:
         if crash_after and crash_after.isdigit() and Journal._writes + len(lines) >= int(crash_after):
             crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
             lines = lines[:crash_at]
-        data = b"".join(lines)
+        data = "".join(lines).encode()
         if self.backup.is_local:
             self._append_local(data)
         elif data:
@@ -203,34 +203,105 @@ def journal_location(backup: Root) -> str:
     return backup.uri(JOURNAL_FILE if backup.is_local else SEGMENT_DIR)
 
 
-# The JSON of the backup folder: orjson (Rust; sorted keys, UTF-8, compact). Measured on the
-# 58,561-file trim (BENCHMARKS.md): 117,122 journal records in 80 ms against 245 ms for the
-# hand-written encoders it replaces and 594 ms for json.dumps. Readers take any JSON: journals,
-# plans and manifests written by earlier versions (json.dumps' spacing, ASCII escapes) resume and
-# undo as before.
-_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
-_LINE = _SORTED | orjson.OPT_APPEND_NEWLINE
+_quote = json.encoder.encode_basestring_ascii  # what json.dumps does with a str (ensure_ascii)
+_BEGIN_KEYS = frozenset(("event", "step", "action", "root", "path", "pre"))
+_DIGEST_KEYS = frozenset(("size", "sha256"))
+_ENTRY_KEYS = ("action", "backup", "path", "root", "sha256", "size", "uri")  # a manifest entry, sorted
+_ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
+_STEP_KEY_SET = frozenset(("action", "path", "reason", "root"))  # a plan step without content
 
 
-def encode(doc: Any) -> bytes:
-    """A document's JSON: keys sorted, compact, UTF-8."""
-    return orjson.dumps(doc, option=_SORTED)
+_QUOTED: dict[str, str] = {}  # _q's memo: actions, root names, reasons repeat over 100,000 steps
 
 
-def record_line(rec: dict[str, Any], now: int) -> bytes:
-    """One journal line: the record with its `time_ms`, keys sorted, and a newline."""
-    return orjson.dumps(dict(rec, time_ms=now), option=_LINE)
+def _q(v: str) -> str:
+    """_quote of a string that repeats (an action, a root name, a step's reason), memoised."""
+    t = _QUOTED.get(v)
+    if t is None:
+        if len(_QUOTED) > 4096:
+            _QUOTED.clear()
+        t = _QUOTED[v] = _quote(v)
+    return t
 
 
-def json_file(doc: dict[str, Any]) -> bytes:
-    """plan.json / manifest.json: one key per line at the top, lists one item per line, each
-    item compact (a 100,000-step plan stays greppable by path, one step per line)."""
+class _Entry(dict):  # type: ignore[type-arg]
+    """A manifest entry that keeps its JSON text: the done record and manifest.json write the
+    same text, encoded once (`_entry_json`). Never changed after it is made."""
+
+    __slots__ = ("text",)
+    text: str
+
+
+def _scalar(v: Any) -> str:
+    """json.dumps of a str, int or None (the common cases) without the encoder's set-up per call."""
+    if type(v) is str:  # noqa: E721
+        return _quote(v)
+    if v is None:
+        return "null"
+    if type(v) is int:  # noqa: E721 - not bool
+        return str(v)
+    return json.dumps(v)
+
+
+def _entry_json(m: dict[str, Any]) -> str:
+    """json.dumps(m, sort_keys=True) of a manifest entry (or a plan step, any flat record); the
+    common shapes without the general encoder (two journal records per step, the plan and the
+    manifest: most of an operation's encoding time otherwise)."""
+    if type(m) is _Entry:  # noqa: E721
+        return m.text
+    if m.keys() == _ENTRY_KEY_SET:
+        return (f'{{"action": {_scalar(m["action"])}, "backup": {_scalar(m["backup"])}, "path": {_scalar(m["path"])}, '
+                f'"root": {_scalar(m["root"])}, "sha256": {_scalar(m["sha256"])}, "size": {_scalar(m["size"])}, '
+                f'"uri": {_scalar(m["uri"])}}}')
+    if m.keys() == _STEP_KEY_SET:
+        return (f'{{"action": {_scalar(m["action"])}, "path": {_scalar(m["path"])}, "reason": {_scalar(m["reason"])}, '
+                f'"root": {_scalar(m["root"])}}}')
+    if all(v is None or type(v) in (str, int) for v in m.values()):  # noqa: E721
+        return "{" + ", ".join(f"{_quote(k)}: {_scalar(m[k])}" for k in sorted(m)) + "}"
+    return json.dumps(m, sort_keys=True)
+
+
+def _step_json(step: Step) -> str:
+    """_entry_json(step.to_record()): a plan step, its repeated strings quoted once."""
+    if step.content is not None:
+        return _entry_json(step.to_record())
+    return (f'{{"action": {_q(step.action)}, "path": {_quote(step.path)}, "reason": {_q(step.reason)}, '
+            f'"root": {_q(step.root)}}}')
+
+
+def record_line(rec: dict[str, Any], now: int) -> str:
+    """One journal line: json.dumps(dict(rec, time_ms=now), sort_keys=True) + newline, the begin
+    and done records of steps written without the general encoder (the same text; a test
+    compares them)."""
+    ev = rec.get("event")
+    if ev == "begin" and rec.keys() == _BEGIN_KEYS and type(rec["step"]) is int:  # noqa: E721
+        pre = rec["pre"]
+        if pre is None or (isinstance(pre, dict) and pre.keys() == _DIGEST_KEYS):
+            pre_json = "null" if pre is None else f'{{"sha256": {_scalar(pre["sha256"])}, "size": {_scalar(pre["size"])}}}'
+            return (f'{{"action": {_q(rec["action"])}, "event": "begin", "path": {_quote(rec["path"])}, '
+                    f'"pre": {pre_json}, "root": {_q(rec["root"])}, "step": {rec["step"]}, "time_ms": {now}}}\n')
+    elif ev == "done" and len(rec) == 3 and isinstance(rec.get("manifest"), dict) and type(rec.get("step")) is int:  # noqa: E721
+        return f'{{"event": "done", "manifest": {_entry_json(rec["manifest"])}, "step": {rec["step"]}, "time_ms": {now}}}\n'
+    return json.dumps(dict(rec, time_ms=now), sort_keys=True) + "\n"
+
+
+def _json_file(doc: dict[str, Any], encoded: Optional[dict[str, list[str]]] = None) -> bytes:
+    """plan.json / manifest.json: one key per line at the top, lists one item per line, each item
+    compact (json's C encoder: indent=2 takes the pure-Python one, seconds on 100,000 steps).
+    `encoded`: lists whose items are JSON texts already."""
     parts = []
+    doc = dict(doc, **(encoded or {}))
     for key in sorted(doc):
-        value, name = doc[key], orjson.dumps(key)
-        if isinstance(value, list) and value:
-            parts.append(b"  " + name + b": [\n    " + b",\n    ".join(orjson.dumps(v, option=_SORTED) for v in value)
-                         + b"\n  ]")
+        value = doc[key]
+        if encoded and key in encoded:
+            items = ",\n    ".join(value)
+            parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]" if value else f"  {json.dumps(key)}: []")
+        elif isinstance(value, list) and value:
+            items = ",\n    ".join(_entry_json(v) if isinstance(v, dict) else json.dumps(v, sort_keys=True)
+                                      for v in value)
+            parts.append(f"  {json.dumps(key)}: [\n    {items}\n  ]")
         else:
-            parts.append(b"  " + name + b": " + orjson.dumps(value, option=_SORTED))
-    return b"{\n" + b",\n".join(parts) + b"\n}\n"
+            parts.append(f"  {json.dumps(key)}: {json.dumps(value, sort_keys=True)}")
+    return ("{\n" + ",\n".join(parts) + "\n}\n").encode()
+
+
