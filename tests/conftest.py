@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
 from helpers import align_pipeline as _align_pipeline
 from helpers import layouts as _layouts
 from helpers import terminal as _terminal
@@ -68,8 +69,9 @@ class CliResult:
 def cli(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., CliResult]:
     """Run the streamctl app in-process (typer's CliRunner, stdout and stderr kept apart).
     No user config is read: STREAMCTL_CONFIG is unset and the config dir points at an empty dir."""
-    from streamctl.cli.app import app
     from typer.testing import CliRunner
+
+    from streamctl.cli.app import app
 
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))

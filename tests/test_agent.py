@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from streamctl.inspectors.lease import Lease, lease_status, read_lease, read_stop_request
 from streamctl.inspectors.logs import LogParseError
 from streamctl.inspectors.storage import Storage
@@ -145,6 +146,7 @@ def test_stop_times_out_and_withdraws(tmp_path: Path, cli: Any) -> None:
 
 def _start_query(spark: Any, root: Path, name: str) -> tuple[Any, Path, Path]:
     from pyspark.sql import functions as F
+
     from streamctl.fixtures.examples import write_input_files
 
     inp, ckpt = root / "input", root / "checkpoint"
@@ -199,7 +201,7 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
         agent = None
         try:
             agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
-            align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
+            align_pipeline.wait_for(lambda ckpt=ckpt, i=i: (align_pipeline.newest(ckpt / "commits") or -1) >= 1 + 2 * i, 90, f"{2 + 2 * i} committed batches")
             time.sleep(rnd.uniform(0, 1.0))  # a different moment each time: mid-batch or idle
             status = q.status
             planned_at_request = align_pipeline.newest(ckpt / "offsets")
@@ -211,7 +213,7 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
             assert doc["stopped"] is True and doc["reason_not_stopped"] is None and doc["query_id"] == str(q.id)
             assert doc["lease"]["state"] == "released" and doc["lease"]["stop_request_ms"] is not None
             assert took < 30, took
-            align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
+            align_pipeline.wait_for(lambda q=q: not q.isActive, 10, "query inactive")
             assert q.exception() is None
             assert align_pipeline.newest(ckpt / "offsets") == align_pipeline.newest(ckpt / "commits"), (i, agent.stop_mode, sorted(os.listdir(ckpt / "offsets")))
             assert agent.stop_mode == "graceful" and agent.stopped_clean is True

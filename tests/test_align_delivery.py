@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers import align_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]

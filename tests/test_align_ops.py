@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
+
 from helpers import align_pipeline
 from helpers.paths import SPARK35
 from streamctl.operations.journal import CRASH_EXIT

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
 from helpers.paths import SPARK35
 
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import REPO
 from streamctl.completions import generate
 
@@ -30,6 +31,7 @@ def run_program(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def top_level_commands() -> list[str]:
     import typer
+
     from streamctl.cli.app import app
 
     group = typer.main.get_command(app)
@@ -87,7 +89,7 @@ REQUESTS = {
 def answers() -> dict[str, subprocess.CompletedProcess[str]]:
     with ThreadPoolExecutor(max_workers=len(REQUESTS)) as pool:
         results = pool.map(run_program, REQUESTS.values())
-        return dict(zip(REQUESTS, results))
+        return dict(zip(REQUESTS, results, strict=True))
 
 
 def test_completion_protocol_bash_completes_subcommands(answers: dict[str, subprocess.CompletedProcess[str]]) -> None:
@@ -154,8 +156,9 @@ def test_completion_fish_script_sourced_completes() -> None:
 
 
 def test_completion_command_prints_the_shipped_scripts() -> None:
-    from streamctl.cli.app import app
     from typer.testing import CliRunner
+
+    from streamctl.cli.app import app
 
     for shell in generate.SHELLS:
         result = CliRunner().invoke(app, ["completion", shell])

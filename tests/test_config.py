@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from streamctl.console import config as cfg
 from streamctl.console.config import Config, Pipeline, load_config, resolve_checkpoint, setting
 from streamctl.inspectors.errors import UsageError

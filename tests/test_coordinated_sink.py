@@ -282,7 +282,7 @@ def test_delta_foreach_batch_scenario(spark_checkpoints):
     expected = input_rows(inp)
     assert data.num_rows == len(expected) == 48
     got = Counter(zip(data["key"].to_pylist(), data["value"].to_pylist(),
-                      (t.strftime("%Y-%m-%dT%H:%M:%S") for t in data["ts"].to_pylist())))
+                      (t.strftime("%Y-%m-%dT%H:%M:%S") for t in data["ts"].to_pylist()), strict=True))
     assert got == Counter((r["key"], r["value"], r["ts"]) for r in expected)
     log = [json.loads(line) for line in (out / "_delta_log" / "00000000000000000005.json").read_text().splitlines()]
     txn = [a["txn"] for a in log if "txn" in a]
@@ -308,6 +308,7 @@ def test_coordinated_replayed_epoch_is_not_duplicated(spark, spark_checkpoints, 
 @pytest.mark.spark
 def test_delta_replayed_batch_is_skipped(spark, spark_checkpoints, fresh_copy):
     from deltalake import DeltaTable
+
     from streamctl.fixtures.examples import rerun_sink
 
     ckpt = fresh_copy("delta_foreach_batch")

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import CORPUS
 from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.logs import parse_offsets

@@ -47,7 +47,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = subprocess.run([str(STREAMCTL), "demo", "--dir", str(root), "--events", str(EVENTS), "--fault", "sink-ahead",
                            "--iceberg"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(base),
+                          capture_output=True, text=True, env=_env(base),
                           stdin=subprocess.DEVNULL, timeout=600)
     m = re.search(r"Kafka broker \(Tansu\) on 127\.0\.0\.1:(\d+)", proc.stderr)
     return {"root": root, "proc": proc, "seconds": time.monotonic() - t0, "port": m.group(1) if m else None}
@@ -122,7 +122,7 @@ def test_unknown_fault_exits_2_quickly(tmp_path: Path) -> None:
         pytest.skip(f"no streamctl entry point at {STREAMCTL}")
     t0 = time.monotonic()
     proc = subprocess.run([str(STREAMCTL), "demo", "--dir", str(tmp_path / "d"), "--fault", "no-such-fault"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path), timeout=60)
+                          capture_output=True, text=True, env=_env(tmp_path), timeout=60)
     assert proc.returncode == 2, proc
     assert "sink-ahead" in proc.stderr and "lost-state-file" in proc.stderr and "commit-ahead" in proc.stderr
     assert "Spark" not in proc.stderr and "Traceback" not in proc.stderr
@@ -138,7 +138,7 @@ def test_ctrl_c_cleans_up_every_process(tmp_path: Path) -> None:
     if not STREAMCTL.exists():
         pytest.skip(f"no streamctl entry point at {STREAMCTL}")
     proc = subprocess.Popen([str(STREAMCTL), "demo", "--dir", str(tmp_path / "run"), "--events", "30"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
+                            capture_output=True, text=True, env=_env(tmp_path),
                             stdin=subprocess.DEVNULL, start_new_session=True)
     port = None
     lines: list[str] = []

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import REPO
 from streamctl.inspectors.findings import CODES
 
@@ -29,7 +30,7 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _anchors(path: Path) -> frozenset[str]:
     found: set[str] = set()
     seen: dict[str, int] = {}
@@ -139,8 +140,9 @@ def test_every_help_renders_its_examples_line_by_line(columns: int, monkeypatch:
     """Every command's example block keeps its lines at any terminal width: a comment and a
     command never share a line (click re-wraps a paragraph unless it starts with `\\b`)."""
     import typer.main
-    from streamctl.cli.app import app
     from typer.testing import CliRunner
+
+    from streamctl.cli.app import app
 
     monkeypatch.setenv("COLUMNS", str(columns))
     root = typer.main.get_command(app)
@@ -181,6 +183,7 @@ def test_the_readme_exit_code_table_is_the_code_s() -> None:
 def test_the_readme_tour_names_every_command() -> None:
     """The README is the landing page: its tour has one example for every command."""
     import typer.main
+
     from streamctl.cli.app import app
 
     root = typer.main.get_command(app)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
+
 from helpers import align_pipeline
 from streamctl.operations.journal import CRASH_EXIT
 from streamctl.pipeline.agent import now_ms, write_json_atomic
@@ -45,7 +46,7 @@ def _write_input(folder: Path, i: int) -> None:
 
 def _snapshot(root: Path, skip: tuple[Path, ...]) -> dict[str, tuple[int, int]]:
     out = {}
-    for dirpath, dirs, files in os.walk(root):
+    for dirpath, _dirs, files in os.walk(root):
         if any(Path(dirpath) == s or s in Path(dirpath).parents for s in skip):
             continue
         for f in files:
@@ -171,7 +172,7 @@ def test_safe_stops_a_running_query_drains_retires_and_hands_off(spark: Any, tmp
     assert journal[0]["event"] == "writer_stopped" and journal[0]["stop_requested"] is True
     assert journal[1]["event"] == "drained" and journal[1]["planned"] == journal[1]["committed"] == final
     # a restart of the old query against what remains fails loudly
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - Spark's own error classes (py4j, StreamingQueryException)
         writer(inp, ck, out, available_now=True).start().awaitTermination()
     # the successor: only the input files the hand-off does not list as processed
     src = handoff["sources"][0]

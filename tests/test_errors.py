@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
 from helpers.paths import TESTS
 
 FIXTURE = TESTS / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers import s3_fixtures as _os
 from helpers.paths import CORPUS, SPARK35
 from streamctl.inspectors import fleet
@@ -98,7 +99,7 @@ def test_jsonl_and_parquet_outputs_read_back(cli, fleet_dir, tmp_path):
     assert table.schema.field("error_codes").type.value_type == pa.string()
     rows = table.to_pylist()
     assert [json.loads(row.pop("record_json")) for row in rows] == queries
-    for row, q in zip(rows, queries):
+    for row, q in zip(rows, queries, strict=True):
         assert row == {
             "checkpoint": q["checkpoint"], "query_id": q["query_id"], "planned": q["planned"],
             "committed": q["committed"], "state_epoch": q["state_epoch"], "verdict": q["verdict"],

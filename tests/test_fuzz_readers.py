@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from helpers.paths import SPARK35
 from hypothesis import HealthCheck, given, settings  # the test extra installs it
 from hypothesis import strategies as st
+
+from helpers.paths import SPARK35
 
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 ENTRY = ('{"path":"file://SINK/part-%d","size":10,"isDir":false,"modificationTime":1,"blockReplication":1,'

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers.paths import GOLDEN
 
 _OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
 from helpers import align_pipeline
 from helpers.paths import SPARK35
 from helpers.trees import tree  # relative path -> sha256 (symlinks as their target)

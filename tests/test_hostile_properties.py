@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers.trees import tree
 from streamctl.operations.executor import Executor
-from streamctl.operations.journal import Conflict
 from streamctl.operations.files import Root
+from streamctl.operations.journal import Conflict
 from streamctl.operations.plan import Plan, Refused, Step
 from streamctl.operations.runner import check_backup_target, check_plan
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers.layouts import META, QID, build, deltas, healthy_state  # noqa: F401
 from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35
 
@@ -281,7 +282,7 @@ def test_permission_denied_as_unprivileged_user(tmp_path):
     base = Path(tempfile.mkdtemp(prefix="streamctl-perm-"))  # pytest's tmp root is 0700
     os.chmod(base, 0o755)
     chk = build(base / "chk", state=healthy_state())
-    for dirpath, dirs, files in os.walk(chk):
+    for dirpath, _dirs, files in os.walk(chk):
         os.chmod(dirpath, 0o755)
         for f in files:
             os.chmod(os.path.join(dirpath, f), 0o644)
@@ -319,6 +320,7 @@ def test_rich_table_keeps_brackets(tmp_path, monkeypatch):
     import io
 
     from rich.console import Console
+
     from streamctl.console import render
 
     buf = io.StringIO()

@@ -6,7 +6,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable
 
 import pytest
 
@@ -39,7 +39,7 @@ def _produce_round_robin(broker, topic: str, start: int, count: int, partitions:
         broker.produce(topic, [f"v{i}"], partition=i % partitions, keys=[f"k{i % 5}"])
 
 
-def _batch_ids(folder: Path) -> List[int]:
+def _batch_ids(folder: Path) -> list[int]:
     return sorted(int(n) for n in os.listdir(folder) if n.isdigit())
 
 
@@ -277,7 +277,7 @@ def test_current_end_offsets(kafka_broker, kafka_topic):
 # --------------------------------------------------------------------------- real PySpark queries
 
 
-def _options(bootstrap: str, topic: str, **extra: Any) -> Dict[str, str]:
+def _options(bootstrap: str, topic: str, **extra: Any) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "startingOffsets": "earliest",
             "pollTimeoutMs": "60000"}
     opts.update({k: str(v) for k, v in extra.items()})
@@ -296,13 +296,13 @@ def _recording_sink(out: Path) -> Callable[[Any, int], None]:
     return write
 
 
-def _recorded(out: Path) -> List[dict]:
+def _recorded(out: Path) -> list[dict]:
     if not out.exists():
         return []
     return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
 
 
-def _start_recording(spark, options: Dict[str, str], ckpt: Path, out: Path):
+def _start_recording(spark, options: dict[str, str], ckpt: Path, out: Path):
     def start():
         return (
             spark.readStream.format(SHORT_NAME).options(**options).load()

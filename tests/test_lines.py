@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import SPARK35
 from streamctl.inspectors.errors import UsageError
 from streamctl.inspectors.lines import parse_line

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from streamctl.inspectors.logs import (
     LogParseError,
     classify_log_names,

@@ -6,6 +6,7 @@ import shutil
 import time
 
 import pytest
+
 from helpers.paths import SPARK35
 from helpers.s3_fixtures import CountingProxy, free_port, moto_server, s3, upload  # noqa: F401, F811  (s3: a fixture)
 

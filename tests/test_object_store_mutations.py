@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlparse
 
 import pytest
+
 from helpers import align_pipeline
 from helpers import cloud_fixtures as _cf
 from helpers import s3_fixtures as _s3f
@@ -222,7 +223,7 @@ def test_drop_sink_retires_in_order_and_the_old_query_cannot_restart(cli, spark,
 
     _s3f.download(fs, "drop/checkpoint", p.checkpoint)
     shutil.rmtree(p.checkpoint / "_streamctl")
-    with pytest.raises(Exception):  # the tombstoned checkpoint: a restart of the old query fails loudly
+    with pytest.raises(Exception):  # noqa: B017 - Spark's own error classes; the tombstoned checkpoint: a restart of the old query fails loudly
         p.add_input(3, 1)
         p.run()
 
@@ -294,7 +295,7 @@ def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
     moved = [p for _m, p in mreqs if "/many-move/offsets/" in p or "/many-move/commits/" in p
              or "/many-move-backup/files/" in p]
     kinds = {}
-    for m, p in mreqs:
+    for m, _p in mreqs:
         kinds[m] = kinds.get(m, 0) + 1
     # per moved file: one read of the source (its sha256 in the begin record), one CopyObject, one
     # read of the copy; the sources go in DeleteObjects of up to 1,000 keys

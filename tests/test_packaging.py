@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import REPO, TESTS
 
 try:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+
 from helpers import s3_fixtures as _s3f
 from helpers import terminal as term
 from helpers.paths import SPARK35

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers.paths import SPARK35
 
 FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import SPARK35
 
 PARTITIONS = range(4)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import SPARK35
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]

@@ -12,6 +12,7 @@ import re
 import sys
 
 import pytest
+
 from helpers.paths import REPO
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]

@@ -15,6 +15,7 @@ import subprocess
 from typing import Any
 
 import pytest
+
 from helpers.paths import TESTS
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark35]

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers.paths import SPARK35
 from streamctl.operations.journal import CRASH_EXIT
 

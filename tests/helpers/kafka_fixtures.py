@@ -35,7 +35,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
 import pytest
 
@@ -61,7 +61,7 @@ class TansuBroker(TansuProcess):
         self._producer: Any = None
         self._consumer: Any = None
 
-    def start(self, timeout_s: float = _READY_TIMEOUT_S) -> "TansuBroker":
+    def start(self, timeout_s: float = _READY_TIMEOUT_S) -> TansuBroker:
         super().start(timeout_s)
         return self
 
@@ -116,10 +116,10 @@ class TansuBroker(TansuProcess):
 
     # -- topics
 
-    def topics(self) -> List[str]:
+    def topics(self) -> list[str]:
         return sorted(self.consumer.topics())
 
-    def partitions(self, topic: str) -> List[int]:
+    def partitions(self, topic: str) -> list[int]:
         self.consumer.topics()  # refresh metadata
         return sorted(self.consumer.partitions_for_topic(topic) or ())
 
@@ -158,7 +158,7 @@ class TansuBroker(TansuProcess):
         partition: Optional[int] = None,
         keys: Optional[Iterable[Union[bytes, str, None]]] = None,
         timeout_s: float = 10.0,
-    ) -> List[Tuple[int, int]]:
+    ) -> list[tuple[int, int]]:
         """Produce one record per value, ONE record per produce request (``send().get()`` each:
         Tansu's latest offset is wrong after multi-record requests). ``str`` values/keys are
         UTF-8 encoded. Returns ``[(partition, offset), ...]`` in order."""
@@ -167,24 +167,24 @@ class TansuBroker(TansuProcess):
         if len(key_list) != len(values):
             raise ValueError(f"produce: {len(key_list)} keys for {len(values)} values")
         out = []
-        for key, value in zip(key_list, values):
+        for key, value in zip(key_list, values, strict=True):
             md = self.producer.send(topic, value=_as_bytes(value), key=_as_bytes(key),
                                     partition=partition).get(timeout=timeout_s)
             out.append((md.partition, md.offset))
         return out
 
-    def _offsets(self, topic: str, kind: str) -> Dict[int, int]:
+    def _offsets(self, topic: str, kind: str) -> dict[int, int]:
         from kafka import TopicPartition
 
         tps = [TopicPartition(topic, p) for p in self.partitions(topic)]
         fn = self.consumer.end_offsets if kind == "end" else self.consumer.beginning_offsets
         return {tp.partition: off for tp, off in sorted(fn(tps).items())}
 
-    def end_offsets(self, topic: str) -> Dict[int, int]:
+    def end_offsets(self, topic: str) -> dict[int, int]:
         """{partition: next offset to be written} of `topic`."""
         return self._offsets(topic, "end")
 
-    def beginning_offsets(self, topic: str) -> Dict[int, int]:
+    def beginning_offsets(self, topic: str) -> dict[int, int]:
         return self._offsets(topic, "beginning")
 
     def __repr__(self) -> str:

@@ -101,7 +101,7 @@ class CountingProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def _body(self) -> "tuple[bytes | None, dict[str, str]]":
+            def _body(self) -> tuple[bytes | None, dict[str, str]]:
                 """The request body and the headers to forward (a chunked upload, as the AWS SDK
                 sends a multipart part, is forwarded whole with its length)."""
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
