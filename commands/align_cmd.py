@@ -9,17 +9,6 @@ from typing import Any, Optional
 import typer
 
 from streamctl.commands import options
-from streamctl.commands.options import (
-    APP_ID_OPT,
-    BACKUP_DIR_OPT,
-    BREAK_LOCK_OPT,
-    CHECKPOINT_ARG,
-    EXECUTE_OPT,
-    ONE_SINK_OPT,
-    QUIET_OPT,
-    SINK_KIND_OPT,
-    SinkKind,
-)
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -43,14 +32,14 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 
 
 def align(
-    checkpoint: Optional[str] = CHECKPOINT_ARG,
-    sink: Optional[str] = ONE_SINK_OPT,
-    sink_kind: SinkKind = SINK_KIND_OPT,
-    app_id: Optional[str] = APP_ID_OPT,
+    checkpoint: Optional[str] = options.CHECKPOINT_ARG,
+    sink: Optional[str] = options.ONE_SINK_OPT,
+    sink_kind: options.SinkKind = options.SINK_KIND_OPT,
+    app_id: Optional[str] = options.APP_ID_OPT,
     to: str = typer.Option("auto", "--to", help="auto (the newest exactly-once epoch), max (the newest epoch the WAL "
                                                   "and every state store hold) or an epoch number."),
-    execute: bool = EXECUTE_OPT,
-    backup_dir: Optional[str] = BACKUP_DIR_OPT,
+    execute: bool = options.EXECUTE_OPT,
+    backup_dir: Optional[str] = options.BACKUP_DIR_OPT,
     allow_duplicates: bool = typer.Option(False, "--allow-duplicates", help="Accept a plan that delivers some epochs twice."),
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Accept a plan that loses some epochs."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Also drop the planned-but-uncommitted "
@@ -64,8 +53,8 @@ def align(
                                                  "for there and put back where the source's log names them."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query id to write into a lost or torn "
                                            "metadata file (when no lease proves it)."),
-    break_lock: bool = BREAK_LOCK_OPT,
-    quiet_period: Optional[float] = QUIET_OPT,
+    break_lock: bool = options.BREAK_LOCK_OPT,
+    quiet_period: Optional[float] = options.QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
                                          "(the backup folder or its journal.jsonl)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Restore the exact files an earlier align changed "

@@ -8,17 +8,6 @@ from typing import Any, Optional
 import typer
 
 from streamctl.commands import options
-from streamctl.commands.options import (
-    APP_ID_OPT,
-    BACKUP_DIR_OPT,
-    BREAK_LOCK_OPT,
-    CHECKPOINT_ARG,
-    EXECUTE_OPT,
-    ONE_SINK_OPT,
-    QUIET_OPT,
-    SINK_KIND_OPT,
-    SinkKind,
-)
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -38,18 +27,18 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
 
 
 def trim(
-    checkpoint: Optional[str] = CHECKPOINT_ARG,
-    sink: Optional[str] = ONE_SINK_OPT,
-    sink_kind: SinkKind = SINK_KIND_OPT,
-    app_id: Optional[str] = APP_ID_OPT,
+    checkpoint: Optional[str] = options.CHECKPOINT_ARG,
+    sink: Optional[str] = options.ONE_SINK_OPT,
+    sink_kind: options.SinkKind = options.SINK_KIND_OPT,
+    app_id: Optional[str] = options.APP_ID_OPT,
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Keep this many newest epochs as restart/rollback points (default 10)."),
     keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
-    execute: bool = EXECUTE_OPT,
+    execute: bool = options.EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
-    backup_dir: Optional[str] = BACKUP_DIR_OPT,
+    backup_dir: Optional[str] = options.BACKUP_DIR_OPT,
     async_progress: bool = options.ASYNC_PROGRESS_OPT,
-    break_lock: bool = BREAK_LOCK_OPT,
-    quiet_period: Optional[float] = QUIET_OPT,
+    break_lock: bool = options.BREAK_LOCK_OPT,
+    quiet_period: Optional[float] = options.QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Put back what an earlier trim moved (its backup folder)."),
     as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document."),
