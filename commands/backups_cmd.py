@@ -9,7 +9,7 @@ import typer
 from streamctl.commands import options
 from streamctl.commands.options import CHECKPOINT_ARG, EXECUTE_OPT
 from streamctl.console import render
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 
 def backups(
@@ -48,11 +48,11 @@ def backups(
     chosen = ops.droppable(found, drop_older_than) if drop_older_than is not None else []
     if execute and chosen:
         ops.drop(location, chosen)
-    doc = {"api_version": API_VERSION, "kind": "Backups", "checkpoint": location,
+    doc = document("Backups", {"checkpoint": location,
            "backups": [b.to_record() for b in found],
            "drop": None if drop_older_than is None else {
                "older_than_days": drop_older_than, "executed": execute, "backups": [b.name for b in chosen],
-               "files": sum(b.files for b in chosen), "bytes": sum(b.bytes for b in chosen)}}
+               "files": sum(b.files for b in chosen), "bytes": sum(b.bytes for b in chosen)}})
     if as_json:
         render.emit_json(doc)
         return

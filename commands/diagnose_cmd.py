@@ -8,7 +8,7 @@ import typer
 
 from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.console import render
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 _STRATEGY = {"rollback": "roll back to epoch {x}", "roll_forward": "roll forward to epoch {x}",
              "keep": "keep epoch {x} and repair around it"}
@@ -96,10 +96,10 @@ def diagnose(
                            quiet_period_s=options.quiet_period(quiet_period, config), deep=True,
                            target_spark=options.target_spark(target_spark, config, t.pipeline))
     step = next_step(q, t.checkpoint, t.sink, t.sink_kind, t.app_id)
-    doc = {"api_version": API_VERSION, "kind": "Diagnosis", "checkpoint": q.checkpoint, "sink": t.sink,
+    doc = document("Diagnosis", {"checkpoint": q.checkpoint, "sink": t.sink,
            "verdict": q.verdict, "planned": q.planned, "committed": q.committed,
            "sink_epoch": q.sink.epoch if q.sink is not None else None,
-           "findings": finding_records(q.findings), "next": step}
+           "findings": finding_records(q.findings), "next": step})
     if as_json:
         render.emit_json(doc)
     else:

@@ -11,7 +11,7 @@ import typer
 from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.console import plan_view, render
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 
 def _say(as_json: bool) -> Any:
@@ -45,9 +45,9 @@ def _show(outcome: Any, as_json: bool) -> None:
     from streamctl.operations.plan import NotVerified
 
     plan, archive, got, ok = outcome.plan, outcome.backup, outcome.got, outcome.verified
-    doc = {"api_version": API_VERSION, "kind": "DropSinkResult", "executed": True, "resumed": outcome.resumed,
+    doc = document("DropSinkResult", {"executed": True, "resumed": outcome.resumed,
            "archive": archive.location, "journal": outcome.journal, "handoff": archive.uri(teardown.HANDOFF_FILE),
-           "final_epoch": plan.target, "plan": plan.to_record(), "verified": ok, "after": got}
+           "final_epoch": plan.target, "plan": plan.to_record(), "verified": ok, "after": got})
     lines = plan_lines(plan, executed=True) + [
         f"archive and journal: {archive.location} (undo: streamctl drop-sink --undo {archive.location})",
         f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
@@ -147,5 +147,5 @@ def drop_sink(
         plan = teardown.preview(req, ck_root, sink_root)
     except teardown.Refused as exc:
         raise _refused(exc, as_json) from None
-    plan_view.emit({"api_version": API_VERSION, "kind": "DropSinkPlan", "executed": False, "plan": plan.to_record()},
+    plan_view.emit(document("DropSinkPlan", {"executed": False, "plan": plan.to_record()}),
                   as_json, plan_lines(plan))

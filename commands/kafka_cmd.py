@@ -9,7 +9,7 @@ import typer
 from streamctl.commands import kafka_commit_cmd, kafka_options, options
 from streamctl.console import render
 from streamctl.console.exit_codes import EXIT_CODES_HELP
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 app = typer.Typer(
     help="Publish a checkpoint's Kafka positions, or print where a successor should start.",
@@ -42,9 +42,9 @@ def starting_offsets(
     _config, _pipeline, location = kafka_options.load(checkpoint)
     q, chosen, _merged, raws = kafka_epoch_offsets(location, epoch)
     if as_json:
-        render.emit_json({"api_version": API_VERSION, "kind": "StartingOffsets", "checkpoint": q.checkpoint,
+        render.emit_json(document("StartingOffsets", {"checkpoint": q.checkpoint,
                           "query_id": q.query_id, "epoch": chosen,
-                          "sources": [{"source": sid, "starting_offsets": raw} for sid, raw in raws]})
+                          "sources": [{"source": sid, "starting_offsets": raw} for sid, raw in raws]}))
     else:
         for _sid, raw in raws:
             render.emit_text(raw + "\n")
@@ -93,9 +93,9 @@ def retention_floor(
     else:
         _q, source_epoch, floor, _raws = kafka_epoch_offsets(location, str(low - 1))
     rows = [{"topic": t, "partition": p, "floor": off} for (t, p), off in sorted(floor.items())]
-    doc = {"api_version": API_VERSION, "kind": "KafkaRetentionFloor", "checkpoint": q.checkpoint,
+    doc = document("KafkaRetentionFloor", {"checkpoint": q.checkpoint,
            "query_id": q.query_id, "oldest_kept_epoch": low, "from_offsets_of": source_epoch,
-           "committed": q.committed, "partitions": rows}
+           "committed": q.committed, "partitions": rows})
     if output == "json":
         render.emit_json(doc)
         return

@@ -10,7 +10,7 @@ import typer
 from streamctl.commands import kafka_options, options
 from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
 from streamctl.console import context, render
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 
 def _show_commit(doc: dict[str, Any], output: str) -> None:
@@ -62,7 +62,7 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
                     done = runner.undo(op, undo, break_lock, meter=tick)  # type: ignore[arg-type]
         except Refused as exc:
             if output == "json":
-                render.emit_json({"api_version": API_VERSION, "kind": "KafkaCommitOffsetsRefusal", "reason": str(exc)})
+                render.emit_json(document("KafkaCommitOffsetsRefusal", {"reason": str(exc)}))
             raise
     if resume:
         _show_commit(group_offsets.commit_document(outcome.plan, outcome.plan.roots["checkpoint"], outcome, None), output or "table")

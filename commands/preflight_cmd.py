@@ -4,7 +4,7 @@ from __future__ import annotations
 import typer
 
 from streamctl.console import render
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 _DOC = "docs/model.md#preflight"
 
@@ -64,11 +64,11 @@ def preflight(
     if not findings and q.committed is not None:
         findings = compare_keys(q.checkpoint, old, new, keys)
     verdict = "misaligned" if findings else "aligned"
-    doc = {"api_version": API_VERSION, "kind": "Preflight", "checkpoint": q.checkpoint, "query": query,
+    doc = document("Preflight", {"checkpoint": q.checkpoint, "query": query,
            "committed": q.committed,
            "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
            "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],
-           "findings": finding_records(findings), "verdict": verdict_of(findings) if findings else verdict}
+           "findings": finding_records(findings), "verdict": verdict_of(findings) if findings else verdict})
     if as_json:
         render.emit_json(doc)
     else:

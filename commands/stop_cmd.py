@@ -8,7 +8,7 @@ import typer
 from streamctl.console import context, render
 from streamctl.console.errors import fail
 from streamctl.console.exit_codes import ExitCode
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 
 def _age(ms: Optional[int], now: int) -> str:
@@ -72,10 +72,10 @@ def stop(
 
     def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> NoReturn:
         now = now_ms()
-        doc = {"api_version": API_VERSION, "kind": "StopResult", "checkpoint": st.display,
+        doc = document("StopResult", {"checkpoint": st.display,
                "query_id": lease.query_id if lease is not None else None, "stopped": stopped,
                "lease": dict(lease.to_json(), status=lease_status(lease, now)) if lease is not None else None,
-               "waited_s": waited_s, "reason_not_stopped": why}
+               "waited_s": waited_s, "reason_not_stopped": why})
         if as_json:
             render.emit_json(doc)
         if why is not None and code != 0:

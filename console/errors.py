@@ -16,8 +16,8 @@ import typer
 from typer.core import TyperGroup
 
 from streamctl.console.exit_codes import ExitCode
+from streamctl.inspectors.documents import document
 from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
-from streamctl.inspectors.findings import API_VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,7 +136,7 @@ def error_document(code: int, message: str) -> dict[str, Any]:
         name = ExitCode(code).name.lower()
     except ValueError:
         name = "error"
-    return {"api_version": API_VERSION, "kind": "Error", "code": int(code), "error": name, "message": message}
+    return document("Error", {"code": int(code), "error": name, "message": message})
 
 
 def _emit_error_document(code: int) -> None:

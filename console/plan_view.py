@@ -9,7 +9,7 @@ import typer
 
 from streamctl.console import render
 from streamctl.console.errors import exit_code_for, fail
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 
 Lines = Callable[..., list[str]]  # (plan, executed=False) -> the plan's lines
 
@@ -61,8 +61,8 @@ def emit(doc: dict[str, Any], as_json: bool, lines: list[str]) -> None:
 
 def refused(exc: Any, as_json: bool, kind: str) -> typer.Exit:
     if as_json:
-        render.emit_json({"api_version": API_VERSION, "kind": kind, "reason": str(exc),
-                          "options": [o.to_record() for o in getattr(exc, "options", [])]})
+        render.emit_json(document(kind, {"reason": str(exc),
+                          "options": [o.to_record() for o in getattr(exc, "options", [])]}))
     return fail(str(exc), exit_code_for(exc))
 
 
@@ -71,9 +71,9 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
     from streamctl.operations.plan import NotVerified
 
     plan, got, ok = outcome.plan, outcome.got, outcome.verified
-    doc = {"api_version": API_VERSION, "kind": f"{title(name)}Result", "executed": True, "resumed": outcome.resumed,
+    doc = document(f"{title(name)}Result", {"executed": True, "resumed": outcome.resumed,
            "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.to_record(),
-           "verified": ok, "after": got}
+           "verified": ok, "after": got})
     out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
         f"backup and journal: {outcome.backup.location} ({_backup_size(outcome.backup)}; undo: streamctl {name} --undo "
         f"{outcome.backup.location}; elsewhere next time: --backup-dir)",
@@ -102,8 +102,8 @@ def show_undo(name: str, done: Any, as_json: bool) -> None:
     from streamctl.operations.plan import NotVerified
 
     after = done.after
-    doc = {"api_version": API_VERSION, "kind": f"{title(name)}Undo", "backup": done.backup.location,
-           "restored": len(done.restored), "after": after, "before_operation": done.plan.before, "verified": done.verified}
+    doc = document(f"{title(name)}Undo", {"backup": done.backup.location,
+           "restored": len(done.restored), "after": after, "before_operation": done.plan.before, "verified": done.verified})
     emit(doc, as_json, [f"Undone: {len(done.restored)} file(s) restored from {done.backup.location}",
                         f"now planned {after.get('planned')}, committed {after.get('committed')}, sink epoch "
                         f"{after.get('sink_epoch')}, verdict {after.get('verdict')} (as before the operation: "

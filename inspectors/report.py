@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
-from streamctl.inspectors.findings import API_VERSION, Finding, finding_records, verdict_of, worst_verdict
+from streamctl.inspectors.documents import document
+from streamctl.inspectors.findings import Finding, finding_records, verdict_of, worst_verdict
 
 if TYPE_CHECKING:
     from streamctl.inspectors.sinks import SinkLog
@@ -38,13 +39,10 @@ def _queries_document(kind: str, records: list[dict[str, Any]], cross: list[Find
     """A report over several queries: their records, the cross-query findings, and the overall
     verdict (the worst of every query's and of the cross-query findings')."""
     verdicts = [str(r["verdict"]) for r in records] + ([verdict_of(cross)] if cross else [])
-    return {
-        "api_version": API_VERSION,
-        "kind": kind,
+    return document(kind, {
         "queries": records,
         "findings": finding_records(cross),
-        "verdict": worst_verdict(verdicts),
-    }
+        "verdict": worst_verdict(verdicts)})
 
 
 def state_report(q: QueryInspection) -> dict[str, Any]:
@@ -57,9 +55,7 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
     state_codes = {"STATE_UNRESTORABLE", "STATE_PARTITION_MISSING", "STATE_ORPHANS", "STATE_SCHEMA_MISSING",
                    "STATE_METADATA_MISSING", "STATE_FILE_CORRUPT", "UNREADABLE", "LIVE_QUERY", "STALE_LEASE"}
     findings = [f for f in q.findings if f.code in state_codes]
-    return {
-        "api_version": API_VERSION,
-        "kind": "StateReport",
+    return document("StateReport", {
         "checkpoint": q.checkpoint,
         "query_id": q.query_id,
         "planned": q.planned,
@@ -69,19 +65,15 @@ def state_report(q: QueryInspection) -> dict[str, Any]:
         "checkpoint_format": q.checkpoint_format,
         "operators": [op.to_record() for op in q.operators],
         "findings": finding_records(findings),
-        "verdict": verdict_of(findings),
-    }
+        "verdict": verdict_of(findings)})
 
 
 def sink_report(log: SinkLog) -> dict[str, Any]:
     """`inspect sink`: the sink's commit log on its own."""
-    return {
-        "api_version": API_VERSION,
-        "kind": "SinkReport",
+    return document("SinkReport", {
         "sink": log.to_record(),
         "findings": finding_records(log.findings),
-        "verdict": verdict_of(log.findings),
-    }
+        "verdict": verdict_of(log.findings)})
 
 
 def writers_report(queries: list[QueryInspection]) -> dict[str, Any]:
@@ -118,12 +110,11 @@ def kafka_report(q: QueryInspection, rows: list[Any], bootstrap: str, group: Opt
     from streamctl.inspectors.kafka import totals
 
     findings = [f for f in q.findings if f.code.startswith("SOURCE_") or f.code in ("UNREADABLE", "LIVE_QUERY")]
-    return {
-        "api_version": API_VERSION, "kind": "KafkaReport", "checkpoint": q.checkpoint, "query_id": q.query_id,
+    return document("KafkaReport", {
+        "checkpoint": q.checkpoint, "query_id": q.query_id,
         "committed": q.committed, "planned": q.planned, "bootstrap": bootstrap, "group": group,
         "partitions": [dict(r.to_record(), group_offset=group_offsets.get((r.topic, r.partition)) if group else None)
                        for r in rows],
         "topics": totals(rows),
         "findings": finding_records(findings),
-        "verdict": verdict_of(findings),
-    }
+        "verdict": verdict_of(findings)})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional
 
-from streamctl.inspectors.findings import API_VERSION
+from streamctl.inspectors.documents import document
 from streamctl.operations.executor import MANIFEST_FILE, Meter, write_manifest, write_plan
 from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict, Event, Journal
@@ -212,9 +212,9 @@ def locked_planner(broker: Any, location: str, group: str, epoch: str) -> Callab
 
 def undo_document(done: Any) -> dict[str, Any]:
     """The KafkaCommitOffsetsUndo document of an undone commit."""
-    return {"api_version": API_VERSION, "kind": "KafkaCommitOffsetsUndo", "group": done.plan.settings["group"],
+    return document("KafkaCommitOffsetsUndo", {"group": done.plan.settings["group"],
             "backup": done.backup.location, "restored": len(done.restored), "partitions": done.restored,
-            "after": done.after, "before_operation": done.plan.before, "verified": done.verified}
+            "after": done.after, "before_operation": done.plan.before, "verified": done.verified})
 
 
 def commit_document(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[str]) -> dict[str, Any]:
@@ -227,9 +227,9 @@ def commit_document(plan: Any, checkpoint: str, outcome: Any, refusal: Optional[
     rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "target": off,
              "change": "none" if current.get((t, p)) == off else ("set" if current.get((t, p)) is None else "move")}
             for (t, p), off in sorted(target.items())]
-    return {"api_version": API_VERSION, "kind": "KafkaCommitOffsets", "checkpoint": checkpoint,
+    return document("KafkaCommitOffsets", {"checkpoint": checkpoint,
             "query_id": plan.settings.get("query_id"), "group": plan.settings["group"],
             "group_state": plan.before.get("group_state"), "epoch": plan.target, "executed": done,
             "refused": refusal is not None, "refusal": refusal, "verified": outcome.verified if done else None,
             "changes": sum(1 for r in rows if r["change"] != "none"), "partitions": rows,
-            "backup": outcome.backup.location if done else None}
+            "backup": outcome.backup.location if done else None})

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
+from streamctl.inspectors.documents import document
 from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.findings import API_VERSION
 from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.journal import Event
@@ -311,15 +311,13 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
             rec["processed_files"] = len(set(files))
             rec["processed"] = sorted(set(files))
         sources.append(rec)
-    return {
-        "api_version": API_VERSION, "kind": "Handoff", "op_id": op_id, "query_id": q.query_id,
+    return document("Handoff", {"op_id": op_id, "query_id": q.query_id,
         "checkpoint": q.checkpoint, "final_epoch": C, "sink": q.sink.position() if q.sink else None,
         "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded,
         **({"sink_snapshot_id": q.sink.table_version} if q.sink is not None and q.sink.kind == "iceberg" else {}),
         "sources": sources, "kafka_starting_offsets": kafka[0] if len(kafka) == 1 else None,
         "successor": ("start a new query with a new checkpoint reading from the positions above: for Kafka, "
-                      "option('startingOffsets', kafka_starting_offsets); for files, only files not in 'processed'"),
-    }
+                      "option('startingOffsets', kafka_starting_offsets); for files, only files not in 'processed'")})
 
 
 # ------------------------------------------------------------------------------ the plan

@@ -638,3 +638,21 @@ def test_journal_events_are_named_in_the_journal_module_only() -> None:
     assert hits == [], hits
     assert {e.value for e in Event} >= {"start", "begin", "done", "finished", "verified", "undo_start", "undo_done",
                                         "undone"}
+
+
+def test_every_document_gets_its_envelope_from_one_module() -> None:
+    """One module owns the JSON envelope (issue 30): inspectors/documents.py `document(kind,
+    body)`; no other module spells `"api_version":` or `"kind":` at the head of a document."""
+    import re
+
+    envelope = re.compile(r"(^|[{,])\s*[\"']api_version[\"']\s*:")  # a dict key, not `key == "api_version":`
+    rooms = sorted({d.split("/")[0] for d in PACKAGE_DIR.values() if d})
+    hits = [f"{p.relative_to(REPO)}:{i}" for room in rooms for p in (REPO / room).rglob("*.py")
+            if p.name != "documents.py"
+            for i, line in enumerate(p.read_text().splitlines(), 1) if envelope.search(line)]
+    assert hits == [], hits
+    from streamctl.inspectors.documents import document
+    from streamctl.inspectors.findings import API_VERSION
+
+    assert list(document("X", {"a": 1, "b": 2})) == ["api_version", "kind", "a", "b"]
+    assert document("X", {})["api_version"] == API_VERSION
