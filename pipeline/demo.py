@@ -2,8 +2,9 @@
 a Tansu broker, the reference pipeline (pipeline/reference.py), its delivery check, streamctl's
 inspection of the result as a subprocess, and the faults that break it the way incidents do.
 
-Only the standard library at import time: PySpark, kafka-python and the broker are imported
-where they run. Lines for the operator go through the `Say` callbacks the command passes in.
+Nothing heavy at import time (the standard library and inspectors/errors.py): PySpark,
+kafka-python and the broker are imported where they run. Lines for the operator go through the
+`Say` callbacks the command passes in.
 """
 from __future__ import annotations
 
