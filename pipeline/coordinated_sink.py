@@ -384,7 +384,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
         data_rel = f"{DATA}/epoch={epoch}"
         data_dir = self._abs(data_rel)
         os.makedirs(data_dir, exist_ok=True)
-        writers = []
+        writers: list[dict[str, Any]] = []
         for m in sorted(msgs, key=lambda m: (m.partition, m.attempt)):
             published = []
             for rel in m.files:

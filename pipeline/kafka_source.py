@@ -574,7 +574,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             out[tp] = earliest[tp] if off == EARLIEST else latest[tp] if off == LATEST else off
         return _ordered(out)
 
-    def latestOffset(self) -> Offsets:
+    def latestOffset(self) -> Offsets:  # type: ignore[override]  # the no-argument form of 4.0-4.2; 4.3 runs it too (tests/test_kafka_source.py)
         tps = self.client.topic_partitions()
         latest = self.client.latest(tps)
         if self.opts.max_offsets is None:
@@ -619,7 +619,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # -- data (executors: a fresh reader unpickled in a Python worker)
 
-    def read(self, partition: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: KafkaInputPartition) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]  # ours are KafkaInputPartitions
         return _read_range(self.opts, partition)
 
 

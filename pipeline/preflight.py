@@ -78,7 +78,9 @@ _ATTRIBUTE = re.compile(r"^(?P<name>.+)#(?P<id>\d+)(?:L|-T\d+ms)?$")
 
 def _split_top(text: str) -> list[str]:
     """`a#1, f(b#2, c#3)` -> the comma-separated items at depth 0."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "([{":
             depth += 1

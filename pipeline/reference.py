@@ -478,7 +478,7 @@ def delivery_check(root: Path, produced: list[dict[str, Any]]) -> dict[str, Any]
     except Exception as exc:  # noqa: BLE001
         report["delta"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
-    ran = QUERIES
+    ran: tuple[str, ...] = QUERIES
     if layout(root, ICEBERG)[0].exists():  # the demo ran with --iceberg
         ran = QUERIES + (ICEBERG,)
         try:

@@ -82,8 +82,8 @@ def scenario_confs(spark: SparkSession, overrides: dict[str, str]) -> Iterator[N
             spark.conf.set(k, v)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                spark.conf.unset(k)
+        for key, was in saved.items():
+            if was is None:
+                spark.conf.unset(key)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(key, was)
