@@ -138,7 +138,7 @@ def test_ctrl_c_cleans_up_every_process(tmp_path: Path) -> None:
     if not STREAMCTL.exists():
         pytest.skip(f"no streamctl entry point at {STREAMCTL}")
     proc = subprocess.Popen([str(STREAMCTL), "demo", "--dir", str(tmp_path / "run"), "--events", "30"],
-                            capture_output=True, text=True, env=_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
                             stdin=subprocess.DEVNULL, start_new_session=True)
     port = None
     lines: list[str] = []
