@@ -85,15 +85,22 @@ def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.Temp
             raise KeyError(f"no example checkpoint named {name!r}; known: {sorted(spark_checkpoints)}") from None
         dest_root = tmp_path_factory.mktemp(f"copy-{name}")
         # symlinks=True: copy links as links; the example trees contain none, but never follow one out.
-        for attempt in range(5):
+        # The shared session's state-store maintenance (every 200 ms) may still write a snapshot of
+        # a stopped example query: a copy taken then holds its `.N.zip.<uuid>.tmp` (a file the
+        # example's restart never reads; align would plan to move it) or fails when it is renamed
+        # away mid-copy (CI saw both on the 3.5 leg). Copy again until the copy caught none.
+        for attempt in range(10):
             try:
                 shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
-                break
-            except shutil.Error:  # RocksDB's maintenance thread renamed a temp file away mid-copy
-                shutil.rmtree(dest_root / name, ignore_errors=True)  # (CI saw `.8.zip.<uuid>.tmp` vanish)
-                if attempt == 4:
-                    raise
-                time.sleep(0.5)
+            except shutil.Error:  # a temp file renamed away mid-copy
+                pass
+            else:
+                if not any((dest_root / name / src_ckpt.name / "state").rglob("*.tmp")):
+                    break
+            shutil.rmtree(dest_root / name, ignore_errors=True)
+            if attempt == 9:
+                raise AssertionError(f"{src_ckpt}: still being written (temp files) after 10 copies")
+            time.sleep(0.5)
         _as_if_written_here(src_ckpt.parent, dest_root / name)
         return dest_root / name / src_ckpt.name
 
