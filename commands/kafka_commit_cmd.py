@@ -9,7 +9,7 @@ import typer
 
 from streamctl.commands import kafka_options, options
 from streamctl.commands.options import BREAK_LOCK_OPT, CHECKPOINT_ARG
-from streamctl.console import context, render
+from streamctl.console import render
 from streamctl.inspectors.documents import document
 
 
@@ -111,7 +111,6 @@ def commit_offsets(
       streamctl kafka commit-offsets orders --group orders-spark --execute
       streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
     """
-    from streamctl.console.config import load_config
     from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.kafka import KafkaBroker, epoch_offsets
     from streamctl.operations import group_offsets, runner
@@ -122,7 +121,7 @@ def commit_offsets(
     if resume or undo:
         if checkpoint or group:
             raise UsageError("--resume/--undo take the operation's backup folder; do not also name a checkpoint or --group")
-        config = load_config(context.CONFIG_PATH)
+        config = options.settings()
         output = options.output_format(fmt, as_json, config)
         _earlier_commit(resume, undo, bootstrap, kafka_config, kafka_timeout, break_lock, output, config)
         return

@@ -73,9 +73,10 @@ def with_kafka_each(queries: list[Any], args: list[str], bootstrap: Optional[str
 
 
 def load(checkpoint: str) -> tuple[Any, Any, str]:
-    from streamctl.console import context
-    from streamctl.console.config import load_config, resolve_checkpoint
+    """The config, the pipeline CHECKPOINT names (or None) and the checkpoint's location."""
+    from streamctl.commands import options
+    from streamctl.console.config import resolve_checkpoint
 
-    config = load_config(context.CONFIG_PATH)
+    config = options.settings()
     location, pipeline = resolve_checkpoint(checkpoint, config)
     return config, pipeline, location
