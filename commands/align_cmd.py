@@ -81,7 +81,7 @@ def align(
       streamctl align --undo /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
     """
     from streamctl.commands import mutation
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
     from streamctl.operations.align import AlignRequest, operation, plan_align
 
     if to not in ("auto", "max") and not to.isdigit():

@@ -36,7 +36,7 @@ def backups(
     """
     from streamctl.console import context
     from streamctl.console.config import load_config, resolve_checkpoint
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
     from streamctl.operations import backups as ops
 
     if checkpoint is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import typer
 
 from streamctl.console import render
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 
 SHELLS = ("bash", "zsh", "fish")
 

@@ -21,7 +21,7 @@ def _command(*words: Optional[str]) -> str:
 def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_id: Optional[str]) -> dict[str, Any]:
     """What to do next, from the inspection `q`: restart as is, stop first, run the exact align
     command (its plan made here, nothing changed), or what align needs / cannot do."""
-    from streamctl.inspectors.errors import StreamctlError
+    from streamctl.formats.errors import StreamctlError
     from streamctl.operations.align import AlignRequest, plan_align
     from streamctl.operations.plan import Refused
 

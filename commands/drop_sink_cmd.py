@@ -105,7 +105,7 @@ def drop_sink(
     """
     from streamctl.commands import mutation
     from streamctl.console.config import resolve_target
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
     from streamctl.operations import runner, teardown
 
     say = _say(as_json)

@@ -94,8 +94,8 @@ def inspect_epochs(
     """
     import time
 
+    from streamctl.formats.errors import UsageError
     from streamctl.inspectors import fleet
-    from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.report import epoch_report_of_records
     from streamctl.operations import trim
 

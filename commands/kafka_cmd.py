@@ -69,8 +69,8 @@ def retention_floor(
       streamctl kafka retention-floor /data/chk/orders --keep-epochs 20
       streamctl kafka retention-floor orders --keep-rollback-to 1200 --json
     """
+    from streamctl.formats.errors import UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.errors import UsageError
     from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
     from streamctl.operations.plan import Refused
     from streamctl.operations.trim import oldest_kept_epoch

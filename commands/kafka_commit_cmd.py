@@ -111,7 +111,7 @@ def commit_offsets(
       streamctl kafka commit-offsets orders --group orders-spark --execute
       streamctl kafka commit-offsets --undo /data/chk/orders/_streamctl/backups/kafka-commit-offsets-20261121T030000Z-1a2b
     """
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
     from streamctl.inspectors.kafka import KafkaBroker, epoch_offsets
     from streamctl.operations import group_offsets, runner
     from streamctl.operations.plan import Refused

@@ -28,7 +28,7 @@ def kafka_settings(bootstrap: Optional[str], kafka_config: Optional[list[str]], 
     import os
 
     from streamctl.console.config import setting
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
 
     piped = dict(pipeline.kafka) if pipeline is not None else {}
     servers = bootstrap or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP") or piped.pop("bootstrap", None) \

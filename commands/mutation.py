@@ -20,7 +20,7 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     pipeline's sink filling in what the flags leave out."""
     from streamctl.console import context
     from streamctl.console.config import load_config, resolve_target
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
 
     if resume and undo:
         raise UsageError("--resume and --undo cannot be combined")

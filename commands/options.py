@@ -100,7 +100,7 @@ def targets(args: list[str], sinks: Optional[list[str]], sink_kind: SinkKind, ap
     """(checkpoint, sink, sink kind, app id) per argument, by console/config.py resolve_target. --sink
     is given once per checkpoint, in order."""
     from streamctl.console.config import resolve_target
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
 
     if sinks and len(sinks) != len(args):
         raise UsageError(f"--sink was given {len(sinks)} time(s) for {len(args)} checkpoint(s): give one per checkpoint, in order")

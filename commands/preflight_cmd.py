@@ -34,8 +34,8 @@ def preflight(
     """
     from streamctl.console.errors import fail
     from streamctl.console.exit_codes import ExitCode
+    from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.errors import StorageError, UsageError
     from streamctl.inspectors.findings import finding_records, verdict_of
     from streamctl.inspectors.preflight import compare_keys, compare_operators
     from streamctl.pipeline.preflight import VERIFIED, load_query, state_keys, stateful_operators

@@ -46,7 +46,7 @@ def stop(
       streamctl stop /data/chk/orders --no-wait --json
     """
     from streamctl.console.config import load_config, resolve_checkpoint
-    from streamctl.inspectors.errors import StorageError, UsageError
+    from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.lease import lease_status, read_lease
     from streamctl.operations.stop import (
         describe_expired,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 
 T = TypeVar("T")
 

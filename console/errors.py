@@ -16,8 +16,8 @@ import typer
 from typer.core import TyperGroup
 
 from streamctl.console.exit_codes import ExitCode
+from streamctl.formats.errors import StorageError, StreamctlError, UsageError
 from streamctl.inspectors.documents import document
-from streamctl.inspectors.errors import StorageError, StreamctlError, UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

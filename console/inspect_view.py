@@ -29,7 +29,7 @@ def check_output_paths(jsonl: Optional[str], parquet: Optional[str], metrics: Op
     """UsageError when the folder of an output file given does not exist (before any inspection)."""
     import os
 
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
 
     for flag, path in (("--output-jsonl", jsonl), ("--output-parquet", parquet), ("--metrics-file", metrics)):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(os.path.expanduser(path)))):
@@ -38,8 +38,8 @@ def check_output_paths(jsonl: Optional[str], parquet: Optional[str], metrics: Op
 
 def write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: float, duration: float,
                    jsonl: Optional[str], parquet: Optional[str], metrics_file: Optional[str]) -> None:
+    from streamctl.formats.errors import StreamctlError
     from streamctl.inspectors import fleet
-    from streamctl.inspectors.errors import StreamctlError
 
     try:
         if jsonl:

@@ -87,7 +87,7 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
 
 def _backup_size(backup: Any) -> str:
     """`N file(s), X MiB` the backup holds (its files/ folder: one listing), or `size unknown`."""
-    from streamctl.inspectors.errors import StorageError
+    from streamctl.formats.errors import StorageError
     from streamctl.inspectors.findings import human_bytes
 
     try:

@@ -11,7 +11,12 @@ import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.formats.commits import CommitEntry, parse_commit
+from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.metadata import parse_query_metadata
+from streamctl.formats.names import batch_id_of
+from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets, source_id_of
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.findings import (
     ERROR,
     INFO,
@@ -26,19 +31,7 @@ from streamctl.inspectors.findings import (
     verdict_of,
 )
 from streamctl.inspectors.lease import retired_record
-from streamctl.inspectors.logs import (
-    CommitEntry,
-    LogListing,
-    OffsetEntry,
-    SourceId,
-    batch_id_of,
-    classify_log_names,
-    load_json,
-    parse_commit,
-    parse_offsets,
-    parse_query_metadata,
-    source_id_of,
-)
+from streamctl.inspectors.logs import LogListing, classify_log_names
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (

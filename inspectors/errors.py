@@ -1,28 +1,10 @@
-"""Typed errors raised by the read side. They carry no exit codes: console/errors.py maps them."""
+"""The read side's helper for reporting an inspection's unreadable files as an error. The error
+types themselves live below every room, in formats/errors.py."""
 from __future__ import annotations
 
 from typing import Any
 
-
-class StreamctlError(Exception):
-    """Base of every error streamctl reports as a one-line message instead of a traceback."""
-
-
-class StorageError(StreamctlError):
-    """A path could not be listed or read (missing, permission denied, unreachable, a loop...)."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-class NotACheckpoint(StorageError):
-    """The folder exists but holds nothing a Spark checkpoint would."""
-
-
-class UsageError(StreamctlError):
-    """Bad values given by the user (flags, config, pipeline names): exit 2."""
+from streamctl.formats.errors import StorageError
 
 
 def raise_unreadable(q: Any) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage, atomic_write, write_text_atomic
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.findings import Finding, summarize
-from streamctl.inspectors.logs import load_json
 from streamctl.inspectors.storage import Storage
 
 METADATA_DIR = "metadata"
@@ -43,7 +43,7 @@ _PINNED: dict[str, tuple[str, str]] = {}  # table location (Storage.display) -> 
 def catalog_table(spec: str) -> Any:
     """The pyiceberg table a `catalog:<name>/<namespace>.<table>` spec names (StorageError naming
     only the spec: the catalog's own error text may hold credentials)."""
-    from streamctl.inspectors.errors import UsageError
+    from streamctl.formats.errors import UsageError
 
     name, _, ident = spec[len(CATALOG_PREFIX):].partition("/")
     if not name or not ident or "." not in ident:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from streamctl.formats.errors import StreamctlError, UsageError
+from streamctl.formats.offsets import SourceId
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.checkpoint import QueryInspection
-from streamctl.inspectors.errors import StreamctlError, UsageError
 from streamctl.inspectors.findings import Finding, summarize
-from streamctl.inspectors.logs import SourceId, load_json
 
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential")
 
@@ -442,9 +443,10 @@ def epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, 
     """The query, the epoch `epoch` names (committed, planned or a batch id), its Kafka offsets
     merged over the query's Kafka sources, and each Kafka source's raw line (byte-exact as Spark
     logged it: a successor's startingOffsets). UsageError names what is missing."""
+    from streamctl.formats.errors import UsageError
+    from streamctl.formats.offsets import parse_offsets
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.errors import UsageError, raise_unreadable
-    from streamctl.inspectors.logs import parse_offsets
+    from streamctl.inspectors.errors import raise_unreadable
     from streamctl.inspectors.storage import Storage
 
     q = inspect_checkpoint(location)

@@ -20,7 +20,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
-from streamctl.inspectors.logs import LogParseError, load_json
+from streamctl.formats.errors import LogParseError
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import Storage
 
 FOLDER = "_streamctl"

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 
 Line = tuple[int, int]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
 from streamctl.inspectors.storage import Entry, Storage
 
 

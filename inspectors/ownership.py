@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StreamctlError
+from streamctl.formats.errors import StreamctlError
 from streamctl.inspectors.findings import Finding, ids_of, missing_ranges, ranges_text
 from streamctl.inspectors.storage import Storage
 
@@ -63,7 +63,7 @@ def foreign_batches(ck: Storage, q: Any, sink: Any) -> list[int]:
     if sink.kind != "file" or sink.epoch is None or o is None:
         return []
     try:
-        from streamctl.inspectors.logs import parse_offsets
+        from streamctl.formats.offsets import parse_offsets
         from streamctl.inspectors.sinks import list_file_sink_log
 
         ts = parse_offsets(ck.read(f"offsets/{o}"), ck.uri(f"offsets/{o}"), o).metadata.get("batchTimestampMs")

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 from urllib.parse import quote, unquote, urlparse
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
 from streamctl.inspectors.storage import Storage
 
 MAX_DEPTH = 16  # partition folders a relative path may have (`a=1/b=2/part-...`)

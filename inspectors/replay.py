@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
-from streamctl.inspectors.errors import StreamctlError
-from streamctl.inspectors.logs import OffsetEntry, SourceId
+from streamctl.formats.errors import StreamctlError
+from streamctl.formats.offsets import OffsetEntry, SourceId
 from streamctl.inspectors.sources import SourceInfo, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 

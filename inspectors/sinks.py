@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.formats.errors import LogParseError, StorageError, StreamctlError
+from streamctl.formats.names import is_temp_name
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.findings import (
     MAX_LISTED,
     WARNING,
@@ -29,7 +31,6 @@ from streamctl.inspectors.findings import (
     ranges_text,
     summarize,
 )
-from streamctl.inspectors.logs import LogParseError, is_temp_name, load_json
 from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 

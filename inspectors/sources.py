@@ -6,17 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import LogParseError, StorageError
+from streamctl.formats.names import batch_id_of
+from streamctl.formats.offsets import SourceId
+from streamctl.formats.reader import decode_text, json_object, parse_version_line, split_lines
 from streamctl.inspectors.findings import missing_ranges
-from streamctl.inspectors.logs import (
-    LogParseError,
-    SourceId,
-    _decode,
-    _json_object,
-    _lines,
-    batch_id_of,
-    parse_version_line,
-)
 from streamctl.inspectors.storage import Storage
 
 COMPACTIBLE_MAX_VERSION = 1
@@ -39,13 +33,13 @@ def parse_kafka_initial_offsets(data: bytes, path: str) -> KafkaInitialOffsets:
     if len(data) < 2:
         raise LogParseError(path, "empty or truncated Kafka initial-offset file")
     lead = data[0]
-    text = _decode(data[1:], path)
+    text = decode_text(data[1:], path)
     version: Optional[int] = None
     body = text
     if text.startswith("v"):
         first, _, body = text.partition("\n")
         version = parse_version_line(first, path, KAFKA_INITIAL_MAX_VERSION)
-    obj = _json_object(body.strip(), path, "Kafka initial offsets")
+    obj = json_object(body.strip(), path, "Kafka initial offsets")
     offsets: dict[str, dict[str, int]] = {}
     for topic, parts in obj.items():
         if not isinstance(parts, dict) or not all(isinstance(v, int) for v in parts.values()):
@@ -59,7 +53,7 @@ def parse_rate_start(data: bytes, path: str) -> Optional[int]:
     `v1`, a newline, the query's start time in ms as a `LongOffset` (a bare JSON number). None
     when the file does not have that shape (another source's log); LogParseError on a version
     above v1, as Spark's `validateVersion` refuses it."""
-    text = _decode(data, path)
+    text = decode_text(data, path)
     first, nl, body = text.partition("\n")
     if not nl or not first.startswith("v") or not body.strip().isascii() or not body.strip().isdigit() \
             or len(body.strip()) > 19:  # a LongOffset: never int() of 100,000 digits
@@ -79,13 +73,13 @@ class CompactibleBatch:
 
 def parse_compactible(data: bytes, path: str, batch_id: int, compact: bool) -> CompactibleBatch:
     """`v1` then one JSON object per line (file sink: SinkFileStatus; file source: FileEntry)."""
-    lines = _lines(_decode(data, path))
+    lines = split_lines(decode_text(data, path))
     parse_version_line(lines[0], path, COMPACTIBLE_MAX_VERSION)
     entries = []
     for i, line in enumerate(lines[1:]):
         if not line.strip():
             continue
-        entries.append(_json_object(line, path, f"line {i + 2}"))
+        entries.append(json_object(line, path, f"line {i + 2}"))
     return CompactibleBatch(batch_id, compact, tuple(entries))
 
 

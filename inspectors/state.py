@@ -23,16 +23,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Optional
 
-from streamctl.inspectors.errors import StorageError
-from streamctl.inspectors.logs import (
-    LogParseError,
-    _decode,
-    _lines,
-    is_hadoop_crc,
-    is_temp_name,
-    load_json,
-    parse_version_line,
-)
+from streamctl.formats.errors import LogParseError, StorageError
+from streamctl.formats.names import is_hadoop_crc, is_temp_name
+from streamctl.formats.reader import decode_text, load_json, parse_version_line, split_lines
 from streamctl.inspectors.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -173,7 +166,7 @@ class StateFiles:
 
 
 def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
-    lines = _lines(_decode(data, path))
+    lines = split_lines(decode_text(data, path))
     version = parse_version_line(lines[0], path, OPERATOR_METADATA_MAX_VERSION)
     body = "\n".join(lines[1:]).strip()
     try:
@@ -631,7 +624,7 @@ def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
     object stores). StorageError when it is not such a zip."""
     import zipfile
 
-    from streamctl.inspectors.logs import load_json
+    from streamctl.formats.reader import load_json
 
     try:
         with storage.open_random(rel) as fh, zipfile.ZipFile(fh) as zf:

@@ -23,7 +23,7 @@ import stat as stat_mod
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar
 from urllib.parse import parse_qsl, urlparse
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow.fs

@@ -18,9 +18,10 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
+from streamctl.formats.names import batch_id_of, is_temp_name
+from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
-from streamctl.inspectors.logs import batch_id_of, is_temp_name, parse_offsets
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
 from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log

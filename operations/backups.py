@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
+from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.operations.files import Root
 
 BACKUPS = "_streamctl/backups"

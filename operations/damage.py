@@ -25,8 +25,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.logs import parse_commit, parse_offsets, parse_query_metadata
+from streamctl.formats.commits import parse_commit
+from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.metadata import parse_query_metadata
+from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.operations.plan import Refused, Step

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from streamctl.inspectors.errors import StorageError, StreamctlError
-from streamctl.inspectors.logs import load_json
+from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
 from streamctl.operations.files import Root, rename_outcomes, run_renames

@@ -20,7 +20,7 @@ import uuid
 import zlib
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir, parallel_map
 from streamctl.operations.coprocess import rename_all, renameat2
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from streamctl.inspectors.logs import load_json
+from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Refused, Step

@@ -17,7 +17,8 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from streamctl.inspectors.errors import StreamctlError, raise_unreadable
+from streamctl.formats.errors import StreamctlError
+from streamctl.inspectors.errors import raise_unreadable
 
 EXACTLY_ONCE = "exactly-once"
 DUPLICATES = "duplicates"

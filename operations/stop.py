@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from streamctl.inspectors.errors import StorageError, UsageError
+from streamctl.formats.errors import StorageError, UsageError
 from streamctl.inspectors.lease import STOP_FILE, STOP_VERSION, Lease, lease_status, now_ms, read_lease
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import Root

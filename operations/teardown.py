@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
+from streamctl.formats.errors import StorageError
 from streamctl.inspectors.documents import document
-from streamctl.inspectors.errors import StorageError
 from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.operations.files import Root, crc_name
 from streamctl.operations.journal import Event

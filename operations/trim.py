@@ -217,7 +217,7 @@ def reclaimable(checkpoint: str, sink: Optional[str], sink_kind: str, app_id: Op
                 quiet: float, inspection: Any = None) -> dict[str, Any]:
     """What `streamctl trim --keep-epochs N` would reclaim, or why it would refuse (`inspect epochs
     --reclaimable`: a plan, nothing changed)."""
-    from streamctl.inspectors.errors import StreamctlError
+    from streamctl.formats.errors import StreamctlError
 
     try:
         plan, sizes = plan_trim(TrimRequest(checkpoint, sink, sink_kind, app_id, quiet, keep_epochs=keep_epochs),

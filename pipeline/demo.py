@@ -2,7 +2,7 @@
 a Tansu broker, the reference pipeline (pipeline/reference.py), its delivery check, streamctl's
 inspection of the result as a subprocess, and the faults that break it the way incidents do.
 
-Nothing heavy at import time (the standard library and inspectors/errors.py): PySpark,
+Nothing heavy at import time (the standard library and formats/errors.py): PySpark,
 kafka-python and the broker are imported where they run. Lines for the operator go through the
 `Say` callbacks the command passes in.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 
 FAULTS: dict[str, str] = {
     "sink-ahead": "restore an older copy of the file sink's checkpoint: its newest offsets/commits batches "

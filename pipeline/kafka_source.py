@@ -710,7 +710,7 @@ def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> tup
     """(batch id, the source's offset line as Spark wrote it, ``-`` for none yet) of the latest
     batch that has both ``offsets/N`` and ``commits/N`` in `checkpoint`; (None, None) when there is
     none. ``offsets/N`` is read by the one reader of that format (inspectors/logs.py parse_offsets)."""
-    from streamctl.inspectors.logs import parse_offsets
+    from streamctl.formats.offsets import parse_offsets
 
     ckpt = Path(checkpoint)
     try:

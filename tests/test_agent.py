@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from streamctl.formats.errors import LogParseError
 from streamctl.inspectors.lease import Lease, lease_status, read_lease, read_stop_request
-from streamctl.inspectors.logs import LogParseError
 from streamctl.inspectors.storage import Storage
 from streamctl.pipeline.agent import now_ms, write_json_atomic
 

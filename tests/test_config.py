@@ -9,7 +9,7 @@ import pytest
 
 from streamctl.console import config as cfg
 from streamctl.console.config import Config, Pipeline, load_config, resolve_checkpoint, setting
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 
 SECRET = "hunter2-Zq9"  # must never appear in a message or in redacted output
 
@@ -287,7 +287,7 @@ def test_config_unreadable_file(tmp_path: Path) -> None:
         path = write(Path(base), FULL)
         os.chmod(path, 0o600)
         code = ("import sys\nfrom streamctl.console.config import load_config\n"
-                "from streamctl.inspectors.errors import UsageError\n"
+                "from streamctl.formats.errors import UsageError\n"
                 "try:\n    load_config(sys.argv[1])\nexcept UsageError as e:\n    print(e)\n")
         r = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                             sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)

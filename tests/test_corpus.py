@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import CORPUS
+from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint import inspect_checkpoint
-from streamctl.inspectors.logs import parse_offsets
 from streamctl.inspectors.sources import parse_kafka_initial_offsets, read_compactible_log
 from streamctl.inspectors.storage import Storage
 
@@ -114,7 +114,7 @@ def test_kafka_offset_fixtures():
     folder = CORPUS / "kafka-0-10-sql-offset-fixtures"
     old = parse_kafka_initial_offsets((folder / "kafka-source-initial-offset-version-2.1.0.bin").read_bytes(), "x")
     assert old.version is None and old.offsets
-    from streamctl.inspectors.logs import LogParseError
+    from streamctl.formats.errors import LogParseError
 
     with pytest.raises(LogParseError, match="v99999"):
         parse_kafka_initial_offsets((folder / "kafka-source-initial-offset-future-version.bin").read_bytes(), "x")

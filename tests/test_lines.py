@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import SPARK35
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 from streamctl.inspectors.lines import parse_line
 
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"

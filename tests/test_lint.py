@@ -10,7 +10,7 @@ from pathlib import Path
 
 from helpers.paths import REPO
 
-ROOMS = ["cli", "commands", "console", "inspectors", "operations", "pipeline", "fixtures", "completions", "bench"]
+ROOMS = ["cli", "commands", "console", "formats", "inspectors", "operations", "pipeline", "fixtures", "completions", "bench"]
 
 
 def _ruff() -> list[str]:
@@ -23,7 +23,7 @@ def test_ruff_passes_on_every_room() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-TYPED_ROOMS = ["inspectors", "operations", "console", "commands", "cli", "pipeline"]  # the rooms mypy checks (issue 30)
+TYPED_ROOMS = ["formats", "inspectors", "operations", "console", "commands", "cli", "pipeline"]  # the rooms mypy checks (issue 30)
 
 
 def test_mypy_passes_on_the_core_rooms(tmp_path: Path) -> None:

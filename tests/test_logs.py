@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from streamctl.inspectors.logs import (
-    LogParseError,
-    classify_log_names,
-    parse_commit,
-    parse_offsets,
-    parse_query_metadata,
-)
+from streamctl.formats.commits import parse_commit
+from streamctl.formats.errors import LogParseError
+from streamctl.formats.metadata import parse_query_metadata
+from streamctl.formats.offsets import parse_offsets
+from streamctl.inspectors.logs import classify_log_names
 from streamctl.inspectors.sources import compactible_name, parse_compactible, parse_kafka_initial_offsets
 from streamctl.inspectors.state import parse_operator_metadata
 

@@ -93,7 +93,7 @@ def test_the_lock_is_the_stores_conditional_create(store):
 
 
 def test_hdfs_stays_refused_for_changes_with_one_line():
-    from streamctl.inspectors.errors import StorageError
+    from streamctl.formats.errors import StorageError
     from streamctl.operations.files import Root
 
     with pytest.raises(StorageError, match="changes on HDFS are refused") as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import SPARK35
-from streamctl.inspectors.errors import StorageError
+from streamctl.formats.errors import StorageError
 from streamctl.operations.executor import MANIFEST_FILE, Executor
 from streamctl.operations.files import Root, hadoop_crc
 from streamctl.operations.journal import CRASH_EXIT, JOURNAL_FILE, Conflict

@@ -202,7 +202,7 @@ sys.exit(2)
 os._exit(1)
 raise SystemExit(3)
 import pyarrow.fs, logging
-from streamctl.inspectors.errors import UsageError
+from streamctl.formats.errors import UsageError
 logging.getLogger(__name__).info("fine")
 """
 
@@ -487,13 +487,14 @@ def test_installed_wheel_imports_every_shipped_module_without_extras(installed: 
 # checkpoints for tests and `./dev examples` (`fixtures/`) stands on the PySpark side, and no
 # runtime room imports it.
 LAYERS: dict[str, set[str]] = {
-    "inspectors": {"inspectors"},
-    "operations": {"operations", "inspectors"},
-    "pipeline": {"pipeline", "inspectors"},
-    "fixtures": {"fixtures", "pipeline", "inspectors"},  # builds example checkpoints: tests, ./dev examples
-    "console": {"console", "operations", "inspectors"},
-    "commands": {"commands", "console", "operations", "inspectors", "pipeline"},
-    "cli": {"cli", "commands", "console", "operations", "inspectors"},
+    "formats": {"formats"},  # the bottom: every on-disk format's bytes, and the error types
+    "inspectors": {"inspectors", "formats"},
+    "operations": {"operations", "inspectors", "formats"},
+    "pipeline": {"pipeline", "inspectors", "formats"},
+    "fixtures": {"fixtures", "pipeline", "inspectors", "formats"},  # builds example checkpoints: tests, ./dev examples
+    "console": {"console", "operations", "inspectors", "formats"},
+    "commands": {"commands", "console", "operations", "inspectors", "pipeline", "formats"},
+    "cli": {"cli", "commands", "console", "operations", "inspectors", "formats"},
     "completions": {"completions"},
 }
 ONLY_THE_APP_REGISTERS_COMMANDS = "streamctl.cli.app"
@@ -552,6 +553,9 @@ def test_the_layer_check_sees_each_kind_of_violation() -> None:
         ("commands", "streamctl.commands.demo_cmd", "def f():\n    from streamctl.fixtures import examples\n"),
         ("operations", "streamctl.operations.align", "import streamctl.fixtures.state_features\n"),
         ("fixtures", "streamctl.fixtures.examples", "from streamctl.operations.files import Root\n"),
+        # formats/ is the bottom: it knows bytes, never who reads or writes them
+        ("formats", "streamctl.formats.offsets", "from streamctl.inspectors.storage import Storage\n"),
+        ("formats", "streamctl.formats.journal", "def f():\n    from streamctl.operations.files import Root\n"),
     ]
     for room, me, code in cases:
         assert len(module_layer_problems(room, me, ast.parse(code), "x.py")) == 1, (room, code)

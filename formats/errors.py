@@ -1,0 +1,35 @@
+"""The error types every room raises, at the bottom of the layers (docs/development.md#layers).
+
+They carry no exit codes: console/errors.py maps them (docs/commands.md#exit-codes).
+"""
+from __future__ import annotations
+
+
+class StreamctlError(Exception):
+    """Base of every error streamctl reports as a one-line message instead of a traceback."""
+
+
+class StorageError(StreamctlError):
+    """A path could not be listed or read (missing, permission denied, unreachable, a loop...)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class NotACheckpoint(StorageError):
+    """The folder exists but holds nothing a Spark checkpoint would."""
+
+
+class UsageError(StreamctlError):
+    """Bad values given by the user (flags, config, pipeline names): exit 2."""
+
+
+class LogParseError(StreamctlError):
+    """A file Spark (or streamctl, for its own formats) would refuse to read. `reason` is one line."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

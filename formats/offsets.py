@@ -1,0 +1,92 @@
+"""`offsets/<batch>`: OffsetSeq, the write-ahead log of what each batch reads (v1: one line per source
+in order; v2, Spark 4.3+: `<sourceId>:<offset>` lines) and OffsetSeqMetadata
+(docs/formats/checkpoint.md#offsets). Offset strings are kept byte-exact: Spark compares offsets
+by their JSON text.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from streamctl.formats.errors import LogParseError
+from streamctl.formats.reader import decode_text, json_object, load_json, parse_version_line, split_lines
+
+OFFSETS_MAX_VERSION = 2  # v1 by default; v2 (`sourceId:offset` lines) from Spark 4.3.0
+
+SourceId = Union[int, str]  # the source's ordinal, or its name (`DataStreamReader.name`, 4.2+)
+_SOURCE_NAME_RE = re.compile(r"^[A-Za-z0-9_]+$")  # what `DataStreamReader.name` accepts
+
+
+def source_id_of(text: str) -> Optional[SourceId]:
+    """A source id as offsets v2 lines and `sources/<id>/` folders spell it: an ordinal (`0`) or,
+    with source evolution (`spark.sql.streaming.queryEvolution.enableSourceEvolution`, 4.2+), the
+    name given by `DataStreamReader.name`; None for anything else."""
+    if text.isdigit():
+        return int(text) if len(text) <= 10 else None  # an ordinal is an Int; never int() of 100,000 digits
+    return text if _SOURCE_NAME_RE.match(text) else None
+
+
+def source_sort_key(sid: SourceId) -> tuple[int, int, str]:
+    """Ordinals first, in order, then names."""
+    return (0, sid, "") if isinstance(sid, int) else (1, 0, sid)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOffset:
+    """One source's line: `raw` is the exact text Spark wrote, None for `-` (no offset yet)."""
+
+    source_id: SourceId
+    raw: Optional[str]
+
+    def parsed(self) -> Any:
+        return None if self.raw is None else load_json(self.raw)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetEntry:
+    batch_id: int
+    version: int
+    metadata: Mapping[str, Any]  # OffsetSeqMetadata (empty when the line is empty)
+    sources: tuple[SourceOffset, ...]
+
+    @property
+    def conf(self) -> Mapping[str, str]:
+        conf = self.metadata.get("conf")
+        return conf if isinstance(conf, dict) else {}
+
+    @property
+    def watermark_ms(self) -> Optional[int]:
+        value = self.metadata.get("batchWatermarkMs")
+        return value if isinstance(value, int) else None
+
+
+def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
+    """Parse `offsets/<batch_id>` (v1: one line per source in order; v2: `<id>:<json>` lines)."""
+    lines = split_lines(decode_text(data, path))
+    version = parse_version_line(lines[0], path, OFFSETS_MAX_VERSION)
+    if len(lines) < 2:
+        raise LogParseError(path, "truncated: no metadata line after the version line")
+    meta_text = lines[1].strip()
+    metadata = json_object(meta_text, path, "metadata line") if meta_text else {}
+    sources: list[SourceOffset] = []
+    for i, line in enumerate(lines[2:]):
+        sid: Optional[SourceId]
+        if version == 1:
+            sid, text = i, line
+        else:
+            head, sep, text = line.partition(":")
+            sid = source_id_of(head.strip()) if sep else None
+            if sid is None:
+                raise LogParseError(path, f"line {i + 3}: expected '<sourceId>:<offset>'")
+        if text.strip() == "-":
+            sources.append(SourceOffset(sid, None))
+            continue
+        try:
+            load_json(text)
+        except json.JSONDecodeError as exc:
+            raise LogParseError(path, f"source {sid} offset is not valid JSON ({exc.msg})") from None
+        sources.append(SourceOffset(sid, text))
+    sources.sort(key=lambda s: source_sort_key(s.source_id))
+    return OffsetEntry(batch_id, version, metadata, tuple(sources))
