@@ -13,16 +13,22 @@ What it does:
    per operator. Every file has the hidden Hadoop `.<name>.crc` sidecar that Hadoop's local
    checksummed filesystem writes, with a *valid* CRC32 so that Spark's reader accepts the tree.
    The tree is cached under .bench/ (git-ignored); `--rebuild` forces a new one.
-2. Times, after one warm-up run each (page cache and dentry cache warm):
+2. Times, after one warm-up run each (page cache and dentry cache warm), in --runs alternating
+   rounds (each round runs a, b, the two Python floors and c once, in that order, so find and
+   inspect are always side by side):
    a. `find <chk> -type f | wc -l`              (baseline: a bare listing of the tree)
    b. `streamctl inspect epochs <chk> --format json > /dev/null`  (subprocess, interpreter start
       included)
    c. `streamctl --help`                          (start-up cost of the CLI alone)
+   and then, in-process:
    d. Spark's own reader, `spark.read.format("state-metadata").load(<chk>).collect()`, in a
       PySpark local[2] session; session start-up is reported separately and is NOT included in
       the reader's figure. `--no-spark` skips this part.
-3. Prints a table with best and median wall time and two targets:
-   streamctl within 5x of `find`, and Spark's reader >= 20x slower than streamctl (medians).
+3. Prints a table with best and median wall time; a table of the ratios with their floor beside
+   them (inspect / find, goal 3x, issue 23; inspect / the Python walk), each as the ratio of the
+   medians and the median and range of the per-round ratios; a rough split of inspect's median;
+   and two targets: streamctl within 3x of `find`, and Spark's reader >= 20x slower than
+   streamctl (medians).
 
 Only the standard library is imported at module level; PySpark is imported inside part d.
 """
@@ -58,7 +64,7 @@ BASE_TIMESTAMP_MS = 1_700_000_000_000
 BATCH_INTERVAL_MS = 60_000
 
 # Targets.
-STREAMCTL_MAX_RATIO_VS_FIND = 5.0
+STREAMCTL_MAX_RATIO_VS_FIND = 3.0    # issue 23 item 1 (it was 5x before)
 SPARK_MIN_RATIO_VS_STREAMCTL = 20.0
 
 
@@ -107,11 +113,12 @@ OFFSET_CONF = {
 }
 
 
-def offsets_file(batch: int) -> bytes:
+def offsets_file(batch: int, partitions: int = N_PARTITIONS) -> bytes:
     meta = {
         "batchWatermarkMs": 0,
         "batchTimestampMs": BASE_TIMESTAMP_MS + batch * BATCH_INTERVAL_MS,
-        "conf": OFFSET_CONF,
+        # the same key order as OFFSET_CONF: the default tree's bytes do not change
+        "conf": dict(OFFSET_CONF, **{"spark.sql.shuffle.partitions": str(partitions)}),
     }
     # v1, metadata line, one line per source (a file source); no trailing newline.
     lines = ["v1", json.dumps(meta, separators=(",", ":")), json.dumps({"logOffset": batch}, separators=(",", ":"))]
@@ -121,10 +128,10 @@ def offsets_file(batch: int) -> bytes:
 COMMIT_FILE = b'v1\n{"nextBatchWatermarkMs":0}'
 
 
-def operator_metadata_v1(op: int) -> bytes:
+def operator_metadata_v1(op: int, partitions: int = N_PARTITIONS) -> bytes:
     body = {
         "operatorInfo": {"operatorId": op, "operatorName": "stateStoreSave"},
-        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": N_PARTITIONS}],
+        "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": partitions}],
     }
     return b"v1\n" + json.dumps(body, separators=(",", ":")).encode()
 
@@ -139,8 +146,10 @@ def schema_file_v2() -> bytes:
     return out
 
 
-def build_checkpoint(target: Path) -> int:
-    """Build the synthetic checkpoint at `target` (atomically: build aside, then rename)."""
+def build_checkpoint(target: Path, partitions: int = N_PARTITIONS) -> int:
+    """Build the synthetic checkpoint at `target` (atomically: build aside, then rename).
+    `partitions`: shuffle partitions per operator (the benchmark's 200 unless a smaller tree is
+    asked for, as bench_s3.py does)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f"{target.name}.building-{os.getpid()}")
     if tmp.exists():
@@ -156,7 +165,7 @@ def build_checkpoint(target: Path) -> int:
     os.mkdir(offsets)
     os.mkdir(commits)
     for batch in range(FIRST_BATCH, LAST_BATCH + 1):
-        count += write_with_crc(offsets, str(batch), offsets_file(batch))
+        count += write_with_crc(offsets, str(batch), offsets_file(batch, partitions))
         count += write_with_crc(commits, str(batch), COMMIT_FILE)
 
     # State version v is written by batch v-1, so batches 400..499 produce versions 401..500.
@@ -175,8 +184,8 @@ def build_checkpoint(target: Path) -> int:
         os.mkdir(op_dir)
         meta_dir = os.path.join(op_dir, "_metadata")
         os.mkdir(meta_dir)
-        count += write_with_crc(meta_dir, "metadata", operator_metadata_v1(op))
-        for part in range(N_PARTITIONS):
+        count += write_with_crc(meta_dir, "metadata", operator_metadata_v1(op, partitions))
+        for part in range(partitions):
             part_dir = os.path.join(op_dir, str(part))
             os.mkdir(part_dir)
             if part == 0:
@@ -218,7 +227,7 @@ def count_files(path: Path) -> int:
     return n
 
 
-def ensure_checkpoint(target: Path, rebuild: bool, log) -> dict:
+def ensure_checkpoint(target: Path, rebuild: bool, log, partitions: int = N_PARTITIONS) -> dict:
     stamp = stamp_path(target)
     info = None
     if not rebuild and target.is_dir() and stamp.is_file():
@@ -226,13 +235,15 @@ def ensure_checkpoint(target: Path, rebuild: bool, log) -> dict:
             info = json.loads(stamp.read_text())
         except ValueError:
             info = None
-        if info and info.get("generator_version") != GENERATOR_VERSION:
+        # a stamp without "partitions" is from before the shape could change: the default shape
+        if info and (info.get("generator_version") != GENERATOR_VERSION
+                     or info.get("partitions", N_PARTITIONS) != partitions):
             info = None
     if info is None:
         log(f"building synthetic checkpoint at {target} (once; cached) ...")
         t0 = time.perf_counter()
-        written = build_checkpoint(target)
-        info = {"generator_version": GENERATOR_VERSION, "files_written": written,
+        written = build_checkpoint(target, partitions)
+        info = {"generator_version": GENERATOR_VERSION, "partitions": partitions, "files_written": written,
                 "build_seconds": round(time.perf_counter() - t0, 2)}
         stamp.write_text(json.dumps(info))
         log(f"built {written} files in {info['build_seconds']} s")
@@ -260,25 +271,56 @@ def first_line(text: str) -> str:
     return lines[0][:200]
 
 
-def time_command(argv: list[str], runs: int, check=None, env=None) -> dict:
-    """One warm-up run (validated by `check`), then `runs` timed runs with stdout to /dev/null."""
-    t0 = time.perf_counter()
-    warm = subprocess.run(argv, capture_output=True, text=True, env=env)
-    warm_s = time.perf_counter() - t0
-    problem = check(warm) if check else (None if warm.returncode == 0 else "")
-    if problem is not None:
-        return {"ok": False, "error": "failed: " + (problem or first_line(warm.stderr)),
-                "returncode": warm.returncode}
-    times = []
-    for _ in range(runs):
+def time_alternating(tools: list[tuple[str, list[str], object]], runs: int) -> dict[str, dict]:
+    """Time several commands in alternating rounds: one untimed warm-up of each (validated by its
+    `check(result) -> problem or None`; no check: exit code 0), then `runs` rounds, each running every command once in the order
+    given (find, inspect, find, inspect, ...). A load spike from another process then falls on
+    the same round of every tool instead of on one tool's whole series, and each round gives a
+    ratio of its own (`times_s[i]` of two tools are from round i). A tool whose warm-up fails,
+    or whose exit code changes, is reported as failed and leaves the rounds."""
+    results: dict[str, dict] = {}
+    live: list[tuple[str, list[str], int]] = []
+    for key, argv, check in tools:
         t0 = time.perf_counter()
-        r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-        times.append(time.perf_counter() - t0)
-        if r.returncode != warm.returncode:
-            return {"ok": False, "error": f"failed: exit code changed to {r.returncode}: {first_line(r.stderr)}",
-                    "returncode": r.returncode}
-    return {"ok": True, "warmup_s": warm_s, "times_s": times, "best_s": min(times),
-            "median_s": statistics.median(times), "returncode": warm.returncode}
+        warm = subprocess.run(argv, capture_output=True, text=True)
+        warm_s = time.perf_counter() - t0
+        problem = check(warm) if check else (None if warm.returncode == 0 else "")
+        if problem is not None:
+            results[key] = {"ok": False, "error": "failed: " + (problem or first_line(warm.stderr)),
+                            "returncode": warm.returncode}
+            continue
+        results[key] = {"ok": True, "warmup_s": warm_s, "times_s": [], "returncode": warm.returncode}
+        live.append((key, argv, warm.returncode))
+    for _ in range(runs):
+        for key, argv, code in live:
+            if not results[key]["ok"]:
+                continue
+            t0 = time.perf_counter()
+            r = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            elapsed = time.perf_counter() - t0
+            if r.returncode != code:
+                results[key] = {"ok": False, "returncode": r.returncode,
+                                "error": f"failed: exit code changed to {r.returncode}: {first_line(r.stderr)}"}
+                continue
+            results[key]["times_s"].append(elapsed)
+    for r in results.values():
+        if r["ok"]:
+            r["best_s"], r["median_s"] = min(r["times_s"]), statistics.median(r["times_s"])
+    return results
+
+
+def ratio_row(results: dict, key: str, floor_key: str, goal: float | None) -> dict | None:
+    """`key` against the floor `floor_key`, both from the same alternating rounds: the ratio of
+    the medians (what the goal is judged on), the median and range of the per-round ratios."""
+    r, f = results.get(key) or {}, results.get(floor_key) or {}
+    if not (r.get("ok") and f.get("ok")):
+        return None
+    per_round = [a / b for a, b in zip(r["times_s"], f["times_s"], strict=False) if b > 0]
+    ratio = r["median_s"] / f["median_s"]
+    return {"key": key, "floor": floor_key, "median_s": r["median_s"], "floor_median_s": f["median_s"],
+            "ratio": ratio, "per_round": per_round,
+            "per_round_median": statistics.median(per_round) if per_round else None,
+            "goal": goal, "status": "INFO" if goal is None else ("PASS" if ratio <= goal else "MISS")}
 
 
 def streamctl_check(result) -> str | None:
@@ -364,8 +406,9 @@ def time_spark(checkpoint: Path, runs: int, log) -> dict:
 
 def git(*args: str) -> str:
     try:
+        # only the newline goes: `status --porcelain` lines start with a status column that may be a blank
         return subprocess.run(["git", "-C", str(ROOT), *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, check=True).stdout.strip()
+                              stderr=subprocess.DEVNULL, text=True, check=True).stdout.rstrip("\n")
     except (OSError, subprocess.CalledProcessError):
         return ""
 
@@ -467,6 +510,41 @@ def render(report: dict) -> str:
     return "\n".join(lines + notes)
 
 
+NAMES = {"find": "find | wc -l", "python_walk": "Python os.scandir walk", "python_start": "python -c pass",
+         "streamctl_epochs": "streamctl inspect epochs", "streamctl_help": "streamctl --help"}
+
+
+def render_ratios(rows: list[dict]) -> str:
+    """Each ratio of one run with its floor beside it: the ratio of the medians (judged against
+    the goal), and the median and range of the per-round ratios of the alternating rounds."""
+    header = ("measured", "median s", "floor", "floor median s", "ratio of medians",
+              "per-round ratios: median [min-max]", "goal", "status")
+    table = []
+    for r in rows:
+        pr = r["per_round"]
+        spread = (f"{r['per_round_median']:.2f}x [{min(pr):.2f}-{max(pr):.2f}]" if pr else "-")
+        table.append((NAMES[r["key"]], fmt_s(r["median_s"]), NAMES[r["floor"]], fmt_s(r["floor_median_s"]),
+                      f"{r['ratio']:.2f}x", spread,
+                      "-" if r["goal"] is None else f"<= {r['goal']:g}x", r["status"]))
+    widths = [max(len(str(row[i])) for row in table + [header]) for i in range(len(header))]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(t) for t in table])
+
+
+def time_split(results: dict) -> list[tuple[str, float]]:
+    """Where inspect's median goes, roughly: interpreter start (python -c pass), the CLI's imports
+    (--help minus that; inspect imports a few modules more), the inspection itself (the rest)."""
+    keys = ("python_start", "streamctl_help", "streamctl_epochs")
+    if not all(results.get(k, {}).get("ok") for k in keys):
+        return []
+    start, helps, epochs = (results[k]["median_s"] for k in keys)
+    return [("interpreter start", start), ("CLI imports (--help minus start)", helps - start),
+            ("inspection and its own imports (inspect minus --help)", epochs - helps)]
+
+
 def evaluate_targets(results: dict) -> list[dict]:
     find, epochs, spark = results["find"], results["streamctl_epochs"], results.get("spark_state_metadata")
     targets = []
@@ -535,8 +613,6 @@ def main(argv=None) -> int:
     results: dict = {}
     chk = str(checkpoint)
 
-    log(f"timing find ({args.runs} runs after 1 warm-up) ...")
-
     def find_check(r):
         if r.returncode != 0:
             return first_line(r.stderr)
@@ -544,21 +620,21 @@ def main(argv=None) -> int:
             return f"counted {r.stdout.strip()} files, expected {info['files']}"
         return None
 
-    results["find"] = time_command(["sh", "-c", 'find "$1" -type f | wc -l', "sh", chk], args.runs, find_check)
-
-    log("timing Python floors (interpreter start; os.scandir walk of the tree) ...")
-    results["python_start"] = time_command([sys.executable, "-c", "pass"], args.runs)
-    results["python_walk"] = time_command([sys.executable, "-c", PY_WALK, chk], args.runs, find_check)
-
+    # find and inspect side by side in every round, then the floors: see time_alternating.
+    tools: list[tuple[str, list[str], object]] = [
+        ("find", ["sh", "-c", 'find "$1" -type f | wc -l', "sh", chk], find_check)]
+    if streamctl is not None:
+        tools.append(("streamctl_epochs", [streamctl, "inspect", "epochs", chk, "--format", "json"], streamctl_check))
+    tools += [("python_walk", [sys.executable, "-c", PY_WALK, chk], find_check),
+              ("python_start", [sys.executable, "-c", "pass"], None)]
+    if streamctl is not None:
+        tools.append(("streamctl_help", [streamctl, "--help"], None))
+    log(f"timing find, streamctl inspect epochs, the Python floors and streamctl --help in {args.runs} "
+        "alternating rounds after 1 warm-up each ...")
+    results.update(time_alternating(tools, args.runs))
     if streamctl is None:
         results["streamctl_epochs"] = {"ok": False, "error": "failed: streamctl executable not found"}
         results["streamctl_help"] = {"ok": False, "error": "failed: streamctl executable not found"}
-    else:
-        log("timing streamctl inspect epochs ...")
-        results["streamctl_epochs"] = time_command(
-            [streamctl, "inspect", "epochs", chk, "--format", "json"], args.runs, streamctl_check)
-        log("timing streamctl --help ...")
-        results["streamctl_help"] = time_command([streamctl, "--help"], args.runs)
 
     if not args.no_spark:
         log("timing Spark's state-metadata reader (starting a local[2] session) ...")
@@ -572,12 +648,19 @@ def main(argv=None) -> int:
                                  "state_versions": [FIRST_BATCH + 1, LAST_BATCH + 1],
                                  "snapshot_every": SNAPSHOT_EVERY, "provider": "HDFSBackedStateStoreProvider"}},
         "method": {"runs": args.runs, "warmup_runs": 1, "page_cache": "warm (one untimed warm-up run per tool)",
+                   "order": "alternating rounds: find, inspect epochs, python walk, python -c pass, --help",
                    "statistic_for_targets": "median"},
         "streamctl": {"executable": streamctl, "git": git_info()},
         "machine": dict(machine_info(checkpoint), loadavg_at_start=load_at_start),
         "results": results,
     }
     report["targets"] = evaluate_targets(results)
+    report["ratios"] = [row for row in (
+        ratio_row(results, "streamctl_epochs", "find", STREAMCTL_MAX_RATIO_VS_FIND),
+        ratio_row(results, "streamctl_epochs", "python_walk", None),
+        ratio_row(results, "python_walk", "find", None),
+    ) if row is not None]
+    report["time_split"] = time_split(results)
 
     if args.json:
         print(json.dumps(report, indent=2, default=str))
@@ -599,10 +682,18 @@ def main(argv=None) -> int:
           f"(batches {FIRST_BATCH}..{LAST_BATCH}; {N_OPERATORS} operators x {N_PARTITIONS} partitions x "
           f"{LAST_BATCH - FIRST_BATCH + 1} versions + snapshot every {SNAPSHOT_EVERY}; .crc sidecars)"
           + (" [cached]" if info["cached"] else f" [built in {info['build_seconds']} s]"))
-    print(f"method: wall time of {args.runs} runs per tool after 1 untimed warm-up run (page cache warm); "
-          "best and median; targets use medians")
+    print(f"method: wall time of {args.runs} alternating rounds (find, inspect, Python walk, python -c pass, "
+          "--help; each tool once per round) after 1 untimed warm-up run each (page cache warm); best and median; "
+          "targets use medians")
     print()
     print(render(report))
+    if report["ratios"]:
+        print()
+        print(render_ratios(report["ratios"]))
+    if report["time_split"]:
+        print()
+        print("where inspect's median goes (medians of the same rounds; differences of medians, approximate): "
+              + ", ".join(f"{name} {secs:.3f} s" for name, secs in report["time_split"]))
     spark = results.get("spark_state_metadata")
     if spark and spark.get("ok"):
         print()

@@ -6,7 +6,8 @@ Run with `./dev bench-mutations` (see BENCHMARKS.md). Prints figures; not a test
 The checkpoint (cached under .bench/, built by bench/bench_inspect.py: 100 retained batches, 3
 operators x 200 partitions x 100 HDFS state versions, about 132,000 files) is copied once per
 timed run (and synced to disk before anything is timed), and one state file of the newest
-version is deleted in one partition (the fault of STATE_UNRESTORABLE). Timed, median of --runs (default 3), each on a fresh copy:
+version is deleted in one partition (the fault of STATE_UNRESTORABLE). Timed in --runs
+alternating rounds (default 3), each round running a..g once, in that order, each on a fresh copy:
 
 a. `cp -a <chk> <backup>`: what an operator does by hand before editing a checkpoint (the baseline);
 b. `streamctl align <chk>` plan only (inspection + planning, nothing changed);
@@ -16,11 +17,15 @@ d. `streamctl align --undo <backup>` of that run;
 e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy);
 g. the floor of that trim: plain renames (`os.rename`, each folder made once, nothing else) of the
    same files into a backup tree, in one Python process, on another fresh copy.
+
+Prints the medians, then each ratio with its floor beside it (trim --execute / renames, goal 2x;
+trim --execute / cp -a, goal 1x: issue 23 item 2; align --execute / cp -a), as the ratio of the
+medians and the median and range of the per-round ratios. `--partitions N` uses a smaller tree
+(cached apart) for a quick check of the script; the figures of BENCHMARKS.md use the default 200.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -32,13 +37,14 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # `python -P` does not put the script's folder first
+    sys.path.insert(0, str(HERE))
 
+import bench_inspect as bi  # bench/ is on sys.path (above)
 
-def _bench_inspect():
-    spec = importlib.util.spec_from_file_location("bench_inspect", HERE / "bench_inspect.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# Goals of issue 23 item 2: trim --execute within 2x of bare renames and no slower than cp -a.
+GOAL_VS_RENAMES = 2.0
+GOAL_VS_CP = 1.0
 
 
 def _copy(source: Path, ck: Path) -> None:
@@ -90,11 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="the cached synthetic checkpoint (default: bench_inspect's)")
     p.add_argument("--skip-align", action="store_true", help="time only cp -a, trim and the renames floor")
+    p.add_argument("--partitions", type=int, default=bi.N_PARTITIONS,
+                   help=f"shuffle partitions of the tree (default {bi.N_PARTITIONS}; fewer: a quick check, cached apart)")
     args = p.parse_args(argv)
-    bi = _bench_inspect()
+    if args.runs < 1 or args.partitions < 8:
+        p.error("--runs must be >= 1 and --partitions >= 8 (the fault goes into partition 7)")
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    source = (args.dir or bi.DEFAULT_DIR).resolve()
-    info = bi.ensure_checkpoint(source, False, lambda m: print(m, file=sys.stderr))
+    default_dir = bi.DEFAULT_DIR if args.partitions == bi.N_PARTITIONS else \
+        bi.DEFAULT_DIR.with_name(f"checkpoint-{args.partitions}p")
+    source = (args.dir or default_dir).resolve()
+    info = bi.ensure_checkpoint(source, False, lambda m: print(m, file=sys.stderr), args.partitions)
+    load_at_start = os.getloadavg()[0]
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
     times: dict[str, list[float]] = {k: [] for k in ("cp -a (baseline)", "align plan", "align --execute",
@@ -134,18 +146,57 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(ck)
             shutil.rmtree(Path(tmp) / f"renamed-{i}")
             shutil.rmtree(Path(tmp) / f"manual-{i}")
-    base = statistics.median(times["cp -a (baseline)"])
-    print(f"checkpoint: {info['files']} files; align plan: {steps.get('align', '-')} steps; trim plan: {steps['trim']} steps; "
-          f"{os.cpu_count()} CPUs; median of {args.runs}")
-    floor = statistics.median(times["renames (trim floor)"])
-    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'operation':<22} {'median s':>9} {'best s':>8} {'vs cp -a':>9} {'vs renames':>11}")
-    for name, ts in times.items():
-        if not ts:
-            continue  # --skip-align
-        med = statistics.median(ts)
-        print(f"{name:<22} {med:>9.2f} {min(ts):>8.2f} {med / base:>8.2f}x {med / floor:>10.2f}x")
+    report(info, steps, times, args.runs, load_at_start)
     return 0
+
+
+def ratio_line(times: dict[str, list[float]], name: str, floor: str, goal: float | None) -> tuple[str, ...] | None:
+    """One ratio of the same rounds: medians, the ratio of the medians (judged against the goal)
+    and the median [min-max] of the per-round ratios (round i of `name` against round i of `floor`)."""
+    a, b = times.get(name), times.get(floor)
+    if not a or not b:
+        return None
+    ratio = statistics.median(a) / statistics.median(b)
+    per_round = [x / y for x, y in zip(a, b, strict=False)]
+    status = "INFO" if goal is None else ("PASS" if ratio <= goal else "MISS")
+    return (name, f"{statistics.median(a):.2f}", floor, f"{statistics.median(b):.2f}", f"{ratio:.2f}x",
+            f"{statistics.median(per_round):.2f}x [{min(per_round):.2f}-{max(per_round):.2f}]",
+            "-" if goal is None else f"<= {goal:g}x", status)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def report(info: dict, steps: dict[str, int], times: dict[str, list[float]], runs: int, load_at_start: float) -> None:
+    g = bi.git_info()
+    print(f"streamctl from git commit {g['short'] or '?'} ({g['branch']}: {g['subject']})")
+    if g["uncommitted_outside_bench"]:
+        print(f"  note: editable install with {len(g['uncommitted_outside_bench'])} uncommitted path(s) outside bench/")
+    print(f"checkpoint: {info['files']} files; align plan: {steps.get('align', '-')} steps; trim plan: {steps['trim']} steps; "
+          f"{os.cpu_count()} CPUs; {runs} alternating rounds (cp -a, align, trim, renames), each on a fresh synced copy")
+    print(f"load average (1 min) at start / end: {load_at_start:.2f} / {os.getloadavg()[0]:.2f}")
+    print()
+    base = statistics.median(times["cp -a (baseline)"])
+    floor = statistics.median(times["renames (trim floor)"])
+    rows = []
+    for name, ts in times.items():
+        if ts:  # empty: --skip-align
+            med = statistics.median(ts)
+            rows.append((name, f"{med:.2f}", f"{min(ts):.2f}", f"{med / base:.2f}x", f"{med / floor:.2f}x"))
+    print(table(("operation", "median s", "best s", "vs cp -a", "vs renames"), rows))
+    print()
+    ratios = [r for r in (ratio_line(times, "trim --execute", "renames (trim floor)", GOAL_VS_RENAMES),
+                          ratio_line(times, "trim --execute", "cp -a (baseline)", GOAL_VS_CP),
+                          ratio_line(times, "align --execute", "cp -a (baseline)", GOAL_VS_CP),
+                          ratio_line(times, "renames (trim floor)", "cp -a (baseline)", None)) if r]
+    print(table(("measured", "median s", "floor", "floor median s", "ratio of medians",
+                 "per-round ratios: median [min-max]", "goal", "status"), ratios))
 
 
 if __name__ == "__main__":
