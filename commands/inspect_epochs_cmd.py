@@ -97,7 +97,6 @@ def inspect_epochs(
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors import fleet
     from streamctl.inspectors.report import epoch_report_of_records
-    from streamctl.operations import trim
 
     config = options.settings()
     output = options.output_format(fmt, as_json, config)
@@ -119,6 +118,8 @@ def inspect_epochs(
     quiet = options.quiet_period(quiet_period, config)
     default_workers = fleet.default_workers(any(fleet.is_remote(t.checkpoint) for t in targets))
     runner = fleet.SparkRunner(master) if engine == "spark" else None
+    if reclaimable:  # the trim planner (the write side) only for --reclaimable: a plain inspection never loads it
+        from streamctl.operations import trim
 
     def inspect_once() -> dict[str, Any]:
         started = time.time()

@@ -72,15 +72,14 @@ def retention_floor(
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
-    from streamctl.operations.plan import Refused
-    from streamctl.operations.trim import oldest_kept_epoch
+    from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
 
     config, _pipeline, location = kafka_options.load(checkpoint)
     output = options.output_format(fmt, as_json, config)
     q = inspect_checkpoint(location)
     try:
         low = oldest_kept_epoch(q, keep_epochs, keep_rollback_to)
-    except Refused as exc:
+    except NoKeptWindow as exc:
         raise UsageError(str(exc)) from None
     if low == 0:
         sources = [s for s in q.sources if s.kafka_initial is not None]

@@ -1,6 +1,6 @@
 """The error types every room raises, at the bottom of the layers (docs/development.md#layers).
 
-They carry no exit codes: console/errors.py maps them (docs/commands.md#exit-codes).
+They carry no exit codes: console/errors.py maps them (docs/model.md#verdicts-and-exit-codes).
 """
 from __future__ import annotations
 

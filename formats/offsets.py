@@ -57,6 +57,12 @@ class OffsetEntry:
         return conf if isinstance(conf, dict) else {}
 
     @property
+    def timestamp_ms(self) -> Optional[int]:
+        """batchTimestampMs: when the batch was planned (ms since the epoch), None when not an integer."""
+        value = self.metadata.get("batchTimestampMs")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def watermark_ms(self) -> Optional[int]:
         value = self.metadata.get("batchWatermarkMs")
         return value if isinstance(value, int) else None

@@ -11,12 +11,14 @@ import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from streamctl.formats.checksum import crc_name
 from streamctl.formats.commits import CommitEntry, parse_commit
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.metadata import parse_query_metadata
 from streamctl.formats.names import batch_id_of
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets, source_id_of
 from streamctl.formats.reader import load_json
+from streamctl.formats.state import DEFAULT_STORE, is_full_file, is_zip_file
 from streamctl.inspectors.findings import (
     ERROR,
     INFO,
@@ -35,13 +37,11 @@ from streamctl.inspectors.logs import LogListing, classify_log_names
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
-    DEFAULT_STORE,
     OperatorFiles,
     StateFiles,
     StoreFiles,
     StoreStatus,
     checksum_mismatch,
-    is_full_file,
     read_state,
     store_status,
 )
@@ -689,8 +689,8 @@ class _Inspector:
         if quiet < 0:
             interval = None
             if latest is not None and prev is not None:
-                a, b = latest.metadata.get("batchTimestampMs"), prev.metadata.get("batchTimestampMs")
-                if isinstance(a, int) and isinstance(b, int) and a > b:
+                a, b = latest.timestamp_ms, prev.timestamp_ms
+                if a is not None and b is not None and a > b:
                     interval = (a - b) / 1000.0
             quiet = 60.0 if interval is None else min(max(3 * interval, 10.0), 600.0)
         now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
@@ -786,7 +786,7 @@ class _Inspector:
         for name, log in (("offsets", offsets), ("commits", commits)):
             stale = log.stale_checksums()
             if stale:
-                files = [f"{name}/.{b}.crc" for b in stale]
+                files = [crc_name(f"{name}/{b}") for b in stale]
                 self.findings.append(Finding(
                     "STALE_CHECKSUM",
                     f"{summarize(files)} without {name}/{stale[0]}: a batch file was deleted without its hidden "
@@ -917,7 +917,8 @@ class _Inspector:
         carries is not restorable and STATE_UNRESTORABLE names it (docs/formats/state.md#torn-files)."""
         from dataclasses import replace as _replace
 
-        from streamctl.inspectors.state import is_full_file, state_file, torn_reason, without_file
+        from streamctl.formats.state import is_full_file, state_file
+        from streamctl.inspectors.state import torn_reason, without_file
 
         status = store_status(files, required, planned, valid)
         torn: list[str] = []
@@ -1021,7 +1022,7 @@ class _Inspector:
                 why = torn_full_reason(self.st, f"{folder}/{name}")
                 if why:
                     out.append((name, f"torn: {why}"))
-                elif name.endswith(".zip"):
+                elif is_zip_file(name):
                     gone = self._missing_ssts(folder, name)
                     if gone and self.st.lookup(f"{folder}/{name}") is None:
                         continue  # deleted since it was read (the maintenance thread's clean-up, zip then

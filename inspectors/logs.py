@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from streamctl.formats.names import batch_id_of, is_hadoop_crc, is_temp_name
+from streamctl.formats.checksum import is_hadoop_crc
+from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.inspectors.findings import ids_of, missing_ranges
 
 

@@ -66,8 +66,8 @@ def foreign_batches(ck: Storage, q: Any, sink: Any) -> list[int]:
         from streamctl.formats.offsets import parse_offsets
         from streamctl.inspectors.sinks import list_file_sink_log
 
-        ts = parse_offsets(ck.read(f"offsets/{o}"), ck.uri(f"offsets/{o}"), o).metadata.get("batchTimestampMs")
-        if not isinstance(ts, int) or isinstance(ts, bool) or ts <= 0:
+        ts = parse_offsets(ck.read(f"offsets/{o}"), ck.uri(f"offsets/{o}"), o).timestamp_ms
+        if ts is None or ts <= 0:
             return []
         sst = Storage.open(sink.uri)
         threshold_ns = ts * 1_000_000 - (0 if sst.is_local else REMOTE_SKEW_S * 1_000_000_000)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 from urllib.parse import quote, unquote, urlparse
 
+from streamctl.formats.checksum import is_checksum_name
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.storage import Storage
 
@@ -154,7 +155,7 @@ def place(st: Storage, named: Mapping[str, int], count_rows: bool = True) -> Pla
     rows = _rows(st, sorted(set(moved.values())), moved_bytes) if moved and count_rows else None
     known = {rel for rel in (sink_rel(p, root, local) for p in named) if rel} | set(moved.values())
     unlisted = sorted(f"{head}/{name}" if head else name for head, names in folders.items() for name in names
-                      if not name.startswith((".", "_")) and not name.endswith(".crc")
+                      if not name.startswith((".", "_")) and not is_checksum_name(name)
                       and (f"{head}/{name}" if head else name) not in known)
     return Placement(len(named), tuple(missing), missing_bytes, moved, moved_bytes, tuple(old_roots), rows,
                      tuple(unlisted))
@@ -229,7 +230,7 @@ def rewritten_path(raw: str, rel: str, st: Storage) -> str:
 def rewrite_paths(content: bytes, moved: Mapping[str, str], st: Storage) -> bytes:
     """A sink log file (`v1` then one JSON object per line) with every moved path pointing at
     the sink's current location; other lines byte for byte."""
-    from streamctl.inspectors.sources import rewrite_entry_paths
+    from streamctl.formats.compactible import rewrite_entry_paths
 
     return rewrite_entry_paths(content, lambda path: rewritten_path(path, moved[path], st) if path in moved else None)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_field_types
 from streamctl.inspectors.findings import Finding
-from streamctl.inspectors.state import SCHEMA_FILE, parse_state_schema, schema_field_types
 from streamctl.inspectors.storage import Storage
 
 

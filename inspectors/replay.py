@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 from urllib.parse import unquote, urlparse
 
+from streamctl.formats.compactible import compactible_name, parse_compactible
 from streamctl.formats.errors import StreamctlError
 from streamctl.formats.offsets import OffsetEntry, SourceId
-from streamctl.inspectors.sources import SourceInfo, compactible_name, parse_compactible
+from streamctl.formats.source_log import entry_paths
+from streamctl.inspectors.sources import SourceInfo
 from streamctl.inspectors.storage import Storage
 
 MAX_NAMED = 5  # files a message names; it counts the rest
@@ -72,29 +74,26 @@ def listed_files(st: Storage, source_id: SourceId, lo: int, hi: int) -> list[str
     if hi <= lo:
         return []
     rel = f"sources/{source_id}"
-    names = {}
+    names: dict[int, tuple[str, bool]] = {}
     for e in st.list_dir(rel) or []:
         parsed = compactible_name(e.name)
         if parsed is not None and not e.is_dir:
-            names[parsed[0]] = e.name
+            names[parsed[0]] = (e.name, parsed[1])
     paths: list[str] = []
     covered: set[int] = set()
     for k in sorted(b for b in names if lo < b <= hi):
-        batch = parse_compactible(st.read(f"{rel}/{names[k]}"), st.uri(f"{rel}/{names[k]}"), k,
-                                  names[k].endswith(".compact"))
-        if names[k].endswith(".compact"):
-            paths += [str(x.get("path")) for x in batch.entries if x.get("batchId") == k]
-        else:
-            paths += [str(x.get("path")) for x in batch.entries]
+        name, compact = names[k]
+        batch = parse_compactible(st.read(f"{rel}/{name}"), st.uri(f"{rel}/{name}"), k, compact)
+        paths += entry_paths(batch, {k} if compact else None)
         covered.add(k)
     gone = [k for k in range(lo + 1, hi + 1) if k not in covered] if hi - lo <= 100_000 else []
     if gone:  # merged into a later compaction
-        later = sorted(b for b in names if b >= gone[0] and names[b].endswith(".compact"))
+        later = sorted(b for b in names if b >= gone[0] and names[b][1])
         if later:
             c = later[0]
-            batch = parse_compactible(st.read(f"{rel}/{names[c]}"), st.uri(f"{rel}/{names[c]}"), c, True)
-            want = set(gone)
-            paths += [str(x.get("path")) for x in batch.entries if x.get("batchId") in want]
+            name = names[c][0]
+            batch = parse_compactible(st.read(f"{rel}/{name}"), st.uri(f"{rel}/{name}"), c, True)
+            paths += entry_paths(batch, set(gone))
     return paths
 
 
@@ -240,7 +239,7 @@ class MovedInput:
 
     def rewrite_log(self, content: bytes) -> bytes:
         """A `sources/<n>/` log file with every path under the old base at the new one."""
-        from streamctl.inspectors.sources import rewrite_entry_paths
+        from streamctl.formats.compactible import rewrite_entry_paths
 
         return rewrite_entry_paths(content, self.rewrite)
 

@@ -18,9 +18,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from streamctl.formats.errors import LogParseError, StorageError, StreamctlError
+from streamctl.formats.checksum import crc_target
+from streamctl.formats.compactible import CompactibleBatch, compactible_file, compactible_name, parse_compactible
+from streamctl.formats.coordinated_log import (
+    COORD_COMMITS,
+    COORD_DATA,
+    COORD_STAGING,
+    commit_record_name,
+    epoch_of_folder,
+    epoch_of_record_name,
+    parse_commit_record,
+    writer_count,
+)
+from streamctl.formats.delta_txn import DELTA_LOG
+from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths
 from streamctl.formats.names import is_temp_name
-from streamctl.formats.reader import load_json
 from streamctl.inspectors.findings import (
     MAX_LISTED,
     WARNING,
@@ -31,15 +44,9 @@ from streamctl.inspectors.findings import (
     ranges_text,
     summarize,
 )
-from streamctl.inspectors.sources import CompactibleBatch, compactible_name, parse_compactible
 from streamctl.inspectors.storage import Storage
 
 SINK_KINDS = ("auto", "file", "delta", "coordinated", "iceberg")
-FILE_SINK_LOG = "_spark_metadata"
-DELTA_LOG = "_delta_log"
-COORD_COMMITS = "_commits"
-COORD_STAGING = "_staging"
-COORD_DATA = "data"
 MAX_RECORDS = 1000  # newest coordinated-sink commit records read per inspection
 
 
@@ -125,7 +132,7 @@ class FileSinkLogFiles:
     checksums: Mapping[int, str]  # batch id -> the name of its Hadoop checksum `.N[.compact].crc`
 
     def name(self, batch: int) -> str:
-        return f"{batch}.compact" if self.present[batch] else str(batch)
+        return compactible_file(batch, self.present[batch])
 
     def rel(self, batch: int) -> str:
         return f"{FILE_SINK_LOG}/{self.name(batch)}"
@@ -158,14 +165,6 @@ class FileSinkLogFiles:
         return parse_compactible(st.read(rel), st.uri(rel), batch, self.present[batch])
 
 
-def added_paths(batch: CompactibleBatch) -> tuple[str, ...]:
-    return tuple(str(e.get("path")) for e in batch.entries if e.get("action", "add") == "add")
-
-
-def deleted_paths(batch: CompactibleBatch) -> tuple[str, ...]:
-    return tuple(str(e.get("path")) for e in batch.entries if e.get("action") == "delete")
-
-
 def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
     """List `_spark_metadata/` of the sink at `st` (empty when there is none)."""
     present: dict[int, bool] = {}
@@ -178,10 +177,9 @@ def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
         parsed = compactible_name(e.name)
         if parsed is not None:
             present[parsed[0]] = parsed[1]
-        elif e.name.startswith(".") and e.name.endswith(".crc"):
-            crcs[e.name[1:-4]] = e.name
-    checksums = {b: crcs[f"{b}.compact" if c else str(b)] for b, c in present.items()
-                 if (f"{b}.compact" if c else str(b)) in crcs}
+        elif crc_target(e.name) is not None:
+            crcs[str(crc_target(e.name))] = e.name
+    checksums = {b: crcs[compactible_file(b, c)] for b, c in present.items() if compactible_file(b, c) in crcs}
     return FileSinkLogFiles(present, checksums)
 
 
@@ -309,12 +307,12 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     findings: list[Finding] = []
     names = [e.name for e in st.list_dir(COORD_COMMITS) or [] if not e.is_dir]
     temp = sorted(n for n in names if is_temp_name(n))
-    ids = sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    ids = sorted(e for e in map(epoch_of_record_name, names) if e is not None)
     records: dict[int, dict[str, Any]] = {}
     for e in ids[-MAX_RECORDS:]:
-        rel = f"{COORD_COMMITS}/{e}.json"
+        rel = f"{COORD_COMMITS}/{commit_record_name(e)}"
         try:
-            rec = _parse_commit_record(st.read(rel), st.uri(rel), e)
+            rec = parse_commit_record(st.read(rel), st.uri(rel), e)
         except StreamctlError as exc:
             findings.append(_unreadable(getattr(exc, "path", st.uri(rel)), getattr(exc, "reason", str(exc))))
             continue
@@ -323,8 +321,9 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     data_dirs = {e.name for e in st.list_dir(COORD_DATA) or [] if e.is_dir}
     published: dict[int, set[str]] = {}
     for d in data_dirs:
-        if d.startswith("epoch=") and d[6:].isdigit():
-            published[int(d[6:])] = {f"{COORD_DATA}/{d}/{e.name}" for e in st.list_dir(f"{COORD_DATA}/{d}") or []
+        epoch_id = epoch_of_folder(d)
+        if epoch_id is not None:
+            published[epoch_id] = {f"{COORD_DATA}/{d}/{e.name}" for e in st.list_dir(f"{COORD_DATA}/{d}") or []
                                      if not e.is_dir and not e.name.startswith(".")}
     epochs: list[SinkEpoch] = []
     num_writers = 0
@@ -333,10 +332,10 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     for e in sorted(records):
         rec = records[e]
         writers = rec["writers"]
-        n = int(rec.get("num_writers") or len(writers))
+        n = writer_count(rec)
         num_writers = max(num_writers, n)
         files = tuple(f for w in writers for f in w["files"])
-        epochs.append(SinkEpoch(e, files, (), int(rec.get("rows", sum(w["rows"] for w in writers))), f"{COORD_COMMITS}/{e}.json"))
+        epochs.append(SinkEpoch(e, files, (), int(rec.get("rows", sum(w["rows"] for w in writers))), f"{COORD_COMMITS}/{commit_record_name(e)}"))
         by_part = {int(w["partition"]): w for w in writers}
         present = published.get(e, set())
         for p in range(n):
@@ -380,38 +379,6 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     epoch = ids[-1] if ids else None
     return SinkLog("coordinated", st.display, epoch, first_epoch=ids[0] if ids else None, epochs=tuple(epochs),
                    epoch_ids=tuple(ids), writers=tuple(writers), findings=tuple(findings))
-
-
-def _parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
-    if not data:
-        raise LogParseError(path, "empty commit record")
-    try:
-        rec = load_json(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LogParseError(path, f"commit record is not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(rec, dict) or rec.get("epoch") != epoch or not isinstance(rec.get("writers"), list):
-        raise LogParseError(path, f"not a commit record of epoch {epoch} (needs \"epoch\": {epoch} and \"writers\")")
-    if rec.get("version", 1) != 1:
-        raise LogParseError(path, f"unsupported commit record version {rec.get('version')!r}")
-    for w in rec["writers"]:
-        if not isinstance(w, dict) or not _count(w.get("partition")) or not isinstance(w.get("files"), list):
-            raise LogParseError(path, "a writer entry lacks partition or files")
-        if not all(isinstance(f, str) for f in w["files"]) or not _count(w.setdefault("rows", 0), None):
-            raise LogParseError(path, f"writer {w['partition']}: files must be strings and rows a count")
-    n = rec.get("num_writers")
-    if n is not None and not _count(n):
-        raise LogParseError(path, f"num_writers {n!r} is not a count from 0 to {MAX_WRITERS} (an absurd value)")
-    if "rows" in rec and not _count(rec["rows"], None):
-        raise LogParseError(path, f"rows {rec['rows']!r} is not a count")
-    return rec
-
-
-MAX_WRITERS = 100_000  # writers (partitions) of one epoch; more is an absurd value, not a sink
-
-
-def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
-    """A non-negative int (not a bool), at most `limit`."""
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (limit is None or v <= limit)
 
 
 # --- Iceberg ---------------------------------------------------------------------------------

@@ -18,26 +18,46 @@ Restoring v needs a full file at some s <= v and every incremental file s+1..v.
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, Optional
 
+from streamctl.formats.checksum import (
+    CHECKSUM_SUFFIX,
+    crc_name,
+    hadoop_crc_mismatch,
+    is_checksum_name,
+    is_hadoop_crc,
+    main_file_size,
+    visible_crc_name,
+)
 from streamctl.formats.errors import LogParseError, StorageError
-from streamctl.formats.names import is_hadoop_crc, is_temp_name
-from streamctl.formats.reader import decode_text, load_json, parse_version_line, split_lines
+from streamctl.formats.names import is_temp_name
+from streamctl.formats.reader import load_json
+from streamctl.formats.state import (
+    CRC_NAMES_RE,
+    DEFAULT_STORE,
+    EXT_PATTERNS,
+    FULL_EXT,
+    INCR_EXT,
+    LZ4_END,
+    LZ4_MAGIC,
+    MAX_ZIP_METADATA,
+    SHARED_DIRS,
+    STATE_FILE_RE,
+    STATE_ID_FILES_RE,
+    STATE_SCHEMA_DIR,
+    VISIBLE_CRC_RE,
+    ZIP_TAIL,
+    OperatorMetadata,
+    is_full_file,
+    is_zip_file,
+    lz4_torn,
+    parse_operator_metadata,
+    parse_zip_metadata,
+    state_file,
+    zip_torn,
+)
 from streamctl.inspectors.storage import Storage
-
-DEFAULT_STORE = "default"
-SHARED_DIRS = ("SSTs", "logs")
-FULL_EXT = {"snapshot": "hdfs", "zip": "rocksdb"}
-INCR_EXT = {"delta": "hdfs", "changelog": "rocksdb"}
-OPERATOR_METADATA_MAX_VERSION = 2
-_STATE_FILE_RE = re.compile(r"([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)\Z")
-_CRC_NAMES_RE = re.compile(r"^[^\n]*\.crc$", re.M)
-_VISIBLE_CRC_RE = re.compile(r"^([^.\n][^\n]*)\.crc$", re.M)
-_STATE_ID_FILES_RE = re.compile(r"^([0-9]+)_([^.\n]+)\.(delta|snapshot|zip|changelog)$", re.M)
-_EXT_PATTERNS = tuple((ext, re.compile(rf"^([0-9]+)\.{ext}$", re.M)) for ext in ("delta", "snapshot", "zip", "changelog"))
 
 
 @dataclass(slots=True)
@@ -92,7 +112,7 @@ class StoreFiles:
         folder costs one C call instead of 200 Python ones."""
         self.names += tuple(names)
         joined = "\n".join(names)
-        for ext, pattern in _EXT_PATTERNS:
+        for ext, pattern in EXT_PATTERNS:
             if ext not in joined:
                 continue
             full = ext in FULL_EXT
@@ -102,39 +122,28 @@ class StoreFiles:
                 self.exts[full] = ext
                 (self.full if full else self.incr).update(map(int, found))
         if "_" in joined:  # checkpoint format 2: <version>_<uniqueId>.<ext>
-            for v_text, uid, ext in _STATE_ID_FILES_RE.findall(joined):
+            for v_text, uid, ext in STATE_ID_FILES_RE.findall(joined):
                 full = ext in FULL_EXT
                 self.providers.add(FULL_EXT[ext] if full else INCR_EXT[ext])
                 self.exts[full] = ext
                 (self.full_ids if full else self.incr_ids).setdefault(int(v_text), set()).add(uid)
         if "tmp" in joined or "temp-" in joined:
             self.temp_files.extend(n for n in names if is_temp_name(n))
-        crc_targets = _VISIBLE_CRC_RE.findall(joined) if ".crc" in joined else []
-        if ".crc" in joined:
-            self.crc_names = set(_CRC_NAMES_RE.findall(joined))
+        crc_targets = VISIBLE_CRC_RE.findall(joined) if CHECKSUM_SUFFIX in joined else []
+        if CHECKSUM_SUFFIX in joined:
+            self.crc_names = set(CRC_NAMES_RE.findall(joined))
         if crc_targets:
             present = set(names)
             # 4.1+ visible checksum companions are fine unless their file is gone.
-            self.orphan_crc = sorted(f"{t}.crc" for t in crc_targets if t not in present)
+            self.orphan_crc = sorted(visible_crc_name(t) for t in crc_targets if t not in present)
         hidden = joined.count("\n.") + (1 if joined.startswith(".") else 0)
         counted = (len(self.full) + len(self.incr) + sum(map(len, self.full_ids.values()))
                    + sum(map(len, self.incr_ids.values())))
         visible_temp = sum(1 for t in self.temp_files if not t.startswith("."))
         if counted + visible_temp + len(crc_targets) < len(names) - hidden:
             self.other_files = sorted(
-                n for n in names if not n.startswith(".") and not _STATE_FILE_RE.match(n)
-                and not is_temp_name(n) and not n.endswith(".crc"))
-
-
-@dataclass(frozen=True, slots=True)
-class OperatorMetadata:
-    """`state/<op>/_metadata/metadata` (v1) or the newest `_metadata/v2/<batch>` (v2)."""
-
-    version: int
-    operator_name: Optional[str]
-    stores: tuple[tuple[str, int], ...]  # (storeName, numPartitions)
-    path: str
-    schema_paths: tuple[str, ...] = ()  # v2: stateSchemaFilePaths, as `_stateSchema/...` of the operator
+                n for n in names if not n.startswith(".") and not STATE_FILE_RE.match(n)
+                and not is_temp_name(n) and not is_checksum_name(n))
 
 
 @dataclass(slots=True)
@@ -163,76 +172,6 @@ class StateFiles:
     exists: bool
     operators: dict[int, OperatorFiles] = field(default_factory=dict)
     stray_entries: list[str] = field(default_factory=list)
-
-
-def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
-    lines = split_lines(decode_text(data, path))
-    version = parse_version_line(lines[0], path, OPERATOR_METADATA_MAX_VERSION)
-    body = "\n".join(lines[1:]).strip()
-    try:
-        obj = load_json(body)
-    except json.JSONDecodeError as exc:
-        raise LogParseError(path, f"operator metadata is not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise LogParseError(path, "operator metadata is not a JSON object")
-    info = obj.get("operatorInfo") or {}
-    stores_obj = obj.get("stateStoreInfo") or []
-    if not isinstance(stores_obj, list):
-        raise LogParseError(path, "stateStoreInfo is not a list")
-    stores = []
-    for s in stores_obj:
-        if not isinstance(s, dict) or not isinstance(s.get("numPartitions"), int):
-            raise LogParseError(path, "stateStoreInfo entry without numPartitions")
-        stores.append((str(s.get("storeName", DEFAULT_STORE)), int(s["numPartitions"])))
-    name = info.get("operatorName") if isinstance(info, dict) else None
-    schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in s.get("stateSchemaFilePaths") or [])
-    return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path, schema_paths)
-
-
-def _schema_rel(uri: str) -> str:
-    """`file:/…/state/0/_stateSchema/default/0_<uuid>` -> `_stateSchema/default/0_<uuid>`: the
-    metadata names the file by absolute URI; streamctl looks for it in the inspected checkpoint."""
-    head, sep, tail = uri.rpartition("/_stateSchema/")
-    return f"_stateSchema/{tail}" if sep else uri
-
-
-class StateFileName(NamedTuple):
-    """What a state file's name says (docs/formats/state.md)."""
-
-    version: int
-    unique_id: Optional[str]  # checkpoint format 2: `<version>_<uuid>.<ext>`
-    ext: str  # "delta" | "snapshot" | "changelog" | "zip"
-    companion: bool  # a checksum companion (`5.delta.crc`, `.5.delta.crc`, `.5.delta.crc.crc`)
-
-
-def state_file(name: str) -> Optional[StateFileName]:
-    """What the name of a state file, or of one of its checksum companions, says; None for any
-    other name."""
-    base = name
-    while base.endswith(".crc"):
-        base = base[:-4]
-    companion = base != name
-    if base.startswith(".") and companion:
-        base = base[1:]
-    m = _STATE_FILE_RE.match(base)
-    if m is None:
-        return None
-    return StateFileName(int(m.group(1)), m.group(2), m.group(3), companion)
-
-
-_STATE_FILES_RE = re.compile(r"^((\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)((?:\.crc)*))$", re.M)
-_tuple = tuple.__new__
-
-
-def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFileName]]:
-    """[(name, state_file(name))] for the names that are state files or their checksum companions,
-    in order: one regex over the joined names (a trim plan parses 130,000 of them)."""
-    joined = "\n".join(names)
-    if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
-        return [(n, f) for n, f in ((n, state_file(n)) for n in names) if f is not None]
-    return [(name, _tuple(StateFileName, (int(version), uid or None, ext, bool(crcs))))
-            for name, dot, version, uid, ext, crcs in _STATE_FILES_RE.findall(joined)
-            if crcs or not dot]  # `.5.delta`: hidden, but no checksum companion
 
 
 def _digits(name: str) -> Optional[int]:
@@ -282,14 +221,14 @@ def read_state(storage: Storage) -> StateFiles:
             part = _digits(pe.name)
             if pe.name == "_metadata" and pe.is_dir:
                 _read_operator_metadata(storage, op_rel, op)
-            elif pe.name == "_stateSchema" and pe.is_dir:
-                for se in storage.list_dir(f"{op_rel}/_stateSchema") or []:
+            elif pe.name == STATE_SCHEMA_DIR and pe.is_dir:
+                for se in storage.list_dir(f"{op_rel}/{STATE_SCHEMA_DIR}") or []:
                     if not se.is_dir:  # state schema v3: one folder per store name
-                        op.schema_files.append(f"_stateSchema/{se.name}")
+                        op.schema_files.append(f"{STATE_SCHEMA_DIR}/{se.name}")
                         continue
-                    for fe in storage.list_dir(f"{op_rel}/_stateSchema/{se.name}") or []:
+                    for fe in storage.list_dir(f"{op_rel}/{STATE_SCHEMA_DIR}/{se.name}") or []:
                         if not fe.is_dir and not is_hadoop_crc(fe.name):
-                            op.schema_files.append(f"_stateSchema/{se.name}/{fe.name}")
+                            op.schema_files.append(f"{STATE_SCHEMA_DIR}/{se.name}/{fe.name}")
             elif part is not None and pe.is_dir:
                 part_rel = f"{op_rel}/{part}"
                 default = StoreFiles(op_id, part, DEFAULT_STORE)
@@ -547,15 +486,6 @@ def _restore_files(store: StoreFiles, required: int, full_at: Any, incr_at: Any,
     return files
 
 
-def is_full_file(name: str) -> bool:
-    """A snapshot (HDFS `.snapshot`, RocksDB `.zip`), not a delta or changelog."""
-    return name.endswith(tuple(f".{ext}" for ext in FULL_EXT))
-
-
-LZ4_MAGIC = b"LZ4Block"
-LZ4_END = 21  # lz4-java LZ4BlockOutputStream.finish(): magic, token, compressed 0, original 0, checksum 0
-
-
 def _ends(storage: Storage, rel: str, head: int, tail: int) -> Optional[tuple[bytes, bytes, int] | str]:
     """A file's head and tail for the torn checks; "empty file" for an empty one; None when it
     cannot be judged (unreadable, not a regular file)."""
@@ -578,16 +508,7 @@ def torn_reason(storage: Storage, rel: str) -> Optional[str]:
     if isinstance(ends, str) or ends is None:
         return ends
     head, tail, _size = ends
-    if head != LZ4_MAGIC:
-        return None  # another codec (zstd, snappy, lzf): its end is not checked
-    if len(tail) < LZ4_END or tail[:8] != LZ4_MAGIC or tail[9:] != bytes(12):
-        return "truncated: no LZ4Block end mark"
-    return None
-
-
-ZIP_EOCD = b"PK\x05\x06"
-ZIP_EOCD_SIZE = 22  # the end of central directory record without a comment
-ZIP_TAIL = ZIP_EOCD_SIZE + 0xFFFF  # ... with the longest comment
+    return lz4_torn(head, tail)
 
 
 def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
@@ -595,20 +516,13 @@ def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
     judged (docs/formats/state.md#torn-files): an HDFS `.snapshot` is LZ4Block framed like a
     delta (its end mark); a RocksDB `.zip` ends with the zip's end of central directory record
     (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Head and tail reads only."""
-    if not rel.endswith(".zip"):
+    if not is_zip_file(rel):
         return torn_reason(storage, rel)
     ends = _ends(storage, rel, 4, ZIP_TAIL)
     if isinstance(ends, str) or ends is None:
         return ends
     head, tail, _size = ends
-    if head != b"PK\x03\x04":
-        return "not a zip file (no local file header)"
-    if tail[-ZIP_EOCD_SIZE:][:4] == ZIP_EOCD or ZIP_EOCD in tail:
-        return None
-    return "truncated: no zip end of central directory record"
-
-
-MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this is not read
+    return zip_torn(head, tail)
 
 
 def zip_ssts(storage: Storage, rel: str) -> set[str]:
@@ -624,7 +538,6 @@ def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
     object stores). StorageError when it is not such a zip."""
     import zipfile
 
-    from streamctl.formats.reader import load_json
 
     try:
         with storage.open_random(rel) as fh, zipfile.ZipFile(fh) as zf:
@@ -636,77 +549,10 @@ def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
         raise
     except (KeyError, zipfile.BadZipFile, UnicodeDecodeError, EOFError, OSError, ValueError) as exc:
         raise StorageError(storage.uri(rel), f"not a RocksDB checkpoint zip ({type(exc).__name__})") from None
-    body = text.split("\n", 1)[1] if "\n" in text else "{}"
     try:
-        meta = load_json(body)
+        return parse_zip_metadata(text)
     except ValueError:
         raise StorageError(storage.uri(rel), "zip metadata is not valid JSON") from None
-    files = meta.get("sstFiles") if isinstance(meta, dict) else None
-    out: dict[str, Optional[int]] = {}
-    for f in files or []:
-        if isinstance(f, dict) and f.get("dfsSstFileName"):
-            size = f.get("sizeBytes")
-            out[str(f["dfsSstFileName"])] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
-    return out
-
-
-MAX_SCHEMA_FILE = 16 << 20  # a state schema file larger than this is not read
-SCHEMA_FILE = "_metadata/schema"  # under partition 0's store folder (docs/formats/state.md#state-schema-files)
-
-
-def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:
-    """(key schema, value schema) as Spark's StructType JSON of a state schema file v1 or v2
-    (`DataOutputStream`: `writeUTF` of the version, then v1 two `writeUTF` JSON strings, v2 two
-    chunked ones: an int32 count, then that many `writeUTF` chunks). None for v3 (transformWithState:
-    per column family) and newer. LogParseError (naming the file) for anything else."""
-    if len(data) > MAX_SCHEMA_FILE:
-        raise LogParseError(path, f"larger than {MAX_SCHEMA_FILE} bytes: not a state schema file")
-    pos = 0
-
-    def utf() -> str:
-        nonlocal pos
-        if pos + 2 > len(data):
-            raise LogParseError(path, "truncated state schema file")
-        n = int.from_bytes(data[pos:pos + 2], "big")
-        if pos + 2 + n > len(data):
-            raise LogParseError(path, "truncated state schema file")
-        raw = data[pos + 2:pos + 2 + n]
-        pos += 2 + n
-        try:  # Java's modified UTF-8 differs from UTF-8 only for NUL and characters past U+FFFF
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise LogParseError(path, "state schema text is not UTF-8") from None
-
-    def chunked() -> str:
-        nonlocal pos
-        if pos + 4 > len(data):
-            raise LogParseError(path, "truncated state schema file")
-        count = int.from_bytes(data[pos:pos + 4], "big", signed=True)
-        pos += 4
-        if not 0 <= count <= len(data):
-            raise LogParseError(path, f"bad chunk count {count} in a state schema file")
-        return "".join(utf() for _ in range(count))
-
-    version = utf()
-    if version not in ("v1", "v2"):
-        if re.fullmatch(r"v[0-9]{1,4}", version):
-            return None
-        raise LogParseError(path, f"not a state schema file (version {version[:20]!r})")
-    texts = (utf(), utf()) if version == "v1" else (chunked(), chunked())
-    try:
-        key, value = (json.loads(t) for t in texts)
-    except ValueError:
-        raise LogParseError(path, "state schema is not valid JSON") from None
-    if not (isinstance(key, dict) and isinstance(value, dict)):
-        raise LogParseError(path, "state schema is not a struct")
-    return key, value
-
-
-def schema_field_types(schema: Mapping[str, Any]) -> list[str]:
-    """The fields' data types of a StructType JSON, each as compact JSON (names and nullability
-    left out: Spark's check ignores them, `equalsIgnoreNameAndCompatibleNullability`)."""
-    return [json.dumps(f.get("type"), sort_keys=True, separators=(",", ":")) for f in schema.get("fields") or []
-            if isinstance(f, dict)]
 
 
 def without_file(store: StoreFiles, version: int, uid: Optional[str], full: bool) -> StoreFiles:
@@ -724,7 +570,6 @@ def without_file(store: StoreFiles, version: int, uid: Optional[str], full: bool
     return replace(store, full_ids=table) if full else replace(store, incr_ids=table)
 
 
-HADOOP_CRC_MAGIC = b"crc\0"
 
 
 def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[str]) -> Optional[str]:
@@ -734,36 +579,26 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[s
     big-endian CRC32 per chunk), and Spark 4.1+'s visible `<name>.crc` (JSON whose
     `mainFileSize` is the file's size; its CRC32C `value` is not recomputed). Files larger than
     DEFAULT_MAX_READ are not read."""
-    import zlib
-
     rel = f"{folder}/{name}"
-    if f"{name}.crc" in crc_names:
+    if visible_crc_name(name) in crc_names:
         try:
-            meta = load_json(storage.read(f"{rel}.crc", 1 << 16))
+            meta = load_json(storage.read(visible_crc_name(rel), 1 << 16))
             size = storage.stat(rel).size
         except (StorageError, ValueError):
             meta, size = None, None
-        want = meta.get("mainFileSize") if isinstance(meta, dict) else None
-        if isinstance(want, int) and size is not None and size != want:
-            return f"{size} bytes, its {name}.crc says {want}"
-    if f".{name}.crc" not in crc_names:
+        want = main_file_size(meta)
+        if want is not None and size is not None and size != want:
+            return f"{size} bytes, its {visible_crc_name(name)} says {want}"
+    hidden = crc_name(name)
+    if hidden not in crc_names:
         return None
     try:
-        sums = storage.read(f"{folder}/.{name}.crc", 1 << 24)
+        sums = storage.read(f"{folder}/{hidden}", 1 << 24)
         data = storage.read(rel)
     except StorageError:
         return None  # too large or unreadable here: what Spark reads is not judged
-    if len(sums) < 8 or sums[:4] != HADOOP_CRC_MAGIC:
-        return None
-    chunk = int.from_bytes(sums[4:8], "big")
-    if chunk <= 0:
-        return None
-    expected = [sums[i:i + 4] for i in range(8, len(sums) - 3, 4)]
-    actual = [zlib.crc32(data[i:i + chunk]).to_bytes(4, "big") for i in range(0, len(data), chunk)]
-    if expected != actual:
-        bad = next((i for i, (a, b) in enumerate(zip(expected, actual, strict=False)) if a != b), min(len(expected), len(actual)))
-        return f"bytes {bad * chunk}.. do not match its .{name}.crc"
-    return None
+    bad = hadoop_crc_mismatch(sums, data)
+    return None if bad is None else f"bytes {bad}.. do not match its {hidden}"
 
 
 def _missing_for(store: StoreFiles, required: int, full_at: Any, incr_at: Any, valid_ids: Mapping[int, str]) -> list[str]:

@@ -14,22 +14,31 @@ data files they list are moved away, so the replay rewrites them once).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
+from streamctl.formats.checksum import checksum_base, crc_companions, crc_name, hadoop_crc, visible_crc_name
+from streamctl.formats.commits import serialize_commit
+from streamctl.formats.compactible import compactible_file
+from streamctl.formats.coordinated_log import (
+    COORD_COMMITS,
+    COORD_DATA,
+    COORD_STAGING,
+    commit_record_name,
+    epoch_of_folder,
+)
+from streamctl.formats.file_sink_log import EMPTY_SINK_ENTRY, FILE_SINK_LOG, added_paths
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.formats.offsets import parse_offsets
+from streamctl.formats.state import state_file
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
-from streamctl.inspectors.sinks import FILE_SINK_LOG, SinkLog, added_paths, list_file_sink_log
-from streamctl.inspectors.state import state_file
+from streamctl.inspectors.sinks import SinkLog, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess
 from streamctl.operations.damage import rel_of as _rel_of
-from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.operations.plan import (
     DUPLICATES,
     EXACTLY_ONCE,
@@ -107,7 +116,7 @@ class _Planner:
         file is known, else the watermark batch j ran with (a lower bound, never too high)."""
         source = j + 1 if j + 1 in offsets_ids else j
         wm = self.offsets_entry(source).watermark_ms or 0
-        return ("v1\n" + json.dumps({"nextBatchWatermarkMs": wm}, separators=(",", ":"))).encode()
+        return serialize_commit(wm)
 
     # -- the file sink -----------------------------------------------------------------------
     def file_sink_log(self, sink: Storage) -> _FileSinkLog:
@@ -154,7 +163,7 @@ class _Planner:
             # with batch K's own files: nothing tells the files of the kept batches from those of
             # K, so the log cannot be rebuilt at x.
             later = sorted(b for b, c in log.present.items() if c and b > x)
-            names = ", ".join(f"{b}.compact" if is_compact(b) else str(b) for b in missing) \
+            names = ", ".join(compactible_file(b, is_compact(b)) for b in missing) \
                 + (f" and {missing_count - len(missing)} more" if missing_count > len(missing) else "")
             return [], [f"{FILE_SINK_LOG}/ lacks {names} needed to stop at batch {x}"
                         + (f": Spark deleted them after {FILE_SINK_LOG}/{later[0]}.compact, which merges them with the "
@@ -165,7 +174,7 @@ class _Planner:
                 all_now.update(log.entries.get(b, []))
         for b, compact in sorted(log.present.items()):
             if b > x:
-                name = f"{b}.compact" if compact else str(b)
+                name = compactible_file(b, compact)
                 steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/{name}", f"sink commit of batch {b} > {x}"))
                 if b in log.checksums:
                     steps.append(Step("move", "sink", f"{FILE_SINK_LOG}/{log.checksums[b]}", "its checksum"))
@@ -179,8 +188,7 @@ class _Planner:
             if check_only:
                 continue
             steps.append(Step("move", "sink", rel, "data file of a rolled-back batch"))
-            head, _, name = rel.rpartition("/")
-            hid = f"{head}/.{name}.crc" if head else f".{name}.crc"
+            hid = crc_name(rel)
             if sink.lookup(hid) is not None:
                 steps.append(Step("move", "sink", hid, "its checksum"))
         return steps, reasons
@@ -189,13 +197,14 @@ class _Planner:
         steps = []
         for e in log.epoch_ids:
             if e > x:
-                steps.append(Step("move", "sink", f"_commits/{e}.json", f"sink commit record of epoch {e} > {x}"))
-        for d in sink.list_dir("data") or []:
-            if d.is_dir and d.name.startswith("epoch=") and d.name[6:].isdigit() and int(d.name[6:]) > x:
-                steps.append(Step("move", "sink", f"data/{d.name}", "data files of a rolled-back epoch"))
-        for d in sink.list_dir("_staging") or []:
+                steps.append(Step("move", "sink", f"{COORD_COMMITS}/{commit_record_name(e)}", f"sink commit record of epoch {e} > {x}"))
+        for d in sink.list_dir(COORD_DATA) or []:
+            epoch = epoch_of_folder(d.name)
+            if d.is_dir and epoch is not None and epoch > x:
+                steps.append(Step("move", "sink", f"{COORD_DATA}/{d.name}", "data files of a rolled-back epoch"))
+        for d in sink.list_dir(COORD_STAGING) or []:
             if d.is_dir and d.name.isdigit() and int(d.name) > x:
-                steps.append(Step("move", "sink", f"_staging/{d.name}", "staged files of an uncommitted epoch"))
+                steps.append(Step("move", "sink", f"{COORD_STAGING}/{d.name}", "staged files of an uncommitted epoch"))
         return steps
 
 
@@ -507,7 +516,7 @@ def _log_steps(ev: _Evidence, name: str, ids: set[int], above: int, listing: Any
             steps.append(Step("move", "checkpoint", f"{name}/{b}", f"{name} entry {b} > {above}"))
     for b in sorted(set(listing.crc_only) | {b for b in ids if b > above}):
         if b > above or b in listing.crc_only:
-            rel = f"{name}/.{b}.crc"
+            rel = crc_name(f"{name}/{b}")
             if ev.st.lookup(rel) is not None and not (name == "commits" and b <= above and b not in ids and ev.fillable(b)):
                 steps.append(Step("move", "checkpoint", rel, "checksum of a moved entry" if b in ids else "stale checksum (its file is gone)"))
     for t in listing.temp_files:
@@ -540,8 +549,8 @@ def _checkpoint_log_steps(pl: _Planner, ev: _Evidence, x: int, new_p: int) -> li
             for b in sorted(ids):
                 if b <= cut:
                     steps.append(Step("move", "checkpoint", f"{name}/{b}", f"below the hole at {cut}: the retained window starts after it"))
-                    if ev.st.lookup(f"{name}/.{b}.crc") is not None:
-                        steps.append(Step("move", "checkpoint", f"{name}/.{b}.crc", "its checksum"))
+                    if ev.st.lookup(crc_name(f"{name}/{b}")) is not None:
+                        steps.append(Step("move", "checkpoint", crc_name(f"{name}/{b}"), "its checksum"))
         pl.notes.append(f"the retained window now starts at {cut + 1}: batch files up to the hole at {cut} moved away")
     return steps
 
@@ -565,7 +574,7 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
                         seen.add(rel)
                         steps.append(Step("move", "checkpoint", rel, f"state version {v} > {x + 1}" if v is not None else "temp file"))
         for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
-            b = batch_id_of(e.name.lstrip(".").removesuffix(".crc"))
+            b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:
                 steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
     for f in ev.q.findings:
@@ -575,8 +584,7 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
                 if orphan and orphan not in seen:
                     seen.add(orphan)
                     steps.append(Step("move", "checkpoint", orphan, "state file no restart uses"))
-                    base_head, _, base_name = orphan.rpartition("/")
-                    for comp in (f"{base_head}/.{base_name}.crc", f"{base_head}/{base_name}.crc", f"{base_head}/.{base_name}.crc.crc"):
+                    for comp in crc_companions(orphan):
                         if comp not in seen and st.lookup(comp) is not None:
                             seen.add(comp)
                             steps.append(Step("move", "checkpoint", comp, "its checksum"))
@@ -600,7 +608,7 @@ def _snapshot_aside_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
                 raise Refused(f"{ev.q.checkpoint}: STATE_FILE_CORRUPT names {uri}, which is not inside the checkpoint")
             steps.append(Step("move", "checkpoint", rel, "torn or corrupt snapshot: the restart loads the older "
                                                          "snapshot and replays the changes above it"))
-            for companion in (crc_name(rel), f"{rel}.crc"):
+            for companion in (crc_name(rel), visible_crc_name(rel)):
                 if pl.st.lookup(companion) is not None:
                     steps.append(Step("move", "checkpoint", companion, "its checksum"))
     if steps:
@@ -698,7 +706,7 @@ def _moved_source_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
     file of `sources/<n>/` that names paths under the old base is rewritten to the new one, with
     its Hadoop sidecar, so the restart's `getBatch` finds the newest batch's files under the
     query's new path and the seen-files map knows the moved files by their new names."""
-    from streamctl.inspectors.sources import compactible_name
+    from streamctl.formats.compactible import compactible_name
 
     steps: list[Step] = []
     for sid, m in sorted(_moved_inputs(ev.q).items()):
@@ -715,8 +723,8 @@ def _moved_source_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
                 continue
             count += 1
             steps.append(Step("write", "checkpoint", f"{rel_dir}/{name}", f"its input paths under {m.new_base}", new))
-            if f".{name}.crc" in names:
-                steps.append(Step("write", "checkpoint", f"{rel_dir}/.{name}.crc", "its checksum", hadoop_crc(new)))
+            if crc_name(name) in names:
+                steps.append(Step("write", "checkpoint", crc_name(f"{rel_dir}/{name}"), "its checksum", hadoop_crc(new)))
         if count:
             pl.notes.append(f"{rel_dir}/: {count} log file(s) name input files under {m.old_base}, moved with the "
                             f"checkpoint to {m.new_base}: rewritten, so the restart finds them under the query's new "
@@ -725,7 +733,7 @@ def _moved_source_steps(pl: _Planner, ev: _Evidence) -> list[Step]:
 
 
 def _log_name(log: _FileSinkLog, b: int) -> str:
-    return f"{b}.compact" if log.present[b] else str(b)
+    return compactible_file(b, log.present[b])
 
 
 def _unique(steps: list[Step]) -> list[Step]:
@@ -783,9 +791,6 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     return plan, q
 
 
-EMPTY_SINK_ENTRY = b"v1"  # FileStreamSinkLog of a batch that wrote no file: the version line alone
-
-
 def _unfinished_repartition(q: QueryInspection) -> Optional[int]:
     found = [int(f.details["epoch"]) for f in q.findings if f.code == "REPARTITION_UNFINISHED"]
     return found[0] if found else None
@@ -809,7 +814,7 @@ def _compact_interval(q: QueryInspection, log: _FileSinkLog, given: Optional[int
     if misfit:
         b = misfit[0]
         raise Refused(f"{q.checkpoint}: --sink-compact-interval {given} does not fit {FILE_SINK_LOG}/"
-                      f"{b}{'.compact' if log.present[b] else ''} (with it, batch {b} "
+                      f"{compactible_file(b, log.present[b])} (with it, batch {b} "
                       f"{'would not be' if log.present[b] else 'would be'} a compaction)")
     return given
 

@@ -21,19 +21,17 @@ taken as absent: inspectors/masked.py)."""
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from streamctl.formats.checksum import crc_name, hadoop_crc
 from streamctl.formats.commits import parse_commit
 from streamctl.formats.errors import StorageError, StreamctlError
-from streamctl.formats.metadata import parse_query_metadata
+from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.metadata import parse_query_metadata, serialize_query_metadata
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.storage import Storage
-from streamctl.operations.files import crc_name, hadoop_crc
 from streamctl.operations.plan import Refused, Step
-
-FILE_SINK_LOG = "_spark_metadata"
 
 
 @dataclass
@@ -186,7 +184,7 @@ def _metadata(dmg: Damage, st: Storage, q: Any, given: Optional[str], why: str) 
         raise Refused(f"{where}: {why}: the query id is lost and nothing in the checkpoint proves it; pass "
                       "--query-id ID (the id of the query's earlier runs, from its logs or StreamingQueryListener) "
                       "to write it, or start the query on a new checkpoint")
-    content = json.dumps({"id": qid}, separators=(",", ":")).encode()
+    content = serialize_query_metadata(qid)
     dmg.query_id = qid
     dmg.torn.append("metadata")
     dmg.metadata = [Step("write", "checkpoint", "metadata", f"the query id {qid} ({source})", content),

@@ -28,26 +28,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from streamctl.formats.coordinated_log import COORD_COMMITS
 from streamctl.formats.errors import StorageError, StreamctlError
-from streamctl.formats.reader import load_json
-from streamctl.inspectors.storage import parallel_map
-from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, rename_outcomes, run_renames
-from streamctl.operations.journal import (
+from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.journal import (
     JOURNAL_FILE,
     SEGMENT_DIR,
-    Conflict,
     Event,
-    Journal,
     JournalState,
     _Entry,
-    _json_file,
     _q,
     _quote,
     _scalar,
     _step_json,
-    journal_location,
+    json_file,
 )
+from streamctl.formats.reader import load_json
+from streamctl.inspectors.storage import parallel_map
+from streamctl.operations.coprocess import CoProcess
+from streamctl.operations.files import Root, rename_outcomes, run_renames
+from streamctl.operations.journal import Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
 PLAN_FILE = "plan.json"
@@ -71,11 +71,11 @@ def write_plan(backup: Root, plan: Plan) -> None:
     if backup.exists(PLAN_FILE):
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
-    backup.write_atomic(PLAN_FILE, _json_file(plan.to_record(steps=False), {"steps": [_step_json(s) for s in plan.steps]}))
+    backup.write_atomic(PLAN_FILE, json_file(plan.to_record(steps=False), {"steps": [_step_json(s) for s in plan.steps]}))
 
 
 def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
-    backup.write_atomic(MANIFEST_FILE, _json_file({"op_id": plan.op_id, "command": plan.command, "roots": plan.roots,
+    backup.write_atomic(MANIFEST_FILE, json_file({"op_id": plan.op_id, "command": plan.command, "roots": plan.roots,
                                                    **entries}))
 
 
@@ -794,7 +794,7 @@ class Executor:
         files = sorted(root.walk_files(rel))
         what = (f"{len(files)} file(s): {', '.join(files[:3])}{', ...' if len(files) > 3 else ''}" if files else "empty")
         who = (" (a query started on this sink after it was retired wrote a new log)"
-               if rel.rstrip("/").endswith(("_spark_metadata", "_commits")) else "")
+               if rel.rstrip("/").endswith((FILE_SINK_LOG, COORD_COMMITS)) else "")
         return (f"{where} was made again after the operation{who}, {what}; move it aside (keep it if that query's "
                 "output matters), then undo again")
 

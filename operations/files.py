@@ -14,10 +14,8 @@ import os
 import re
 import shutil
 import stat
-import struct
 import threading
 import uuid
-import zlib
 from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
@@ -60,21 +58,6 @@ def hash_file(path: str | bytes) -> tuple[int, str]:
             h.update(block)
     finally:
         os.close(fd)
-
-
-def hadoop_crc(data: bytes, bytes_per_checksum: int = 512) -> bytes:
-    """The content of Hadoop's hidden `.<name>.crc` sidecar for a file holding `data`
-    (ChecksumFileSystem: magic `crc\\0`, bytes-per-checksum, one big-endian CRC32 per chunk)."""
-    out = [b"crc\x00", struct.pack(">i", bytes_per_checksum)]
-    for i in range(0, len(data), bytes_per_checksum):
-        out.append(struct.pack(">I", zlib.crc32(data[i:i + bytes_per_checksum]) & 0xFFFFFFFF))
-    return b"".join(out)
-
-
-def crc_name(rel: str) -> str:
-    """`offsets/3` -> `offsets/.3.crc`."""
-    head, _, name = rel.rpartition("/")
-    return f"{head}/.{name}.crc" if head else f".{name}.crc"
 
 
 def is_normal_rel(rel: str) -> bool:

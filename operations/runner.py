@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol
 
 from streamctl.formats.errors import StorageError, UsageError
+from streamctl.formats.journal import Event
 from streamctl.operations.files import Root, check_rel
-from streamctl.operations.journal import Event
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused
 
 

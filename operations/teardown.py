@@ -43,19 +43,22 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
+from streamctl.formats.checksum import crc_name
+from streamctl.formats.coordinated_log import COORD_COMMITS, COORD_STAGING
 from streamctl.formats.errors import StorageError
+from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.journal import Event
 from streamctl.inspectors.documents import document
 from streamctl.inspectors.lease import TOMBSTONE_KIND
-from streamctl.operations.files import Root, crc_name
-from streamctl.operations.journal import Event
+from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 from streamctl.operations.stop import now_ms
 
 HANDOFF_FILE = "handoff.json"
 RETIRED_DIR = "_streamctl/retired"
-KEEP = ("_streamctl", "metadata", ".metadata.crc")
+KEEP = ("_streamctl", "metadata", crc_name("metadata"))
 LOG_ORDER = ("commits", "offsets", "sources")
-SINK_LOGS = {"file": ("_spark_metadata",), "coordinated": ("_commits", "_staging"), "delta": ()}
+SINK_LOGS = {"file": (FILE_SINK_LOG,), "coordinated": (COORD_COMMITS, COORD_STAGING), "delta": ()}
 
 Say = Callable[[str], None]
 
@@ -358,8 +361,8 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     roots' listings; `sink_log_detail` (a SinkLog read with detail) is needed for --purge-data."""
     steps: list[Step] = []
     notes: list[str] = []
-    if ck.exists(".metadata.crc"):
-        steps.append(Step("move", "checkpoint", ".metadata.crc", "checksum of the metadata about to be tombstoned"))
+    if ck.exists(crc_name("metadata")):
+        steps.append(Step("move", "checkpoint", crc_name("metadata"), "checksum of the metadata about to be tombstoned"))
     steps.append(Step("write", "checkpoint", "metadata", "tombstone: from here on a restart of the old query fails "
                       "loudly", tombstone(op_id, q.query_id, archive.location)))
     if discarded is not None:

@@ -14,10 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from streamctl.formats.checksum import crc_target
+from streamctl.formats.compactible import compactible_file
+from streamctl.formats.coordinated_log import COORD_STAGING
+from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.state import state_files
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
-from streamctl.inspectors.sinks import COORD_STAGING, FILE_SINK_LOG, list_file_sink_log
-from streamctl.inspectors.state import state_files, zip_ssts
+from streamctl.inspectors.sinks import list_file_sink_log
+from streamctl.inspectors.state import zip_ssts
 from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
 from streamctl.operations.plan import (
     EXACTLY_ONCE,
     CheckpointRequest,
@@ -40,31 +46,6 @@ class TrimRequest(CheckpointRequest):
     async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
 
 
-def oldest_kept_epoch(q: QueryInspection, keep_epochs: int, keep_rollback_to: Optional[int] = None) -> int:
-    """The oldest epoch L that stays a restart point: min(C - keep_epochs + 1, keep_rollback_to),
-    raised to what the logs retain and until every state store can restore L+1."""
-    C = q.committed
-    if C is None:
-        raise Refused(f"{q.checkpoint}: nothing committed yet")
-    if keep_epochs < 1:
-        raise Refused("--keep-epochs must be at least 1 (the restart point itself)")
-    low = C - keep_epochs + 1
-    if keep_rollback_to is not None:
-        if keep_rollback_to > C:
-            raise Refused(f"--keep-rollback-to {keep_rollback_to} is above the newest commit {C}")
-        low = min(low, keep_rollback_to)
-    oldest = q.offsets.oldest or 0
-    if q.async_progress:  # ASYNC_PROGRESS: the restart points are the batches both logs hold
-        low = max(low, q.commits.oldest or 0, oldest)
-        both = set(q.offsets.batch_ids) & set(q.commits.batch_ids)
-        return max((b for b in both if b <= low), default=low)
-    low = max(low, q.commits.oldest or 0, oldest + (1 if oldest > 0 else 0))
-    stores = [s for op in q.operators for s in op.stores]
-    while stores and low < C and any(low + 1 not in s.restorable_versions for s in stores):
-        low += 1
-    return low
-
-
 def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Plan, dict[str, dict[str, int]]]:
     """The trim plan and the reclaimable files/bytes per category. `q`: an inspection of the same
     checkpoint, sink and quiet period already made (inspect epochs --reclaimable); else one is made."""
@@ -84,7 +65,10 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     C = q.committed
     P = q.planned if q.planned is not None else C
     stores = [s for op in q.operators for s in op.stores]
-    low = oldest_kept_epoch(q, req.keep_epochs, req.keep_rollback_to)
+    try:
+        low = oldest_kept_epoch(q, req.keep_epochs, req.keep_rollback_to)
+    except NoKeptWindow as exc:
+        raise Refused(str(exc)) from None
     st = Storage.open(req.checkpoint)
     steps: list[Step] = []
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
@@ -107,7 +91,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         keep_offsets = max((b for b in q.offsets.batch_ids if b < low), default=low)
     for name, keep_from in (("offsets", keep_offsets), ("commits", low)):
         for e in sorted(st.list_dir(name) or [], key=lambda e: e.name):
-            b = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+            b = crc_target(e.name) or e.name
             if b.isdigit() and int(b) < keep_from:
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
@@ -146,7 +130,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             for z in kept_zips:
                 referenced |= zip_ssts(st, f"{s.path}/{z}")
             for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
-                sst = e.name[1:-4] if e.name.startswith(".") and e.name.endswith(".crc") else e.name
+                sst = crc_target(e.name) or e.name
                 if sst.endswith(".sst") and sst not in referenced:
                     add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names", e.size)
 
@@ -160,7 +144,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
                 for old in (b for b in log.ids if b < keep_from):
                     for log_name in (log.name(old), log.checksums.get(old)):
                         if log_name is not None:
-                            add("sink", sink_st, f"{FILE_SINK_LOG}/{log_name}", "sink_log", f"superseded by {keep_from}.compact")
+                            add("sink", sink_st, f"{FILE_SINK_LOG}/{log_name}", "sink_log", f"superseded by {compactible_file(keep_from, True)}")
             # orphan data files (SINK_ORPHANS: no entry names them, older than the newest batch file):
             # the "staging" category, as a coordinated sink's leftovers of failed epochs
             from streamctl.operations.damage import rel_of

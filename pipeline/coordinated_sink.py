@@ -121,6 +121,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from streamctl.formats.coordinated_log import (
+    COORD_COMMITS,
+    COORD_DATA,
+    COORD_STAGING,
+    commit_record,
+    commit_record_name,
+    epoch_folder,
+    serialize_commit_record,
+    writer_entry,
+)
 from streamctl.inspectors.storage import fsync_dir
 
 __all__ = [
@@ -140,10 +150,7 @@ SHORT_NAME = "streamctl-coordinated"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
-STAGING = "_staging"
-DATA = "data"
-COMMITS = "_commits"
-RECORD_VERSION = 1
+STAGING, DATA, COMMITS = COORD_STAGING, COORD_DATA, COORD_COMMITS  # the layout: formats/coordinated_log.py
 
 OPT_PATH = "path"
 OPT_CRASH_BEFORE_COMMIT = "crashBeforeCommitEpoch"
@@ -371,7 +378,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
         msgs = self._checked(messages, epoch)
         staging_dir = self._abs(f"{STAGING}/{epoch}")
         commits_dir = self._abs(COMMITS)
-        record_path = os.path.join(commits_dir, f"{epoch}.json")
+        record_path = os.path.join(commits_dir, commit_record_name(epoch))
 
         if os.path.exists(record_path):
             # A replay of a committed epoch: what the tasks staged duplicates published data.
@@ -381,7 +388,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
             _rmdir_if_empty(staging_dir)
             return
 
-        data_rel = f"{DATA}/epoch={epoch}"
+        data_rel = f"{DATA}/{epoch_folder(epoch)}"
         data_dir = self._abs(data_rel)
         os.makedirs(data_dir, exist_ok=True)
         writers: list[dict[str, Any]] = []
@@ -397,7 +404,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
                         raise FileNotFoundError(
                             f"{SHORT_NAME}: staged file {rel} of epoch {epoch} is gone") from None
                 published.append(f"{data_rel}/{name}")
-            writers.append({"partition": m.partition, "attempt": m.attempt, "rows": m.rows, "files": published})
+            writers.append(writer_entry(m.partition, m.attempt, m.rows, published))
         fsync_dir(data_dir)
         fsync_dir(staging_dir)
 
@@ -407,15 +414,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
                 "before its commit record")
 
         query_ids = sorted({m.query_id for m in msgs if m.query_id})
-        record = {
-            "version": RECORD_VERSION,
-            "epoch": epoch,
-            "query_id": query_ids[0] if len(query_ids) == 1 else None,
-            "committed_at_ms": int(time.time() * 1000),
-            "num_writers": len(msgs),
-            "writers": writers,
-            "rows": sum(w["rows"] for w in writers),
-        }
+        record = commit_record(epoch, query_ids[0] if len(query_ids) == 1 else None, int(time.time() * 1000), writers)
         self._write_record(commits_dir, record_path, epoch, record)
         _rmdir_if_empty(staging_dir)
 
@@ -451,10 +450,10 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
     @staticmethod
     def _write_record(commits_dir: str, record_path: str, epoch: int, record: dict) -> None:
         os.makedirs(commits_dir, exist_ok=True)
-        tmp = os.path.join(commits_dir, f".{epoch}.json.{uuid.uuid4()}.tmp")
+        tmp = os.path.join(commits_dir, f".{commit_record_name(epoch)}.{uuid.uuid4()}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                f.write(json.dumps(record, separators=(",", ":")) + "\n")
+            with open(tmp, "wb") as f:
+                f.write(serialize_commit_record(record))
                 f.flush()
                 os.fsync(f.fileno())
             try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional, Protocol
 
+from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import UsageError
 
 FAULTS: dict[str, str] = {
@@ -128,7 +129,7 @@ def start_broker(log_path: Path) -> Any:
 
 def _drop_batch(folder: Path, batch: int) -> list[str]:
     gone = []
-    for name in (str(batch), f".{batch}.crc"):
+    for name in (str(batch), crc_name(str(batch))):
         p = folder / name
         if p.exists():
             p.unlink()

@@ -374,28 +374,15 @@ def _file_sink_files(output: Path) -> list[Path]:
     """The parquet files Spark's file-sink log lists as committed (newest compaction + later)."""
     from urllib.parse import unquote, urlparse
 
-    log = output / "_spark_metadata"
-    batches: dict[int, bool] = {}
-    for name in os.listdir(log):
-        base, compact = (name[:-8], True) if name.endswith(".compact") else (name, False)
-        if base.isdigit():
-            batches[int(base)] = compact
+    from streamctl.formats.compactible import compactible_file, compactible_name, parse_compactible
+    from streamctl.formats.file_sink_log import FILE_SINK_LOG, live_paths
+
+    log = output / FILE_SINK_LOG
+    batches = dict(p for p in map(compactible_name, os.listdir(log)) if p is not None)
     compactions = [b for b, c in batches.items() if c]
     first = max(compactions) if compactions else 0
-    live: dict[str, bool] = {}
-    for b in sorted(b for b in batches if b >= first):
-        text = (log / (f"{b}.compact" if batches[b] else str(b))).read_text(encoding="utf-8")
-        lines = text.split("\n")
-        if not lines or lines[0] != "v1":
-            raise ValueError(f"{log / str(b)}: unexpected header {lines[:1]}")
-        for line in lines[1:]:
-            if not line.strip():
-                continue
-            entry = json.loads(line)
-            if entry.get("action") == "delete":
-                live.pop(entry["path"], None)
-            else:
-                live[entry["path"]] = True
+    chain = [(b, compactible_file(b, batches[b])) for b in sorted(b for b in batches if b >= first)]
+    live = live_paths(parse_compactible((log / name).read_bytes(), str(log / name), b, batches[b]) for b, name in chain)
     out = []
     for uri in live:
         parsed = urlparse(uri)
@@ -405,11 +392,19 @@ def _file_sink_files(output: Path) -> list[Path]:
 
 def _coordinated_rows(output: Path) -> tuple[list[dict[str, Any]], int]:
     """(rows of the files named by the commit records, number of records)."""
+    from streamctl.formats.coordinated_log import (
+        COORD_COMMITS,
+        commit_record_name,
+        epoch_of_record_name,
+        parse_commit_record,
+    )
+
     rows: list[dict[str, Any]] = []
-    records = sorted((output / "_commits").glob("*.json"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-    records = [p for p in records if p.stem.isdigit()]
-    for rec in records:
-        doc = json.loads(rec.read_text(encoding="utf-8"))
+    commits = output / COORD_COMMITS
+    epochs = sorted(e for e in map(epoch_of_record_name, os.listdir(commits)) if e is not None) if commits.is_dir() else []
+    records = [commits / commit_record_name(e) for e in epochs]
+    for e, rec in zip(epochs, records, strict=True):
+        doc = parse_commit_record(rec.read_bytes(), str(rec), e)
         for w in doc["writers"]:
             for rel in w["files"]:
                 with open(output / rel, encoding="utf-8") as fh:

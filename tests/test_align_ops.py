@@ -509,7 +509,7 @@ def test_sink_log_naming_a_file_outside_the_sink_is_never_touched(lab: Lab, run_
                                                                  spelling: str) -> None:
     """`_spark_metadata/4` names a data file in another folder (an absolute URI, or one that
     climbs out of the sink root with `..`): the plan refuses or leaves it out; it is never moved."""
-    from streamctl.operations.files import hadoop_crc
+    from streamctl.formats.checksum import hadoop_crc
 
     lab.restore("faulty")
     log4 = lab.out / "_spark_metadata" / "4"

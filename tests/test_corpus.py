@@ -12,8 +12,9 @@ import pytest
 
 from helpers.paths import CORPUS
 from streamctl.formats.offsets import parse_offsets
+from streamctl.formats.source_log import parse_kafka_initial_offsets
 from streamctl.inspectors.checkpoint import inspect_checkpoint
-from streamctl.inspectors.sources import parse_kafka_initial_offsets, read_compactible_log
+from streamctl.inspectors.sources import read_compactible_log
 from streamctl.inspectors.storage import Storage
 
 

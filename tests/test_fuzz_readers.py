@@ -320,7 +320,7 @@ def test_state_schema_reader_answers_or_names_the_file(m) -> None:
     parse_state_schema): a mutated file parses, is a version it leaves alone (None), or is a
     LogParseError naming the file; nothing else escapes."""
     from streamctl.formats.errors import LogParseError
-    from streamctl.inspectors.state import parse_state_schema, schema_field_types
+    from streamctl.formats.state import parse_state_schema, schema_field_types
 
     data = _mutate((FIXTURE / "state/0/0/_metadata/schema").read_bytes(), *m)
     try:

@@ -88,7 +88,7 @@ def test_state_keys_of_an_explain_string_and_a_schema_file():
     """The two sides preflight compares (docs/model.md#preflight): the key types of a plan's
     deduplication and aggregation operators (the explain text PySpark 4.3 prints, types by exprId
     from the analyzed plan), and the key schema of a state schema file PySpark 3.5 wrote."""
-    from streamctl.inspectors.state import parse_state_schema, schema_field_types
+    from streamctl.formats.state import parse_state_schema, schema_field_types
     from streamctl.pipeline.preflight import keys_in_plan
 
     text = ("+- StateStoreSave [key#1], state info [ checkpoint = <unknown>, runId = r, opId = 0, ver = 0, "

@@ -4,12 +4,13 @@ from __future__ import annotations
 import pytest
 
 from streamctl.formats.commits import parse_commit
+from streamctl.formats.compactible import compactible_name, parse_compactible
 from streamctl.formats.errors import LogParseError
 from streamctl.formats.metadata import parse_query_metadata
 from streamctl.formats.offsets import parse_offsets
+from streamctl.formats.source_log import parse_kafka_initial_offsets
+from streamctl.formats.state import parse_operator_metadata
 from streamctl.inspectors.logs import classify_log_names
-from streamctl.inspectors.sources import compactible_name, parse_compactible, parse_kafka_initial_offsets
-from streamctl.inspectors.state import parse_operator_metadata
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"4"}}'
 
@@ -138,7 +139,7 @@ def test_state_files_parses_a_folder_as_state_file_parses_each_name():
     """The bulk parse a trim plan uses (one regex over a store folder's names) says exactly what
     `state_file` says of each name: versions, unique ids, companions hidden and visible, and the
     names that are no state file (temp files, hidden files without a checksum suffix, others)."""
-    from streamctl.inspectors.state import state_file, state_files
+    from streamctl.formats.state import state_file, state_files
 
     names = ["1.delta", "2.snapshot", ".1.delta.crc", "1.delta.crc", ".2.snapshot.crc.crc", "3_ab-12.zip",
              ".3_ab-12.zip.crc", "4.changelog", ".5.delta", "..5.delta.crc", "5.delta.tmp", ".5.delta.abc.tmp",

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import SPARK35
+from streamctl.formats.checksum import hadoop_crc
 from streamctl.formats.errors import StorageError
+from streamctl.formats.journal import JOURNAL_FILE
 from streamctl.operations.executor import MANIFEST_FILE, Executor
-from streamctl.operations.files import Root, hadoop_crc
-from streamctl.operations.journal import CRASH_EXIT, JOURNAL_FILE, Conflict
+from streamctl.operations.files import Root
+from streamctl.operations.journal import CRASH_EXIT, Conflict
 from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
 from streamctl.operations.plan import Plan, Step
 
@@ -196,8 +198,8 @@ def test_journal_lines_of_steps_are_what_json_dumps_writes(tmp_path: Path) -> No
     exact text of json.dumps(sort_keys=True): paths with quotes, backslashes and non-ASCII, null
     digests, write steps' extra keys, other records; so are the pre-encoded manifest entries of
     moved files and the plan's steps."""
+    from streamctl.formats.journal import _entry_json, _step_json, record_line
     from streamctl.operations.executor import _moved_entry
-    from streamctl.operations.journal import _entry_json, _step_json, record_line
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
     records = [

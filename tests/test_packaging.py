@@ -629,15 +629,15 @@ def test_every_write_goes_through_the_output_layer() -> None:
 
 
 def test_journal_events_are_named_in_the_journal_module_only() -> None:
-    """One journal (issue 30): its event kinds are operations/journal.py's `Event`; every writer
+    """One journal (issue 30): its event kinds are formats/journal.py's `Event`; every writer
     names them through it, and no other module spells an event out."""
     import re
 
-    from streamctl.operations.journal import Event
+    from streamctl.formats.journal import Event
 
     spelled = re.compile(r"[\"']event[\"']\s*:\s*[\"']|event\s*=\s*[\"']")
-    hits = [f"{p.relative_to(REPO)}:{i}" for room in ("cli", "commands", "console", "operations", "inspectors")
-            for p in sorted((REPO / room).glob("*.py")) if p.name != "journal.py"
+    hits = [f"{p.relative_to(REPO)}:{i}" for room in ("cli", "commands", "console", "operations", "inspectors", "formats")
+            for p in sorted((REPO / room).glob("*.py")) if p.relative_to(REPO).as_posix() != "formats/journal.py"
             for i, line in enumerate(p.read_text().splitlines(), 1) if spelled.search(line)]
     assert hits == [], hits
     assert {e.value for e in Event} >= {"start", "begin", "done", "finished", "verified", "undo_start", "undo_done",
@@ -660,3 +660,94 @@ def test_every_document_gets_its_envelope_from_one_module() -> None:
 
     assert list(document("X", {"a": 1, "b": 2})) == ["api_version", "kind", "a", "b"]
     assert document("X", {})["api_version"] == API_VERSION
+
+
+# Each on-disk format's markers (issue 30): its JSON keys, magic bytes, file-name suffixes and folder
+# names, which only its owner in formats/ may spell (docs/formats/README.md#owners-in-streamctl). A
+# marker counts in a string constant that is data, not prose: docstrings and strings with a space
+# (messages, help texts) may name a format; a marker must end at a non-letter (`.changelog` in a
+# message, not in `...rocksdb.changelogCheckpointing.enabled`, a Spark conf key).
+FORMAT_MARKERS: dict[str, tuple[str, ...]] = {
+    "formats/offsets.py": ("batchWatermarkMs", "batchTimestampMs"),
+    "formats/commits.py": ("nextBatchWatermarkMs", "stateUniqueIds"),
+    "formats/compactible.py": (".compact",),
+    "formats/file_sink_log.py": ("_spark_metadata", "modificationTime", "blockReplication"),
+    "formats/delta_txn.py": ("_delta_log", "appId", "lastUpdated"),
+    "formats/coordinated_log.py": ("_commits", "_staging", "num_writers", "committed_at_ms", "epoch="),
+    "formats/state.py": (".snapshot", ".changelog", ".zip", "operatorInfo", "stateStoreInfo", "stateSchemaFilePaths",
+                         "LZ4Block", "PK\x05\x06", "PK\x03\x04", "sstFiles", "dfsSstFileName", "_metadata/schema",
+                         "_stateSchema"),
+    "formats/checksum.py": (".crc", "crc\x00", "mainFileSize"),
+    "formats/journal.py": ("journal.jsonl", "time_ms", "undo_start", "purge_begin"),  # `time_ms`, not `mtime_ms`
+}
+
+
+def _data_strings(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """(line, text) of every str/bytes constant that is not a docstring and has no space."""
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and id(node) not in docs:
+            text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+            if " " not in text:
+                yield node.lineno, text
+
+
+def format_marker_problems(rel: str, tree: ast.Module) -> list[str]:
+    import re
+
+    found = []
+    for line, text in _data_strings(tree):
+        for owner, markers in FORMAT_MARKERS.items():
+            if rel == owner:
+                continue
+            for marker in markers:
+                left = r"(?<![A-Za-z_])" if marker[0].isalpha() else ""
+                if re.search(left + re.escape(marker) + r"(?![A-Za-z])", text):
+                    found.append(f"{rel}:{line}: {marker!r} is {owner}'s")
+    return found
+
+
+def test_each_format_is_known_in_its_owner_only() -> None:
+    rooms = sorted({d for d in PACKAGE_DIR.values()} - {"completions"})
+    problems = [p for path in python_files(*rooms)
+                for p in format_marker_problems(path.relative_to(REPO).as_posix(), parse(path))]
+    assert problems == [], "format bytes outside their owner in formats/:\n" + "\n".join(problems)
+    assert all((REPO / owner).is_file() for owner in FORMAT_MARKERS)
+
+
+def test_the_format_check_sees_what_it_should() -> None:
+    code = ('"""Reads `offsets/3` and its batchWatermarkMs."""\n'
+            'W = "batchWatermarkMs"\n'
+            'def f(b):\n    return f"{b}.compact"\n'
+            'MSG = "the stateUniqueIds are missing"\n'
+            'KEY = "newest_mtime_ms"\n'
+            'CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"\n'
+            'MAGIC = b"PK\\x05\\x06"\n')
+    found = format_marker_problems("operations/x.py", ast.parse(code))
+    assert sorted(p.split(": ")[1] for p in found) == sorted(["'batchWatermarkMs' is formats/offsets.py's",
+                                                  "'.compact' is formats/compactible.py's",
+                                                  "'PK\\x05\\x06' is formats/state.py's"]), found
+    assert format_marker_problems("formats/offsets.py", ast.parse('W = "batchWatermarkMs"\n')) == []
+
+
+def test_a_plain_inspection_does_not_load_the_write_side(tmp_path: Path) -> None:
+    """Read-only commands stay read-only in what they load (issue 30): `inspect epochs` without
+    `--reclaimable` imports nothing of operations/ (the trim planner is loaded for that flag only),
+    nor PySpark or Kafka; with the flag it does, and says what trim would reclaim."""
+    from helpers.layouts import checkpoint
+
+    chk = checkpoint(tmp_path / "t", 3, 3)
+    probe_roots = json.dumps([*HEAVY_MODULES, "streamctl.operations"])
+    code_of = HELP_PROBE.replace("m.split(\".\")[0] in heavy_roots",
+                                 "(m.split('.')[0] in heavy_roots or m.startswith('streamctl.operations'))")
+    for extra, loads_trim in (([], False), (["--reclaimable"], True)):
+        r = subprocess.run([sys.executable, "-P", "-c", code_of, json.dumps(["inspect", "epochs", str(chk), "--json",
+                                                                              "--quiet-period", "0", *extra]), probe_roots],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        data = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")][-1][len("PROBE "):])
+        assert data["code"] == 0, r.stdout + r.stderr
+        assert ("streamctl.operations.trim" in data["heavy"]) is loads_trim, data["heavy"]
+        assert not [m for m in data["heavy"] if m.split(".")[0] in HEAVY_MODULES], data["heavy"]
+        assert (json.loads(r.stdout)["queries"][0].get("reclaimable") is not None) is loads_trim

@@ -111,7 +111,7 @@ def _as_if_written_here(src: Path, dest: Path) -> None:
     """A file sink's log names its data files by absolute path: a plain copy's log still names
     the original's (SINK_FILES_MISSING, tests/test_relocation.py). Tests that only want a fresh
     pipeline get the log as Spark would have written it at `dest` (and its Hadoop sidecars)."""
-    from streamctl.operations.files import hadoop_crc
+    from streamctl.formats.checksum import hadoop_crc
 
     for log in dest.rglob("_spark_metadata"):
         for f in log.iterdir():

@@ -1,0 +1,97 @@
+"""streamctl's coordinated sink (pipeline/coordinated_sink.py; docs/coordinated-sink.md): writers stage
+files under `_staging/<epoch>/`, the commit publishes them under `data/epoch=<e>/` and writes
+`_commits/<epoch>.json`, one JSON record naming every writer of the epoch:
+`{"version":1,"epoch":e,"num_writers":n,"rows":r,"writers":[{"partition":p,"files":[...],"rows":r}]}`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from streamctl.formats.errors import LogParseError
+from streamctl.formats.reader import load_json
+
+COORD_COMMITS = "_commits"
+COORD_STAGING = "_staging"
+COORD_DATA = "data"
+
+
+def commit_record_name(epoch: int) -> str:
+    return f"{epoch}.json"
+
+
+def epoch_of_record_name(name: str) -> Optional[int]:
+    """The epoch of a commit record's file name `<epoch>.json`, else None."""
+    return int(name[:-5]) if name.endswith(".json") and name[:-5].isdigit() else None
+
+
+def epoch_folder(epoch: int) -> str:
+    """The folder under data/ the commit of an epoch publishes its files into."""
+    return f"epoch={epoch}"
+
+
+def epoch_of_folder(name: str) -> Optional[int]:
+    return int(name[6:]) if name.startswith("epoch=") and name[6:].isdigit() else None
+
+
+RECORD_VERSION = 1
+
+
+def writer_entry(partition: int, attempt: int, rows: int, files: list[str]) -> dict[str, Any]:
+    """One writer of a commit record: its partition, task attempt, rows and published files."""
+    return {"partition": partition, "attempt": attempt, "rows": rows, "files": files}
+
+
+def commit_record(epoch: int, query_id: Optional[str], committed_at_ms: int, writers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The commit record of an epoch, keys in the order docs/coordinated-sink.md gives."""
+    return {
+        "version": RECORD_VERSION,
+        "epoch": epoch,
+        "query_id": query_id,
+        "committed_at_ms": committed_at_ms,
+        "num_writers": len(writers),
+        "writers": writers,
+        "rows": sum(w["rows"] for w in writers),
+    }
+
+
+def writer_count(record: dict[str, Any]) -> int:
+    """The writers an epoch had: `num_writers`, else the writers the record lists."""
+    return int(record.get("num_writers") or len(record["writers"]))
+
+
+def serialize_commit_record(record: dict[str, Any]) -> bytes:
+    """One commit record: compact JSON and a newline."""
+    return (json.dumps(record, separators=(",", ":")) + "\n").encode()
+
+
+def parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
+    if not data:
+        raise LogParseError(path, "empty commit record")
+    try:
+        rec = load_json(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LogParseError(path, f"commit record is not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(rec, dict) or rec.get("epoch") != epoch or not isinstance(rec.get("writers"), list):
+        raise LogParseError(path, f"not a commit record of epoch {epoch} (needs \"epoch\": {epoch} and \"writers\")")
+    if rec.get("version", RECORD_VERSION) != RECORD_VERSION:
+        raise LogParseError(path, f"unsupported commit record version {rec.get('version')!r}")
+    for w in rec["writers"]:
+        if not isinstance(w, dict) or not _count(w.get("partition")) or not isinstance(w.get("files"), list):
+            raise LogParseError(path, "a writer entry lacks partition or files")
+        if not all(isinstance(f, str) for f in w["files"]) or not _count(w.setdefault("rows", 0), None):
+            raise LogParseError(path, f"writer {w['partition']}: files must be strings and rows a count")
+    n = rec.get("num_writers")
+    if n is not None and not _count(n):
+        raise LogParseError(path, f"num_writers {n!r} is not a count from 0 to {MAX_WRITERS} (an absurd value)")
+    if "rows" in rec and not _count(rec["rows"], None):
+        raise LogParseError(path, f"rows {rec['rows']!r} is not a count")
+    return rec
+
+
+MAX_WRITERS = 100_000  # writers (partitions) of one epoch; more is an absurd value, not a sink
+
+
+def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
+    """A non-negative int (not a bool), at most `limit`."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (limit is None or v <= limit)

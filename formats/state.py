@@ -1,0 +1,232 @@
+"""State store files under `state/` (docs/formats/state.md): the names of versions (HDFS
+`<v>.delta`/`<v>.snapshot`, RocksDB `<v>.changelog`/`<v>.zip`, checkpoint format 2's
+`<v>_<uniqueId>.<ext>`), operator metadata (`_metadata/metadata` v1, `_metadata/v2/<batch>`),
+state schema files, the end marks that tell a torn file (LZ4Block, zip), and the SST manifest of
+a RocksDB zip. Which files a store has and which versions restore is inspectors/state.py's.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, NamedTuple, Optional
+
+from streamctl.formats.checksum import CHECKSUM_SUFFIX
+from streamctl.formats.errors import LogParseError
+from streamctl.formats.reader import decode_text, load_json, parse_version_line, split_lines
+
+DEFAULT_STORE = "default"
+SHARED_DIRS = ("SSTs", "logs")
+FULL_EXT = {"snapshot": "hdfs", "zip": "rocksdb"}
+INCR_EXT = {"delta": "hdfs", "changelog": "rocksdb"}
+OPERATOR_METADATA_MAX_VERSION = 2
+STATE_FILE_RE = re.compile(r"([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)\Z")
+_CRC = re.escape(CHECKSUM_SUFFIX)
+CRC_NAMES_RE = re.compile(rf"^[^\n]*{_CRC}$", re.M)
+VISIBLE_CRC_RE = re.compile(rf"^([^.\n][^\n]*){_CRC}$", re.M)
+STATE_ID_FILES_RE = re.compile(r"^([0-9]+)_([^.\n]+)\.(delta|snapshot|zip|changelog)$", re.M)
+EXT_PATTERNS = tuple((ext, re.compile(rf"^([0-9]+)\.{ext}$", re.M)) for ext in ("delta", "snapshot", "zip", "changelog"))
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorMetadata:
+    """`state/<op>/_metadata/metadata` (v1) or the newest `_metadata/v2/<batch>` (v2)."""
+
+    version: int
+    operator_name: Optional[str]
+    stores: tuple[tuple[str, int], ...]  # (storeName, numPartitions)
+    path: str
+    schema_paths: tuple[str, ...] = ()  # v2: stateSchemaFilePaths, as `_stateSchema/...` of the operator
+
+
+def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
+    lines = split_lines(decode_text(data, path))
+    version = parse_version_line(lines[0], path, OPERATOR_METADATA_MAX_VERSION)
+    body = "\n".join(lines[1:]).strip()
+    try:
+        obj = load_json(body)
+    except json.JSONDecodeError as exc:
+        raise LogParseError(path, f"operator metadata is not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise LogParseError(path, "operator metadata is not a JSON object")
+    info = obj.get("operatorInfo") or {}
+    stores_obj = obj.get("stateStoreInfo") or []
+    if not isinstance(stores_obj, list):
+        raise LogParseError(path, "stateStoreInfo is not a list")
+    stores = []
+    for s in stores_obj:
+        if not isinstance(s, dict) or not isinstance(s.get("numPartitions"), int):
+            raise LogParseError(path, "stateStoreInfo entry without numPartitions")
+        stores.append((str(s.get("storeName", DEFAULT_STORE)), int(s["numPartitions"])))
+    name = info.get("operatorName") if isinstance(info, dict) else None
+    schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in s.get("stateSchemaFilePaths") or [])
+    return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path, schema_paths)
+
+
+def _schema_rel(uri: str) -> str:
+    """`file:/…/state/0/_stateSchema/default/0_<uuid>` -> `_stateSchema/default/0_<uuid>`: the
+    metadata names the file by absolute URI; streamctl looks for it in the inspected checkpoint."""
+    head, sep, tail = uri.rpartition("/_stateSchema/")
+    return f"_stateSchema/{tail}" if sep else uri
+
+
+class StateFileName(NamedTuple):
+    """What a state file's name says (docs/formats/state.md)."""
+
+    version: int
+    unique_id: Optional[str]  # checkpoint format 2: `<version>_<uuid>.<ext>`
+    ext: str  # "delta" | "snapshot" | "changelog" | "zip"
+    companion: bool  # a checksum companion (`5.delta.crc`, `.5.delta.crc`, `.5.delta.crc.crc`)
+
+
+def state_file(name: str) -> Optional[StateFileName]:
+    """What the name of a state file, or of one of its checksum companions, says; None for any
+    other name."""
+    base = name
+    while base.endswith(CHECKSUM_SUFFIX):
+        base = base[:-len(CHECKSUM_SUFFIX)]
+    companion = base != name
+    if base.startswith(".") and companion:
+        base = base[1:]
+    m = STATE_FILE_RE.match(base)
+    if m is None:
+        return None
+    return StateFileName(int(m.group(1)), m.group(2), m.group(3), companion)
+
+
+STATE_FILES_RE = re.compile(rf"^((\.?)([0-9]+)(?:_([^.\n]+))?\.(delta|snapshot|zip|changelog)((?:{_CRC})*))$", re.M)
+_tuple = tuple.__new__
+
+
+def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFileName]]:
+    """[(name, state_file(name))] for the names that are state files or their checksum companions,
+    in order: one regex over the joined names (a trim plan parses 130,000 of them)."""
+    joined = "\n".join(names)
+    if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
+        return [(n, f) for n, f in ((n, state_file(n)) for n in names) if f is not None]
+    return [(name, _tuple(StateFileName, (int(version), uid or None, ext, bool(crcs))))
+            for name, dot, version, uid, ext, crcs in STATE_FILES_RE.findall(joined)
+            if crcs or not dot]  # `.5.delta`: hidden, but no checksum companion
+
+
+ZIP_EXT = ".zip"
+
+
+def is_zip_file(name: str) -> bool:
+    """A RocksDB checkpoint zip (`<v>.zip`, `<v>_<uniqueId>.zip`)."""
+    return name.endswith(ZIP_EXT)
+
+
+def is_full_file(name: str) -> bool:
+    """A snapshot (HDFS `.snapshot`, RocksDB `.zip`), not a delta or changelog."""
+    return name.endswith(tuple(f".{ext}" for ext in FULL_EXT))
+
+
+LZ4_MAGIC = b"LZ4Block"
+LZ4_END = 21  # lz4-java LZ4BlockOutputStream.finish(): magic, token, compressed 0, original 0, checksum 0
+
+
+def lz4_torn(head: bytes, tail: bytes) -> Optional[str]:
+    """Why an LZ4Block-framed file (a delta, a changelog, an HDFS snapshot) with this head and tail
+    is torn: lz4-java's stream ends with an empty end block, a file cut short has none. None when
+    it looks whole, or is another codec's (zstd, snappy, lzf: not judged)."""
+    if head != LZ4_MAGIC:
+        return None
+    if len(tail) < LZ4_END or tail[:8] != LZ4_MAGIC or tail[9:] != bytes(12):
+        return "truncated: no LZ4Block end mark"
+    return None
+
+
+ZIP_EOCD = b"PK\x05\x06"
+ZIP_EOCD_SIZE = 22  # the end of central directory record without a comment
+ZIP_TAIL = ZIP_EOCD_SIZE + 0xFFFF  # ... with the longest comment
+
+
+ZIP_HEAD = b"PK\x03\x04"  # a local file header: what a zip begins with
+
+
+def zip_torn(head: bytes, tail: bytes) -> Optional[str]:
+    """Why a RocksDB checkpoint zip with this head (4 bytes) and tail (ZIP_TAIL bytes) is torn: it
+    ends with the end of central directory record, within its last 64 KiB + 22 bytes."""
+    if head != ZIP_HEAD:
+        return "not a zip file (no local file header)"
+    if tail[-ZIP_EOCD_SIZE:][:4] == ZIP_EOCD or ZIP_EOCD in tail:
+        return None
+    return "truncated: no zip end of central directory record"
+
+
+MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this is not read
+
+def parse_zip_metadata(text: str) -> dict[str, Optional[int]]:
+    """The SST files the `metadata` entry of a RocksDB checkpoint zip names, with their recorded
+    sizes: `v1` or `v2`, then JSON whose `sstFiles[]` give `dfsSstFileName` (in the store's
+    `SSTs/`) and `sizeBytes` (docs/formats/state.md#rocksdb-provider). ValueError on bad JSON."""
+    body = text.split("\n", 1)[1] if "\n" in text else "{}"
+    meta = load_json(body)
+    files = meta.get("sstFiles") if isinstance(meta, dict) else None
+    out: dict[str, Optional[int]] = {}
+    for f in files or []:
+        if isinstance(f, dict) and f.get("dfsSstFileName"):
+            size = f.get("sizeBytes")
+            out[str(f["dfsSstFileName"])] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    return out
+
+
+MAX_SCHEMA_FILE = 16 << 20  # a state schema file larger than this is not read
+STATE_SCHEMA_DIR = "_stateSchema"  # state/<op>/_stateSchema/<storeName>/<batch>_<uuid> (schema v3)
+SCHEMA_FILE = "_metadata/schema"  # under partition 0's store folder (docs/formats/state.md#state-schema-files)
+
+
+def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:
+    """(key schema, value schema) as Spark's StructType JSON of a state schema file v1 or v2
+    (`DataOutputStream`: `writeUTF` of the version, then v1 two `writeUTF` JSON strings, v2 two
+    chunked ones: an int32 count, then that many `writeUTF` chunks). None for v3 (transformWithState:
+    per column family) and newer. LogParseError (naming the file) for anything else."""
+    if len(data) > MAX_SCHEMA_FILE:
+        raise LogParseError(path, f"larger than {MAX_SCHEMA_FILE} bytes: not a state schema file")
+    pos = 0
+
+    def utf() -> str:
+        nonlocal pos
+        if pos + 2 > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        n = int.from_bytes(data[pos:pos + 2], "big")
+        if pos + 2 + n > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        raw = data[pos + 2:pos + 2 + n]
+        pos += 2 + n
+        try:  # Java's modified UTF-8 differs from UTF-8 only for NUL and characters past U+FFFF
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LogParseError(path, "state schema text is not UTF-8") from None
+
+    def chunked() -> str:
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise LogParseError(path, "truncated state schema file")
+        count = int.from_bytes(data[pos:pos + 4], "big", signed=True)
+        pos += 4
+        if not 0 <= count <= len(data):
+            raise LogParseError(path, f"bad chunk count {count} in a state schema file")
+        return "".join(utf() for _ in range(count))
+
+    version = utf()
+    if version not in ("v1", "v2"):
+        if re.fullmatch(r"v[0-9]{1,4}", version):
+            return None
+        raise LogParseError(path, f"not a state schema file (version {version[:20]!r})")
+    texts = (utf(), utf()) if version == "v1" else (chunked(), chunked())
+    try:
+        key, value = (json.loads(t) for t in texts)
+    except ValueError:
+        raise LogParseError(path, "state schema is not valid JSON") from None
+    if not (isinstance(key, dict) and isinstance(value, dict)):
+        raise LogParseError(path, "state schema is not a struct")
+    return key, value
+
+
+def schema_field_types(schema: Mapping[str, Any]) -> list[str]:
+    """The fields' data types of a StructType JSON, each as compact JSON (names and nullability
+    left out: Spark's check ignores them, `equalsIgnoreNameAndCompatibleNullability`)."""
+    return [json.dumps(f.get("type"), sort_keys=True, separators=(",", ":")) for f in schema.get("fields") or []
+            if isinstance(f, dict)]
