@@ -48,7 +48,7 @@ def write_outputs(records: list[dict[str, Any]], doc: dict[str, Any], started: f
             fleet.write_parquet(parquet, records)
         if metrics_file:
             from streamctl.inspectors.metrics import format_metrics
-            from streamctl.inspectors.storage import write_text_atomic
+            from streamctl.inspectors.outputs import write_text_atomic
 
             write_text_atomic(metrics_file, format_metrics(doc, started, duration))
     except OSError as exc:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 from streamctl.formats.errors import UsageError
-from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage, atomic_write, write_text_atomic
+from streamctl.inspectors.outputs import atomic_write, write_text_atomic
+from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage
 
 if TYPE_CHECKING:  # pragma: no cover
     from streamctl.inspectors.checkpoint import QueryInspection

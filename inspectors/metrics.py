@@ -2,7 +2,7 @@
 (`streamctl inspect epochs ... --metrics-file /var/lib/node_exporter/textfile/streamctl.prom`).
 
 Pure: `format_metrics(report, timestamp)` returns the text; the CLI writes it atomically
-(`storage.write_text_atomic`: a temporary file in the same folder, then `os.replace`).
+(`outputs.write_text_atomic`: a temporary file in the same folder, then `os.replace`).
 
 Every per-query series carries `checkpoint` and `query_id` labels. A position that is unknown
 (no offsets, a stateless query, no sink) has no sample rather than a made-up value.

@@ -19,7 +19,8 @@ import uuid
 from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
-from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, fsync_dir, parallel_map
+from streamctl.inspectors.outputs import fsync_dir
+from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
 from streamctl.operations.coprocess import rename_all, renameat2
 
 CHUNK = 1 << 20

@@ -56,7 +56,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, now_ms, read_stop_request
-from streamctl.inspectors.storage import Storage, write_text_atomic
+from streamctl.inspectors.outputs import write_text_atomic
+from streamctl.inspectors.storage import Storage
 
 __all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
 
@@ -69,7 +70,7 @@ _TERMINATED_CLASSES = (
 
 
 def write_json_atomic(folder: str, name: str, doc: dict[str, Any]) -> None:
-    """Write ``folder/name`` (JSON, one line) atomically: inspectors/storage.py write_text_atomic."""
+    """Write ``folder/name`` (JSON, one line) atomically: inspectors/outputs.py write_text_atomic."""
     os.makedirs(folder, exist_ok=True)
     write_text_atomic(os.path.join(folder, name), json.dumps(doc, sort_keys=False) + "\n")
 

@@ -131,7 +131,7 @@ from streamctl.formats.coordinated_log import (
     serialize_commit_record,
     writer_entry,
 )
-from streamctl.inspectors.storage import fsync_dir
+from streamctl.inspectors.outputs import fsync_dir
 
 __all__ = [
     "SHORT_NAME",

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple, Optional
 
+from streamctl.operations.journal import CRASH_EXIT  # noqa: F401  (the tests' crash exit, named once)
+
 STREAMCTL = Path(sys.executable).parent / "streamctl"
 PROGRESS = re.compile(r"[\d,]+/[\d,]+ (files|partitions), [\d.,]+ MB, [\d,]+ (files|partitions)/s, eta [\d,]+ s")
 
