@@ -9,13 +9,17 @@ class StreamctlError(Exception):
     """Base of every error streamctl reports as a one-line message instead of a traceback."""
 
 
-class StorageError(StreamctlError):
-    """A path could not be listed or read (missing, permission denied, unreachable, a loop...)."""
+class PathError(StreamctlError):
+    """An error about one file or folder: `path`, and `reason` in one line."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class StorageError(PathError):
+    """A path could not be listed or read (missing, permission denied, unreachable, a loop...)."""
 
 
 class NotACheckpoint(StorageError):
@@ -26,10 +30,5 @@ class UsageError(StreamctlError):
     """Bad values given by the user (flags, config, pipeline names): exit 2."""
 
 
-class LogParseError(StreamctlError):
-    """A file Spark (or streamctl, for its own formats) would refuse to read. `reason` is one line."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
+class LogParseError(PathError):
+    """A file Spark (or streamctl, for its own formats) would refuse to read."""
