@@ -1,0 +1,125 @@
+"""formats/: each module's serializer and parser agree, and each reads what Spark (or streamctl's
+own writers) write, byte for byte where streamctl writes (issue 30). The readers' hostile cases
+are tests/test_fuzz_readers.py's and tests/test_logs.py's; these are the round trips."""
+from __future__ import annotations
+
+import json
+import zipfile
+import zlib
+from io import BytesIO
+
+import pytest
+
+from streamctl.formats import checksum, commits, compactible, coordinated_log, file_sink_log, journal, metadata, state
+from streamctl.formats.errors import LogParseError, PathError, StorageError
+
+
+def test_commit_and_metadata_round_trip_in_spark_bytes() -> None:
+    data = commits.serialize_commit(1_700_000)
+    assert data == b'v1\n{"nextBatchWatermarkMs":1700000}'  # what CommitLog writes
+    entry = commits.parse_commit(data, "commits/4", 4)
+    assert (entry.batch_id, entry.version, entry.next_batch_watermark_ms, entry.state_unique_ids) == (4, 1, 1_700_000, None)
+    qid = "5f3a9c9e-8d4b-4a53-9b1c-2b8a4c1d7e01"
+    assert metadata.serialize_query_metadata(qid) == f'{{"id":"{qid}"}}'.encode()
+    assert metadata.parse_query_metadata(metadata.serialize_query_metadata(qid), "metadata") == qid
+
+
+def test_hadoop_checksums_are_written_and_checked_alike() -> None:
+    data = bytes(range(256)) * 5  # three 512-byte chunks, the last one short
+    sums = checksum.hadoop_crc(data)
+    assert sums[:8] == b"crc\0" + (512).to_bytes(4, "big") and len(sums) == 8 + 3 * 4
+    assert sums[8:12] == zlib.crc32(data[:512]).to_bytes(4, "big")
+    assert checksum.hadoop_crc_mismatch(sums, data) is None
+    torn = data[:600] + b"\xff" + data[601:]
+    assert checksum.hadoop_crc_mismatch(sums, torn) == 512  # the chunk holding byte 600
+    assert checksum.hadoop_crc_mismatch(sums, data[:700]) == 512  # cut short: the second chunk differs
+    assert checksum.hadoop_crc_mismatch(b"not a crc", data) is None  # not Hadoop's: not judged
+    assert checksum.crc_name("offsets/3") == "offsets/.3.crc" and checksum.crc_name("metadata") == ".metadata.crc"
+    assert checksum.crc_target(".3.crc") == "3" and checksum.crc_target("3.crc") is None
+    assert checksum.crc_companions("state/0/1/5.delta") == ("state/0/1/.5.delta.crc", "state/0/1/5.delta.crc",
+                                                            "state/0/1/.5.delta.crc.crc")
+    assert checksum.checksum_base(".7.crc") == "7" and checksum.main_file_size({"mainFileSize": 12}) == 12
+
+
+def test_compactible_names_and_the_file_sink_view_of_a_log() -> None:
+    for batch, compact in ((0, False), (9, True), (1234, False)):
+        assert compactible.compactible_name(compactible.compactible_file(batch, compact)) == (batch, compact)
+    assert compactible.compactible_name(".9.compact.crc") is None and compactible.compactible_name("9.tmp") is None
+    entry = {"path": "file:/out/part-0.parquet", "size": 10, "isDir": False, "modificationTime": 1, "blockReplication": 1,
+             "blockSize": 1, "action": "add"}
+    gone = dict(entry, action="delete")
+    later = dict(entry, path="file:/out/part-1.parquet")
+    b0 = compactible.parse_compactible(b"v1\n" + json.dumps(entry).encode(), "_spark_metadata/0", 0, False)
+    b1 = compactible.parse_compactible(b"v1\n" + json.dumps(gone).encode() + b"\n" + json.dumps(later).encode() + b"\n",
+                                       "_spark_metadata/1", 1, False)
+    assert file_sink_log.added_paths(b1) == ("file:/out/part-1.parquet",)
+    assert file_sink_log.deleted_paths(b1) == ("file:/out/part-0.parquet",)
+    assert file_sink_log.live_paths([b0, b1]) == ["file:/out/part-1.parquet"]
+    empty = compactible.parse_compactible(file_sink_log.EMPTY_SINK_ENTRY, "_spark_metadata/2", 2, False)
+    assert empty.entries == ()
+    with pytest.raises(LogParseError, match="_spark_metadata/3"):
+        compactible.parse_compactible(b"v2\n{}", "_spark_metadata/3", 3, False)
+
+
+def test_a_coordinated_commit_record_reads_back_as_written() -> None:
+    writers = [coordinated_log.writer_entry(p, 0, 2, [f"data/{coordinated_log.epoch_folder(7)}/part-{p:05d}.jsonl"])
+               for p in range(3)]
+    record = coordinated_log.commit_record(7, "q", 1_700_000_000_000, writers)
+    data = coordinated_log.serialize_commit_record(record)
+    assert data.endswith(b"\n") and list(json.loads(data)) == ["version", "epoch", "query_id", "committed_at_ms",
+                                                               "num_writers", "writers", "rows"]
+    back = coordinated_log.parse_commit_record(data, "_commits/7.json", 7)
+    assert back == record and coordinated_log.writer_count(back) == 3 and back["rows"] == 6
+    assert coordinated_log.epoch_of_record_name(coordinated_log.commit_record_name(7)) == 7
+    assert coordinated_log.epoch_of_record_name(".7.json.0a1b.tmp") is None
+    assert coordinated_log.epoch_of_folder("epoch=7") == 7 and coordinated_log.epoch_of_folder("epoch=x") is None
+    with pytest.raises(LogParseError, match="not a commit record of epoch 8"):
+        coordinated_log.parse_commit_record(data, "_commits/8.json", 8)
+
+
+def test_state_end_marks_and_the_zip_manifest() -> None:
+    end = b"LZ4Block" + bytes([0x10]) + bytes(12)  # lz4-java's empty end block
+    assert state.lz4_torn(b"LZ4Block", end) is None
+    assert state.lz4_torn(b"LZ4Block", b"LZ4Block" + b"\x25" + b"\x01" * 12) == "truncated: no LZ4Block end mark"
+    assert state.lz4_torn(b"\x28\xb5\x2f\xfd" + b"\0" * 4, b"") is None  # zstd: not judged
+    buf = BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("metadata", 'v1\n{"sstFiles":[{"localFileName":"000008.sst","dfsSstFileName":"000008-a.sst",'
+                                '"sizeBytes":1234}],"numKeys":3}')
+    raw = buf.getvalue()
+    assert state.zip_torn(raw[:4], raw[-state.ZIP_TAIL:]) is None
+    assert state.zip_torn(raw[:4], raw[:-30][-state.ZIP_TAIL:]) == "truncated: no zip end of central directory record"
+    assert state.zip_torn(b"LZ4B", raw[-state.ZIP_TAIL:]) == "not a zip file (no local file header)"
+    with zipfile.ZipFile(BytesIO(raw)) as zf:
+        assert state.parse_zip_metadata(zf.read("metadata").decode()) == {"000008-a.sst": 1234}
+    assert state.state_file("12_ab-cd.changelog") == state.StateFileName(12, "ab-cd", "changelog", False)
+    assert state.state_file(".5.delta.crc") == state.StateFileName(5, None, "delta", True)
+    assert state.is_zip_file("3_x.zip") and state.is_full_file("4.snapshot") and not state.is_full_file("4.delta")
+
+
+def test_journal_records_encode_and_read_back() -> None:
+    begin = {"event": journal.Event.BEGIN, "step": 0, "action": "move", "root": "checkpoint", "path": "offsets/9",
+             "pre": {"sha256": "ab", "size": 3}}
+    done = {"event": "done", "step": 0, "manifest": {"action": "move", "backup": "b/offsets/9", "path": "offsets/9",
+                                                     "root": "checkpoint", "sha256": "ab", "size": 3, "uri": "file:/x"}}
+    lines = [journal.record_line(r, 5) for r in ({"event": "start", "op": "o"}, begin, done, {"event": "finished"})]
+    for line, rec in zip(lines, ({"event": "start", "op": "o"}, begin, done, {"event": "finished"}), strict=True):
+        assert line == json.dumps(dict(rec, time_ms=5), sort_keys=True) + "\n"  # the fast encoders' text is json's
+    chunk = "".join(lines).encode() + b'{"event": "do'  # a torn last line of a crashed run
+    state_ = journal.JournalState()
+    for _, rec in journal.journal_records(chunk):
+        assert rec is not None and journal.apply_record(state_, rec)
+    assert state_.started and state_.finished and state_.begun[0]["path"] == "offsets/9" and 0 in state_.done
+    assert not journal.apply_record(journal.JournalState(), {"event": "teleported"})
+    with pytest.raises(ValueError):
+        journal.record_line({"event": "teleported"}, 5)  # the closed schema: no writer names another kind
+    assert [rec for _, rec in journal.journal_records(b"[1, 2]\n")] == [None]
+    assert journal.segment_number(journal.segment_rel(12).rpartition("/")[2]) == 12
+    assert journal.segment_number("12.json") is None
+
+
+def test_errors_about_a_path_share_one_shape() -> None:
+    for kind in (StorageError, LogParseError):
+        exc = kind("s3://b/chk/offsets/3", "truncated")
+        assert isinstance(exc, PathError) and str(exc) == "s3://b/chk/offsets/3: truncated" and exc.reason == "truncated"
+    assert not isinstance(LogParseError("p", "r"), StorageError)
