@@ -10,6 +10,7 @@ of streamctl but each other.
 - reader.py: the one bounded reader (text, lines, version lines, bounded JSON);
 - names.py: the names inside log folders (batch files, compactions, temp files, checksums);
 - metadata.py, offsets.py, commits.py: the checkpoint's `metadata`, `offsets/`, `commits/`;
+- kafka_offsets.py: Spark's Kafka offset JSON (a Kafka source's line of `offsets/<n>`);
 - source_log.py: `sources/<n>/` (Kafka initial offsets, the rate source's start, the file-source
   log) and the compactible log format it shares with file_sink_log.py (`_spark_metadata/`);
 - delta_txn.py: a Delta table's `txn` action; coordinated_log.py: streamctl's coordinated sink;

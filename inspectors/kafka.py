@@ -12,14 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from streamctl.formats.errors import StreamctlError, UsageError
+from streamctl.formats.kafka_offsets import Offsets, parse_kafka_offsets
 from streamctl.formats.offsets import SourceId
-from streamctl.formats.reader import load_json
 from streamctl.inspectors.checkpoint import QueryInspection
 from streamctl.inspectors.findings import Finding, summarize
 
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential")
 
-Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
 
 class KafkaError(StreamctlError):
@@ -44,30 +43,6 @@ ACTIVE_STATES = ("Stable", "PreparingRebalance", "CompletingRebalance")
 def is_secret_key(key: str) -> bool:
     k = key.lower()
     return any(m in k for m in SECRET_MARKERS) or k.endswith(".key") or k.endswith("_key")
-
-
-def parse_kafka_offsets(raw: Optional[str]) -> Optional[Offsets]:
-    """The topic -> partition -> offset map of a Kafka source's offset line, or None when the
-    line is not Kafka-shaped (another source kind)."""
-    if raw is None:
-        return None
-    try:
-        obj = load_json(raw)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict) or not obj:
-        return None
-    out: Offsets = {}
-    for topic, parts in obj.items():
-        if not isinstance(parts, dict) or not parts:
-            return None
-        tp: dict[int, int] = {}
-        for p, off in parts.items():
-            if not (isinstance(p, str) and p.lstrip("-").isdigit()) or not isinstance(off, int) or isinstance(off, bool):
-                return None
-            tp[int(p)] = off
-        out[topic] = tp
-    return out
 
 
 @dataclass(frozen=True)

@@ -285,7 +285,7 @@ def check_drained(q: Any, discard_in_flight: bool) -> Optional[int]:
 def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> dict[str, Any]:
     """Where a successor starts so that it continues exactly once: the final committed epoch,
     and per source the position consumed through (Kafka: a ready `startingOffsets`)."""
-    from streamctl.inspectors.kafka import parse_kafka_offsets
+    from streamctl.formats.kafka_offsets import offsets_text, parse_kafka_offsets
     from streamctl.inspectors.sources import read_compactible_log
 
     C = q.committed
@@ -300,8 +300,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
             kind = "kafka"  # Kafka-shaped offsets (streamctl's Python Kafka source writes no sources/<n>/0)
         rec: dict[str, Any] = {"source": so.source_id, "kind": kind, "offset": so.parsed()}
         if kind == "kafka" and kafka_offsets is not None:
-            starting = json.dumps({t: {str(p): o for p, o in sorted(parts.items())} for t, parts in
-                                   sorted(kafka_offsets.items())}, separators=(",", ":"))
+            starting = offsets_text(kafka_offsets)
             rec["startingOffsets"] = starting
             kafka.append(starting)
         elif kind == "file":

@@ -118,6 +118,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from streamctl.formats.kafka_offsets import SparkOffsets, flat, spark_shape
+
 __all__ = [
     "SHORT_NAME",
     "SCHEMA",
@@ -143,7 +145,7 @@ LATEST = -1
 
 _log = logging.getLogger("streamctl.pipeline.kafka_source")
 
-Offsets = dict[str, dict[str, int]]
+Offsets = SparkOffsets  # Spark's Kafka offset JSON: formats/kafka_offsets.py
 
 #: Spark Kafka options this source does not implement (lower case, as Spark hands options over).
 _UNSUPPORTED = {
@@ -366,22 +368,6 @@ def _parse_starting(raw: Any) -> Any:
 # --------------------------------------------------------------------------- offsets helpers
 
 
-def _ordered(offsets: Mapping[tuple[str, int], int]) -> Offsets:
-    """{(topic, partition): offset} -> Spark's JSON shape, topics and partitions sorted."""
-    out: Offsets = {}
-    for (topic, part) in sorted(offsets):
-        out.setdefault(topic, {})[str(part)] = int(offsets[(topic, part)])
-    return out
-
-
-def _flat(offsets: Optional[Mapping[str, Mapping[str, Any]]]) -> dict[tuple[str, int], int]:
-    out: dict[tuple[str, int], int] = {}
-    for topic, parts in (offsets or {}).items():
-        for part, off in parts.items():
-            out[(str(topic), int(part))] = int(off)
-    return out
-
-
 def rate_limit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, int], int],
                limit: Optional[int]) -> dict[tuple[str, int], int]:
     """The end offsets of a batch taking at most `limit` offsets from `start` towards `latest`
@@ -485,7 +471,7 @@ def current_end_offsets(options: Mapping[str, str]) -> Offsets:
     offset JSON shape (what ``latestOffset()`` returns without ``maxOffsetsPerTrigger``)."""
     client = _OffsetClient(KafkaSourceOptions(options))
     try:
-        return _ordered(client.latest(client.topic_partitions()))
+        return spark_shape(client.latest(client.topic_partitions()))
     finally:
         client.close()
 
@@ -552,9 +538,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         tps = self.client.topic_partitions()
         start = self.opts.starting
         if start == "earliest":
-            return _ordered(self.client.earliest(tps))
+            return spark_shape(self.client.earliest(tps))
         if start == "latest":
-            return _ordered(self.client.latest(tps))
+            return spark_shape(self.client.latest(tps))
         known = set(tps)
         if self.opts.assign is not None or self.opts.subscribe is not None:
             allowed = {t for t, _ in tps} | set(self.opts.assign or {}) | set(self.opts.subscribe or [])
@@ -572,22 +558,22 @@ class KafkaStreamReader(DataSourceStreamReader):
         for tp in tps:
             off = wanted.get(tp, EARLIEST)
             out[tp] = earliest[tp] if off == EARLIEST else latest[tp] if off == LATEST else off
-        return _ordered(out)
+        return spark_shape(out)
 
     def latestOffset(self) -> Offsets:  # type: ignore[override]  # the no-argument form of 4.0-4.2; 4.3 runs it too (tests/test_kafka_source.py)
         tps = self.client.topic_partitions()
         latest = self.client.latest(tps)
         if self.opts.max_offsets is None:
-            return _ordered(latest)
-        base = _flat(self._last_end if self._last_end is not None else self.initialOffset())
+            return spark_shape(latest)
+        base = flat(self._last_end if self._last_end is not None else self.initialOffset())
         new = [tp for tp in tps if tp not in base]
         if new:
             base.update(self.client.earliest(new))
-        return _ordered(rate_limit(base, latest, self.opts.max_offsets))
+        return spark_shape(rate_limit(base, latest, self.opts.max_offsets))
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[KafkaInputPartition]:
         self._last_end = end
-        s, e = _flat(start), _flat(end)
+        s, e = flat(start), flat(end)
         gone = sorted(tp for tp in s if tp not in e)
         if gone:
             self._data_loss(f"partitions {gone} were read before but are no longer in the batch's end offsets")
@@ -702,8 +688,8 @@ def _read_range(opts: KafkaSourceOptions, part: KafkaInputPartition) -> Iterator
 
 def offsets_reached(offsets: Mapping[str, Mapping[str, Any]], target: Mapping[str, Mapping[str, Any]]) -> bool:
     """True when every partition of `target` is in `offsets` at or beyond its target offset."""
-    have = _flat(offsets)
-    return all(tp in have and have[tp] >= off for tp, off in _flat(target).items())
+    have = flat(offsets)
+    return all(tp in have and have[tp] >= off for tp, off in flat(target).items())
 
 
 def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> tuple[Optional[int], Optional[str]]:

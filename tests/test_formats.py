@@ -123,3 +123,18 @@ def test_errors_about_a_path_share_one_shape() -> None:
         exc = kind("s3://b/chk/offsets/3", "truncated")
         assert isinstance(exc, PathError) and str(exc) == "s3://b/chk/offsets/3: truncated" and exc.reason == "truncated"
     assert not isinstance(LogParseError("p", "r"), StorageError)
+
+
+def test_kafka_offset_json_in_spark_shape() -> None:
+    from streamctl.formats import kafka_offsets
+
+    raw = '{"orders":{"0":12,"1":7},"audit":{"0":3}}'
+    parsed = kafka_offsets.parse_kafka_offsets(raw)
+    assert parsed == {"orders": {0: 12, 1: 7}, "audit": {0: 3}}
+    assert kafka_offsets.offsets_text(parsed) == '{"audit":{"0":3},"orders":{"0":12,"1":7}}'
+    flat = kafka_offsets.flat(json.loads(raw))
+    assert flat == {("orders", 0): 12, ("orders", 1): 7, ("audit", 0): 3}
+    assert kafka_offsets.spark_shape({("t", 10): 1, ("t", 2): 5}) == {"t": {"2": 5, "10": 1}}
+    assert list(kafka_offsets.spark_shape({("t", 10): 1, ("t", 2): 5})["t"]) == ["2", "10"]  # by partition number
+    for other in ('{"logOffset":4}', "17", '{"t":{"0":true}}', "not json", None):
+        assert kafka_offsets.parse_kafka_offsets(other) is None
