@@ -1,6 +1,7 @@
 """The names inside Spark's log folders (`offsets/`, `commits/`, `sources/<n>/`, `_spark_metadata/`,
-`state/.../_metadata/`): which name is a batch file, a compaction, a temp file or a Hadoop checksum
-sidecar (docs/formats/checkpoint.md#batch-files, docs/formats/checkpoint.md#atomic-writes-and-temp-files). Every reader of a log folder's listing asks here.
+`state/.../_metadata/`): which name is a batch file and which a temp file
+(docs/formats/checkpoint.md#batch-files, docs/formats/checkpoint.md#atomic-writes-and-temp-files).
+Compactions are compactible.py's names, checksum sidecars checksum.py's.
 """
 from __future__ import annotations
 
