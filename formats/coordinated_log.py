@@ -6,7 +6,7 @@ files under `_staging/<epoch>/`, the commit publishes them under `data/epoch=<e>
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from streamctl.formats.errors import LogParseError
 from streamctl.formats.reader import load_json
@@ -53,6 +53,24 @@ def commit_record(epoch: int, query_id: Optional[str], committed_at_ms: int, wri
         "writers": writers,
         "rows": sum(w["rows"] for w in writers),
     }
+
+
+class Writer(NamedTuple):
+    """One writer of a parsed commit record."""
+
+    partition: int
+    files: tuple[str, ...]
+    rows: int
+
+
+def record_writers(record: dict[str, Any]) -> list[Writer]:
+    """The writers a record parsed by `parse_commit_record` names, in its order."""
+    return [Writer(int(w["partition"]), tuple(w["files"]), int(w["rows"])) for w in record["writers"]]
+
+
+def record_rows(record: dict[str, Any]) -> int:
+    """The rows an epoch committed: `rows`, else the sum of its writers' rows."""
+    return int(record.get("rows", sum(w["rows"] for w in record["writers"])))
 
 
 def writer_count(record: dict[str, Any]) -> int:

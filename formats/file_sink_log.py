@@ -5,7 +5,7 @@ a compactible log (formats/compactible.py) whose entries are SinkFileStatus obje
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from streamctl.formats.compactible import EMPTY_ENTRY, CompactibleBatch
 
@@ -21,15 +21,18 @@ def deleted_paths(batch: CompactibleBatch) -> tuple[str, ...]:
     return tuple(str(e.get("path")) for e in batch.entries if e.get("action") == "delete")
 
 
-def live_paths(batches: Iterable[CompactibleBatch]) -> list[str]:
-    """The files a reader of the table sees, from the newest compaction and the batch files after
-    it, in order: each entry adds its path, a `delete` entry takes it out again."""
-    live: dict[str, bool] = {}
-    for batch in batches:
-        for entry in batch.entries:
-            path = str(entry.get("path"))
-            if entry.get("action") == "delete":
+def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, int]:
+    """The files a reader of the log sees (path -> logged size): the adds of the newest
+    compaction and every batch after it, less their deletes, in log order."""
+    live: dict[str, int] = {}
+    for entries in batches:
+        for e in entries:
+            path = e.get("path")
+            if not isinstance(path, str):
+                continue
+            if e.get("action", "add") == "delete":
                 live.pop(path, None)
             else:
-                live[path] = True
-    return list(live)
+                size = e.get("size")
+                live[path] = size if isinstance(size, int) and size >= 0 else 0
+    return live

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import posixpath
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 from urllib.parse import quote, unquote, urlparse
 
 from streamctl.formats.checksum import is_checksum_name
@@ -233,23 +233,6 @@ def rewrite_paths(content: bytes, moved: Mapping[str, str], st: Storage) -> byte
     from streamctl.formats.compactible import rewrite_entry_paths
 
     return rewrite_entry_paths(content, lambda path: rewritten_path(path, moved[path], st) if path in moved else None)
-
-
-def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, int]:
-    """The files a reader of the log sees (path -> logged size): the adds of the newest
-    compaction and every batch after it, less their deletes, in log order."""
-    live: dict[str, int] = {}
-    for entries in batches:
-        for e in entries:
-            path = e.get("path")
-            if not isinstance(path, str):
-                continue
-            if e.get("action", "add") == "delete":
-                live.pop(path, None)
-            else:
-                size = e.get("size")
-                live[path] = size if isinstance(size, int) and size >= 0 else 0
-    return live
 
 
 def describe(p: Placement, log: str) -> list[tuple[str, str, dict[str, object]]]:

@@ -28,11 +28,13 @@ from streamctl.formats.coordinated_log import (
     epoch_of_folder,
     epoch_of_record_name,
     parse_commit_record,
+    record_rows,
+    record_writers,
     writer_count,
 )
 from streamctl.formats.delta_txn import DELTA_LOG
 from streamctl.formats.errors import StorageError, StreamctlError
-from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths
+from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths, live_files
 from streamctl.formats.names import is_temp_name
 from streamctl.inspectors.findings import (
     MAX_LISTED,
@@ -177,8 +179,8 @@ def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
         parsed = compactible_name(e.name)
         if parsed is not None:
             present[parsed[0]] = parsed[1]
-        elif crc_target(e.name) is not None:
-            crcs[str(crc_target(e.name))] = e.name
+        elif (target := crc_target(e.name)) is not None:
+            crcs[target] = e.name
     checksums = {b: crcs[compactible_file(b, c)] for b, c in present.items() if compactible_file(b, c) in crcs}
     return FileSinkLogFiles(present, checksums)
 
@@ -216,7 +218,7 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
             live.append(parsed.entries)
     if not any(f.code == "UNREADABLE" for f in findings):
         # the files readers see must be where the log says (a moved or copied sink folder)
-        from streamctl.inspectors.placement import describe, live_files, place
+        from streamctl.inspectors.placement import describe, place
 
         where = place(st, live_files(live))
         for code, message, details in describe(where, FILE_SINK_LOG):
@@ -331,16 +333,16 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     missing: dict[int, list[int]] = {}
     for e in sorted(records):
         rec = records[e]
-        writers = rec["writers"]
+        rec_writers = record_writers(rec)
         n = writer_count(rec)
         num_writers = max(num_writers, n)
-        files = tuple(f for w in writers for f in w["files"])
-        epochs.append(SinkEpoch(e, files, (), int(rec.get("rows", sum(w["rows"] for w in writers))), f"{COORD_COMMITS}/{commit_record_name(e)}"))
-        by_part = {int(w["partition"]): w for w in writers}
+        files = tuple(f for w in rec_writers for f in w.files)
+        epochs.append(SinkEpoch(e, files, (), record_rows(rec), f"{COORD_COMMITS}/{commit_record_name(e)}"))
+        by_part = {w.partition: w for w in rec_writers}
         present = published.get(e, set())
         for p in range(n):
             w = by_part.get(p)
-            if w is None or any(f not in present for f in w["files"]):
+            if w is None or any(f not in present for f in w.files):
                 missing.setdefault(p, []).append(e)
             else:
                 presence.setdefault(p, []).append(e)
@@ -359,7 +361,7 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
             if staged:
                 staged_epochs.append(entry.name)
                 orphans += [f"{COORD_STAGING}/{entry.name}/{f}" for f in staged]
-    named = {f for rec in records.values() for w in rec["writers"] for f in w["files"]}
+    named = {f for rec in records.values() for w in record_writers(rec) for f in w.files}
     for epoch_id, present_files in sorted(published.items()):
         if epoch_id in records or epoch_id not in ids:
             orphans += sorted(f for f in present_files if f not in named)

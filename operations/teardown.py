@@ -286,6 +286,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
     """Where a successor starts so that it continues exactly once: the final committed epoch,
     and per source the position consumed through (Kafka: a ready `startingOffsets`)."""
     from streamctl.formats.kafka_offsets import offsets_text, parse_kafka_offsets
+    from streamctl.formats.source_log import entry_paths
     from streamctl.inspectors.sources import read_compactible_log
 
     C = q.committed
@@ -309,7 +310,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
                 if C is not None and b.batch_id <= C:
                     if b.compact:
                         files = []
-                    files.extend(str(e.get("path")) for e in b.entries)
+                    files.extend(entry_paths(b))
             rec["processed_files"] = len(set(files))
             rec["processed"] = sorted(set(files))
         sources.append(rec)

@@ -150,7 +150,6 @@ SHORT_NAME = "streamctl-coordinated"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
-STAGING, DATA, COMMITS = COORD_STAGING, COORD_DATA, COORD_COMMITS  # the layout: formats/coordinated_log.py
 
 OPT_PATH = "path"
 OPT_CRASH_BEFORE_COMMIT = "crashBeforeCommitEpoch"
@@ -323,7 +322,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
         """Check that a message's file is a staging file of `epoch` (commit and abort delete and
         move only those) and return it."""
         parts = rel.split("/")
-        if len(parts) != 3 or parts[0] != STAGING or parts[1] != str(epoch) or parts[2] in ("", ".", ".."):
+        if len(parts) != 3 or parts[0] != COORD_STAGING or parts[1] != str(epoch) or parts[2] in ("", ".", ".."):
             raise ValueError(f"{SHORT_NAME}: {rel!r} is not a staging file of epoch {epoch}")
         return rel
 
@@ -344,7 +343,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
         query_id = ctx.getLocalProperty(QUERY_ID_PROPERTY) or None
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
 
-        rel = f"{STAGING}/{epoch}/part-{partition:05d}-{attempt}-{uuid.uuid4()}.jsonl"
+        rel = f"{COORD_STAGING}/{epoch}/part-{partition:05d}-{attempt}-{uuid.uuid4()}.jsonl"
         target = self._abs(rel)
         rows = 0
         out = None
@@ -376,8 +375,8 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
         if self.crash_before_commit_epoch == epoch:
             raise InjectedFault(f"{SHORT_NAME}: {OPT_CRASH_BEFORE_COMMIT}={epoch}: crashing before commit({epoch})")
         msgs = self._checked(messages, epoch)
-        staging_dir = self._abs(f"{STAGING}/{epoch}")
-        commits_dir = self._abs(COMMITS)
+        staging_dir = self._abs(f"{COORD_STAGING}/{epoch}")
+        commits_dir = self._abs(COORD_COMMITS)
         record_path = os.path.join(commits_dir, commit_record_name(epoch))
 
         if os.path.exists(record_path):
@@ -388,7 +387,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
             _rmdir_if_empty(staging_dir)
             return
 
-        data_rel = f"{DATA}/{epoch_folder(epoch)}"
+        data_rel = f"{COORD_DATA}/{epoch_folder(epoch)}"
         data_dir = self._abs(data_rel)
         os.makedirs(data_dir, exist_ok=True)
         writers: list[dict[str, Any]] = []
@@ -430,7 +429,7 @@ class CoordinatedSinkWriter(DataSourceStreamWriter):
                         _remove(self._abs(self._staged_rel(rel, epoch)))
                     except ValueError:
                         continue
-        shutil.rmtree(self._abs(f"{STAGING}/{epoch}"), ignore_errors=True)
+        shutil.rmtree(self._abs(f"{COORD_STAGING}/{epoch}"), ignore_errors=True)
 
     # ---- helpers
 

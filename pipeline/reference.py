@@ -374,15 +374,14 @@ def _file_sink_files(output: Path) -> list[Path]:
     """The parquet files Spark's file-sink log lists as committed (newest compaction + later)."""
     from urllib.parse import unquote, urlparse
 
-    from streamctl.formats.compactible import compactible_file, compactible_name, parse_compactible
-    from streamctl.formats.file_sink_log import FILE_SINK_LOG, live_paths
+    from streamctl.formats.file_sink_log import live_files
+    from streamctl.inspectors.sinks import list_file_sink_log
+    from streamctl.inspectors.storage import Storage
 
-    log = output / FILE_SINK_LOG
-    batches = dict(p for p in map(compactible_name, os.listdir(log)) if p is not None)
-    compactions = [b for b, c in batches.items() if c]
-    first = max(compactions) if compactions else 0
-    chain = [(b, compactible_file(b, batches[b])) for b in sorted(b for b in batches if b >= first)]
-    live = live_paths(parse_compactible((log / name).read_bytes(), str(log / name), b, batches[b]) for b, name in chain)
+    st = Storage.open(str(output))
+    log = list_file_sink_log(st)  # the one reader of _spark_metadata/'s layout
+    first = log.compactions[-1] if log.compactions else 0
+    live = live_files(log.read(st, b).entries for b in log.ids if b >= first)
     out = []
     for uri in live:
         parsed = urlparse(uri)
@@ -397,19 +396,22 @@ def _coordinated_rows(output: Path) -> tuple[list[dict[str, Any]], int]:
         commit_record_name,
         epoch_of_record_name,
         parse_commit_record,
+        record_writers,
     )
+    from streamctl.inspectors.storage import Storage
 
     rows: list[dict[str, Any]] = []
-    commits = output / COORD_COMMITS
-    epochs = sorted(e for e in map(epoch_of_record_name, os.listdir(commits)) if e is not None) if commits.is_dir() else []
-    records = [commits / commit_record_name(e) for e in epochs]
-    for e, rec in zip(epochs, records, strict=True):
-        doc = parse_commit_record(rec.read_bytes(), str(rec), e)
-        for w in doc["writers"]:
-            for rel in w["files"]:
-                with open(output / rel, encoding="utf-8") as fh:
+    st = Storage.open(str(output))
+    epochs = sorted(e for e in (epoch_of_record_name(x.name) for x in st.list_dir(COORD_COMMITS) or [] if not x.is_dir)
+                    if e is not None)
+    for e in epochs:
+        rel = f"{COORD_COMMITS}/{commit_record_name(e)}"
+        doc = parse_commit_record(st.read(rel), st.uri(rel), e)
+        for w in record_writers(doc):
+            for data_rel in w.files:
+                with open(output / data_rel, encoding="utf-8") as fh:
                     rows.extend(json.loads(line) for line in fh if line.strip())
-    return rows, len(records)
+    return rows, len(epochs)
 
 
 def _exactly_once(got_ids: list[int], produced: list[int]) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def test_compactible_names_and_the_file_sink_view_of_a_log() -> None:
                                        "_spark_metadata/1", 1, False)
     assert file_sink_log.added_paths(b1) == ("file:/out/part-1.parquet",)
     assert file_sink_log.deleted_paths(b1) == ("file:/out/part-0.parquet",)
-    assert file_sink_log.live_paths([b0, b1]) == ["file:/out/part-1.parquet"]
+    assert file_sink_log.live_files([b0.entries, b1.entries]) == {"file:/out/part-1.parquet": 10}
     empty = compactible.parse_compactible(file_sink_log.EMPTY_SINK_ENTRY, "_spark_metadata/2", 2, False)
     assert empty.entries == ()
     with pytest.raises(LogParseError, match="_spark_metadata/3"):
@@ -69,7 +69,10 @@ def test_a_coordinated_commit_record_reads_back_as_written() -> None:
     assert data.endswith(b"\n") and list(json.loads(data)) == ["version", "epoch", "query_id", "committed_at_ms",
                                                                "num_writers", "writers", "rows"]
     back = coordinated_log.parse_commit_record(data, "_commits/7.json", 7)
-    assert back == record and coordinated_log.writer_count(back) == 3 and back["rows"] == 6
+    assert back == record and coordinated_log.writer_count(back) == 3 and coordinated_log.record_rows(back) == 6
+    assert coordinated_log.record_writers(back)[2] == coordinated_log.Writer(2, ("data/epoch=7/part-00002.jsonl",), 2)
+    del back["rows"]
+    assert coordinated_log.record_rows(back) == 6  # an older record without `rows`: its writers' sum
     assert coordinated_log.epoch_of_record_name(coordinated_log.commit_record_name(7)) == 7
     assert coordinated_log.epoch_of_record_name(".7.json.0a1b.tmp") is None
     assert coordinated_log.epoch_of_folder("epoch=7") == 7 and coordinated_log.epoch_of_folder("epoch=x") is None
