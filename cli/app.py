@@ -10,26 +10,32 @@ from typing import Optional
 import typer
 from typer.completion import completion_init
 
-from streamctl.commands import (
-    align_cmd,
-    backups_cmd,
-    completion_cmd,
-    demo_cmd,
-    diagnose_cmd,
-    drop_sink_cmd,
-    inspect_cmd,
-    kafka_cmd,
-    preflight_cmd,
-    stop_cmd,
-    trim_cmd,
-)
 from streamctl.console import context
 from streamctl.console.errors import StreamctlGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 
+
+class RootGroup(StreamctlGroup):
+    # name -> (module, attribute): a Typer app (a group) or a command function, in the order
+    # `streamctl --help` falls back to; each is imported when it is first used (StreamctlGroup)
+    LAZY_COMMANDS = {
+        "inspect": ("streamctl.commands.inspect_cmd", "app"),
+        "kafka": ("streamctl.commands.kafka_cmd", "app"),
+        "completion": ("streamctl.commands.completion_cmd", "completion"),
+        "stop": ("streamctl.commands.stop_cmd", "stop"),
+        "align": ("streamctl.commands.align_cmd", "align"),
+        "drop-sink": ("streamctl.commands.drop_sink_cmd", "drop_sink"),
+        "trim": ("streamctl.commands.trim_cmd", "trim"),
+        "demo": ("streamctl.commands.demo_cmd", "demo"),
+        "preflight": ("streamctl.commands.preflight_cmd", "preflight"),
+        "diagnose": ("streamctl.commands.diagnose_cmd", "diagnose"),
+        "backups": ("streamctl.commands.backups_cmd", "backups"),
+    }
+
+
 app = typer.Typer(
     name="streamctl",
-    cls=StreamctlGroup,
+    cls=RootGroup,
     help="Inspect, align and retire Spark Structured Streaming checkpoints and their sinks.",
     epilog=EXIT_CODES_HELP,
     no_args_is_help=True,
@@ -87,18 +93,6 @@ def root(
     _utf8_output()
     context.CONFIG_PATH = config
 
-
-app.add_typer(inspect_cmd.app, name="inspect")
-app.add_typer(kafka_cmd.app, name="kafka")
-app.command("completion")(completion_cmd.completion)
-app.command("stop")(stop_cmd.stop)
-app.command("align")(align_cmd.align)
-app.command("drop-sink")(drop_sink_cmd.drop_sink)
-app.command("trim")(trim_cmd.trim)
-app.command("demo")(demo_cmd.demo)
-app.command("preflight")(preflight_cmd.preflight)
-app.command("diagnose")(diagnose_cmd.diagnose)
-app.command("backups")(backups_cmd.backups)
 
 
 GC_THRESHOLDS = (100_000, 50, 100)  # gc.set_threshold for the CLI process

@@ -243,20 +243,82 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _install_boundary(group: Any) -> None:
-    """Every command below `group` (subgroups included) runs through `handle_errors`, once."""
-    for cmd in group.commands.values():
-        if hasattr(cmd, "commands"):
-            _install_boundary(cmd)
-        elif cmd.callback is not None and not getattr(cmd.callback, "_streamctl_boundary", False):
-            cmd.callback = handle_errors(cmd.callback)
-            cmd.callback._streamctl_boundary = True
+def _install_boundary(cmd: Any) -> None:
+    """`cmd` and every command below it (subgroups included, and those a lazy group loads
+    later) run through `handle_errors`, once."""
+    if isinstance(cmd, LazyGroup):
+        cmd.on_load = _install_boundary
+    for sub in (cmd._commands if isinstance(cmd, LazyGroup) else getattr(cmd, "commands", {})).values():
+        _install_boundary(sub)
+    if cmd.callback is not None and not hasattr(cmd, "commands") and not getattr(cmd.callback, "_streamctl_boundary", False):
+        cmd.callback = handle_errors(cmd.callback)
+        cmd.callback._streamctl_boundary = True
 
 
-class StreamctlGroup(TyperGroup):
+def _click_command(obj: Any, name: str) -> Any:
+    """The click command typer builds for `obj`: a Typer app (a group) or a command function,
+    built as `Typer.add_typer` / `Typer.command` would have (help text and flags the same)."""
+    import typer.main
+    from typer.models import CommandInfo
+
+    if isinstance(obj, typer.Typer):
+        cmd = typer.main.get_group(obj)
+        cmd.name = name
+        return cmd
+    return typer.main.get_command_from_info(CommandInfo(name=name, callback=obj), pretty_exceptions_short=True,
+                                            rich_markup_mode=None)
+
+
+class LazyGroup(TyperGroup):
+    """A command group whose commands load when first used: `LAZY_COMMANDS` maps each name to
+    the module and attribute of a Typer app (a group) or a command function. `streamctl inspect
+    epochs` imports and builds the inspect group and its epochs command only, not the other
+    commands' modules and click objects (issue 23: start-up is part of every run). Reading
+    `commands` loads them all (help, completion scripts, the docs' reference)."""
+
+    LAZY_COMMANDS: dict[str, tuple[str, str]] = {}
+    on_load: Optional[Callable[[Any], None]] = None  # called with each command it loads
+
+    @property  # type: ignore[override]
+    def commands(self) -> dict[str, Any]:
+        for name in self.LAZY_COMMANDS:
+            self._load(name)
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: dict[str, Any]) -> None:
+        self._commands = value
+
+    def _load(self, name: str) -> Any:
+        cmd = self._commands.get(name)
+        if cmd is None:
+            import importlib
+
+            module, attribute = self.LAZY_COMMANDS[name]
+            cmd = _click_command(getattr(importlib.import_module(module), attribute), name)
+            if self.on_load is not None:
+                self.on_load(cmd)
+            self._commands[name] = cmd
+        return cmd
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(dict.fromkeys([*self.LAZY_COMMANDS, *self._commands]))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in self.LAZY_COMMANDS:
+            return self._load(cmd_name)
+        return self._commands.get(cmd_name)
+
+
+class StreamctlGroup(LazyGroup):
     """The root command group: flag errors typer's parser finds (an unknown option, a value
     out of range, a choice not offered) are one line on stderr, exit 2, never echo a secret,
-    and print an `Error` document under --json. Its help lists the commands in COMMAND_GROUPS."""
+    and print an `Error` document under --json. Its help lists the commands in COMMAND_GROUPS.
+    Every command it loads runs through the error boundary (`handle_errors`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.on_load = _install_boundary
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         commands = {}
@@ -286,7 +348,8 @@ class StreamctlGroup(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:
         if not getattr(self, "_boundary", False):
-            _install_boundary(self)
+            for cmd in self._commands.values():  # the ones loaded lazily have theirs (on_load)
+                _install_boundary(cmd)
             self._boundary = True
         try:
             return super().invoke(ctx)
