@@ -967,14 +967,14 @@ class _Inspector:
             # companion to disagree with on HDFS and object stores); then the checksums
             bad = self._torn_full(status.path, status.restore_files[:1])
             if local:
-                bad += [b for b in self._mismatches(status.path, status.restore_files, files.crc_names)
+                bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists)
                         if b[0] not in {n for n, _ in bad}]
             if not bad:
                 return None
             texts = [f"{status.path}/{name} ({why})" for name, why in bad]
             snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
             return texts, bool(snapshot_only and status.fallback_files and not (local and self._mismatches(
-                status.path, status.fallback_files, files.crc_names)) and not self._torn_full(
+                status.path, status.fallback_files, files.lists)) and not self._torn_full(
                 status.path, status.fallback_files[:1]))
 
         fatal: list[str] = []
@@ -1058,11 +1058,11 @@ class _Inspector:
                 out.append(f"{sst} ({got} bytes, the zip records {size})")
         return out
 
-    def _mismatches(self, folder: str, names: tuple[str, ...], crc_names: set[str]) -> list[tuple[str, str]]:
+    def _mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(name, why) of each of `names` in `folder` that does not match its checksum companion."""
         out = []
         for name in names:
-            why = checksum_mismatch(self.st, folder, name, crc_names)
+            why = checksum_mismatch(self.st, folder, name, lists)
             if why:
                 out.append((name, why))
         return out

@@ -19,7 +19,7 @@ Restoring v needs a full file at some s <= v and every incremental file s+1..v.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from streamctl.formats.checksum import (
     CHECKSUM_SUFFIX,
@@ -34,7 +34,6 @@ from streamctl.formats.errors import LogParseError, StorageError
 from streamctl.formats.names import is_temp_name
 from streamctl.formats.reader import load_json
 from streamctl.formats.state import (
-    CRC_NAMES_RE,
     DEFAULT_STORE,
     EXT_PATTERNS,
     FULL_EXT,
@@ -75,11 +74,12 @@ class StoreFiles:
     exts: dict[bool, str] = field(default_factory=dict)  # full? -> extension seen
     temp_files: list[str] = field(default_factory=list)
     orphan_crc: list[str] = field(default_factory=list)
-    crc_names: set[str] = field(default_factory=set)  # checksum companions present (hidden and visible)
+    has_crc: bool = False  # a checksum companion (hidden or visible) is in the folder
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
     names: tuple[str, ...] = ()  # the folder's file names as listed (trim plans from them: one listing)
+    listed: str = "\n"  # the same names, each followed by a newline (`lists`)
 
     @property
     def path(self) -> str:
@@ -109,41 +109,49 @@ class StoreFiles:
 
     def add_names(self, names: list[str]) -> None:
         """Classify one folder's file names. Bulk regex over the joined names: a 200-file store
-        folder costs one C call instead of 200 Python ones."""
+        folder costs one C call instead of 200 Python ones. The version patterns run over the
+        visible names only: the hidden `.<name>.crc` companions are half the names and most of
+        the text (issue 23)."""
         self.names += tuple(names)
         joined = "\n".join(names)
+        self.listed += f"{joined}\n"
+        visible = [n for n in names if n[:1] != "."]
+        shown = "\n".join(visible)
         for ext, pattern in EXT_PATTERNS:
-            if ext not in joined:
+            if ext not in shown:
                 continue
             full = ext in FULL_EXT
-            found = pattern.findall(joined)
+            found = pattern.findall(shown)
             if found:
                 self.providers.add(FULL_EXT[ext] if full else INCR_EXT[ext])
                 self.exts[full] = ext
                 (self.full if full else self.incr).update(map(int, found))
-        if "_" in joined:  # checkpoint format 2: <version>_<uniqueId>.<ext>
-            for v_text, uid, ext in STATE_ID_FILES_RE.findall(joined):
+        if "_" in shown:  # checkpoint format 2: <version>_<uniqueId>.<ext>
+            for v_text, uid, ext in STATE_ID_FILES_RE.findall(shown):
                 full = ext in FULL_EXT
                 self.providers.add(FULL_EXT[ext] if full else INCR_EXT[ext])
                 self.exts[full] = ext
                 (self.full_ids if full else self.incr_ids).setdefault(int(v_text), set()).add(uid)
         if "tmp" in joined or "temp-" in joined:
             self.temp_files.extend(n for n in names if is_temp_name(n))
-        crc_targets = VISIBLE_CRC_RE.findall(joined) if CHECKSUM_SUFFIX in joined else []
-        if CHECKSUM_SUFFIX in joined:
-            self.crc_names = set(CRC_NAMES_RE.findall(joined))
+        self.has_crc = self.has_crc or CHECKSUM_SUFFIX in joined
+        crc_targets = VISIBLE_CRC_RE.findall(shown) if CHECKSUM_SUFFIX in shown else []
         if crc_targets:
             present = set(names)
             # 4.1+ visible checksum companions are fine unless their file is gone.
             self.orphan_crc = sorted(visible_crc_name(t) for t in crc_targets if t not in present)
-        hidden = joined.count("\n.") + (1 if joined.startswith(".") else 0)
+        hidden = len(names) - len(visible)
         counted = (len(self.full) + len(self.incr) + sum(map(len, self.full_ids.values()))
                    + sum(map(len, self.incr_ids.values())))
         visible_temp = sum(1 for t in self.temp_files if not t.startswith("."))
         if counted + visible_temp + len(crc_targets) < len(names) - hidden:
             self.other_files = sorted(
-                n for n in names if not n.startswith(".") and not STATE_FILE_RE.match(n)
-                and not is_temp_name(n) and not is_checksum_name(n))
+                n for n in visible if not STATE_FILE_RE.match(n) and not is_temp_name(n) and not is_checksum_name(n))
+
+    def lists(self, name: str) -> bool:
+        """Whether the folder's listing holds file `name` (a substring search of the joined
+        listing: no set of hundreds of names per store)."""
+        return f"\n{name}\n" in self.listed
 
 
 @dataclass(slots=True)
@@ -423,7 +431,7 @@ def store_status(
     snapshots = sorted(set(store.full) | {v for v in store.full_ids if full_at(v)})
     chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
     fallback = None
-    if chain and required is not None and is_full_file(chain[0]) and store.crc_names:  # only a checksum can call the snapshot corrupt
+    if chain and required is not None and is_full_file(chain[0]) and store.has_crc:  # only a checksum can call the snapshot corrupt
         base = state_file(chain[0])
         fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=base.version if base else None)
     return StoreStatus(
@@ -572,7 +580,7 @@ def without_file(store: StoreFiles, version: int, uid: Optional[str], full: bool
 
 
 
-def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[str]) -> Optional[str]:
+def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[str], bool]) -> Optional[str]:
     """Why state file `folder/name` does not match its checksum companion, None when it does
     (or has none). Two companions (docs/formats/state.md): Hadoop's hidden `.<name>.crc`
     (`ChecksumFileSystem`: `crc\0`, the bytes per checksum as a big-endian int, then one
@@ -580,7 +588,7 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[s
     `mainFileSize` is the file's size; its CRC32C `value` is not recomputed). Files larger than
     DEFAULT_MAX_READ are not read."""
     rel = f"{folder}/{name}"
-    if visible_crc_name(name) in crc_names:
+    if lists(visible_crc_name(name)):
         try:
             meta = load_json(storage.read(visible_crc_name(rel), 1 << 16))
             size = storage.stat(rel).size
@@ -590,7 +598,7 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, crc_names: set[s
         if want is not None and size is not None and size != want:
             return f"{size} bytes, its {visible_crc_name(name)} says {want}"
     hidden = crc_name(name)
-    if hidden not in crc_names:
+    if not lists(hidden):
         return None
     try:
         sums = storage.read(f"{folder}/{hidden}", 1 << 24)

@@ -169,6 +169,26 @@ class _RangedFile:
         self.close()
 
 
+def _read_fd(fd: int, size: int, limit: int) -> bytes:
+    """Up to `limit` bytes of an open regular file of `size` bytes (as fstat saw it), to its
+    end. Reads are sized by the file, not by the limit: a read of the limit would allocate it
+    (64 MiB) for every small log file (issue 23). A file that grew since the fstat is read on
+    in 1 MiB reads, so the limit still holds."""
+    want = min(limit, size + 1)
+    data = os.read(fd, want)
+    if len(data) < want or len(data) >= limit:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < limit:
+        part = os.read(fd, min(limit - got, 1 << 20))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
 class Storage:
     """A read-only view of one root folder. Paths passed to methods are relative, `/`-separated."""
 
@@ -475,13 +495,13 @@ class Storage:
                 # only a regular file (or a link to one) is read (docs/formats/README.md#the-reader)
                 fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
                 try:
-                    mode = os.fstat(fd).st_mode
-                    if not stat_mod.S_ISREG(mode):
+                    info = os.fstat(fd)
+                    if not stat_mod.S_ISREG(info.st_mode):
+                        mode = info.st_mode
                         what = ("a folder" if stat_mod.S_ISDIR(mode) else "a FIFO" if stat_mod.S_ISFIFO(mode)
                                 else "a socket" if stat_mod.S_ISSOCK(mode) else "a device")
                         raise StorageError(self.uri(rel), f"is {what}, not a regular file")
-                    with os.fdopen(fd, "rb", closefd=False) as fh:
-                        data = fh.read(max_bytes + 1)
+                    data = _read_fd(fd, info.st_size, max_bytes + 1)
                 finally:
                     os.close(fd)
             except OSError as exc:
