@@ -16,7 +16,6 @@ import glob
 import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
@@ -154,6 +153,8 @@ def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[
         done[0] += 1  # only a progress figure: an occasional lost increment is harmless
         tick(f"inspected {done[0]}/{len(targets)} checkpoints")
         return q
+
+    from concurrent.futures import ThreadPoolExecutor  # here: one checkpoint needs no pool (and no logging import)
 
     with ThreadPoolExecutor(max_workers=min(workers, len(targets)), thread_name_prefix="streamctl-fleet") as pool:
         return list(pool.map(one, targets))
