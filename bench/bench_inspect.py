@@ -19,7 +19,9 @@ What it does:
    a. `find <chk> -type f | wc -l`              (baseline: a bare listing of the tree)
    b. `streamctl inspect epochs <chk> --format json > /dev/null`  (subprocess, interpreter start
       included)
-   c. `streamctl --help`                          (start-up cost of the CLI alone)
+   c. `streamctl --help`                          (start-up of the CLI, every command's help loaded)
+      and `python -c "import streamctl.cli.app"`   (the root app's imports: the command tree loads
+                                                    lazily, so inspect loads its own modules only)
    and then, in-process:
    d. Spark's own reader, `spark.read.format("state-metadata").load(<chk>).collect()`, in a
       PySpark local[2] session; session start-up is reported separately and is NOT included in
@@ -484,7 +486,8 @@ def render(report: dict) -> str:
         ("python_start", "python -c pass", "interpreter start-up (floor)"),
         ("python_walk", "python os.scandir walk", "bare listing in Python, interpreter start incl. (floor)"),
         ("streamctl_epochs", "streamctl inspect epochs", "--format json > /dev/null, interpreter start incl."),
-        ("streamctl_help", "streamctl --help", "CLI start-up only"),
+        ("streamctl_help", "streamctl --help", "CLI start-up, every command's help loaded"),
+        ("cli_import", "import streamctl.cli.app", "the root app's imports, no command (python -c)"),
         ("spark_state_metadata", "Spark state-metadata", "read.format('state-metadata').load().collect(), session excl."),
     ]:
         r = res.get(key)
@@ -511,7 +514,8 @@ def render(report: dict) -> str:
 
 
 NAMES = {"find": "find | wc -l", "python_walk": "Python os.scandir walk", "python_start": "python -c pass",
-         "streamctl_epochs": "streamctl inspect epochs", "streamctl_help": "streamctl --help"}
+         "streamctl_epochs": "streamctl inspect epochs", "streamctl_help": "streamctl --help",
+         "cli_import": "import streamctl.cli.app"}
 
 
 def render_ratios(rows: list[dict]) -> str:
@@ -535,14 +539,15 @@ def render_ratios(rows: list[dict]) -> str:
 
 
 def time_split(results: dict) -> list[tuple[str, float]]:
-    """Where inspect's median goes, roughly: interpreter start (python -c pass), the CLI's imports
-    (--help minus that; inspect imports a few modules more), the inspection itself (the rest)."""
-    keys = ("python_start", "streamctl_help", "streamctl_epochs")
+    """Where inspect's median goes, roughly: interpreter start (python -c pass), the root app's
+    imports (`import streamctl.cli.app` minus that), and the inspect command: its own modules (the
+    command tree loads lazily), the inspection and the JSON (the rest)."""
+    keys = ("python_start", "cli_import", "streamctl_epochs")
     if not all(results.get(k, {}).get("ok") for k in keys):
         return []
-    start, helps, epochs = (results[k]["median_s"] for k in keys)
-    return [("interpreter start", start), ("CLI imports (--help minus start)", helps - start),
-            ("inspection and its own imports (inspect minus --help)", epochs - helps)]
+    start, cli, epochs = (results[k]["median_s"] for k in keys)
+    return [("interpreter start", start), ("the root app's imports (import streamctl.cli.app minus start)", cli - start),
+            ("the inspect command: its modules, the inspection, the JSON (the rest)", epochs - cli)]
 
 
 def evaluate_targets(results: dict) -> list[dict]:
@@ -629,12 +634,14 @@ def main(argv=None) -> int:
               ("python_start", [sys.executable, "-c", "pass"], None)]
     if streamctl is not None:
         tools.append(("streamctl_help", [streamctl, "--help"], None))
-    log(f"timing find, streamctl inspect epochs, the Python floors and streamctl --help in {args.runs} "
+        tools.append(("cli_import", [sys.executable, "-c", "import streamctl.cli.app"], None))
+    log(f"timing find, streamctl inspect epochs, the Python floors, streamctl --help and its import in {args.runs} "
         "alternating rounds after 1 warm-up each ...")
     results.update(time_alternating(tools, args.runs))
     if streamctl is None:
         results["streamctl_epochs"] = {"ok": False, "error": "failed: streamctl executable not found"}
         results["streamctl_help"] = {"ok": False, "error": "failed: streamctl executable not found"}
+        results["cli_import"] = {"ok": False, "error": "failed: streamctl executable not found"}
 
     if not args.no_spark:
         log("timing Spark's state-metadata reader (starting a local[2] session) ...")
@@ -648,7 +655,8 @@ def main(argv=None) -> int:
                                  "state_versions": [FIRST_BATCH + 1, LAST_BATCH + 1],
                                  "snapshot_every": SNAPSHOT_EVERY, "provider": "HDFSBackedStateStoreProvider"}},
         "method": {"runs": args.runs, "warmup_runs": 1, "page_cache": "warm (one untimed warm-up run per tool)",
-                   "order": "alternating rounds: find, inspect epochs, python walk, python -c pass, --help",
+                   "order": "alternating rounds: find, inspect epochs, python walk, python -c pass, --help, "
+                            "import streamctl.cli.app",
                    "statistic_for_targets": "median"},
         "streamctl": {"executable": streamctl, "git": git_info()},
         "machine": dict(machine_info(checkpoint), loadavg_at_start=load_at_start),
@@ -683,7 +691,7 @@ def main(argv=None) -> int:
           f"{LAST_BATCH - FIRST_BATCH + 1} versions + snapshot every {SNAPSHOT_EVERY}; .crc sidecars)"
           + (" [cached]" if info["cached"] else f" [built in {info['build_seconds']} s]"))
     print(f"method: wall time of {args.runs} alternating rounds (find, inspect, Python walk, python -c pass, "
-          "--help; each tool once per round) after 1 untimed warm-up run each (page cache warm); best and median; "
+          "--help, import streamctl.cli.app; each tool once per round) after 1 untimed warm-up run each (page cache warm); best and median; "
           "targets use medians")
     print()
     print(render(report))

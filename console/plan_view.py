@@ -91,10 +91,10 @@ def _backup_size(backup: Any) -> str:
     from streamctl.inspectors.findings import human_bytes
 
     try:
-        sizes = backup.walk_sizes("files")
+        files, total = backup.tree_size("files")
     except (StorageError, OSError):
         return "size unknown"
-    return f"{len(sizes)} file(s), {human_bytes(sum(size for _, size in sizes))}"
+    return f"{files} file(s), {human_bytes(total)}"
 
 
 def show_undo(name: str, done: Any, as_json: bool) -> None:
