@@ -732,6 +732,24 @@ def test_the_format_check_sees_what_it_should() -> None:
     assert format_marker_problems("formats/offsets.py", ast.parse('W = "batchWatermarkMs"\n')) == []
 
 
+def test_a_command_loads_its_own_command_module_only(tmp_path: Path) -> None:
+    """The command tree loads lazily (issue 23, console/errors.py LazyGroup): `inspect epochs`
+    imports its own command module and no other command's; the error boundary still wraps it (a
+    missing checkpoint is exit 3, one line). `--help` lists every command (tests/test_docs.py)."""
+    from helpers.layouts import checkpoint
+
+    chk = checkpoint(tmp_path / "t", 3, 3)
+    for target, want in ((str(chk), 0), (str(tmp_path / "missing"), 3)):
+        r = subprocess.run([sys.executable, "-P", "-c", HELP_PROBE, json.dumps(["inspect", "epochs", target, "--json",
+                                                                              "--quiet-period", "0"]), json.dumps(["streamctl"])],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        data = json.loads([ln for ln in r.stderr.splitlines() if ln.startswith("PROBE ")][-1][len("PROBE "):])
+        assert data["code"] == want, r.stdout + r.stderr
+        commands = [m for m in data["heavy"] if m.startswith("streamctl.commands.") and m.endswith("_cmd")]
+        assert commands == ["streamctl.commands.inspect_cmd", "streamctl.commands.inspect_epochs_cmd"], commands
+    assert "Traceback" not in r.stderr and json.loads(r.stdout)["kind"] == "EpochReport", r.stderr
+
+
 def test_a_plain_inspection_does_not_load_the_write_side(tmp_path: Path) -> None:
     """Read-only commands stay read-only in what they load (issue 30): `inspect epochs` without
     `--reclaimable` imports nothing of operations/ (the trim planner is loaded for that flag only),

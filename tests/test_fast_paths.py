@@ -1,0 +1,161 @@
+"""The fast paths of issue 23 give the plain answers.
+
+The state inspector classifies a folder's names with a few regex calls over the joined listing,
+and judges a store whose versions run without a hole without a loop per version. Storage reads
+are sized by the file, and backups are walked without os.walk. Each test below checks the fast
+code against a plain statement of what it computes, on seeded random inputs or a small real tree.
+No mocks: real files on the local file system.
+"""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from streamctl.formats.checksum import is_checksum_name
+from streamctl.formats.errors import StorageError
+from streamctl.formats.names import is_temp_name
+from streamctl.formats.state import state_file
+from streamctl.inspectors.state import StoreFiles, store_status
+from streamctl.inspectors.storage import Storage, _read_fd
+from streamctl.operations.files import Root
+
+
+def _restorable(full: set[int], incr: set[int], top: int) -> set[int]:
+    """The definition (docs/formats/state.md): version 0 is the empty store; version v restores
+    from its own snapshot, or from its delta on top of version v - 1."""
+    out = {0}
+    for v in range(1, top + 1):
+        if v in full or (v in incr and v - 1 in out):
+            out.add(v)
+    return out
+
+
+def _random_store(rng: random.Random) -> tuple[set[int], set[int], list[str]]:
+    low = rng.randint(0, 6)
+    high = low + rng.randint(0, 30)
+    full: set[int] = set()
+    incr: set[int] = set()
+    every_version = rng.random() < 0.5  # the usual store: no hole (the fast path)
+    for v in range(low, high + 1):
+        if every_version or rng.random() < 0.75:
+            incr.add(v)
+        if rng.random() < 0.15:
+            full.add(v)
+    if every_version and rng.random() < 0.5:
+        incr -= {v for v in full if rng.random() < 0.5}  # a snapshot without its delta
+    names = [f"{v}.delta" for v in incr] + [f"{v}.snapshot" for v in full]
+    names += [f".{n}.crc" for n in names if rng.random() < 0.9]
+    if rng.random() < 0.2:
+        names += [f".{high + 1}.delta.{rng.randint(1, 9)}.tmp", "notes.txt", f"{low}.delta.crc", f"{high + 9}.snapshot.crc"]
+    rng.shuffle(names)
+    return full, incr, names
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_store_status_is_the_definition_with_or_without_holes(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(1500):
+        full, incr, names = _random_store(rng)
+        store = StoreFiles(0, 0, "default")
+        store.add_names(names)
+        versions = full | incr
+        planned = rng.choice([None, max(versions, default=0), max(versions, default=0) - 2, rng.randint(0, 40)])
+        required = rng.choice([None, 0, 1, min(versions, default=1), max(versions, default=1), rng.randint(0, 40)])
+        s = store_status(store, required, planned, {})
+        top = max(versions, default=0) if planned is None else min(max(versions, default=0), planned + 1)
+        ok = _restorable(full, incr, top) if versions else {0}
+        kept = sorted(ok - {0})
+        assert s.restorable_versions == frozenset(ok), (sorted(full), sorted(incr), planned)
+        assert s.first_restorable == (kept[0] if kept else None)
+        assert s.durable_version == (kept[-1] if kept else None)
+        holes = [a + 1 for a, b in zip(kept, kept[1:], strict=False) if b > a + 1]
+        assert s.broken_at == (holes[0] if holes else None)
+        assert s.restorable_required == (required in ok if required else True)
+        assert s.newest_snapshot == max(full, default=None)
+        limit = None if planned is None else planned + 1
+        above = sorted(v for v in versions if limit is not None and v > limit)
+        assert sorted({state_file(n).version for n in s.orphans}) == above  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_add_names_classifies_each_name_as_state_file_does(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    for _ in range(800):
+        _full, _incr, names = _random_store(rng)
+        names += rng.sample(["7_a1b2.delta", "8_c3d4.snapshot", "9.zip", "3.changelog", ".7_a1b2.delta.crc",
+                             "12.delta.crc", "x.delta", "_metadata.bak"], rng.randint(0, 4))
+        store = StoreFiles(0, 0, "default")
+        store.add_names(names)
+        parsed = {n: state_file(n) for n in names}
+        plain = {n: p for n, p in parsed.items() if p is not None and not p.companion and not n.startswith(".")}
+        want_full = {p.version for p in plain.values() if p.unique_id is None and p.ext in ("snapshot", "zip")}
+        want_incr = {p.version for p in plain.values() if p.unique_id is None and p.ext in ("delta", "changelog")}
+        assert (store.full, store.incr) == (want_full, want_incr), names
+        ids = {(p.version, p.unique_id) for p in plain.values() if p.unique_id is not None}
+        got_ids = {(v, u) for table in (store.full_ids, store.incr_ids) for v, us in table.items() for u in us}
+        assert got_ids == ids
+        assert sorted(store.temp_files) == sorted(n for n in names if is_temp_name(n))
+        assert store.has_crc == any(n.endswith(".crc") for n in names)
+        assert all(store.lists(n) for n in names)
+        assert not store.lists("absent.delta")
+        visible_crc = [n for n in names if n.endswith(".crc") and not n.startswith(".")]
+        assert store.orphan_crc == sorted(n for n in visible_crc if n[: -len(".crc")] not in names)
+        assert store.other_files == sorted(
+            n for n in names if not n.startswith(".") and state_file(n) is None and not is_temp_name(n)
+            and not is_checksum_name(n))
+
+
+def test_local_reads_are_sized_by_the_file_and_keep_the_limit(tmp_path: Path) -> None:
+    (tmp_path / "ten").write_bytes(b"0123456789")
+    (tmp_path / "eleven").write_bytes(b"0123456789a")
+    (tmp_path / "empty").write_bytes(b"")
+    st = Storage.open(str(tmp_path))
+    assert st.read("ten", 10) == b"0123456789"
+    assert st.read("empty", 10) == b""
+    with pytest.raises(StorageError, match="larger than 10 bytes"):
+        st.read("eleven", 10)
+    # a file that grew after its fstat: read to its end, never past the limit
+    grown = tmp_path / "grown"
+    grown.write_bytes(b"x" * 5000)
+    fd = os.open(grown, os.O_RDONLY)
+    try:
+        assert _read_fd(fd, 3, 1 << 20) == b"x" * 5000
+        os.lseek(fd, 0, os.SEEK_SET)
+        assert len(_read_fd(fd, 3, 100)) == 100  # the caller sees more than its limit: refused
+    finally:
+        os.close(fd)
+
+
+def _os_walk_sizes(base: str) -> list[tuple[str, int]]:
+    """What Root.walk_sizes answered before issue 23: os.walk (links to folders not followed)."""
+    out = []
+    for dirpath, _dirs, files in os.walk(base):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            out.append((os.path.relpath(path, base).replace(os.sep, "/"), os.lstat(path).st_size))
+    return sorted(out)
+
+
+def test_backup_walk_is_os_walk_s_answer(tmp_path: Path) -> None:
+    backup = tmp_path / "backup"
+    files = backup / "files"
+    for rel, size in (("checkpoint/offsets/1", 5), ("checkpoint/state/0/0/1.delta", 12),
+                      ("checkpoint/state/0/0/.1.delta.crc", 12), ("sink/_spark_metadata/0", 40), ("top", 1)):
+        (files / rel).parent.mkdir(parents=True, exist_ok=True)
+        (files / rel).write_bytes(b"z" * size)
+    (files / "empty-folder").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_bytes(b"p" * 99)
+    os.symlink(outside, files / "checkpoint" / "link-to-folder")  # not followed, not a file
+    os.symlink(tmp_path / "nowhere", files / "dangling")  # a file entry: its own size
+    os.symlink(outside / "precious", files / "sink" / "link-to-file")
+    root = Root("backup", str(backup))
+    want = _os_walk_sizes(str(files))
+    assert root.walk_sizes("files") == want
+    assert root.walk_files("files") == [name for name, _ in want]
+    assert root.tree_size("files") == (len(want), sum(size for _, size in want))
+    assert root.walk_sizes("missing") == []
