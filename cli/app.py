@@ -14,23 +14,17 @@ from streamctl.console import context
 from streamctl.console.errors import StreamctlGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
 
+# The commands in the order `streamctl --help` falls back to; each is `commands/<name>_cmd.py`
+# (`-` as `_`), a Typer app for the groups, else the function of the command's name.
+COMMANDS = ("inspect", "kafka", "completion", "stop", "align", "drop-sink", "trim", "demo", "preflight", "diagnose",
+            "backups")
+GROUPS = ("inspect", "kafka")
+
 
 class RootGroup(StreamctlGroup):
-    # name -> (module, attribute): a Typer app (a group) or a command function, in the order
-    # `streamctl --help` falls back to; each is imported when it is first used (StreamctlGroup)
-    LAZY_COMMANDS = {
-        "inspect": ("streamctl.commands.inspect_cmd", "app"),
-        "kafka": ("streamctl.commands.kafka_cmd", "app"),
-        "completion": ("streamctl.commands.completion_cmd", "completion"),
-        "stop": ("streamctl.commands.stop_cmd", "stop"),
-        "align": ("streamctl.commands.align_cmd", "align"),
-        "drop-sink": ("streamctl.commands.drop_sink_cmd", "drop_sink"),
-        "trim": ("streamctl.commands.trim_cmd", "trim"),
-        "demo": ("streamctl.commands.demo_cmd", "demo"),
-        "preflight": ("streamctl.commands.preflight_cmd", "preflight"),
-        "diagnose": ("streamctl.commands.diagnose_cmd", "diagnose"),
-        "backups": ("streamctl.commands.backups_cmd", "backups"),
-    }
+    # each command's module is imported when it is first used (console/errors.py LazyGroup)
+    LAZY_COMMANDS = {name: (f"streamctl.commands.{name.replace('-', '_')}_cmd", "app" if name in GROUPS
+                            else name.replace("-", "_")) for name in COMMANDS}
 
 
 app = typer.Typer(

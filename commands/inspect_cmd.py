@@ -10,14 +10,10 @@ from streamctl.console.exit_codes import EXIT_CODES_HELP
 
 
 class InspectGroup(LazyGroup):
-    # each subcommand's module is imported when it is used (LazyGroup), in this order in --help
-    LAZY_COMMANDS = {
-        "epochs": ("streamctl.commands.inspect_epochs_cmd", "inspect_epochs"),
-        "state": ("streamctl.commands.inspect_state_cmd", "inspect_state"),
-        "sink": ("streamctl.commands.inspect_sink_cmd", "inspect_sink"),
-        "writers": ("streamctl.commands.inspect_writers_cmd", "inspect_writers"),
-        "kafka": ("streamctl.commands.inspect_kafka_cmd", "inspect_kafka"),
-    }
+    # `inspect <name>` is commands/inspect_<name>_cmd.py's `inspect_<name>`, imported when it is
+    # used (LazyGroup); in this order in --help
+    LAZY_COMMANDS = {name: (f"streamctl.commands.inspect_{name}_cmd", f"inspect_{name}")
+                     for name in ("epochs", "state", "sink", "writers", "kafka")}
 
 
 app = typer.Typer(
