@@ -246,11 +246,16 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 def _install_boundary(cmd: Any) -> None:
     """`cmd` and every command below it (subgroups included, and those a lazy group loads
     later) run through `handle_errors`, once."""
-    if isinstance(cmd, LazyGroup):
+    subs: Optional[dict[str, Any]]
+    if isinstance(cmd, LazyGroup):  # its loaded commands only: reading `commands` would load them all
         cmd.on_load = _install_boundary
-    for sub in (cmd._commands if isinstance(cmd, LazyGroup) else getattr(cmd, "commands", {})).values():
-        _install_boundary(sub)
-    if cmd.callback is not None and not hasattr(cmd, "commands") and not getattr(cmd.callback, "_streamctl_boundary", False):
+        subs = cmd._commands
+    else:
+        subs = getattr(cmd, "commands", None)
+    if subs is not None:  # a group: its commands, not its own callback
+        for sub in subs.values():
+            _install_boundary(sub)
+    elif cmd.callback is not None and not getattr(cmd.callback, "_streamctl_boundary", False):
         cmd.callback = handle_errors(cmd.callback)
         cmd.callback._streamctl_boundary = True
 
