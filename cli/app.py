@@ -22,7 +22,7 @@ GROUPS = ("inspect", "kafka")
 
 
 class RootGroup(StreamctlGroup):
-    # each command's module is imported when it is first used (console/errors.py LazyGroup)
+    # each command's module is imported when it is first used (console/lazy_group.py)
     LAZY_COMMANDS = {name: (f"streamctl.commands.{name.replace('-', '_')}_cmd", "app" if name in GROUPS
                             else name.replace("-", "_")) for name in COMMANDS}
 

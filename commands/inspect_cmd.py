@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from streamctl.console.errors import LazyGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
+from streamctl.console.lazy_group import LazyGroup
 
 
 class InspectGroup(LazyGroup):

@@ -13,9 +13,9 @@ import sys
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 import typer
-from typer.core import TyperGroup
 
 from streamctl.console.exit_codes import ExitCode
+from streamctl.console.lazy_group import LazyGroup
 from streamctl.formats.errors import StorageError, StreamctlError, UsageError
 from streamctl.inspectors.documents import document
 
@@ -260,61 +260,6 @@ def _install_boundary(cmd: Any) -> None:
         cmd.callback._streamctl_boundary = True
 
 
-def _click_command(obj: Any, name: str) -> Any:
-    """The click command typer builds for `obj`: a Typer app (a group) or a command function,
-    built as `Typer.add_typer` / `Typer.command` would have (help text and flags the same)."""
-    import typer.main
-    from typer.models import CommandInfo
-
-    if isinstance(obj, typer.Typer):
-        cmd = typer.main.get_group(obj)
-        cmd.name = name
-        return cmd
-    return typer.main.get_command_from_info(CommandInfo(name=name, callback=obj), pretty_exceptions_short=True,
-                                            rich_markup_mode=None)
-
-
-class LazyGroup(TyperGroup):
-    """A command group whose commands load when first used: `LAZY_COMMANDS` maps each name to
-    the module and attribute of a Typer app (a group) or a command function. `streamctl inspect
-    epochs` imports and builds the inspect group and its epochs command only, not the other
-    commands' modules and click objects (issue 23: start-up is part of every run). Reading
-    `commands` loads them all (help, completion scripts, the docs' reference)."""
-
-    LAZY_COMMANDS: dict[str, tuple[str, str]] = {}
-    on_load: Optional[Callable[[Any], None]] = None  # called with each command it loads
-
-    @property  # type: ignore[override]
-    def commands(self) -> dict[str, Any]:
-        for name in self.LAZY_COMMANDS:
-            self._load(name)
-        return self._commands
-
-    @commands.setter
-    def commands(self, value: dict[str, Any]) -> None:
-        self._commands = value
-
-    def _load(self, name: str) -> Any:
-        cmd = self._commands.get(name)
-        if cmd is None:
-            import importlib
-
-            module, attribute = self.LAZY_COMMANDS[name]
-            cmd = _click_command(getattr(importlib.import_module(module), attribute), name)
-            if self.on_load is not None:
-                self.on_load(cmd)
-            self._commands[name] = cmd
-        return cmd
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return list(dict.fromkeys([*self.LAZY_COMMANDS, *self._commands]))
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        if cmd_name in self.LAZY_COMMANDS:
-            return self._load(cmd_name)
-        return self._commands.get(cmd_name)
-
-
 class StreamctlGroup(LazyGroup):
     """The root command group: flag errors typer's parser finds (an unknown option, a value
     out of range, a choice not offered) are one line on stderr, exit 2, never echo a secret,
@@ -323,6 +268,8 @@ class StreamctlGroup(LazyGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        for cmd in self._commands.values():  # registered on the app itself; the lazy ones as they load
+            _install_boundary(cmd)
         self.on_load = _install_boundary
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
@@ -352,10 +299,6 @@ class StreamctlGroup(LazyGroup):
         return ctx
 
     def invoke(self, ctx: Any) -> Any:
-        if not getattr(self, "_boundary", False):
-            for cmd in self._commands.values():  # the ones loaded lazily have theirs (on_load)
-                _install_boundary(cmd)
-            self._boundary = True
         try:
             return super().invoke(ctx)
         except ClickException as exc:

@@ -79,7 +79,7 @@ class StoreFiles:
     has_ssts: bool = False
     has_schema: bool = False
     names: tuple[str, ...] = ()  # the folder's file names as listed (trim plans from them: one listing)
-    listed: str = "\n"  # the same names, each followed by a newline (`lists`)
+    listed: str = ""  # "\n" + the names, each followed by "\n": made from `names` by `lists`
 
     @property
     def path(self) -> str:
@@ -113,8 +113,8 @@ class StoreFiles:
         visible names only: the hidden `.<name>.crc` companions are half the names and most of
         the text (issue 23)."""
         self.names += tuple(names)
+        self.listed = ""  # `lists` makes it again from `names`
         joined = "\n".join(names)
-        self.listed += f"{joined}\n"
         visible = [n for n in names if n[:1] != "."]
         shown = "\n".join(visible)
         for ext, pattern in EXT_PATTERNS:
@@ -150,7 +150,9 @@ class StoreFiles:
 
     def lists(self, name: str) -> bool:
         """Whether the folder's listing holds file `name` (a substring search of the joined
-        listing: no set of hundreds of names per store)."""
+        listing, made once: no set of hundreds of names per store)."""
+        if not self.listed:
+            self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
         return f"\n{name}\n" in self.listed
 
 
@@ -442,9 +444,7 @@ def store_status(
         req_ok = restorable.get(required, False)
         if not req_ok:
             missing = _missing_for(store, required, full_at, incr_at, valid_ids)
-    newest_snapshot = max((v for v in store.full_ids if full_at(v)), default=None) if use_ids else None
-    if store.full and (newest_snapshot is None or max(store.full) > newest_snapshot):
-        newest_snapshot = max(store.full)
+    newest_snapshot = max([*store.full, *(v for v in store.full_ids if full_at(v))], default=None)
     chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
     fallback = None
     if chain and required is not None and is_full_file(chain[0]) and store.has_crc:  # only a checksum can call the snapshot corrupt
@@ -469,7 +469,7 @@ def store_status(
         missing=tuple(missing),
         orphans=tuple(sorted(orphans, key=_version_sort_key)),
         temp_files=tuple(sorted(store.temp_files)),
-        restorable_versions=frozenset(restorable) if contiguous else frozenset(v for v, ok in restorable.items() if ok),
+        restorable_versions=frozenset(v for v, ok in restorable.items() if ok),
         restore_files=tuple(chain or ()),
         fallback_files=tuple(fallback or ()),
         listing=store.names,

@@ -733,7 +733,7 @@ def test_the_format_check_sees_what_it_should() -> None:
 
 
 def test_a_command_loads_its_own_command_module_only(tmp_path: Path) -> None:
-    """The command tree loads lazily (issue 23, console/errors.py LazyGroup): `inspect epochs`
+    """The command tree loads lazily (issue 23, console/lazy_group.py): `inspect epochs`
     imports its own command module and no other command's; the error boundary still wraps it (a
     missing checkpoint is exit 3, one line). `--help` lists every command (tests/test_docs.py)."""
     from helpers.layouts import checkpoint
