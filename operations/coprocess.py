@@ -1,6 +1,7 @@
-"""The executor's co-process: it renames local files (renameat2, RENAME_NOREPLACE) while the
-executor encodes the journal records of those renames and reads and hashes the next group
-commit's files, so the Python work and the kernel's renames overlap on two cores.
+"""The executor's co-processes: one renames local files (renameat2, RENAME_NOREPLACE) while the
+executor encodes the journal records of those renames, and another reads and hashes the next
+group commit's files (their `begin` records' pre-images) meanwhile, so the Python work, the reads
+and the kernel's renames overlap on two cores.
 
 Why a second interpreter and not a thread: renames and reads are short system calls, each of
 which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
@@ -8,23 +9,68 @@ on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the stor
 co-process has its own GIL. It imports nothing of streamctl but this module (stdlib only), and is
 started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
 
-Protocol (docs/formats/streamctl.md#the-renaming-co-process), bytes on the child's stdin and
+Protocol (docs/formats/streamctl.md#the-renaming-and-hashing-co-processes), bytes on the child's stdin and
 stdout, one request at a time: `m <n>\\n` then 2n lines, the source and target of each rename
 (absolute, os.fsencode; renames with a line break in a path are run in process instead); each is
 one renameat2(RENAME_NOREPLACE), which never replaces anything. The answer is n lines in the same
 order: `0` done, or the errno of the failure (the caller takes its general path for those).
+`h <n>\\n` then n lines, absolute paths of files: the answer is n lines, `<size> <sha256 hex>` of
+each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself).
 The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
 each request): no rename runs after the executor is gone.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import subprocess
 import sys
 from typing import IO, Callable, Optional
 
 RENAME_NOREPLACE = 1
+CHUNK = 1 << 20  # bytes per read when hashing
+
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_noatime = getattr(os, "O_NOATIME", 0)
+
+
+def hash_file(path: str | bytes) -> tuple[int, str]:
+    """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
+    half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
+    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
+    global _noatime
+    try:
+        fd = os.open(path, _READ_FLAGS | _noatime)
+    except PermissionError:
+        if not _noatime:
+            raise
+        _noatime = 0  # not the owner of the files: plain reads from now on
+        fd = os.open(path, _READ_FLAGS)
+    try:
+        h = hashlib.sha256()
+        size = 0
+        while True:
+            block = os.read(fd, CHUNK)
+            if not block:
+                return size, h.hexdigest()
+            size += len(block)
+            h.update(block)
+    finally:
+        os.close(fd)
+
+
+def hash_all(paths: list[bytes]) -> list[bytes]:
+    """The answer line of each path of an `h` request: `<size> <sha256 hex>`, or `-<errno>`."""
+    out = []
+    for path in paths:
+        try:
+            size, digest = hash_file(path)
+        except OSError as exc:
+            out.append(b"-%d\n" % (exc.errno or errno.EIO))
+            continue
+        out.append(b"%d %s\n" % (size, digest.encode()))
+    return out
 
 
 def renameat2() -> Optional[Callable[..., int]]:
@@ -91,19 +137,24 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
     fn = renameat2()
     while True:
         head = inp.readline()
-        if not head.startswith(b"m "):
+        if not head.startswith((b"m ", b"h ")):
             return  # stdin closed (or not a request of this protocol)
-        lines = [inp.readline()[:-1] for _ in range(2 * int(head[2:]))]
+        renames = head.startswith(b"m ")
+        lines = [inp.readline()[:-1] for _ in range((2 if renames else 1) * int(head[2:]))]
         if parent is not None and os.getppid() != parent:
-            return  # the executor is gone: nothing more is renamed
-        out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
+            return  # the executor is gone: nothing more is renamed or read
+        if renames:
+            out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
+        else:
+            out.write(b"".join(hash_all(lines)))
         out.flush()
 
 
 class CoProcess:
-    """The co-process, started on first use: `submit` renames, later `renamed` gives their answers
-    (one request at a time). Any failure of the co-process (it cannot start, it died, a short answer) makes
-    `renamed` return None and stops using it: the caller then renames in process."""
+    """A co-process, started on first use: `submit` renames (or `submit_hashes` reads), later
+    `renamed` (or `hashes`) gives their answers (one request at a time). Any failure of the
+    co-process (it cannot start, it died, a short answer) makes the answer None and stops using
+    it: the caller then renames or reads in process."""
 
     def __init__(self) -> None:
         self._proc: Optional[subprocess.Popen[bytes]] = None
@@ -113,10 +164,17 @@ class CoProcess:
     def submit(self, pairs: list[tuple[str, str]]) -> bool:
         """Send renames (source, target: absolute local paths) to run in order; False when they
         were not sent (nothing of them was renamed)."""
-        if self._broken or not pairs or self._waiting:
+        return bool(pairs) and self._send(b"m", [p for pair in pairs for p in pair], len(pairs))
+
+    def submit_hashes(self, paths: list[str]) -> bool:
+        """Send absolute local paths of files to read and hash, in order; False when not sent."""
+        return bool(paths) and self._send(b"h", paths, len(paths))
+
+    def _send(self, kind: bytes, lines: list[str], n: int) -> bool:
+        if self._broken or self._waiting:
             return False
-        text = "\n".join(p for pair in pairs for p in pair)
-        if text.count("\n") != 2 * len(pairs) - 1:  # a line break in a path
+        text = "\n".join(lines)
+        if text.count("\n") != len(lines) - 1:  # a line break in a path
             return False
         data = os.fsencode(text)  # one encode, not one per path
         try:
@@ -124,18 +182,15 @@ class CoProcess:
                 self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             assert self._proc.stdin is not None
-            self._proc.stdin.write(b"m %d\n%s\n" % (len(pairs), data))
+            self._proc.stdin.write(b"%s %d\n%s\n" % (kind, n, data))
             self._proc.stdin.flush()
         except OSError:
             self.close()
             return False
-        self._waiting = len(pairs)
+        self._waiting = n
         return True
 
-    def renamed(self) -> Optional[list[int]]:
-        """The answers of the submitted renames: 0 (done) or the errno, each; None when the
-        co-process failed (then any of them may or may not have happened: the caller finds out
-        from the files, after this returned: the co-process has ended by then)."""
+    def _answers(self) -> Optional[list[bytes]]:
         if self._proc is None or not self._waiting:
             return None
         assert self._proc.stdout is not None
@@ -143,11 +198,42 @@ class CoProcess:
             lines = [self._proc.stdout.readline() for _ in range(self._waiting)]
             if not lines[-1].endswith(b"\n"):
                 raise OSError("the co-process ended")
-            out = [int(line) for line in lines]
-        except (OSError, ValueError):
+        except OSError:
             self.close()
             return None
         self._waiting = 0
+        return lines
+
+    def renamed(self) -> Optional[list[int]]:
+        """The answers of the submitted renames: 0 (done) or the errno, each; None when the
+        co-process failed (then any of them may or may not have happened: the caller finds out
+        from the files, after this returned: the co-process has ended by then)."""
+        lines = self._answers()
+        try:
+            return None if lines is None else [int(line) for line in lines]
+        except ValueError:
+            self.close()
+            return None
+
+    def hashes(self) -> Optional[list[tuple[int, str] | int]]:
+        """The answers of the submitted reads: (size, sha256 hex) of each file, or the errno of
+        the failure to read it; None when the co-process failed."""
+        lines = self._answers()
+        if lines is None:
+            return None
+        out: list[tuple[int, str] | int] = []
+        try:
+            for line in lines:
+                if line[:1] == b"-":
+                    out.append(int(line[1:]))
+                    continue
+                size, digest = line.split()
+                if len(digest) != 64:
+                    raise ValueError(line)
+                out.append((int(size), digest.decode("ascii")))
+        except ValueError:
+            self.close()
+            return None
         return out
 
     def close(self) -> None:

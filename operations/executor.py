@@ -19,6 +19,7 @@ its N-th journal record; STREAMCTL_TEST_STEP_DELAY=S sleeps S seconds after each
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import json.encoder
@@ -46,7 +47,7 @@ from streamctl.formats.journal import (
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, rename_outcomes, run_renames
+from streamctl.operations.files import Root, is_normal_rel, rename_outcomes, run_renames
 from streamctl.operations.journal import Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
@@ -140,6 +141,15 @@ class _Renaming:
     entries: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass
+class _Hashing:
+    """The pre-images of a batch's new steps being read by the hashing co-process: the steps
+    (`indices`) and, in order, those whose files were sent (`sent`, plain local paths)."""
+
+    indices: list[int]
+    sent: list[int]
+
+
 class Executor:
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
@@ -156,6 +166,7 @@ class Executor:
         self.delay = float(os.environ.get(DELAY_ENV) or 0)
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
+        self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -182,9 +193,10 @@ class Executor:
         begun steps to run again.
 
         Pipeline (runs of more than one batch): a batch of local moves is renamed by a
-        co-process (operations/coprocess.py) while this process encodes its done records, reads
-        and hashes the next batch's files and commits that batch's begin records, so the Python
-        work and the kernel's renames overlap on two cores."""
+        co-process (operations/coprocess.py) while this process encodes its done records and
+        commits the next batch's begin records; a second co-process reads and hashes the files of
+        the batch after (their pre-images) meanwhile, so the Python work, the reads and the
+        kernel's renames overlap on two cores."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
@@ -195,14 +207,21 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
-        self._co = CoProcess() if len(batches) > 1 else None  # one group commit: nothing to overlap
+        if len(batches) > 1:  # one group commit: nothing to overlap
+            self._co, self._hasher = CoProcess(), CoProcess()
         running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
         pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None
+        ahead: Optional[_Hashing] = None  # this batch's pre-images, read by the hashing co-process
         try:
             for n, batch in enumerate(batches):
                 new = [i for i in batch if i not in state.begun]
-                pres = pres_next if pres_next is not None else self._pre_images(new)
+                this, ahead = ahead, None
+                if this is None and n + 1 < len(batches):  # the hasher is free: the next batch's reads start now
+                    ahead = self._hash_ahead([i for i in batches[n + 1] if i not in state.begun])
+                pres = pres_next if pres_next is not None else self._pre_images(new, this)
                 pres_next = None
+                if this is not None and n + 1 < len(batches):  # its answers read: the next batch's reads
+                    ahead = self._hash_ahead([i for i in batches[n + 1] if i not in state.begun])
                 self._begin(new, pres, state, pending)  # durable before any step of this batch acts
                 committed = time.monotonic()
                 pending = []
@@ -219,15 +238,16 @@ class Executor:
                         pending = []
                 if running is None:
                     pending += self._act(batch, new, state, first_run)
-                elif n + 1 < len(batches):  # read while the co-process renames
+                elif n + 1 < len(batches) and ahead is None:  # read while the co-process renames
                     pres_next = self._pre_images([i for i in batches[n + 1] if i not in state.begun])
             if running is not None:
                 pending += self._finish_renames(running, state)
                 self._sync([self.plan.steps[i] for i in running.indices])
         finally:
-            if self._co is not None:
-                self._co.close()  # killed when answers are left unread (an operation that stops early)
-                self._co = None
+            for co in (self._co, self._hasher):
+                if co is not None:
+                    co.close()  # killed when answers are left unread (an operation that stops early)
+            self._co = self._hasher = None
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": Event.FINISHED})
@@ -295,18 +315,55 @@ class Executor:
         self._sync(touched)
         return pending
 
-    def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
+    def _local_pre(self, step: Step) -> bool:
+        """Whether a step's pre-image is read from a local file system (not a listing, not an object)."""
+        root = self.roots[step.root]
+        if step.action == "delete" and not root.is_local:
+            return False
+        return not (step.action == "move" and not (root.is_local and self.backup.is_local))
+
+    def _hash_ahead(self, indices: list[int]) -> Optional[_Hashing]:
+        """Send the plain local files of these steps to the hashing co-process, to be read while
+        this process works on the batch before; None when nothing was sent."""
+        if self._hasher is None or not indices:
+            return None
+        sent: list[int] = []
+        paths: list[str] = []
+        for i in indices:
+            step = self.plan.steps[i]
+            if self._local_pre(step):
+                head = self.roots[step.root]._head()
+                if head is not None and is_normal_rel(step.path):
+                    sent.append(i)
+                    paths.append(head + step.path)
+        return _Hashing(indices, sent) if sent and self._hasher.submit_hashes(paths) else None
+
+    def _pre_images(self, indices: list[int], ahead: Optional[_Hashing] = None) -> dict[int, Optional[dict[str, Any]]]:
         """What each step's file is before it acts (size, sha256), for its begin record. Local
-        files are read here, on this thread (threads on small local files fight for the GIL:
-        BENCHMARKS.md). Files a --purge deletes on an object store get their size from one
-        listing per folder, no read (no undo can use a digest of a purged file). Objects are read
-        on COPY_THREADS threads, one request each; those that are plain files are noted in
-        `_objects` (their moves go by copy -> verify -> batched delete)."""
+        files are read by the hashing co-process when `ahead` sent them, else here, on this thread
+        (threads on small local files fight for the GIL: BENCHMARKS.md); a file it could not read
+        (a folder, an error) is read here by the general path. Files a --purge deletes on an object
+        store get their size from one listing per folder, no read (no undo can use a digest of a
+        purged file). Objects are read on COPY_THREADS threads, one request each; those that are
+        plain files are noted in `_objects` (their moves go by copy -> verify -> batched delete)."""
         pres: dict[int, Optional[dict[str, Any]]] = {}
+        if ahead is not None and ahead.indices == indices and self._hasher is not None:
+            answers = self._hasher.hashes()
+            if answers is not None:
+                for i, got in zip(ahead.sent, answers, strict=True):
+                    if isinstance(got, tuple):
+                        pres[i] = _digest_record(got)
+                    elif got == errno.ENOENT:
+                        pres[i] = None
+                    else:  # a folder, or an error to report: as always
+                        step = self.plan.steps[i]
+                        pres[i] = _digest_record(self.roots[step.root].digest_if_exists(step.path))
         listed: dict[str, list[int]] = {}
         remote: list[int] = []
         local: list[int] = []
         for i in indices:
+            if i in pres:
+                continue
             step = self.plan.steps[i]
             root = self.roots[step.root]
             if step.action == "delete" and not root.is_local:

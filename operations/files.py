@@ -21,7 +21,7 @@ from typing import Any, Optional
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
-from streamctl.operations.coprocess import rename_all, renameat2
+from streamctl.operations.coprocess import hash_file, rename_all, renameat2
 
 CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
@@ -30,35 +30,6 @@ DELETE_THREADS = 8
 S3_COPY_LIMIT = 5 << 30  # CopyObject copies objects up to 5 GiB in one request
 _S3_LOCK = threading.Lock()
 _NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
-
-
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-_noatime = getattr(os, "O_NOATIME", 0)
-
-
-def hash_file(path: str | bytes) -> tuple[int, str]:
-    """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
-    half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
-    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
-    global _noatime
-    try:
-        fd = os.open(path, _READ_FLAGS | _noatime)
-    except PermissionError:
-        if not _noatime:
-            raise
-        _noatime = 0  # not the owner of the files: plain reads from now on
-        fd = os.open(path, _READ_FLAGS)
-    try:
-        h = hashlib.sha256()
-        size = 0
-        while True:
-            block = os.read(fd, CHUNK)
-            if not block:
-                return size, h.hexdigest()
-            size += len(block)
-            h.update(block)
-    finally:
-        os.close(fd)
 
 
 def is_normal_rel(rel: str) -> bool:

@@ -313,6 +313,65 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     assert _tree(ck) == before
 
 
+def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> None:
+    """The pre-images read by the hashing co-process (`h` requests) are those `hash_file` reads in
+    process: size and sha256 of files (empty, longer than one read, behind a symlink), the errno
+    of a missing file and of a folder (which the executor then reads by its general path)."""
+    import errno
+
+    from streamctl.operations.coprocess import CHUNK, CoProcess, hash_file
+
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "big").write_bytes(os.urandom(CHUNK + 17))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "with space\u00e9").write_bytes(b"x" * 3)
+    os.symlink(tmp_path / "big", tmp_path / "link")
+    names = ["empty", "big", "folder", "gone", "with space\u00e9", "link"]
+    co = CoProcess()
+    try:
+        assert co.submit_hashes([str(tmp_path / n) for n in names])
+        got = dict(zip(names, co.hashes() or [], strict=True))
+    finally:
+        co.close()
+    for n in ("empty", "big", "with space\u00e9", "link"):
+        assert got[n] == hash_file(str(tmp_path / n)) == (len((tmp_path / n).read_bytes()),
+                                                         hashlib.sha256((tmp_path / n).read_bytes()).hexdigest())
+    assert got["gone"] == errno.ENOENT and got["folder"] == errno.EISDIR
+    assert not CoProcess().submit_hashes([str(tmp_path / "a\nb")])  # a line break: not sent, read in process
+
+
+def test_a_run_whose_hashing_co_process_fails_reads_the_files_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the hashing co-process dies before it answers, the executor reads that batch's files
+    in process: every begin record still carries the size and sha256 of its file."""
+    from streamctl.operations import coprocess
+    from streamctl.operations.executor import BATCH_STEPS
+
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    (ck / "state").mkdir(parents=True)
+    for v in range(BATCH_STEPS + 40):
+        (ck / "state" / f"{v}.delta").write_bytes(str(v).encode() * (v % 5))
+    before = _tree(ck)
+    killed = []
+    answers = coprocess.CoProcess.hashes
+
+    def dies(self: coprocess.CoProcess) -> object:
+        assert self._proc is not None
+        self.close()  # killed with its answers unread, as when it dies
+        killed.append(True)
+        return answers(self)
+
+    monkeypatch.setattr(coprocess.CoProcess, "hashes", dies)
+    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
+    plan = _plan(steps, {"checkpoint": str(ck)})
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
+    ex.write_plan()
+    state = ex.run()
+    assert killed and state.finished
+    begun = {r["path"]: r["pre"] for r in state.begun.values()}
+    assert begun == {p: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in before.items()}
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+
+
 def test_escaping_steps_finds_links_out_among_many_names_and_folders_that_lead_out(tmp_path: Path) -> None:
     """One listing answers for a folder of many steps (LISTING_FROM): a symlink out among 40 plain
     names is found; a folder that is itself a link out takes every name in it along."""
