@@ -37,11 +37,6 @@ from streamctl.formats.journal import (
     SEGMENT_DIR,
     Event,
     JournalState,
-    _Entry,
-    _q,
-    _quote,
-    _scalar,
-    _step_json,
     json_file,
 )
 from streamctl.formats.reader import load_json
@@ -72,7 +67,7 @@ def write_plan(backup: Root, plan: Plan) -> None:
     if backup.exists(PLAN_FILE):
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
-    backup.write_atomic(PLAN_FILE, json_file(plan.to_record(steps=False), {"steps": [_step_json(s) for s in plan.steps]}))
+    backup.write_atomic(PLAN_FILE, json_file(plan.to_record()))
 
 
 def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
@@ -90,13 +85,9 @@ def _entry_base(step: Step, root: Root) -> dict[str, Any]:
 
 
 def _moved_entry(step: Step, root: Root, size: Any, sha256: Any) -> dict[str, Any]:
-    """The manifest entry of a file moved into the backup (the common case, built directly and
-    encoded once: `_Entry`)."""
-    uri, backup = root.uri(step.path), f"files/{step.root}/{step.path}"
-    entry = _Entry(root=step.root, path=step.path, uri=uri, backup=backup, action="moved", size=size, sha256=sha256)
-    entry.text = (f'{{"action": "moved", "backup": {_quote(backup)}, "path": {_quote(step.path)}, "root": {_q(step.root)}, '
-                  f'"sha256": {_scalar(sha256)}, "size": {_scalar(size)}, "uri": {_quote(uri)}}}')
-    return entry
+    """The manifest entry of a file moved into the backup (the common case, built directly)."""
+    return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": f"files/{step.root}/{step.path}",
+            "action": "moved", "size": size, "sha256": sha256}
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:

@@ -16,7 +16,7 @@ from streamctl.formats.journal import (
     JournalState,
     apply_record,
     journal_records,
-    record_line,
+    record_lines,
     segment_number,
     segment_rel,
 )
@@ -58,18 +58,17 @@ class Journal:
         if not records:
             return
         now = int(time.time() * 1000)
-        lines = [record_line(r, now) for r in records]  # the closed schema: another event raises
         crash_after = os.environ.get(CRASH_ENV)
         crash_at = None
-        if crash_after and crash_after.isdigit() and Journal._writes + len(lines) >= int(crash_after):
+        if crash_after and crash_after.isdigit() and Journal._writes + len(records) >= int(crash_after):
             crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
-            lines = lines[:crash_at]
-        data = "".join(lines).encode()
+            records = records[:crash_at]
+        data = record_lines(records, now)  # the closed schema: another event raises
         if self.backup.is_local:
             self._append_local(data)
         elif data:
             self._write_segment(data)
-        Journal._writes += len(lines)
+        Journal._writes += len(records)
         if crash_at is not None:
             os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
 

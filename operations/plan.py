@@ -104,7 +104,7 @@ class Plan:
     op_id: str = ""
 
     def to_record(self, steps: bool = True) -> dict[str, Any]:
-        """The plan as a document; `steps=False` leaves the steps out (plan.json encodes them itself)."""
+        """The plan as a document; `steps=False` leaves the steps out."""
         rec = {
             "plan_version": PLAN_VERSION,
             "op_id": self.op_id,

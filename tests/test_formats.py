@@ -105,10 +105,11 @@ def test_journal_records_encode_and_read_back() -> None:
              "pre": {"sha256": "ab", "size": 3}}
     done = {"event": "done", "step": 0, "manifest": {"action": "move", "backup": "b/offsets/9", "path": "offsets/9",
                                                      "root": "checkpoint", "sha256": "ab", "size": 3, "uri": "file:/x"}}
-    lines = [journal.record_line(r, 5) for r in ({"event": "start", "op": "o"}, begin, done, {"event": "finished"})]
-    for line, rec in zip(lines, ({"event": "start", "op": "o"}, begin, done, {"event": "finished"}), strict=True):
-        assert line == json.dumps(dict(rec, time_ms=5), sort_keys=True) + "\n"  # the fast encoders' text is json's
-    chunk = "".join(lines).encode() + b'{"event": "do'  # a torn last line of a crashed run
+    written = ({"event": "start", "op": "o"}, begin, done, {"event": "finished"})
+    lines = [journal.record_line(r, 5) for r in written]
+    for line, rec in zip(lines, written, strict=True):  # one line each, read back as written
+        assert line.endswith(b"\n") and line.count(b"\n") == 1 and json.loads(line) == dict(rec, time_ms=5)
+    chunk = b"".join(lines) + b'{"event": "do'  # a torn last line of a crashed run
     state_ = journal.JournalState()
     for _, rec in journal.journal_records(chunk):
         assert rec is not None and journal.apply_record(state_, rec)

@@ -193,17 +193,19 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
     Lock.acquire(root, "align", "op-d", break_lock=True).release()
 
 
-def test_journal_lines_of_steps_are_what_json_dumps_writes(tmp_path: Path) -> None:
-    """The begin and done records (written without the general encoder, two per step) are the
-    exact text of json.dumps(sort_keys=True): paths with quotes, backslashes and non-ASCII, null
-    digests, write steps' extra keys, other records; so are the pre-encoded manifest entries of
-    moved files and the plan's steps."""
-    from streamctl.formats.journal import _entry_json, _step_json, record_line
-    from streamctl.operations.executor import _moved_entry
+def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Path) -> None:
+    """Journal lines, plan.json and manifest.json (orjson: compact, keys sorted, one record per
+    line) read back to exactly what was written: paths with quotes, backslashes, non-ASCII, U+2028
+    and a name that is not UTF-8 (a lone surrogate: orjson refuses it, json.dumps escapes it),
+    null digests, write steps' extra keys, every other record."""
+    from streamctl.formats.journal import dumps, journal_records, json_file, record_line, record_lines
+    from streamctl.operations.executor import PLAN_FILE, _moved_entry, load, write_plan
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
+    not_utf8 = os.fsdecode(b"state/0/\xff.delta")
     records = [
         {"event": "begin", "step": 7, "action": "move", "root": "checkpoint", "path": odd, "pre": {"size": 4, "sha256": "ab"}},
+        {"event": "begin", "step": 8, "action": "move", "root": "checkpoint", "path": not_utf8, "pre": None},
         {"event": "begin", "step": 0, "action": "write", "root": "sink", "path": "p", "pre": None},
         {"event": "begin", "step": 3, "action": "delete", "root": "checkpoint", "path": "p", "pre": {"size": 9, "sha256": None}},
         {"event": "done", "step": 7, "manifest": {"root": "checkpoint", "path": odd, "uri": f"s3://b/{odd}?x=\"",
@@ -211,24 +213,31 @@ def test_journal_lines_of_steps_are_what_json_dumps_writes(tmp_path: Path) -> No
         {"event": "done", "step": 0, "manifest": {"root": "sink", "path": "p", "uri": "u", "backup": "b", "action": "created",
                                                   "size": None, "sha256": None, "written_size": 3, "written_sha256": "f"}},
         {"event": "start", "op_id": "x", "pid": 3, "steps": 4},
-        {"event": "verified", "ok": True, "got": {"planned": 3, "findings": ["A"]}},
+        {"event": "verified", "ok": True, "got": {"planned": 3, "findings": ["A"], "ratio": 1.5}},
     ]
-    for rec in records:
-        assert record_line(rec, 17) == json.dumps(dict(rec, time_ms=17), sort_keys=True) + "\n"
-        assert json.loads(record_line(rec, 17)) == dict(rec, time_ms=17)
-    for item in ({"action": "move", "root": "c", "path": odd, "reason": "x"}, {"a": True, "b": 1.5, "c": [1]}):
-        assert _entry_json(item) == json.dumps(item, sort_keys=True)
     root = Root("checkpoint", str(tmp_path / 'ck "é\\'))
     for step, size, sha in ((Step("move", "checkpoint", odd, 'below "5" é'), 4, "ab"), (Step("move", "sink", "a/b", "r"), None, None)):
         entry = _moved_entry(step, root, size, sha)
-        assert dict(entry) == {"root": step.root, "path": step.path, "uri": root.uri(step.path), "action": "moved",
-                               "backup": f"files/{step.root}/{step.path}", "size": size, "sha256": sha}
-        assert _entry_json(entry) == json.dumps(entry, sort_keys=True)
-        rec = {"event": "done", "step": 2, "manifest": entry}
-        assert record_line(rec, 17) == json.dumps(dict(rec, time_ms=17), sort_keys=True) + "\n"
-        assert _step_json(step) == json.dumps(step.to_record(), sort_keys=True)
-    written = Step("write", "checkpoint", odd, "w", content=b"\xff\x00")
-    assert _step_json(written) == json.dumps(written.to_record(), sort_keys=True)
+        assert entry == {"root": step.root, "path": step.path, "uri": root.uri(step.path), "action": "moved",
+                         "backup": f"files/{step.root}/{step.path}", "size": size, "sha256": sha}
+        records.append({"event": "done", "step": 2, "manifest": entry})
+    data = record_lines(records, 17)
+    assert data == b"".join(record_line(r, 17) for r in records) and data.count(b"\n") == len(records)
+    assert [rec for _, rec in journal_records(data)] == [dict(r, time_ms=17) for r in records]
+    assert dumps({"b": 1, "a": [1, None]}) == b'{"a":[1,null],"b":1}' == json.dumps({"b": 1, "a": [1, None]}, sort_keys=True,
+                                                                                    separators=(",", ":")).encode()
+    with pytest.raises(TypeError):
+        dumps({"a": {1, 2}})  # neither encoder writes a set
+    doc = {"steps": [{"path": odd}, {"path": not_utf8}], "roots": {"c": "/x"}, "notes": [], "target": None}
+    text = json_file(doc)
+    assert json.loads(text) == doc and text.splitlines()[:3] == [b"{", b'  "notes": [],', b'  "roots": {"c":"/x"},']
+    steps = [Step("move", "checkpoint", odd, "x"), Step("move", "checkpoint", not_utf8, "y"),
+             Step("write", "checkpoint", "w", "w", content=b"\xff\x00"), Step("write", "checkpoint", "t", "t", content="é".encode())]
+    plan = _plan(steps, {"checkpoint": str(tmp_path / "ck")})
+    backup = Root("backup", str(tmp_path / "backup"))
+    write_plan(backup, plan)
+    assert (tmp_path / "backup" / PLAN_FILE).read_bytes().count(b"\n") == len(plan.to_record()) + len(steps) + 2 + 1
+    assert load(str(tmp_path / "backup"))[0].to_record() == plan.to_record()
 
 
 def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) -> None:
@@ -309,6 +318,52 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     assert {p: m["sha256"] for p, m in manifest.items()} == {p: hashlib.sha256(b).hexdigest() for p, b in before.items()}
     assert _tree(backup / "files" / "checkpoint") == before
 
+    Executor(plan, roots, Root("backup", str(backup))).undo()
+    assert _tree(ck) == before
+
+
+def test_a_crashed_run_whose_journal_an_earlier_version_wrote_resumes_and_undoes(tmp_path: Path) -> None:
+    """Backups written before the journal went to orjson (json.dumps' text: spaced, ASCII escapes)
+    still resume and undo: a run crashed halfway, its journal and plan rewritten as the earlier
+    encoders wrote them, is finished by this version, which appends its own lines after the old
+    ones, and undone to the last byte."""
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    (ck / "state" / "0").mkdir(parents=True)
+    for v in range(12):
+        (ck / "state" / "0" / f"{v}é.delta").write_bytes(str(v).encode() * v)
+    before = _tree(ck)
+    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
+    plan = _plan(steps, {"checkpoint": str(ck)})
+    Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
+    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
+            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
+            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
+    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
+                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="6"))  # start, then 5 of 12 begin records
+    assert proc.returncode == CRASH_EXIT
+
+    def earlier(doc: dict) -> str:  # the earlier json_file: json.dumps text, one list item per line
+        parts = []
+        for key in sorted(doc):
+            v = doc[key]
+            body = ("[\n    " + ",\n    ".join(json.dumps(x, sort_keys=True) for x in v) + "\n  ]" if isinstance(v, list) and v
+                    else json.dumps(v, sort_keys=True))
+            parts.append(f"  {json.dumps(key)}: {body}")
+        return "{\n" + ",\n".join(parts) + "\n}\n"
+
+    journal = backup / JOURNAL_FILE
+    old_lines = [json.dumps(json.loads(line), sort_keys=True) + "\n" for line in journal.read_text().splitlines()]
+    assert len(old_lines) == 6 and all('": ' in line and "\\u00e9" in line for line in old_lines[1:])
+    journal.write_text("".join(old_lines))
+    (backup / "plan.json").write_text(earlier(json.loads((backup / "plan.json").read_text())))
+
+    roots = {"checkpoint": Root("checkpoint", str(ck))}
+    state = Executor(plan, roots, Root("backup", str(backup))).run()
+    assert state.finished and sorted(state.done) == list(range(len(steps)))
+    assert journal.read_text().startswith("".join(old_lines))  # appended after the earlier lines, nothing rewritten
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+    manifest = {m["path"]: m for m in json.loads((backup / MANIFEST_FILE).read_text())["files"]}
+    assert {p: m["sha256"] for p, m in manifest.items()} == {p: hashlib.sha256(b).hexdigest() for p, b in before.items()}
     Executor(plan, roots, Root("backup", str(backup))).undo()
     assert _tree(ck) == before
 
