@@ -253,6 +253,13 @@ class Storage:
         base, q, query = self.display.partition("?")  # s3://b/chk?endpoint_override=... keeps its options last
         return f"{base.rstrip('/')}/{rel}{q}{query}"
 
+    def local_prefix(self) -> Optional[str]:
+        """The local path of `rel` is this prefix + `rel.strip("/")` (what `sizes` stats); None on
+        object stores and where the separator is not "/"."""
+        if self._local_root is None or os.sep != "/":
+            return None
+        return f"{self._local_root.rstrip('/') or ''}/"
+
     def _local(self, rel: str) -> str:
         assert self._local_root is not None
         rel = rel.strip("/")

@@ -15,7 +15,8 @@ stdout, one request at a time: `m <n>\\n` then 2n lines, the source and target o
 one renameat2(RENAME_NOREPLACE), which never replaces anything. The answer is n lines in the same
 order: `0` done, or the errno of the failure (the caller takes its general path for those).
 `h <n>\\n` then n lines, absolute paths of files: the answer is n lines, `<size> <sha256 hex>` of
-each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself).
+each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself). `s <n>\\n`
+likewise: `<size>` of each (stat), or `-<errno>`.
 The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
 each request): no rename runs after the executor is gone.
 """
@@ -118,6 +119,18 @@ def rename_all(fn: Optional[Callable[..., int]], pairs: list[tuple[bytes, bytes]
     return out
 
 
+def size_all(paths: list[bytes]) -> list[bytes]:
+    """The answer line of each path of an `s` request: `<size>` (stat, symlinks followed), or
+    `-<errno>`."""
+    out = []
+    for path in paths:
+        try:
+            out.append(b"%d\n" % os.stat(path).st_size)
+        except OSError as exc:
+            out.append(b"-%d\n" % (exc.errno or errno.EIO))
+    return out
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGKILL when the parent ends (Linux), and an exit now if it is gone already."""
     try:
@@ -137,7 +150,7 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
     fn = renameat2()
     while True:
         head = inp.readline()
-        if not head.startswith((b"m ", b"h ")):
+        if not head.startswith((b"m ", b"h ", b"s ")):
             return  # stdin closed (or not a request of this protocol)
         renames = head.startswith(b"m ")
         lines = [inp.readline()[:-1] for _ in range((2 if renames else 1) * int(head[2:]))]
@@ -146,7 +159,7 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
         if renames:
             out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
         else:
-            out.write(b"".join(hash_all(lines)))
+            out.write(b"".join(hash_all(lines) if head.startswith(b"h ") else size_all(lines)))
         out.flush()
 
 
@@ -169,6 +182,10 @@ class CoProcess:
     def submit_hashes(self, paths: list[str]) -> bool:
         """Send absolute local paths of files to read and hash, in order; False when not sent."""
         return bool(paths) and self._send(b"h", paths, len(paths))
+
+    def submit_sizes(self, paths: list[str]) -> bool:
+        """Send absolute local paths of files to stat, in order; False when not sent."""
+        return bool(paths) and self._send(b"s", paths, len(paths))
 
     def _send(self, kind: bytes, lines: list[str], n: int) -> bool:
         if self._broken or self._waiting:
@@ -208,6 +225,16 @@ class CoProcess:
         """The answers of the submitted renames: 0 (done) or the errno, each; None when the
         co-process failed (then any of them may or may not have happened: the caller finds out
         from the files, after this returned: the co-process has ended by then)."""
+        lines = self._answers()
+        try:
+            return None if lines is None else [int(line) for line in lines]
+        except ValueError:
+            self.close()
+            return None
+
+    def sizes(self) -> Optional[list[int]]:
+        """The answers of the submitted stats: each file's size, or minus the errno of the failure;
+        None when the co-process failed."""
         lines = self._answers()
         try:
             return None if lines is None else [int(line) for line in lines]

@@ -42,7 +42,7 @@ from streamctl.formats.journal import (
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, is_normal_rel, rename_outcomes, run_renames
+from streamctl.operations.files import Root, all_normal_rels, rename_outcomes, run_renames
 from streamctl.operations.journal import Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
@@ -318,15 +318,24 @@ class Executor:
         this process works on the batch before; None when nothing was sent."""
         if self._hasher is None or not indices:
             return None
+        steps = self.plan.steps
+        kinds: dict[tuple[str, str], bool] = {}  # (action, root) -> read from a local file system
+        by_root: dict[str, list[int]] = {}
+        for i in indices:
+            step = steps[i]
+            local = kinds.get((step.action, step.root))
+            if local is None:
+                local = kinds[(step.action, step.root)] = self._local_pre(step)
+            if local:
+                by_root.setdefault(step.root, []).append(i)
         sent: list[int] = []
         paths: list[str] = []
-        for i in indices:
-            step = self.plan.steps[i]
-            if self._local_pre(step):
-                head = self.roots[step.root]._head()
-                if head is not None and is_normal_rel(step.path):
-                    sent.append(i)
-                    paths.append(head + step.path)
+        for name, idx in by_root.items():
+            head = self.roots[name]._head()
+            rels = [steps[i].path for i in idx]
+            if head is not None and all_normal_rels(rels):  # else read here, as always
+                sent += idx
+                paths += [head + rel for rel in rels]
         return _Hashing(indices, sent) if sent and self._hasher.submit_hashes(paths) else None
 
     def _pre_images(self, indices: list[int], ahead: Optional[_Hashing] = None) -> dict[int, Optional[dict[str, Any]]]:

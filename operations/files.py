@@ -41,6 +41,21 @@ def is_normal_rel(rel: str) -> bool:
                                   or "/./" in rel or "/../" in rel)
 
 
+_NOT_NORMAL_LINES = ("\\", "//", "\n/", "/\n", "\n\n", "\n./", "\n../", "/.\n", "/..\n", "\n.\n", "\n..\n", "/./", "/../")
+
+
+def all_normal_rels(rels: list[str]) -> bool:
+    """all(map(is_normal_rel, rels)), by substring tests of the paths joined one per line (a
+    100,000-step plan in a few C calls): each test of is_normal_rel is a substring of a line or of
+    a line and its ends. Paths with a line break are tested one by one."""
+    if not rels:
+        return True
+    text = "\n" + "\n".join(rels) + "\n"
+    if text.count("\n") != len(rels) + 1:
+        return all(map(is_normal_rel, rels))
+    return not any(bad in text for bad in _NOT_NORMAL_LINES)
+
+
 def check_rel(rel: str, where: str) -> str:
     """A relative, normalised path that cannot leave its root."""
     if is_normal_rel(rel):  # already normal: the usual case, fast
@@ -584,6 +599,12 @@ class Root:
             return None
         made, out = dest._made, []
         head, dest_head = self._head(), dest._head()
+        if head is not None and dest_head is not None and all_normal_rels(rels) and all_normal_rels(dest_rels):
+            targets = [dest_head + dest_rel for dest_rel in dest_rels]
+            for parent in dict.fromkeys([t.rpartition("/")[0] for t in targets]):
+                if parent not in made:
+                    dest._makedirs(parent)
+            return list(zip([head + rel for rel in rels], targets, strict=True))
         for rel, dest_rel in zip(rels, dest_rels, strict=True):
             dst = dest_head + dest_rel if dest_head is not None and is_normal_rel(dest_rel) else dest.local(dest_rel)
             parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
@@ -654,6 +675,69 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
+
+
+SIZES_ASIDE_CHUNK = 8192  # files per request of SizesAside (about as long as the plan takes to find them)
+
+
+class SizesAside:
+    """The sizes of many files of one storage, asked as the caller finds them (`add`) and read in
+    order by `finish`: on a local file system a co-process stats them (operations/coprocess.py, `s`
+    requests of SIZES_ASIDE_CHUNK files) while the caller goes on finding the next ones; elsewhere,
+    or for what is left at the end, Storage.sizes. A file the co-process could not stat (missing, a
+    dangling symlink, no permission) is asked of Storage.sizes, which says what it always said
+    (0, or StorageError)."""
+
+    def __init__(self, storage: Storage) -> None:
+        from streamctl.operations.coprocess import CoProcess
+
+        self.storage = storage
+        self.rels: list[str] = []
+        self.out: list[int] = []  # the sizes of rels[:len(out)]
+        self.sent = 0  # files of the request in flight, rels[len(out):len(out) + sent]
+        self._prefix = storage.local_prefix()
+        self._co: Optional[CoProcess] = CoProcess() if self._prefix is not None else None
+
+    def add(self, rel: str) -> None:
+        self.rels.append(rel)
+        if self._co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK:
+            self._collect()
+            self._send()
+
+    def _send(self) -> None:
+        assert self._co is not None and self._prefix is not None
+        todo = self.rels[len(self.out):]
+        prefix = self._prefix
+        if self._co.submit_sizes([prefix + rel.strip("/") for rel in todo]):
+            self.sent = len(todo)
+
+    def _collect(self) -> None:
+        if not self.sent:
+            return
+        start, n, self.sent = len(self.out), self.sent, 0
+        answers = self._co.sizes() if self._co is not None else None
+        if answers is None:  # the co-process failed: these are asked here
+            self.out.extend(self.storage.sizes(self.rels[start:start + n]))
+            return
+        for rel, size in zip(self.rels[start:start + n], answers, strict=True):
+            self.out.append(size if size >= 0 else self.storage.sizes([rel])[0])
+
+    def finish(self) -> list[int]:
+        """The size of every file added, in order (0 for a missing one): those not sent are asked
+        here while the co-process answers the request in flight."""
+        try:
+            rest = self.storage.sizes(self.rels[len(self.out) + self.sent:])
+            self._collect()
+            self.out.extend(rest)
+        finally:
+            self.close()
+        return self.out
+
+    def close(self) -> None:
+        """End the co-process (killed when an answer is left unread)."""
+        if self._co is not None:
+            self._co.close()
+            self._co = None
 
 
 class _Renamer:

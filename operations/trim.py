@@ -12,7 +12,7 @@ needs, anything while the query is live or misaligned (align first).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from streamctl.formats.checksum import crc_target
 from streamctl.formats.compactible import compactible_file
@@ -24,6 +24,7 @@ from streamctl.inspectors.sinks import list_file_sink_log
 from streamctl.inspectors.state import zip_ssts
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
+from streamctl.operations.files import SizesAside
 from streamctl.operations.plan import (
     EXACTLY_ONCE,
     CheckpointRequest,
@@ -74,18 +75,50 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
     action = "delete" if req.purge else "move"
 
-    unsized: dict[int, tuple[Storage, list[tuple[str, str]]]] = {}  # files whose listing gave no size
+    # files whose listing gave no size, per storage: asked aside while the plan goes on, the category of each
+    unsized: dict[int, tuple[SizesAside, list[str]]] = {}
 
     def add(root: str, storage: Storage, rel: str, category: str, reason: str, size: Optional[int] = None) -> None:
         """A step; `size` from the folder listing when it has one (no request per file on object
-        stores), else asked for all such files at once (Storage.sizes)."""
+        stores), else asked aside (SizesAside: a co-process stats local files meanwhile)."""
         steps.append(Step(action, root, rel, reason))
         sizes[category]["files"] += 1
         if size is not None:
             sizes[category]["bytes"] += int(size)
-        else:
-            unsized.setdefault(id(storage), (storage, []))[1].append((rel, category))
+            return
+        aside = unsized.get(id(storage))
+        if aside is None:
+            aside = unsized[id(storage)] = (SizesAside(storage), [])
+        aside[0].add(rel)
+        aside[1].append(category)
 
+    try:
+        _add_steps(req, q, st, low, C, stores, add)
+        for aside, categories in unsized.values():
+            for category, size in zip(categories, aside.finish(), strict=True):
+                sizes[category]["bytes"] += size
+    finally:
+        for aside, _categories in unsized.values():
+            aside.close()
+
+    plan = Plan(
+        command="trim",
+        roots={"checkpoint": st.display, **({"sink": Storage.open(req.sink).display} if req.sink else {})},
+        strategy="trim", target=low, classification=EXACTLY_ONCE, steps=steps, expected_verdict=q.verdict,
+        before={"planned": P, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
+                "state_epoch": q.state_epoch, "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
+        after={"planned": q.planned, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
+               "oldest_rollback": low, "reclaimable": sizes},
+        notes=[f"keeps every restart and rollback point {low}..{C}"] + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
+        settings={"sink_kind": q.sink.kind if q.sink else None, "app_id": req.app_id or (q.sink.app_id if q.sink else None)},
+    )
+    return plan, sizes
+
+
+
+def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: int, stores: list[Any],
+               add: Callable[..., None]) -> None:
+    """Every file below the kept window, by category, handed to `add` (plan_trim's)."""
     keep_offsets = low - 1
     if q.async_progress:  # the previous batch Spark reads is the previous offsets file on disk
         keep_offsets = max((b for b in q.offsets.batch_ids if b < low), default=low)
@@ -158,21 +191,6 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
             for e in sink_st.list_dir(COORD_STAGING) or []:
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
                     add("sink", sink_st, f"{COORD_STAGING}/{e.name}", "staging", "staging of an epoch that is committed or aborted")
-    for storage, files in unsized.values():
-        for (_rel, category), size in zip(files, storage.sizes([rel for rel, _c in files]), strict=True):
-            sizes[category]["bytes"] += size
-    plan = Plan(
-        command="trim",
-        roots={"checkpoint": st.display, **({"sink": Storage.open(req.sink).display} if req.sink else {})},
-        strategy="trim", target=low, classification=EXACTLY_ONCE, steps=steps, expected_verdict=q.verdict,
-        before={"planned": P, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
-                "state_epoch": q.state_epoch, "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
-        after={"planned": q.planned, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
-               "oldest_rollback": low, "reclaimable": sizes},
-        notes=[f"keeps every restart and rollback point {low}..{C}"] + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
-        settings={"sink_kind": q.sink.kind if q.sink else None, "app_id": req.app_id or (q.sink.app_id if q.sink else None)},
-    )
-    return plan, sizes
 
 
 def verify_trim(plan: Plan) -> tuple[bool, dict[str, Any]]:

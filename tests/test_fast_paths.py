@@ -159,3 +159,59 @@ def test_backup_walk_is_os_walk_s_answer(tmp_path: Path) -> None:
     assert root.walk_files("files") == [name for name, _ in want]
     assert root.tree_size("files") == (len(want), sum(size for _, size in want))
     assert root.walk_sizes("missing") == []
+
+
+def test_sizes_asked_aside_are_what_storage_sizes_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trim's plan asks the sizes of the files it moves aside (operations/files.py SizesAside: a
+    co-process stats them while the plan goes on): the same sizes, in the same order, as
+    Storage.sizes (a missing file 0, a symlink followed, a folder's own size), the co-process asked
+    for all but the last partial chunk; and the same error for a dangling symlink."""
+    from streamctl.operations import coprocess, files
+
+    monkeypatch.setattr(files, "SIZES_ASIDE_CHUNK", 7)
+    asked: list[int] = []
+    answers = coprocess.CoProcess.sizes
+
+    def counted(self: coprocess.CoProcess) -> list[int] | None:
+        got = answers(self)
+        asked.append(len(got or []))
+        return got
+
+    monkeypatch.setattr(coprocess.CoProcess, "sizes", counted)
+    (tmp_path / "sub").mkdir()
+    rels = []
+    for i in range(40):
+        (tmp_path / "sub" / f"{i}.delta").write_bytes(b"x" * (i * 37 % 101))
+        rels.append(f"sub/{i}.delta")
+    os.symlink(tmp_path / "sub" / "3.delta", tmp_path / "link")
+    rels[5:5] = ["link", "gone", "sub", "/sub/9.delta"]
+    storage = Storage.open(str(tmp_path))
+    aside = files.SizesAside(storage)
+    for rel in rels:
+        aside.add(rel)
+    assert aside.finish() == storage.sizes(rels)
+    assert sum(asked) == len(rels) - len(rels) % 7 and len(asked) == len(rels) // 7
+
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    with pytest.raises(StorageError) as expected:
+        storage.sizes(["dangling"])
+    aside = files.SizesAside(storage)
+    with pytest.raises(StorageError) as got:  # when its chunk is answered, or at the end
+        for rel in ["dangling"] + rels:
+            aside.add(rel)
+        aside.finish()
+    aside.close()
+    assert str(got.value) == str(expected.value) and "dangling" in str(got.value)
+
+
+def test_all_normal_rels_says_what_is_normal_rel_says_of_each() -> None:
+    """The bulk test of a plan's paths (operations/files.py all_normal_rels, joined one per line)
+    against is_normal_rel of each, on 20,000 seeded random lists of paths made of "/", ".", "\\",
+    a line break and letters."""
+    from streamctl.operations.files import all_normal_rels, is_normal_rel
+
+    rng = random.Random(23)
+    parts = ["a", "b", ".", "..", "", "\\", "\n", "a.b", ".a", "a."]
+    for _ in range(20_000):
+        rels = ["/".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 4))]
+        assert all_normal_rels(rels) == all(map(is_normal_rel, rels)), rels
