@@ -221,10 +221,8 @@ class CoProcess:
         self._waiting = 0
         return lines
 
-    def renamed(self) -> Optional[list[int]]:
-        """The answers of the submitted renames: 0 (done) or the errno, each; None when the
-        co-process failed (then any of them may or may not have happened: the caller finds out
-        from the files, after this returned: the co-process has ended by then)."""
+    def _numbers(self) -> Optional[list[int]]:
+        """The answers of the request in flight, one integer each; None when the co-process failed."""
         lines = self._answers()
         try:
             return None if lines is None else [int(line) for line in lines]
@@ -232,15 +230,16 @@ class CoProcess:
             self.close()
             return None
 
+    def renamed(self) -> Optional[list[int]]:
+        """The answers of the submitted renames: 0 (done) or the errno, each; None when the
+        co-process failed (then any of them may or may not have happened: the caller finds out
+        from the files, after this returned: the co-process has ended by then)."""
+        return self._numbers()
+
     def sizes(self) -> Optional[list[int]]:
         """The answers of the submitted stats: each file's size, or minus the errno of the failure;
         None when the co-process failed."""
-        lines = self._answers()
-        try:
-            return None if lines is None else [int(line) for line in lines]
-        except ValueError:
-            self.close()
-            return None
+        return self._numbers()
 
     def hashes(self) -> Optional[list[tuple[int, str] | int]]:
         """The answers of the submitted reads: (size, sha256 hex) of each file, or the errno of

@@ -118,9 +118,9 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
             continue  # object stores have no symlinks; a Kafka group is no file root
         paths = [s.path for s in plan.steps if s.action == "put_back"] if root_name == PUT_BACK_TO else \
             [s.path for s in plan.steps if s.root == root_name]
-        if not all_normal_rels(paths):  # else each is checked: the first outside its root raises
-            paths = [check_rel(p, root.location) for p in paths]
-        for path, (head, _, name) in zip(paths, map(_split, paths), strict=True):
+        # normal paths as they are; else each is checked (the first outside its root raises) and normalised
+        checked = paths if all_normal_rels(paths) else [check_rel(p, root.location) for p in paths]
+        for path, (head, _, name) in zip(paths, [p.rpartition("/") for p in checked], strict=True):
             names = by_dir.get((root_name, head))
             if names is None:
                 names = by_dir[(root_name, head)] = {}
@@ -138,10 +138,6 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
             if real != top and not real.startswith(top.rstrip(os.sep) + os.sep):
                 out.append(f"{root.uri(names[name])} (resolves to {real})")
     return out
-
-
-def _split(path: str) -> tuple[str, str, str]:
-    return path.rpartition("/")
 
 
 LISTING_FROM = 16  # steps in one folder from which one listing is cheaper than an lstat each

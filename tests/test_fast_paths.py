@@ -8,8 +8,10 @@ No mocks: real files on the local file system.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -215,3 +217,23 @@ def test_all_normal_rels_says_what_is_normal_rel_says_of_each() -> None:
     for _ in range(20_000):
         rels = ["/".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 4))]
         assert all_normal_rels(rels) == all(map(is_normal_rel, rels)), rels
+
+
+def test_large_json_documents_print_compact_and_read_back(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json documents (console/render.py emit_json): up to PRETTY_LIMIT characters json.dumps'
+    indented text, as before; larger ones (a 100,000-step plan) orjson's compact text on one line,
+    which reads back to the same document, also with a file name that is not UTF-8 (orjson refuses
+    its lone surrogate: json.dumps encodes that document)."""
+    from streamctl.console.render import PRETTY_LIMIT, emit_json
+
+    small = {"b": [1, 2], "a": "é"}
+    emit_json(small)
+    assert capsys.readouterr().out == json.dumps(small, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    steps = [{"path": f"state/0/{i}/{i}.delta", "action": "move", "reason": "x é"} for i in range(PRETTY_LIMIT // 40)]
+    sys.stdout.reconfigure(errors="backslashreplace")  # as the CLI does (cli/app.py _utf8_output)
+    for odd in ("state/\u2028.delta", os.fsdecode(b"state/\xff.delta")):
+        doc = {"plan": {"steps": steps + [{"path": odd}]}, "kind": "Plan"}
+        emit_json(doc)
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and len(out) > PRETTY_LIMIT
+        assert json.loads(out) == doc
