@@ -111,7 +111,9 @@ def test_commit_offsets_backs_up_the_group_and_undo_restores_it(cli, kafka_broke
     assert [r["event"] for r in journal] == ["start", "begin", "done", "finished", "verified"]
     # an edited manifest: refused, the group unchanged
     good = (second / "manifest.json").read_text()
-    (second / "manifest.json").write_text(good.replace('"previous": ', '"previous": 1', 1))
+    edited = json.loads(good)
+    edited["offsets"][0]["previous"] = int(f"1{edited['offsets'][0]['previous']}")
+    (second / "manifest.json").write_text(json.dumps(edited))
     r = cli("kafka", "commit-offsets", "--undo", str(second), "--json")
     assert r.code == 4 and r.json()["kind"] == "KafkaCommitOffsetsRefusal" and "manifest" in r.json()["reason"], r
     assert offsets() == committed
