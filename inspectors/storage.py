@@ -416,10 +416,10 @@ class Storage:
 
         if self._local_root is None:
             return parallel_map(one, rels, SIZE_THREADS, SIZE_CHUNK)
-        root, out = self._local_root.rstrip("/") or "/", []
+        prefix, out = self.local_prefix(), []
         for rel in rels:
             try:
-                out.append(os.stat(f"{root}/{rel.strip('/')}" if os.sep == "/" else self._local(rel)).st_size)
+                out.append(os.stat(prefix + rel.strip("/") if prefix is not None else self._local(rel)).st_size)
             except OSError:
                 out.append(one(rel))  # missing (0), a dangling symlink or permission denied (StorageError)
         return out

@@ -365,13 +365,12 @@ class Executor:
             if i in pres:
                 continue
             step = self.plan.steps[i]
-            root = self.roots[step.root]
-            if step.action == "delete" and not root.is_local:
-                listed.setdefault(step.root, []).append(i)
-            elif step.action == "move" and not (root.is_local and self.backup.is_local):
-                remote.append(i)
-            else:
+            if self._local_pre(step):
                 local.append(i)
+            elif step.action == "delete":  # on an object store
+                listed.setdefault(step.root, []).append(i)
+            else:
+                remote.append(i)
         by_root: dict[str, list[int]] = {}
         for i in local:
             by_root.setdefault(self.plan.steps[i].root, []).append(i)

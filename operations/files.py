@@ -21,9 +21,8 @@ from typing import Any, Optional
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
-from streamctl.operations.coprocess import hash_file, rename_all, renameat2
+from streamctl.operations.coprocess import CHUNK, hash_file, rename_all, renameat2
 
-CHUNK = 1 << 20
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
 AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
 DELETE_THREADS = 8

@@ -115,7 +115,6 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     return plan, sizes
 
 
-
 def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: int, stores: list[Any],
                add: Callable[..., None]) -> None:
     """Every file below the kept window, by category, handed to `add` (plan_trim's)."""
@@ -130,7 +129,7 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
 
     for s in stores:
         if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
-            sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked in bulk (Storage.sizes)
+            sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked aside (add)
         else:  # object stores: the listing carries the sizes
             sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
         listing = state_files(sorted(sized))
