@@ -284,7 +284,16 @@ class Root:
         h = hashlib.sha256()
         total = 0
         for sub in self.walk_files(rel):
-            size, digest = self.digest(f"{rel}/{sub}")
+            try:
+                size, digest = self.digest(f"{rel}/{sub}")
+            except StorageError:
+                if self.kind(f"{rel}/{sub}") != "missing":
+                    raise
+                # listed, then gone before it was read: the folder is being written (issue 23 note:
+                # Spark's state maintenance writes a snapshot after the query stopped)
+                raise StorageError(self.uri(f"{rel}/{sub}"), "vanished while streamctl read its folder: something still "
+                                   "writes to the checkpoint (the query, or its Spark session's state maintenance after "
+                                   "the query stopped); wait until it is quiet") from None
             total += size
             h.update(f"{sub}\0{size}\0{digest}\n".encode())
         return total, h.hexdigest()

@@ -461,3 +461,32 @@ def test_is_normal_rel_says_what_the_regex_says() -> None:
         for chars in itertools.product("a./\\", repeat=n):
             rel = "".join(chars)
             assert is_normal_rel(rel) == bool(rel and _NOT_NORMAL.search(rel) is None), rel
+
+
+def test_a_file_that_vanishes_while_its_folder_is_hashed_is_named_as_a_folder_being_written(tmp_path: Path,
+                                                                                             monkeypatch) -> None:
+    """A folder move hashes the folder's files after listing them. Spark's state maintenance can
+    rename its `.N.snapshot.<uuid>.tmp` in between (a snapshot written after the query stopped):
+    the error names the file and says the checkpoint is still being written, not a bare ENOENT.
+    The race is made real by deleting the listed file right after the real listing."""
+    folder = tmp_path / "state" / "0" / "1"
+    folder.mkdir(parents=True)
+    (folder / "1.delta").write_bytes(b"d")
+    tmp = folder / ".2.snapshot.0f3a.tmp"
+    tmp.write_bytes(b"s")
+    root = Root("checkpoint", str(tmp_path))
+    listed = Root.walk_files
+
+    def list_then_rename(self: Root, rel: str) -> list[str]:
+        names = listed(self, rel)
+        if tmp.exists():
+            tmp.rename(folder / "2.snapshot")
+        return names
+
+    monkeypatch.setattr(Root, "walk_files", list_then_rename)
+    with pytest.raises(StorageError) as exc:
+        root.tree_digest("state")
+    assert exc.value.path.endswith("state/0/1/.2.snapshot.0f3a.tmp"), exc.value.path
+    assert "vanished while streamctl read its folder" in exc.value.reason
+    monkeypatch.setattr(Root, "walk_files", listed)
+    assert root.tree_digest("state")[0] == 2  # quiet again: the folder hashes
