@@ -368,6 +368,8 @@ class _Inspector:
         self.now_ms = now_ms
         self.lease_record: Optional[dict[str, Any]] = None
         self.fetched: dict[str, Any] = {}  # rel -> bytes or the StreamctlError of its read
+        self.prepared: dict[tuple[int, int, str], Any] = {}  # read_state's _prepare results
+        self.judged: dict[tuple[int, int, str], Any] = {}  # _judge of the prepared statuses taken
 
     def unreadable(self, exc: StreamctlError) -> None:
         path = getattr(exc, "path", self.st.display)
@@ -501,7 +503,13 @@ class _Inspector:
         async_by_conf = any("asyncprogresstracking" in k.lower() and str(v).lower() == "true" for k, v in conf.items())
 
         self.progress("listing state/")
-        state = read_state(st) if "state" in root else StateFiles(exists=False)
+        # what each store restores and whether a restart can read it, judged as the store is
+        # listed (on two cores for large checkpoints: read_state); _state_findings takes these
+        # for the stores whose inputs match (no commit-log ids), and judges the others itself
+        required_next = _required(planned, committed)
+        prepare = functools.partial(self._prepare, required_next, planned) if st.is_local else None
+        state = read_state(st, prepare) if "state" in root else StateFiles(exists=False)
+        self.prepared = state.prepared
         # Spark refuses async progress tracking on stateful queries: state files rule it out
         async_by_logs = not state.operators and async_progress_pattern(offsets, commits)
         async_progress = async_by_conf or async_by_logs
@@ -546,12 +554,7 @@ class _Inspector:
         lease = self._lease() if "_streamctl" in root else None
         if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
-        if committed is not None:
-            required: Optional[int] = committed + 1
-        elif planned is not None:
-            required = planned
-        else:
-            required = None
+        required = _required(planned, committed)
         operators = self._state_findings(state, state_conf, required, planned, commit_entries)
 
         stores = [s for op in operators for s in op.stores]
@@ -859,7 +862,13 @@ class _Inspector:
                        for part in sorted(op.partitions) for name in names]
 
             def status(fv: tuple[StoreFiles, dict[int, str]]) -> StoreStatus:
-                return self._status_of(fv[0], required, planned, fv[1])
+                files, ids = fv
+                key = (files.operator_id, files.partition, files.store)
+                pre = self.prepared.get(key)
+                if pre is not None and not ids and pre[0] == (required, planned):
+                    self.judged[key] = pre[2]
+                    return replace(pre[1], files=files)  # sent back without it (the child's copy)
+                return self._status_of(files, required, planned, ids)
 
             # one task per store on object stores (each judges its chain's ends with ranged reads)
             statuses: list[StoreStatus] = ([status(fv) for fv in pending] if st.is_local
@@ -956,26 +965,15 @@ class _Inspector:
         only on the local file system, torn snapshots (their own format) everywhere."""
         if not self.read_ends:
             return
-        local = self.st.is_local  # object stores: a GET per file of every chain (and Spark's S3 reads verify
-        stores = {(s.partition, s.store): s for s in op.stores()}  # no Hadoop sidecar): checksums not read there
+        local = self.st.is_local
+        stores = {(s.partition, s.store): s for s in op.stores()}
+
         def judge(status: StoreStatus) -> Optional[tuple[list[str], bool]]:
-            """(texts of its bad files, whether an intact older chain is there), None when whole."""
+            key = (status.operator_id, status.partition, status.store)
+            if key in self.judged:  # judged as it was listed (_prepare)
+                return self.judged[key]
             files = stores.get((status.partition, status.store))
-            if files is None:
-                return None
-            # the snapshot/zip the chain starts from, judged by its own format (a torn one has no
-            # companion to disagree with on HDFS and object stores); then the checksums
-            bad = self._torn_full(status.path, status.restore_files[:1])
-            if local:
-                bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists)
-                        if b[0] not in {n for n, _ in bad}]
-            if not bad:
-                return None
-            texts = [f"{status.path}/{name} ({why})" for name, why in bad]
-            snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
-            return texts, bool(snapshot_only and status.fallback_files and not (local and self._mismatches(
-                status.path, status.fallback_files, files.lists)) and not self._torn_full(
-                status.path, status.fallback_files[:1]))
+            return None if files is None else self._judge(status, files)
 
         fatal: list[str] = []
         repaired: list[str] = []
@@ -1011,6 +1009,37 @@ class _Inspector:
                     details={"operator": op.operator_id, "files": [self.st.uri(i.split(" (", 1)[0]) for i in items],
                              "restart": "auto_snapshot_repair" if items is repaired and around else "fails",
                              "snapshot_aside": items is repaired}))
+
+    def _judge(self, status: StoreStatus, files: StoreFiles) -> Optional[tuple[list[str], bool]]:
+        """(texts of the bad files of `status`'s restore chain, whether an intact older chain is
+        there), None when whole. The snapshot/zip the chain starts from is judged by its own
+        format (a torn one has no companion to disagree with on HDFS and object stores); then,
+        on the local file system only, the checksums (object stores: a GET per file of every
+        chain, and Spark's S3 reads verify no Hadoop sidecar)."""
+        local = self.st.is_local
+        bad = self._torn_full(status.path, status.restore_files[:1])
+        if local:
+            bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists)
+                    if b[0] not in {n for n, _ in bad}]
+        if not bad:
+            return None
+        texts = [f"{status.path}/{name} ({why})" for name, why in bad]
+        snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
+        return texts, bool(snapshot_only and status.fallback_files and not (local and self._mismatches(
+            status.path, status.fallback_files, files.lists)) and not self._torn_full(
+            status.path, status.fallback_files[:1]))
+
+    def _prepare(self, required: Optional[int], planned: Optional[int],
+                 files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
+        """read_state's `prepare`: ((required, planned), the store's status without its files,
+        its judged chain) for a store without commit-log ids; None for the others (their status
+        needs the commit log's ids, read after the listing). Runs in read_state's forked child
+        for half the stores of a large checkpoint: no findings, no state on self."""
+        if files.uses_unique_ids:
+            return None
+        status = self._status_of(files, required, planned, {})
+        judged = self._judge(status, files) if self.read_ends else None
+        return (required, planned), replace(status, files=None), judged
 
     def _torn_full(self, folder: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
         """(name, why) of each snapshot/zip of `names` that is torn by its own format."""
@@ -1170,6 +1199,13 @@ def _layout_count(layout: dict[str, int]) -> tuple[Optional[int], Optional[str]]
     if num is None:
         return None, None
     return num, "operator_metadata" if meta == num else "offsets_conf"
+
+
+def _required(planned: Optional[int], committed: Optional[int]) -> Optional[int]:
+    """The state version the next run loads: committed + 1, else the planned batch."""
+    if committed is not None:
+        return committed + 1
+    return planned
 
 
 def _valid_ids(op: OperatorFiles, commits: dict[int, CommitEntry]) -> dict[tuple[int, str], dict[int, str]]:

@@ -78,8 +78,16 @@ class StoreFiles:
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
-    names: tuple[str, ...] = ()  # the folder's file names as listed (trim plans from them: one listing)
+    listed_names: tuple[str, ...] = ()  # the folder's file names as listed: read them as `names`
     listed: str = ""  # "\n" + the names, each followed by "\n": made from `names` by `lists`
+    sent: str = ""  # the names NUL-joined as read_state's forked child sent them, until `names` splits them
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The folder's file names as listed (trim plans from them: one listing)."""
+        if self.sent:
+            self.listed_names, self.sent = tuple(self.sent.split("\0")), ""
+        return self.listed_names
 
     @property
     def path(self) -> str:
@@ -112,7 +120,7 @@ class StoreFiles:
         folder costs one C call instead of 200 Python ones. The version patterns run over the
         visible names only: the hidden `.<name>.crc` companions are half the names and most of
         the text (issue 23)."""
-        self.names += tuple(names)
+        self.listed_names = self.names + tuple(names)
         self.listed = ""  # `lists` makes it again from `names`
         joined = "\n".join(names)
         visible = [n for n in names if n[:1] != "."]
@@ -148,12 +156,28 @@ class StoreFiles:
             self.other_files = sorted(
                 n for n in visible if not STATE_FILE_RE.match(n) and not is_temp_name(n) and not is_checksum_name(n))
 
+    def __getstate__(self) -> tuple[Any, ...]:
+        """Pickled by read_state's forked child (inspectors/split.py): the listing travels as one
+        NUL-joined string (no file name holds NUL), not as hundreds of strings per store."""
+        return tuple("\0".join(self.names) if f == "sent" else getattr(self, f) for f in _STORE_FIELDS)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        for f, value in zip(_STORE_FIELDS, state, strict=True):
+            object.__setattr__(self, f, value)
+        self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
+
     def lists(self, name: str) -> bool:
         """Whether the folder's listing holds file `name` (a substring search of the joined
         listing, made once: no set of hundreds of names per store)."""
         if not self.listed:
-            self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
+            if self.sent:
+                self.listed = "\n" + self.sent.replace("\0", "\n") + "\n"
+            else:
+                self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
         return f"\n{name}\n" in self.listed
+
+
+_STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "listed_names"))  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True)
@@ -182,6 +206,7 @@ class StateFiles:
     exists: bool
     operators: dict[int, OperatorFiles] = field(default_factory=dict)
     stray_entries: list[str] = field(default_factory=list)
+    prepared: dict[tuple[int, int, str], Any] = field(default_factory=dict)  # read_state's `prepare` results
 
 
 def _digits(name: str) -> Optional[int]:
@@ -207,8 +232,35 @@ def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple
     return subdirs
 
 
-def read_state(storage: Storage) -> StateFiles:
+#: Partition folders from which `read_state` splits its work over two processes (inspectors/split.py).
+SPLIT_MIN_PARTITIONS = 64
+
+Prepare = Callable[[StoreFiles], Any]
+
+
+def _scan_partition(storage: Storage, op_id: int, part: int,
+                    prepare: Optional[Prepare]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
+    """The stores of one partition folder (its default store, then its named stores' folders),
+    and `prepare(store)` of each."""
+    part_rel = f"state/{op_id}/{part}"
+    default = StoreFiles(op_id, part, DEFAULT_STORE)
+    stores: dict[str, StoreFiles] = {}
+    named = _scan_store_dir(storage, part_rel, default)
+    for name, store in named:
+        _scan_store_dir(storage, f"{part_rel}/{name}", store)
+        stores[name] = store
+    if default.all_versions() or default.temp_files or default.other_files or not stores:
+        stores[DEFAULT_STORE] = default
+    return stores, ({name: prepare(store) for name, store in stores.items()} if prepare is not None else {})
+
+
+def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFiles:
     """List `state/` one folder at a time (SSTs/ and logs/ folders are noted, not listed).
+
+    `prepare(store)`, when given, is run on every store as it is listed; its results are in
+    `StateFiles.prepared` by (operator, partition, store). With SPLIT_MIN_PARTITIONS partition
+    folders or more on a local file system, half of them are listed and prepared in a forked
+    child (inspectors/split.py): the result is the serial one, computed on two cores.
 
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
@@ -218,6 +270,7 @@ def read_state(storage: Storage) -> StateFiles:
     result = StateFiles(exists=top is not None)
     if top is None:
         return result
+    units: list[tuple[int, int]] = []
     for e in top:
         op_id = _digits(e.name)
         if op_id is None or not e.is_dir:
@@ -240,20 +293,26 @@ def read_state(storage: Storage) -> StateFiles:
                         if not fe.is_dir and not is_hadoop_crc(fe.name):
                             op.schema_files.append(f"{STATE_SCHEMA_DIR}/{se.name}/{fe.name}")
             elif part is not None and pe.is_dir:
-                part_rel = f"{op_rel}/{part}"
-                default = StoreFiles(op_id, part, DEFAULT_STORE)
-                stores: dict[str, StoreFiles] = {}
-                named = _scan_store_dir(storage, part_rel, default)
-                for name, store in named:
-                    _scan_store_dir(storage, f"{part_rel}/{name}", store)
-                    stores[name] = store
-                if default.all_versions() or default.temp_files or default.other_files or not stores:
-                    stores[DEFAULT_STORE] = default
-                op.partitions[part] = stores
+                op.partitions[part] = {}  # filled below, in this order
+                units.append((op_id, part))
             elif is_temp_name(pe.name):
                 op.temp_files.append(pe.name)
             elif not is_hadoop_crc(pe.name):
                 op.stray_entries.append(pe.name)
+
+    def scan(unit: tuple[int, int]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
+        return _scan_partition(storage, unit[0], unit[1], prepare)
+
+    if storage.is_local:
+        from streamctl.inspectors.split import fork_map
+
+        scanned = fork_map(scan, units, SPLIT_MIN_PARTITIONS)
+    else:
+        scanned = [scan(u) for u in units]
+    for (op_id, part), (stores, prepared) in zip(units, scanned, strict=True):
+        result.operators[op_id].partitions[part] = stores
+        for name, value in prepared.items():
+            result.prepared[(op_id, part, name)] = value
     return result
 
 
@@ -305,8 +364,18 @@ class StoreStatus:
     temp_files: tuple[str, ...]
     restorable_versions: frozenset[int] = frozenset()  # every version <= planned + 1 that can be restored
     restore_files: tuple[str, ...] = ()  # what Spark reads to restore `required_version`, oldest first
-    listing: tuple[str, ...] = field(default=(), compare=False, repr=False)  # the store folder's file names
+    files: Optional[StoreFiles] = field(default=None, compare=False, repr=False)  # what it was judged from
     fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled by read_state's forked child: the fields in order, rebuilt by __init__ (the
+        generic frozen-dataclass state asks `fields()` per object: a third of the unpickling)."""
+        return StoreStatus, tuple(getattr(self, f) for f in _STATUS_FIELDS)
+
+    @property
+    def listing(self) -> tuple[str, ...]:
+        """The store folder's file names as listed."""
+        return self.files.names if self.files is not None else ()
 
     @property
     def chain(self) -> str:
@@ -340,6 +409,9 @@ class StoreStatus:
             "orphans": list(self.orphans),
             "temp_files": list(self.temp_files),
         }
+
+
+_STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
 
 
 def store_status(
@@ -472,7 +544,7 @@ def store_status(
         restorable_versions=frozenset(v for v, ok in restorable.items() if ok),
         restore_files=tuple(chain or ()),
         fallback_files=tuple(fallback or ()),
-        listing=store.names,
+        files=store,
     )
 
 
