@@ -43,15 +43,15 @@ def documents_emitted() -> int:
 
 
 def emit_json(doc: Any) -> None:
-    """One JSON document: indented (json.dumps(indent=2)) up to PRETTY_LIMIT characters, larger
-    ones compact on one line (formats/journal.py `dumps`: orjson, a 100,000-step plan in a tenth
-    of json's time)."""
-    from streamctl.formats.journal import dumps
+    """One JSON document: indented by two spaces up to PRETTY_LIMIT characters, larger ones
+    compact on one line (formats/jsontext.py: orjson, a 100,000-step plan in a tenth of json's
+    time)."""
+    from streamctl.formats.jsontext import dumps, dumps_indented
 
     _documents[0] += 1
     text = dumps(doc).decode("utf-8")
     if len(text) <= PRETTY_LIMIT:
-        text = json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False)
+        text = dumps_indented(doc)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 

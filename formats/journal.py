@@ -7,13 +7,11 @@ operations/journal.py's; nothing else knows a journal's bytes.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-import orjson
-
+from streamctl.formats.jsontext import dumps
 from streamctl.formats.reader import load_json
 
 JOURNAL_FILE = "journal.jsonl"
@@ -105,21 +103,6 @@ def apply_record(state: JournalState, rec: dict[str, Any]) -> bool:
     elif ev is Event.PURGE_BEGIN:
         state.purged = True
     return True
-
-
-_SORTED = orjson.OPT_SORT_KEYS
-
-
-def dumps(value: Any) -> bytes:
-    """Compact JSON of `value`, keys sorted, UTF-8: orjson (issue 23: a quarter of the time of the
-    hand-written encoders this replaced, and of json.dumps). What orjson does not encode (a str
-    with a lone surrogate: a file name that is not UTF-8; a key that is no str; an int beyond 64
-    bits) takes json.dumps, which escapes it the way the JSON readers read it back; what neither
-    encodes raises TypeError."""
-    try:
-        return orjson.dumps(value, option=_SORTED)
-    except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 _EVENTS = frozenset(Event) | frozenset(e.value for e in Event)  # the members and their names, whatever their hash
