@@ -100,7 +100,13 @@ def main() -> None:
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    app()
+    try:
+        app()
+    finally:
+        # The interpreter's exit runs one last full collection over every object still alive:
+        # 5-7 ms after an inspection of 132,000 files (issue 23), for memory the process hands
+        # back anyway. Frozen objects are not collected; exit handlers run as before.
+        gc.freeze()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from streamctl.inspectors.findings import (
     summarize,
     verdict_of,
 )
-from streamctl.inspectors.lease import retired_record
 from streamctl.inspectors.logs import LogListing, classify_log_names
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
@@ -447,7 +446,12 @@ class _Inspector:
         else:
             offsets, commits = self.concurrently(lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
         query_id = None
-        retired = retired_record(self.fetched.get("metadata")) if "metadata" in root else None
+        data = self.fetched.get("metadata")
+        retired = None  # the tombstone names streamctl: anything else is Spark's (no lease module loaded)
+        if "metadata" in root and isinstance(data, (bytes, bytearray)) and b"streamctl" in data:
+            from streamctl.inspectors.lease import retired_record
+
+            retired = retired_record(data)
         if retired is not None:  # drop-sink's tombstone: a retired checkpoint is a state, not damage
             archive = str(retired.get("archive") or "")
             self.findings.append(Finding(
