@@ -1021,9 +1021,16 @@ class _Inspector:
         on the local file system only, the checksums (object stores: a GET per file of every
         chain, and Spark's S3 reads verify no Hadoop sidecar)."""
         local = self.st.is_local
-        bad = self._torn_full(status.path, status.restore_files[:1])
+        first = status.restore_files[:1]
+        read: dict[str, bytes] = {}  # the first file's bytes for both checks, when its checksum is read whole
+        if local and first and files.lists(crc_name(first[0])):
+            try:
+                read[first[0]] = self.st.read(f"{status.path}/{first[0]}")
+            except StorageError:
+                pass  # each check reads (and judges) it itself
+        bad = self._torn_full(status.path, first, read)
         if local:
-            bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists)
+            bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists, read)
                     if b[0] not in {n for n, _ in bad}]
         if not bad:
             return None
@@ -1045,14 +1052,16 @@ class _Inspector:
         judged = self._judge(status, files) if self.read_ends else None
         return (required, planned), replace(status, files=None), judged
 
-    def _torn_full(self, folder: str, names: tuple[str, ...]) -> list[tuple[str, str]]:
-        """(name, why) of each snapshot/zip of `names` that is torn by its own format."""
+    def _torn_full(self, folder: str, names: tuple[str, ...],
+                   read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
+        """(name, why) of each snapshot/zip of `names` that is torn by its own format (`read`:
+        the bytes of those read already)."""
         from streamctl.inspectors.state import torn_full_reason
 
         out = []
         for name in names:
             if is_full_file(name):
-                why = torn_full_reason(self.st, f"{folder}/{name}")
+                why = torn_full_reason(self.st, f"{folder}/{name}", (read or {}).get(name))
                 if why:
                     out.append((name, f"torn: {why}"))
                 elif is_zip_file(name):
@@ -1091,11 +1100,13 @@ class _Inspector:
                 out.append(f"{sst} ({got} bytes, the zip records {size})")
         return out
 
-    def _mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool]) -> list[tuple[str, str]]:
-        """(name, why) of each of `names` in `folder` that does not match its checksum companion."""
+    def _mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool],
+                    read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
+        """(name, why) of each of `names` in `folder` that does not match its checksum companion
+        (`read`: the bytes of those read already)."""
         out = []
         for name in names:
-            why = checksum_mismatch(self.st, folder, name, lists)
+            why = checksum_mismatch(self.st, folder, name, lists, (read or {}).get(name))
             if why:
                 out.append((name, why))
         return out

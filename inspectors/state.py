@@ -78,9 +78,10 @@ class StoreFiles:
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
-    listed_names: tuple[str, ...] = ()  # the folder's file names as listed: read them as `names`
-    listed: str = ""  # "\n" + the names, each followed by "\n": made from `names` by `lists`
-    sent: str = ""  # the names NUL-joined as read_state's forked child sent them, until `names` splits them
+    # the folder's file names as listed, held in one of three forms (not compared: one listing)
+    listed_names: tuple[str, ...] = field(default=(), compare=False, repr=False)  # read them as `names`
+    listed: str = field(default="", compare=False, repr=False)  # "\n" + each name + "\n": `lists` makes it
+    sent: str = field(default="", compare=False, repr=False)  # NUL-joined, as read_state's forked child sent them
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -158,12 +159,14 @@ class StoreFiles:
 
     def __getstate__(self) -> tuple[Any, ...]:
         """Pickled by read_state's forked child (inspectors/split.py): the listing travels as one
-        NUL-joined string (no file name holds NUL), not as hundreds of strings per store."""
-        return tuple("\0".join(self.names) if f == "sent" else getattr(self, f) for f in _STORE_FIELDS)
+        NUL-joined string (no file name holds NUL), not as hundreds of strings per store; a run
+        of versions as its ends (`pack_ints`)."""
+        return tuple("\0".join(self.names) if f == "sent" else pack_ints(self.full) if f == "full"
+                     else pack_ints(self.incr) if f == "incr" else getattr(self, f) for f in _STORE_FIELDS)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for f, value in zip(_STORE_FIELDS, state, strict=True):
-            object.__setattr__(self, f, value)
+            object.__setattr__(self, f, unpack_ints(value) if f in ("full", "incr") else value)
         self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
 
     def lists(self, name: str) -> bool:
@@ -368,9 +371,11 @@ class StoreStatus:
     fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled by read_state's forked child: the fields in order, rebuilt by __init__ (the
-        generic frozen-dataclass state asks `fields()` per object: a third of the unpickling)."""
-        return StoreStatus, tuple(getattr(self, f) for f in _STATUS_FIELDS)
+        """Pickled by read_state's forked child: the fields in order, rebuilt by `_status_of`
+        (the generic frozen-dataclass state asks `fields()` per object: a third of the
+        unpickling); the restorable versions as runs (`pack_ints`)."""
+        return _status_of, tuple(pack_ints(self.restorable_versions) if f == "restorable_versions"
+                                 else getattr(self, f) for f in _STATUS_FIELDS)
 
     @property
     def listing(self) -> tuple[str, ...]:
@@ -412,6 +417,24 @@ class StoreStatus:
 
 
 _STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
+
+
+def _status_of(*fields: Any) -> StoreStatus:
+    """A StoreStatus from its pickled fields (StoreStatus.__reduce__)."""
+    i = _STATUS_FIELDS.index("restorable_versions")
+    return StoreStatus(*fields[:i], frozenset(unpack_ints(fields[i])), *fields[i + 1:])
+
+
+def pack_ints(values: Any) -> Any:
+    """A set of ints for a pickle: a run lo..hi without a hole as the range(lo, hi + 1) it is
+    (three numbers instead of hundreds of int objects), anything else as a sorted tuple."""
+    if values and max(values) - min(values) + 1 == len(values):
+        return range(min(values), max(values) + 1)
+    return tuple(sorted(values))
+
+
+def unpack_ints(packed: Any) -> set[int]:
+    return set(packed)
 
 
 def store_status(
@@ -582,9 +605,12 @@ def _restore_files(store: StoreFiles, required: int, full_at: Any, incr_at: Any,
     return files
 
 
-def _ends(storage: Storage, rel: str, head: int, tail: int) -> Optional[tuple[bytes, bytes, int] | str]:
-    """A file's head and tail for the torn checks; "empty file" for an empty one; None when it
-    cannot be judged (unreadable, not a regular file)."""
+def _ends(storage: Storage, rel: str, head: int, tail: int,
+          data: Optional[bytes] = None) -> Optional[tuple[bytes, bytes, int] | str]:
+    """A file's head and tail for the torn checks (from `data`, its bytes, when read already);
+    "empty file" for an empty one; None when it cannot be judged (unreadable, not a regular file)."""
+    if data is not None:
+        return (data[:head], data[max(len(data) - tail, 0):], len(data)) if data else "empty file"
     try:
         ends = storage.read_ends(rel, head, tail)
     except StorageError:
@@ -594,27 +620,27 @@ def _ends(storage: Storage, rel: str, head: int, tail: int) -> Optional[tuple[by
     return ends
 
 
-def torn_reason(storage: Storage, rel: str) -> Optional[str]:
+def torn_reason(storage: Storage, rel: str, data: Optional[bytes] = None) -> Optional[str]:
     """Why the delta or changelog `rel` is torn by its own format, None when it looks whole or
     cannot be judged (docs/formats/state.md#torn-files). Spark writes both through its
     CompressionCodec; with lz4 (the default) the stream is lz4-java's LZ4Block framing, which
     ends with an empty end block: a file cut short (a crash, a full disk) has none. Two small
     reads, head and tail (ranged requests on object stores); other codecs are not judged."""
-    ends = _ends(storage, rel, len(LZ4_MAGIC), LZ4_END)
+    ends = _ends(storage, rel, len(LZ4_MAGIC), LZ4_END, data)
     if isinstance(ends, str) or ends is None:
         return ends
     head, tail, _size = ends
     return lz4_torn(head, tail)
 
 
-def torn_full_reason(storage: Storage, rel: str) -> Optional[str]:
+def torn_full_reason(storage: Storage, rel: str, data: Optional[bytes] = None) -> Optional[str]:
     """Why the snapshot `rel` is torn by its own format, None when it looks whole or cannot be
     judged (docs/formats/state.md#torn-files): an HDFS `.snapshot` is LZ4Block framed like a
     delta (its end mark); a RocksDB `.zip` ends with the zip's end of central directory record
     (`PK\x05\x06`, within its last 64 KiB + 22 bytes). Head and tail reads only."""
     if not is_zip_file(rel):
-        return torn_reason(storage, rel)
-    ends = _ends(storage, rel, 4, ZIP_TAIL)
+        return torn_reason(storage, rel, data)
+    ends = _ends(storage, rel, 4, ZIP_TAIL, data)
     if isinstance(ends, str) or ends is None:
         return ends
     head, tail, _size = ends
@@ -668,13 +694,14 @@ def without_file(store: StoreFiles, version: int, uid: Optional[str], full: bool
 
 
 
-def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[str], bool]) -> Optional[str]:
+def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[str], bool],
+                      data: Optional[bytes] = None) -> Optional[str]:
     """Why state file `folder/name` does not match its checksum companion, None when it does
     (or has none). Two companions (docs/formats/state.md): Hadoop's hidden `.<name>.crc`
     (`ChecksumFileSystem`: `crc\0`, the bytes per checksum as a big-endian int, then one
     big-endian CRC32 per chunk), and Spark 4.1+'s visible `<name>.crc` (JSON whose
     `mainFileSize` is the file's size; its CRC32C `value` is not recomputed). Files larger than
-    DEFAULT_MAX_READ are not read."""
+    DEFAULT_MAX_READ are not read. `data`: the file's bytes when read already."""
     rel = f"{folder}/{name}"
     if lists(visible_crc_name(name)):
         try:
@@ -690,7 +717,8 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[
         return None
     try:
         sums = storage.read(f"{folder}/{hidden}", 1 << 24)
-        data = storage.read(rel)
+        if data is None:
+            data = storage.read(rel)
     except StorageError:
         return None  # too large or unreadable here: what Spark reads is not judged
     bad = hadoop_crc_mismatch(sums, data)

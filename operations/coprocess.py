@@ -187,6 +187,19 @@ class CoProcess:
         """Send absolute local paths of files to stat, in order; False when not sent."""
         return bool(paths) and self._send(b"s", paths, len(paths))
 
+    def spawn(self) -> None:
+        """Start the co-process now, so its start-up overlaps the caller's work (else the first
+        request starts it). A failure to start shows at that request, as always."""
+        if self._proc is None and not self._broken:
+            try:
+                self._start()
+            except OSError:
+                self.close()
+
+    def _start(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
     def _send(self, kind: bytes, lines: list[str], n: int) -> bool:
         if self._broken or self._waiting:
             return False
@@ -196,9 +209,8 @@ class CoProcess:
         data = os.fsencode(text)  # one encode, not one per path
         try:
             if self._proc is None:
-                self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            assert self._proc.stdin is not None
+                self._start()
+            assert self._proc is not None and self._proc.stdin is not None
             self._proc.stdin.write(b"%s %d\n%s\n" % (kind, n, data))
             self._proc.stdin.flush()
         except OSError:

@@ -158,10 +158,30 @@ class Executor:
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
         self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
+        self._first: Optional[_Hashing] = None  # the first batch's pre-images, asked by start()
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
         write_plan(self.backup, self.plan)
+
+    def start(self) -> None:
+        """Before a fresh run of more than one batch, once the plan is checked: start the two
+        co-processes and have the hasher read the first batch's files while the caller writes
+        `plan.json` and the journal's opening records (issue 23: the first renames wait for
+        those reads). `run` takes them; `close` stops them when it never comes."""
+        if self._co is not None or len(self.plan.steps) <= BATCH_STEPS:
+            return
+        self._co, self._hasher = CoProcess(), CoProcess()
+        self._first = self._hash_ahead(list(range(BATCH_STEPS)))
+        self._co.spawn()  # the renamer starts up meanwhile too
+
+    def close(self) -> None:
+        """Stop the co-processes (killed when answers are left unread)."""
+        for co in (self._co, self._hasher):
+            if co is not None:
+                co.close()
+        self._co = self._hasher = None
+        self._first = None
 
     def _manifest(self, state: JournalState) -> None:
         entries = []
@@ -198,11 +218,15 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
-        if len(batches) > 1:  # one group commit: nothing to overlap
+        first, self._first = self._first, None
+        if first is not None and (not batches or [i for i in batches[0] if i not in state.begun] != first.indices):
+            self.close()  # asked for other steps than this run's first batch: not used
+            first = None
+        if len(batches) > 1 and self._co is None:  # one group commit: nothing to overlap
             self._co, self._hasher = CoProcess(), CoProcess()
         running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
         pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None
-        ahead: Optional[_Hashing] = None  # this batch's pre-images, read by the hashing co-process
+        ahead: Optional[_Hashing] = first  # this batch's pre-images, read by the hashing co-process
         try:
             for n, batch in enumerate(batches):
                 new = [i for i in batch if i not in state.begun]
@@ -235,10 +259,7 @@ class Executor:
                 pending += self._finish_renames(running, state)
                 self._sync([self.plan.steps[i] for i in running.indices])
         finally:
-            for co in (self._co, self._hasher):
-                if co is not None:
-                    co.close()  # killed when answers are left unread (an operation that stops early)
-            self._co = self._hasher = None
+            self.close()  # co-processes killed when answers are left unread (an operation that stops early)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": Event.FINISHED})

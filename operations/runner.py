@@ -305,6 +305,7 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
     backup = check_backup_target(req.backup_dir or ck.uri(f"{op.backup_under}/{op_id}"), op.backup_flag,
                                  op.backup_root)
     lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
+    steps: Optional[Steps] = None
     try:  # until the first step runs, every failure releases the lock
         plan = req.planner(op_id, backup)
         if not plan.steps:  # decided under the lock: not while another operation is half done
@@ -314,9 +315,15 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
         roots = roots_of(plan)
         check_plan(plan, roots)
         steps = op.steps(plan, roots, backup, say, meter)
+        start = getattr(steps, "start", None)
+        if start is not None:  # the executor's co-processes read the first files while the plan is written
+            start()
         steps.write_plan()
         steps.journal.append_many(req.opening)
     except BaseException:
+        close = getattr(steps, "close", None)
+        if close is not None:  # the co-processes start() began
+            close()
         lock.release()
         raise
     return _run(op, plan, roots, backup, steps, lock, resumed=False)

@@ -490,3 +490,45 @@ def test_a_file_that_vanishes_while_its_folder_is_hashed_is_named_as_a_folder_be
     assert "vanished while streamctl read its folder" in exc.value.reason
     monkeypatch.setattr(Root, "walk_files", listed)
     assert root.tree_digest("state")[0] == 2  # quiet again: the folder hashes
+
+
+def test_the_first_batch_read_while_the_plan_is_written_gives_the_same_begin_records(tmp_path: Path,
+                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """`start()` (the runner calls it once the plan is checked) has the hashing co-process read
+    the first batch's files while plan.json is written; `run()` takes those answers: every begin
+    record carries each file's size and sha256, the first batch's read by the co-process, not
+    here. `close()` without a run leaves no co-process behind."""
+    from streamctl.operations.executor import BATCH_STEPS
+
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    (ck / "state").mkdir(parents=True)
+    for v in range(BATCH_STEPS + 40):
+        (ck / "state" / f"{v}.delta").write_bytes(str(v).encode() * (v % 5))
+    before = _tree(ck)
+    read_here: list[str] = []
+    digests = Root.digests_if_exist
+
+    def counted(self: Root, rels: list[str]) -> list[object]:
+        read_here.extend(rels)  # read in this process
+        return digests(self, rels)
+
+    monkeypatch.setattr(Root, "digests_if_exist", counted)
+    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
+    plan = _plan(steps, {"checkpoint": str(ck)})
+
+    idle = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(tmp_path / "unused")))
+    idle.start()
+    procs = [co._proc for co in (idle._co, idle._hasher) if co is not None]
+    assert len(procs) == 2 and all(p is not None and p.poll() is None for p in procs)
+    idle.close()
+    assert all(p is not None and p.poll() is not None for p in procs)  # stopped, not left running
+
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
+    ex.start()
+    ex.write_plan()
+    state = ex.run()
+    assert state.finished
+    begun = {r["path"]: r["pre"] for r in state.begun.values()}
+    assert begun == {p: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in before.items()}
+    assert not read_here  # every pre-image came from the co-process, the first batch's included
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
