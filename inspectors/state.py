@@ -417,12 +417,14 @@ class StoreStatus:
 
 
 _STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
+_RESTORABLE = _STATUS_FIELDS.index("restorable_versions")
 
 
 def _status_of(*fields: Any) -> StoreStatus:
     """A StoreStatus from its pickled fields (StoreStatus.__reduce__)."""
-    i = _STATUS_FIELDS.index("restorable_versions")
-    return StoreStatus(*fields[:i], frozenset(unpack_ints(fields[i])), *fields[i + 1:])
+    args = list(fields)
+    args[_RESTORABLE] = frozenset(unpack_ints(args[_RESTORABLE]))
+    return StoreStatus(*args)
 
 
 def pack_ints(values: Any) -> Any:

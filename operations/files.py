@@ -40,7 +40,9 @@ def is_normal_rel(rel: str) -> bool:
                                   or "/./" in rel or "/../" in rel)
 
 
-_NOT_NORMAL_LINES = ("\\", "//", "\n/", "/\n", "\n\n", "\n./", "\n../", "/.\n", "/..\n", "\n.\n", "\n..\n", "/./", "/../")
+_NOT_NORMAL_LINES = ("\\", "//", "\n/", "/\n", "\n\n")
+# a "." or ".." part: each of these holds "./" or ".\n", which plans rarely hold at all
+_DOT_PARTS = ("\n./", "\n../", "/.\n", "/..\n", "\n.\n", "\n..\n", "/./", "/../")
 
 
 def all_normal_rels(rels: list[str]) -> bool:
@@ -52,7 +54,9 @@ def all_normal_rels(rels: list[str]) -> bool:
     text = "\n" + "\n".join(rels) + "\n"
     if text.count("\n") != len(rels) + 1:
         return all(map(is_normal_rel, rels))
-    return not any(bad in text for bad in _NOT_NORMAL_LINES)
+    if any(bad in text for bad in _NOT_NORMAL_LINES):
+        return False
+    return not (("./" in text or ".\n" in text) and any(bad in text for bad in _DOT_PARTS))
 
 
 def check_rel(rel: str, where: str) -> str:
@@ -707,7 +711,10 @@ class SizesAside:
         self._co: Optional[CoProcess] = CoProcess() if self._prefix is not None else None
 
     def add(self, rel: str) -> None:
-        self.rels.append(rel)
+        self.add_many([rel])
+
+    def add_many(self, rels: list[str]) -> None:
+        self.rels += rels
         if self._co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK:
             self._collect()
             self._send()

@@ -12,6 +12,7 @@ needs, anything while the query is live or misaligned (align first).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Callable, Optional
 
 from streamctl.formats.checksum import crc_target
@@ -81,19 +82,26 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     def add(root: str, storage: Storage, rel: str, category: str, reason: str, size: Optional[int] = None) -> None:
         """A step; `size` from the folder listing when it has one (no request per file on object
         stores), else asked aside (SizesAside: a co-process stats local files meanwhile)."""
-        steps.append(Step(action, root, rel, reason))
-        sizes[category]["files"] += 1
-        if size is not None:
-            sizes[category]["bytes"] += int(size)
+        add_many(root, storage, [rel], category, [reason], [size])
+
+    def add_many(root: str, storage: Storage, rels: list[str], category: str, reasons: list[str],
+                 file_sizes: list[Optional[int]]) -> None:
+        """`add` of many files of one category (a store's: one call, not one per file)."""
+        steps.extend(map(Step, repeat(action, len(rels)), repeat(root), rels, reasons))
+        sizes[category]["files"] += len(rels)
+        known = [size for size in file_sizes if size is not None]
+        sizes[category]["bytes"] += sum(map(int, known))
+        if len(known) == len(rels):
             return
         aside = unsized.get(id(storage))
         if aside is None:
             aside = unsized[id(storage)] = (SizesAside(storage), [])
-        aside[0].add(rel)
-        aside[1].append(category)
+        asked = [rel for rel, size in zip(rels, file_sizes, strict=True) if size is None]
+        aside[0].add_many(asked)
+        aside[1].extend(repeat(category, len(asked)))
 
     try:
-        _add_steps(req, q, st, low, C, stores, add)
+        _add_steps(req, q, st, low, C, stores, add, add_many)
         for aside, categories in unsized.values():
             for category, size in zip(categories, aside.finish(), strict=True):
                 sizes[category]["bytes"] += size
@@ -116,8 +124,8 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
 
 
 def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: int, stores: list[Any],
-               add: Callable[..., None]) -> None:
-    """Every file below the kept window, by category, handed to `add` (plan_trim's)."""
+               add: Callable[..., None], add_many: Callable[..., None]) -> None:
+    """Every file below the kept window, by category, handed to `add` or `add_many` (plan_trim's)."""
     keep_offsets = low - 1
     if q.async_progress:  # the previous batch Spark reads is the previous offsets file on disk
         keep_offsets = max((b for b in q.offsets.batch_ids if b < low), default=low)
@@ -151,12 +159,15 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
         if floor is None or floor <= 0:
             continue
         kept_zips = []
+        below: list[tuple[str, int]] = []
         for name, f in listing:
             if f.version < floor:
-                add("checkpoint", st, f"{s.path}/{name}", "state", f"version {f.version} below the oldest kept restore chain ({floor})",
-                    sized[name])
+                below.append((name, f.version))
             elif f.ext == "zip" and not f.companion:
                 kept_zips.append(name)
+        add_many("checkpoint", st, [f"{s.path}/{name}" for name, _v in below], "state",
+                 [f"version {v} below the oldest kept restore chain ({floor})" for _name, v in below],
+                 [sized[name] for name, _v in below])
         if s.provider == "rocksdb" and kept_zips:
             referenced: set[str] = set()
             for z in kept_zips:
