@@ -6,7 +6,7 @@ independent units in a forked child while the parent computes the first half, an
 child's results back pickled through a pipe (docs/reading.md#the-split-inspection).
 
 It is the serial loop whenever the split cannot be trusted or cannot pay: fewer units than
-`min_items`, one CPU, no `os.fork`, or another thread in the process (a fork copies only the
+`min_items`, one CPU, a system other than Linux, or another thread in the process (a fork copies only the
 calling thread: a lock another thread holds stays held in the child; Python 3.12+ warns). If the
 child fails in any way (an exception, a signal, a result that does not unpickle), the parent
 computes those units itself, so errors surface in the serial order with the serial text.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import threading
 import warnings
 from typing import Callable, Sequence, TypeVar
@@ -34,10 +35,10 @@ def cpus() -> int:
 
 
 def can_fork() -> bool:
-    """os.fork exists, two CPUs or more, and no other thread runs but rich's spinner redraw
+    """Linux, two CPUs or more, and no other thread runs but rich's spinner redraw
     (`inspect`'s progress line on a terminal: it only writes to the terminal, which the child
     never does)."""
-    if not hasattr(os, "fork") or cpus() < 2:
+    if not sys.platform.startswith("linux") or cpus() < 2:  # where it is tested (macOS' system libraries and fork disagree)
         return False
     me = threading.current_thread()
     return all(t is me or _redraws_only(t) for t in threading.enumerate())

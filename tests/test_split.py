@@ -86,6 +86,14 @@ elif case == "thread":  # another thread: no fork
     t = threading.Thread(target=time.sleep, args=(2,), daemon=True)
     t.start()
     print(json.dumps(fork_map(lambda x: os.getpid() == me, list(range(100)), 2)))
+elif case == "spinner":  # rich's redraw thread of inspect's progress line does not stop the split
+    import io
+    from rich.console import Console
+    console = Console(file=io.StringIO(), force_terminal=True)
+    with console.status("inspecting..."):
+        others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+        out = fork_map(lambda x: os.getpid() == me, list(range(100)), 2)
+    print(json.dumps({"threads": len(others), "here": sum(out)}))
 elif case == "few":
     print(json.dumps(fork_map(lambda x: os.getpid() == me, list(range(10)), 64)))
 """
@@ -117,6 +125,11 @@ def test_a_failure_in_the_parents_half_leaves_no_child() -> None:
 def test_a_child_killed_by_a_signal_costs_time_not_answers() -> None:
     out = _unit("child_killed")
     assert out == [[x, True] for x in range(100)]
+
+
+def test_the_progress_lines_redraw_thread_does_not_stop_the_split() -> None:
+    out = _unit("spinner")
+    assert out["threads"] == 1 and out["here"] < 100, out
 
 
 def test_no_fork_with_another_thread_or_few_units() -> None:
