@@ -1,13 +1,13 @@
 """A two-way split of local, CPU-bound inspection work over a forked child (issue 23 goal 1).
 
 Listing and judging the 600 store folders of a 132,000-file checkpoint is Python work on one
-core: about 0.15 s of `inspect epochs`' 0.29 s. `fork_map` computes the second half of a list of
+core: about 0.18 s of `inspect epochs`' 0.30 s (BENCHMARKS.md, session 16). `fork_map` computes the second half of a list of
 independent units in a forked child while the parent computes the first half, and takes the
 child's results back pickled through a pipe (docs/reading.md#the-split-inspection).
 
 It is the serial loop whenever the split cannot be trusted or cannot pay: fewer units than
-`min_items`, one CPU, a system other than Linux, or another thread in the process (a fork copies only the
-calling thread: a lock another thread holds stays held in the child; Python 3.12+ warns). If the
+`min_items`, one CPU, a system other than Linux, or another thread in the process (a fork copies
+only the calling thread: a lock another thread holds stays held in the child). If the
 child fails in any way (an exception, a signal, a result that does not unpickle), the parent
 computes those units itself, so errors surface in the serial order with the serial text.
 """
