@@ -166,7 +166,7 @@ class StoreFiles:
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         for f, value in zip(_STORE_FIELDS, state, strict=True):
-            object.__setattr__(self, f, unpack_ints(value) if f in ("full", "incr") else value)
+            object.__setattr__(self, f, set(value) if f in ("full", "incr") else value)
         self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
 
     def lists(self, name: str) -> bool:
@@ -423,20 +423,18 @@ _RESTORABLE = _STATUS_FIELDS.index("restorable_versions")
 def _status_of(*fields: Any) -> StoreStatus:
     """A StoreStatus from its pickled fields (StoreStatus.__reduce__)."""
     args = list(fields)
-    args[_RESTORABLE] = frozenset(unpack_ints(args[_RESTORABLE]))
+    args[_RESTORABLE] = frozenset(args[_RESTORABLE])
     return StoreStatus(*args)
 
 
 def pack_ints(values: Any) -> Any:
     """A set of ints for a pickle: a run lo..hi without a hole as the range(lo, hi + 1) it is
-    (three numbers instead of hundreds of int objects), anything else as a sorted tuple."""
+    (three numbers instead of hundreds of int objects), anything else as a sorted tuple; either
+    is read back by set()."""
     if values and max(values) - min(values) + 1 == len(values):
         return range(min(values), max(values) + 1)
     return tuple(sorted(values))
 
-
-def unpack_ints(packed: Any) -> set[int]:
-    return set(packed)
 
 
 def store_status(

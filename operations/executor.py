@@ -282,12 +282,7 @@ class Executor:
 
     def _renames_only(self, batch: list[int], state: JournalState) -> bool:
         """Every step of the batch is a local move the rename can do (the pipeline's case)."""
-        if self.delay or not self.backup.is_local:
-            return False
-        steps, begun = self.plan.steps, state.begun
-        local = {name: root.is_local for name, root in self.roots.items()}  # _renamable, for a batch at once
-        return all(steps[i].action == "move" and local[steps[i].root] and isinstance(begun[i].get("pre"), dict)
-                   for i in batch)
+        return all(self._renamable(self.plan.steps[i], state.begun[i].get("pre")) for i in batch)
 
     def _act(self, batch: list[int], new: list[int], state: JournalState, first_run: bool) -> list[dict[str, Any]]:
         """The steps of one batch whose begin records are durable, in plan order, their folders

@@ -80,6 +80,12 @@ class GroupOffsets:
     def write_plan(self) -> None:
         write_plan(self.backup, self.plan)
 
+    def start(self) -> None:
+        """Nothing begins before the plan is written (the Steps protocol)."""
+
+    def close(self) -> None:
+        """Nothing to stop (the Steps protocol)."""
+
     def run(self) -> Any:
         """Journal the group's offsets as they are (begin), commit, journal and write the manifest
         (done). A commit is idempotent: a resumed run commits again."""

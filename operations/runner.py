@@ -190,6 +190,12 @@ class Steps(Protocol):
 
     def write_plan(self) -> None: ...
 
+    def start(self) -> None:
+        """Work that may begin once the plan is checked, before it is written (the executor's
+        co-processes read the first files); `close` ends it when `run` never comes."""
+
+    def close(self) -> None: ...
+
     def run(self) -> Any: ...
 
     def undo(self) -> list[str]: ...
@@ -315,15 +321,12 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
         roots = roots_of(plan)
         check_plan(plan, roots)
         steps = op.steps(plan, roots, backup, say, meter)
-        start = getattr(steps, "start", None)
-        if start is not None:  # the executor's co-processes read the first files while the plan is written
-            start()
+        steps.start()  # the executor's co-processes read the first files while the plan is written
         steps.write_plan()
         steps.journal.append_many(req.opening)
     except BaseException:
-        close = getattr(steps, "close", None)
-        if close is not None:  # the co-processes start() began
-            close()
+        if steps is not None:  # what start() began
+            steps.close()
         lock.release()
         raise
     return _run(op, plan, roots, backup, steps, lock, resumed=False)
