@@ -10,6 +10,7 @@ from typing import Optional
 import typer
 from typer.completion import completion_init
 
+from streamctl.cli.entry import GC_THRESHOLDS
 from streamctl.console import context
 from streamctl.console.errors import StreamctlGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
@@ -89,14 +90,7 @@ def root(
 
 
 
-GC_THRESHOLDS = (100_000, 50, 100)  # gc.set_threshold for the CLI process
-
-
 def main() -> None:
-    # A 100,000-file plan allocates a dict or two per file and step: with the default
-    # thresholds (700, 10, 10) the cyclic collector runs every 700 allocations and walks the
-    # growing heap again and again (~40% of trim's Python time, BENCHMARKS.md). Cycles are still
-    # collected, every 100,000 allocations.
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)

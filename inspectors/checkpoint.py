@@ -42,6 +42,7 @@ from streamctl.inspectors.state import (
     StoreStatus,
     checksum_mismatch,
     read_state,
+    state_split,
     store_status,
 )
 from streamctl.inspectors.storage import Storage, parallel_map
@@ -512,7 +513,8 @@ class _Inspector:
         # for the stores whose inputs match (no commit-log ids), and judges the others itself
         required_next = _required(planned, committed)
         prepare = functools.partial(self._prepare, required_next, planned) if st.is_local else None
-        state = read_state(st, prepare) if "state" in root else StateFiles(exists=False)
+        split_key = (required_next, planned, self.read_ends) if type(st) is Storage else None  # as early_split's
+        state = read_state(st, prepare, split_key) if "state" in root else StateFiles(exists=False)
         self.prepared = state.prepared
         # Spark refuses async progress tracking on stateful queries: state files rule it out
         async_by_logs = not state.operators and async_progress_pattern(offsets, commits)
@@ -871,7 +873,7 @@ class _Inspector:
                 pre = self.prepared.get(key)
                 if pre is not None and not ids and pre[0] == (required, planned):
                     self.judged[key] = pre[2]
-                    return replace(pre[1], files=files)  # sent back without it (the child's copy)
+                    return pre[1] if pre[1].files is files else replace(pre[1], files=files)
                 return self._status_of(files, required, planned, ids)
 
             # one task per store on object stores (each judges its chain's ends with ranged reads)
@@ -1042,15 +1044,15 @@ class _Inspector:
 
     def _prepare(self, required: Optional[int], planned: Optional[int],
                  files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
-        """read_state's `prepare`: ((required, planned), the store's status without its files,
-        its judged chain) for a store without commit-log ids; None for the others (their status
+        """read_state's `prepare`: ((required, planned), the store's status (its `files` the
+        listed store itself, one object in the child's answer), its judged chain) for a store without commit-log ids; None for the others (their status
         needs the commit log's ids, read after the listing). Runs in read_state's forked child
         for half the stores of a large checkpoint: no findings, no state on self."""
         if files.uses_unique_ids:
             return None
         status = self._status_of(files, required, planned, {})
         judged = self._judge(status, files) if self.read_ends else None
-        return (required, planned), replace(status, files=None), judged
+        return (required, planned), status, judged
 
     def _torn_full(self, folder: str, names: tuple[str, ...],
                    read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
@@ -1214,6 +1216,22 @@ def _layout_count(layout: dict[str, int]) -> tuple[Optional[int], Optional[str]]
     if num is None:
         return None, None
     return num, "operator_metadata" if meta == num else "offsets_conf"
+
+
+def early_split(location: str) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
+    """read_state's split work on the local checkpoint at `location`, worked out as `run` works
+    it out (the newest batches of offsets/ and commits/, the partition folders), for a child
+    started before the CLI has parsed its arguments (split.start_early, cli/entry.py): read_state
+    joins it when its own key is the same. None when there is nothing to split."""
+    storage = Storage.open(location)
+    if not storage.is_local or storage.lookup("state") is None:
+        return None
+    inspector = _Inspector(storage, None)
+    offsets, commits = inspector.log_listing("offsets"), inspector.log_listing("commits")
+    planned, committed = offsets.latest, commits.latest
+    required = _required(planned, committed)
+    return state_split(storage, functools.partial(inspector._prepare, required, planned),
+                       (required, planned, inspector.read_ends))
 
 
 def _required(planned: Optional[int], committed: Optional[int]) -> Optional[int]:

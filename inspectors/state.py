@@ -18,6 +18,7 @@ Restoring v needs a full file at some s <= v and every incremental file s+1..v.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -257,24 +258,59 @@ def _scan_partition(storage: Storage, op_id: int, part: int,
     return stores, ({name: prepare(store) for name, store in stores.items()} if prepare is not None else {})
 
 
-def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFiles:
+def _scan_unit(storage: Storage, prepare: Optional[Prepare],
+               unit: tuple[int, int]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
+    return _scan_partition(storage, unit[0], unit[1], prepare)
+
+
+def read_state(storage: Storage, prepare: Optional[Prepare] = None, split_key: Any = None) -> StateFiles:
     """List `state/` one folder at a time (SSTs/ and logs/ folders are noted, not listed).
 
     `prepare(store)`, when given, is run on every store as it is listed; its results are in
     `StateFiles.prepared` by (operator, partition, store). With SPLIT_MIN_PARTITIONS partition
-    folders or more on a local file system, half of them are listed and prepared in a forked
-    child (inspectors/split.py): the result is the serial one, computed on two cores.
+    folders or more on a local file system, the folders are listed and prepared on two cores
+    (inspectors/split.py): the result is the serial one. `split_key` names what `prepare`
+    judges against; with it, a child started early for the same work (`state_split`) is joined.
 
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
     """
     storage.prefetch("state")  # object stores: one recursive listing instead of one per folder
+    result = StateFiles(exists=False)
+    units = _list_operators(storage, result)
+    scan = functools.partial(_scan_unit, storage, prepare)
+
+    if storage.is_local:
+        from streamctl.inspectors.split import fork_map
+
+        key = None if split_key is None else (storage.display, tuple(units), split_key)
+        scanned = fork_map(scan, units, SPLIT_MIN_PARTITIONS, key)
+    else:
+        scanned = [scan(u) for u in units]
+    for (op_id, part), (stores, prepared) in zip(units, scanned, strict=True):
+        result.operators[op_id].partitions[part] = stores
+        for name, value in prepared.items():
+            result.prepared[(op_id, part, name)] = value
+    return result
+
+
+def state_split(storage: Storage, prepare: Prepare, split_key: Any) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
+    """The work `read_state(storage, prepare, split_key)` shares with a child, for a child
+    started before read_state runs (split.start_early): (the key read_state gives fork_map,
+    the function of a partition folder, the folders); None when it would not split."""
+    units = _list_operators(storage, StateFiles(exists=False))
+    if not storage.is_local or len(units) < SPLIT_MIN_PARTITIONS:
+        return None
+    return (storage.display, tuple(units), split_key), functools.partial(_scan_unit, storage, prepare), units
+
+
+def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int]]:
+    """Fill `result` from `state/` and its operator folders (metadata, schemas, strays, one
+    empty entry per partition folder); the (operator, partition) folders to list, in order."""
     top = storage.list_dir("state")
-    result = StateFiles(exists=top is not None)
-    if top is None:
-        return result
+    result.exists = top is not None
     units: list[tuple[int, int]] = []
-    for e in top:
+    for e in top or []:
         op_id = _digits(e.name)
         if op_id is None or not e.is_dir:
             if not is_hadoop_crc(e.name):
@@ -302,21 +338,7 @@ def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFile
                 op.temp_files.append(pe.name)
             elif not is_hadoop_crc(pe.name):
                 op.stray_entries.append(pe.name)
-
-    def scan(unit: tuple[int, int]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
-        return _scan_partition(storage, unit[0], unit[1], prepare)
-
-    if storage.is_local:
-        from streamctl.inspectors.split import fork_map
-
-        scanned = fork_map(scan, units, SPLIT_MIN_PARTITIONS)
-    else:
-        scanned = [scan(u) for u in units]
-    for (op_id, part), (stores, prepared) in zip(units, scanned, strict=True):
-        result.operators[op_id].partitions[part] = stores
-        for name, value in prepared.items():
-            result.prepared[(op_id, part, name)] = value
-    return result
+    return units
 
 
 def _read_operator_metadata(storage: Storage, op_rel: str, op: OperatorFiles) -> None:

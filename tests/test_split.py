@@ -1,9 +1,10 @@
 """The split inspection (inspectors/split.py, issue 23 goal 1) reports what the serial one does.
 
-`read_state` lists and judges half the partition folders of a large local checkpoint in a forked
-child. Every case runs in a fresh interpreter (a driver below): a fork is only made by a process
-with no other thread, and the test process may hold Spark's. The driver records each `fork_map`
-call, so a test that meant to split proves it did.
+`read_state` shares the partition folders of a large local checkpoint with a forked child (one
+forked by `fork_map`, or the early one the console script starts before the CLI's imports).
+Every case runs in a fresh interpreter (a driver below): a fork is only made by a process with no
+other thread, and the test process may hold Spark's. The driver records each `fork_map` call and
+whether it joined the early child, so a test that meant to split proves it did.
 """
 from __future__ import annotations
 
@@ -19,36 +20,52 @@ import pytest
 
 from streamctl.formats.checksum import crc_name
 
-# argv: split-min, then the CLI's arguments. Prints the CLI's stdout; on stderr the last line is
-# the JSON list of [units, forked] of every fork_map call.
+# argv: split-min, the entry ("app": cli/app.py's main; "entry": the console script's, which may
+# start the early child), then the CLI's arguments. Prints the CLI's stdout; on stderr the last
+# line is the JSON list of [units, forked, joined the early child] of every fork_map call.
 DRIVER = r"""
 import json, sys
 from streamctl.inspectors import split, state
 calls = []
-real = split.fork_map
-def spy(fn, items, min_items):
-    calls.append([len(items), len(items) >= max(min_items, 2) and split.can_fork()])
-    return real(fn, items, min_items)
-split.fork_map = spy
+real, real_take = split.fork_map, split._take_early
+def take(key, count):
+    child = real_take(key, count)
+    calls[-1][2] = child is not None
+    return child
+def spy(fn, items, min_items, key=None):
+    calls.append([len(items), len(items) >= max(min_items, 2) and split.can_fork(), False])
+    return real(fn, items, min_items, key)
+split.fork_map, split._take_early = spy, take
 state.SPLIT_MIN_PARTITIONS = int(sys.argv[1])
-sys.argv = ["streamctl"] + sys.argv[2:]
-from streamctl.cli.app import main
+entry = sys.argv[2]
+sys.argv = ["streamctl"] + sys.argv[3:]
+if entry == "entry":
+    from streamctl.cli.entry import main
+else:
+    from streamctl.cli.app import main
 try:
     main()
 finally:
     sys.stderr.write("\n" + json.dumps(calls) + "\n")
 """
 
-# fork_map alone: argv is a case name; prints a JSON answer
+# fork_map alone: argv is a case name; prints a JSON answer. `slow` gives each unit time, so both
+# sides take some (a unit of no work is all done by the parent before the child has started).
 UNIT = r"""
 import json, os, signal, sys, threading, time
+from streamctl.inspectors import split
 from streamctl.inspectors.split import fork_map
 case = sys.argv[1]
 me = os.getpid()
+def slow(fn):
+    def run(x):
+        time.sleep(0.002)
+        return fn(x)
+    return run
 if case == "plain":
-    out = fork_map(lambda x: [x * x, os.getpid() == me], list(range(100)), 2)
+    out = fork_map(slow(lambda x: [x * x, os.getpid() == me]), list(range(100)), 2)
     print(json.dumps(out))
-elif case == "child_raises":  # a unit of the child's half fails: the parent computes it, raising as serial code would
+elif case == "child_raises":  # a unit of the child's fails: the parent computes it, raising as serial code would
     seen = []
     def fn(x):
         seen.append((x, os.getpid() == me))
@@ -56,10 +73,10 @@ elif case == "child_raises":  # a unit of the child's half fails: the parent com
             raise ValueError(f"unit {x}")
         return x
     try:
-        fork_map(fn, list(range(100)), 2)
+        fork_map(slow(fn), list(range(100)), 2)
     except ValueError as exc:
         print(json.dumps({"error": str(exc), "parent_did": [x for x, here in seen if here]}))
-elif case == "parent_raises":  # the parent's half fails: the child is killed and reaped, nothing left behind
+elif case == "parent_raises":  # the parent's unit fails: the child is killed and reaped, nothing left behind
     def fn(x):
         if x == 3:
             raise KeyError("parent's unit")
@@ -67,7 +84,7 @@ elif case == "parent_raises":  # the parent's half fails: the child is killed an
             time.sleep(30)
         return x
     try:
-        fork_map(fn, list(range(100)), 2)
+        fork_map(slow(fn), list(range(100)), 2)
     except KeyError:
         pass
     try:
@@ -76,12 +93,12 @@ elif case == "parent_raises":  # the parent's half fails: the child is killed an
     except ChildProcessError:
         left = False
     print(json.dumps({"child_left": left}))
-elif case == "child_killed":  # the child dies by a signal: the parent computes its half
+elif case == "child_killed":  # the child dies by a signal: the parent computes its units
     def fn(x):
         if os.getpid() != me:
             os.kill(os.getpid(), signal.SIGKILL)
         return [x, os.getpid() == me]
-    print(json.dumps(fork_map(fn, list(range(100)), 2)))
+    print(json.dumps(fork_map(slow(fn), list(range(100)), 2)))
 elif case == "thread":  # another thread: no fork
     t = threading.Thread(target=time.sleep, args=(2,), daemon=True)
     t.start()
@@ -92,10 +109,31 @@ elif case == "spinner":  # rich's redraw thread of inspect's progress line does 
     console = Console(file=io.StringIO(), force_terminal=True)
     with console.status("inspecting..."):
         others = [t for t in threading.enumerate() if t is not threading.current_thread()]
-        out = fork_map(lambda x: os.getpid() == me, list(range(100)), 2)
+        out = fork_map(slow(lambda x: os.getpid() == me), list(range(100)), 2)
     print(json.dumps({"threads": len(others), "here": sum(out)}))
 elif case == "few":
     print(json.dumps(fork_map(lambda x: os.getpid() == me, list(range(10)), 64)))
+elif case.startswith("early_"):  # a child started before the work is known, joined by its key
+    items = list(range(100))
+    def job():
+        if case == "early_none":
+            return None
+        if case == "early_unjoined":  # long units: only the exit handler ends it in time
+            return ("key", 7), lambda x: time.sleep(1), items
+        return ("key", 7), slow(lambda x: [x * 3, os.getpid() == me]), items
+    split.start_early(job)
+    early = split._early.pid
+    if case == "early_unjoined":  # the process ends without taking it: it ends too (atexit)
+        print(json.dumps({"pid": early}))
+        sys.exit(0)
+    key = ("key", 7) if case == "early_joined" else ("other", 7)
+    out = fork_map(slow(lambda x: [x * 3, os.getpid() == me]), items, 2, key)
+    try:
+        os.kill(early, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    print(json.dumps({"out": out, "early_alive": alive, "pending": split._early is not None}))
 """
 
 
@@ -105,20 +143,20 @@ def _unit(case: str) -> Any:
     return json.loads(r.stdout)
 
 
-def test_fork_map_computes_the_second_half_in_a_child() -> None:
+def test_fork_map_shares_the_units_with_a_child() -> None:
     out = _unit("plain")
     assert [x for x, _ in out] == [x * x for x in range(100)]
     here = [i for i, (_, mine) in enumerate(out) if mine]
-    assert here == list(range(len(here))) and 40 <= len(here) <= 60, here  # the first half here, the rest there
+    assert here == list(range(len(here))) and 10 <= len(here) <= 90, here  # the first ones here, the rest there
 
 
-def test_a_failure_in_the_childs_half_is_raised_by_the_parent_in_serial_order() -> None:
+def test_a_failure_in_the_childs_units_is_raised_by_the_parent_in_serial_order() -> None:
     out = _unit("child_raises")
     assert out["error"] == "unit 90"
     assert 90 in out["parent_did"]  # computed again here after the child failed
 
 
-def test_a_failure_in_the_parents_half_leaves_no_child() -> None:
+def test_a_failure_in_the_parents_units_leaves_no_child() -> None:
     assert _unit("parent_raises") == {"child_left": False}
 
 
@@ -137,10 +175,26 @@ def test_no_fork_with_another_thread_or_few_units() -> None:
     assert _unit("few") == [True] * 10
 
 
-def _inspect(checkpoint: Path, split_min: int) -> tuple[int, str, str, list[list[Any]]]:
-    """(exit code, stdout, stderr, the fork_map calls [units, forked])."""
+def test_an_early_child_is_joined_by_its_key_and_discarded_by_another() -> None:
+    joined = _unit("early_joined")
+    assert [x for x, _ in joined["out"]] == [x * 3 for x in range(100)]
+    assert 0 < sum(mine for _, mine in joined["out"]) < 100, joined  # both took units
+    assert joined["early_alive"] is False and joined["pending"] is False
+    for case in ("early_other", "early_none"):  # a child for other work: ended, and the work done as without it
+        other = _unit(case)
+        assert [x for x, _ in other["out"]] == [x * 3 for x in range(100)], case
+        assert other["early_alive"] is False and other["pending"] is False, case
+
+
+def test_an_early_child_never_joined_ends_with_the_process() -> None:
+    pid = _unit("early_unjoined")["pid"]
+    assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int, str, str, list[list[Any]]]:
+    """(exit code, stdout, stderr, the fork_map calls [units, forked, joined the early child])."""
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
-    r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), "inspect", "epochs", str(checkpoint), "--json"],
+    r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, "inspect", "epochs", str(checkpoint), "--json"],
                        capture_output=True, text=True, timeout=120, env=env)
     *errors, calls = r.stderr.strip().splitlines()
     return r.returncode, r.stdout, "\n".join(errors), json.loads(calls)
@@ -199,10 +253,13 @@ def test_the_split_inspection_reports_what_the_serial_one_does(spark_checkpoints
                 assert _damage(chk), name
             serial = _inspect(chk, 10**9)
             split = _inspect(chk, 2)
-            assert not any(forked for _, forked in serial[3]), serial[3]
+            early = _inspect(chk, 2, "entry")  # the console script's way: the child started before the CLI's imports
+            assert not any(forked for _, forked, _ in serial[3]), serial[3]
             assert split[:3] == serial[:3], (name, damaged)
+            assert early[:3] == serial[:3], (name, damaged)
             if split[3] and split[3][0][0] >= 2:
-                assert split[3][0][1] is True, (name, split[3])  # it did split
+                assert split[3][0][1] is True and split[3][0][2] is False, (name, split[3])  # it did split
+                assert early[3][0][2] is True, (name, early[3])  # it joined the early child
                 compared += 1
             if damaged:  # the damage shows (what each one means is other tests' business)
                 assert "STATE_" in split[1], (name, split[1][:400])
@@ -210,15 +267,17 @@ def test_the_split_inspection_reports_what_the_serial_one_does(spark_checkpoints
 
 
 @pytest.mark.spark
-def test_an_unreadable_folder_in_the_childs_half_is_named_as_the_serial_run_names_it(spark_checkpoints: dict[str, Path],
+def test_an_unreadable_folder_in_the_childs_units_is_named_as_the_serial_run_names_it(spark_checkpoints: dict[str, Path],
                                                                                       fresh_copy: Any) -> None:
-    """A folder named like a state file in the last partition (the child's half): the child
-    fails, the parent lists that half itself and exits 3 naming the folder, as the serial run does."""
+    """A folder named like a state file in the last partition (the child's first unit): the
+    child fails, the parent lists its units itself and exits 3 naming the folder, as the serial
+    run does; the early child too."""
     chk = fresh_copy("agg_hdfs")
     parts = sorted((p for p in (chk / "state" / "0").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
     (parts[-1] / "99.delta").mkdir()
     serial = _inspect(chk, 10**9)
     split = _inspect(chk, 2)
+    early = _inspect(chk, 2, "entry")
     assert serial[0] == 3 and "99.delta" in serial[1] and "is a folder" in serial[1], serial
-    assert split[:3] == serial[:3]
-    assert split[3][0][1] is True
+    assert split[:3] == serial[:3] and early[:3] == serial[:3]
+    assert split[3][0][1] is True and early[3][0][2] is True

@@ -1,0 +1,106 @@
+"""The console script's entry (cli/entry.py): its guess of `inspect epochs` of one local checkpoint,
+which starts the early child of the split inspection before the CLI's imports (inspectors/split.py).
+
+A wrong guess may only cost a discarded child: tests/test_split.py proves the joined early child
+reports what the serial inspection does; here, that the guess reads argv as the CLI does.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamctl.cli.entry import FLAGS, VALUE_OPTIONS, early_checkpoint
+
+
+@pytest.mark.parametrize(("args", "want"), [
+    (["inspect", "epochs", "/data/chk"], "/data/chk"),
+    (["inspect", "epochs", "/data/chk", "--json"], "/data/chk"),
+    (["--traceback", "inspect", "epochs", "-o", "json", "chk"], "chk"),
+    (["--config", "inspect", "inspect", "epochs", "chk"], "chk"),  # a value that looks like the command
+    (["inspect", "epochs", "--sink", "/data/tables/orders", "/data/chk"], "/data/chk"),
+    (["inspect", "epochs", "--format=json", "--quiet-period", "0", "file:///data/chk"], "file:///data/chk"),
+    (["inspect", "epochs", "--engine", "local", "--", "-odd-name"], "-odd-name"),
+    (["inspect", "epochs", "/a", "/b"], None),  # several checkpoints
+    (["inspect", "epochs", "/data/chk/*"], None),  # a fleet
+    (["inspect", "epochs", "s3://bucket/chk"], None),  # an object store
+    (["inspect", "epochs", "--engine", "spark", "/data/chk"], None),
+    (["inspect", "epochs", "--engine=spark", "/data/chk"], None),
+    (["inspect", "epochs", "--help"], None),
+    (["--version"], None),
+    (["inspect", "epochs", "--no-such-option", "/data/chk"], None),
+    (["inspect", "epochs", "--json=yes", "/data/chk"], None),  # a flag with a value: not ours to judge
+    (["inspect", "epochs", "--sink"], None),  # a value missing
+    (["trim", "/data/chk"], None),
+    (["inspect", "kafka", "/data/chk"], None),
+    ([], None),
+])
+def test_the_guess_reads_argv_as_the_cli_does(args: list[str], want: Any) -> None:
+    assert early_checkpoint(args) == want
+
+
+def _params(command: Any) -> dict[str, bool]:
+    """option name -> whether it is a flag, of a click command's options (--help aside)."""
+    out = {}
+    for p in command.params:
+        if getattr(p, "param_type_name", "") != "option" or p.is_eager:
+            continue
+        for name in [*p.opts, *p.secondary_opts]:
+            out[name] = bool(p.is_flag)
+    return out
+
+
+def test_the_option_lists_are_the_commands_own() -> None:
+    """Every option of the root app and of `inspect epochs` is in VALUE_OPTIONS or FLAGS as it
+    takes a value or not (an option added to the command and not here starts nothing: a test
+    failure, not a wrong guess), and nothing else is."""
+    import click
+    import typer.main
+
+    from streamctl.cli.app import app
+
+    root = typer.main.get_command(app)
+    ctx = click.Context(root)
+    inspect = root.get_command(ctx, "inspect")  # type: ignore[attr-defined]
+    epochs = inspect.get_command(click.Context(inspect, parent=ctx), "epochs")
+    options = {**_params(root), **_params(epochs)}
+    assert {n for n, flag in options.items() if not flag} == set(VALUE_OPTIONS)
+    assert {n for n, flag in options.items() if flag} == set(FLAGS)
+
+
+def test_the_console_script_reports_what_the_app_does(tmp_path: Path) -> None:
+    """The installed `streamctl` script runs through cli/entry.py: on a checkpoint of 80 partition
+    folders, each with its deltas cut to nothing (the early child starts, judges and is joined),
+    and on a path that does not exist (it starts and finds nothing), its output and exit code are
+    cli/app.py's."""
+    script = Path(sys.executable).parent / "streamctl"
+    assert script.exists(), script
+    assert "streamctl.cli.entry" in script.read_text(encoding="utf-8")
+    chk = tmp_path / "chk"
+    (chk / "offsets").mkdir(parents=True)
+    (chk / "commits").mkdir()
+    (chk / "metadata").write_text('{"id":"5f8a62a4-6c6e-4a1f-9d2b-0e6f3c1e7d11"}\n')
+    for b in range(3):
+        (chk / "offsets" / str(b)).write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{"t":{"0":%d}}\n' % b)
+        (chk / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    for p in range(80):
+        part = chk / "state" / "0" / str(p)
+        part.mkdir(parents=True)
+        for v in (1, 2, 3):
+            (part / f"{v}.delta").write_bytes(b"")
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    for target in (chk, tmp_path / "nothing"):
+        args = ["inspect", "epochs", str(target), "--json"]
+        via_script = subprocess.run([str(script), *args], capture_output=True, text=True, env=env, timeout=120)
+        via_app = subprocess.run([sys.executable, "-c", "from streamctl.cli.app import main; main()", *args],
+                                 capture_output=True, text=True, env=env, timeout=120)
+        assert (via_script.returncode, via_script.stdout, via_script.stderr) == (
+            via_app.returncode, via_app.stdout, via_app.stderr), target
+        if target == chk:  # its empty deltas are torn: every store fails its restart
+            assert via_script.returncode == 1 and "STATE_UNRESTORABLE" in via_script.stdout, via_script.stdout[:400]
+        else:
+            assert via_script.returncode == 3 and "does not exist" in via_script.stdout, via_script.stdout[:400]
