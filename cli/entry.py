@@ -11,7 +11,7 @@ Keep it free of imports beyond the standard library's smallest.
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 # The options that take a value, of the root app and of `inspect epochs` (tests/test_entry.py
 # checks this against the commands' parameters): their values are not the checkpoint argument.
@@ -72,12 +72,50 @@ def main() -> None:
 
     gc.set_threshold(*GC_THRESHOLDS)
     location = early_checkpoint(sys.argv[1:])
-    if location is not None:
-        # the inspection's modules first (the parent needs them too): the child inherits them
-        from streamctl.inspectors.checkpoint import early_split
-        from streamctl.inspectors.split import start_early
+    if location is None:
+        from streamctl.cli.app import main as app_main
 
-        start_early(lambda: early_split(location))
+        app_main()
+        return
+    # the inspection's modules first (the parent needs them too): the child inherits them
+    import atexit
+
+    from streamctl.inspectors.checkpoint import early_split
+    from streamctl.inspectors.split import start_early
+
+    start_early(lambda: early_split(location))
+    handlers = _exit_handlers(atexit)
     from streamctl.cli.app import main as app_main
 
-    app_main()
+    try:
+        app_main()
+    except SystemExit as done:
+        _leave(done, handlers, atexit)
+        raise
+
+
+def _exit_handlers(atexit: Any) -> Optional[int]:
+    counter = getattr(atexit, "_ncallbacks", None)  # CPython's
+    return counter() if callable(counter) else None
+
+
+def _leave(done: SystemExit, handlers: Optional[int], atexit: Any) -> None:
+    """End an inspection's process at once when nothing is left to do at exit: the output
+    flushed, no exit handler registered since the start (ours: the early child, reaped by now),
+    no other thread. The interpreter's own exit would free every object of the inspection one by
+    one and tear its modules down: about 9 ms of a 0.18 s inspection of 132,000 files (issue 23)."""
+    import os
+    import threading
+
+    code = done.code
+    if not isinstance(code, int) or handlers is None or _exit_handlers(atexit) != handlers or threading.active_count() != 1:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: the interpreter's exit reports it as usual
+        return
+    from streamctl.inspectors.split import discard_early
+
+    discard_early()
+    os._exit(code)

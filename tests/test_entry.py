@@ -104,3 +104,35 @@ def test_the_console_script_reports_what_the_app_does(tmp_path: Path) -> None:
             assert via_script.returncode == 1 and "STATE_UNRESTORABLE" in via_script.stdout, via_script.stdout[:400]
         else:
             assert via_script.returncode == 3 and "does not exist" in via_script.stdout, via_script.stdout[:400]
+
+
+EXIT_PROBE = r"""
+import atexit, sys
+mode = sys.argv[1]
+sys.argv = ["streamctl", "inspect", "epochs", sys.argv[2], "--json"]
+atexit.register(lambda: print("EARLIER HANDLER RAN", flush=True))  # before the start: counted as there
+if mode == "registers":  # something in the run asks for an exit handler: the usual exit, which runs it
+    import streamctl.inspectors.fleet as fleet
+    real = fleet.run_local
+    def run_local(*args, **kwargs):
+        atexit.register(lambda: print("RUN'S HANDLER RAN", flush=True))
+        return real(*args, **kwargs)
+    fleet.run_local = run_local
+from streamctl.cli.entry import main
+main()
+"""
+
+
+def test_an_inspection_ends_at_once_unless_the_run_asked_for_an_exit_handler(tmp_path: Path) -> None:
+    """cli/entry.py `_leave`: after `inspect epochs` of one local checkpoint the process ends with
+    os._exit (the output flushed, the exit code kept) when nothing registered an exit handler
+    during the run; when something did, the interpreter's exit runs it as usual."""
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    fast = subprocess.run([sys.executable, "-c", EXIT_PROBE, "plain", str(tmp_path / "none")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert fast.returncode == 3 and '"verdict": "unreadable"' in fast.stdout, fast
+    assert "HANDLER RAN" not in fast.stdout  # ended at once: not even the handler of before the start
+    usual = subprocess.run([sys.executable, "-c", EXIT_PROBE, "registers", str(tmp_path / "none")],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert usual.returncode == 3 and '"verdict": "unreadable"' in usual.stdout, usual
+    assert "RUN'S HANDLER RAN" in usual.stdout and "EARLIER HANDLER RAN" in usual.stdout

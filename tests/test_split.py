@@ -21,8 +21,9 @@ import pytest
 from streamctl.formats.checksum import crc_name
 
 # argv: split-min, the entry ("app": cli/app.py's main; "entry": the console script's, which may
-# start the early child), then the CLI's arguments. Prints the CLI's stdout; on stderr the last
-# line is the JSON list of [units, forked, joined the early child] of every fork_map call.
+# start the early child and end the process at once), then the CLI's arguments. Prints the CLI's
+# stdout; on stderr, after each fork_map call, a line `SPLIT-CALLS <json>`: every call so far as
+# [units, forked, joined the early child].
 DRIVER = r"""
 import json, sys
 from streamctl.inspectors import split, state
@@ -34,7 +35,11 @@ def take(key, count):
     return child
 def spy(fn, items, min_items, key=None):
     calls.append([len(items), len(items) >= max(min_items, 2) and split.can_fork(), False])
-    return real(fn, items, min_items, key)
+    try:
+        return real(fn, items, min_items, key)
+    finally:
+        sys.stderr.write("\nSPLIT-CALLS " + json.dumps(calls) + "\n")
+        sys.stderr.flush()
 split.fork_map, split._take_early = spy, take
 state.SPLIT_MIN_PARTITIONS = int(sys.argv[1])
 entry = sys.argv[2]
@@ -43,10 +48,7 @@ if entry == "entry":
     from streamctl.cli.entry import main
 else:
     from streamctl.cli.app import main
-try:
-    main()
-finally:
-    sys.stderr.write("\n" + json.dumps(calls) + "\n")
+main()
 """
 
 # fork_map alone: argv is a case name; prints a JSON answer. `slow` gives each unit time, so both
@@ -196,8 +198,10 @@ def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int,
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
     r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, "inspect", "epochs", str(checkpoint), "--json"],
                        capture_output=True, text=True, timeout=120, env=env)
-    *errors, calls = r.stderr.strip().splitlines()
-    return r.returncode, r.stdout, "\n".join(errors), json.loads(calls)
+    lines = r.stderr.splitlines()
+    calls = [json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("SPLIT-CALLS ")]
+    errors = "\n".join(ln for ln in lines if ln and not ln.startswith("SPLIT-CALLS "))
+    return r.returncode, r.stdout, errors, calls[-1] if calls else []
 
 
 def _damage(checkpoint: Path) -> list[str]:
