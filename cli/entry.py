@@ -80,7 +80,7 @@ def main() -> None:
     # the inspection's modules first (the parent needs them too): the child inherits them
     import atexit
 
-    from streamctl.inspectors.checkpoint import early_split
+    from streamctl.inspectors.chains import early_split
     from streamctl.inspectors.split import start_early
 
     start_early(lambda: early_split(location))

@@ -15,10 +15,10 @@ from streamctl.formats.checksum import crc_name
 from streamctl.formats.commits import CommitEntry, parse_commit
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.metadata import parse_query_metadata
-from streamctl.formats.names import batch_id_of
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets, source_id_of
 from streamctl.formats.reader import load_json
-from streamctl.formats.state import DEFAULT_STORE, is_full_file, is_zip_file
+from streamctl.formats.state import DEFAULT_STORE
+from streamctl.inspectors.chains import Chains, required_version
 from streamctl.inspectors.findings import (
     ERROR,
     INFO,
@@ -32,7 +32,7 @@ from streamctl.inspectors.findings import (
     summarize,
     verdict_of,
 )
-from streamctl.inspectors.logs import LogListing, classify_log_names
+from streamctl.inspectors.logs import LogListing, list_log
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.state import (
@@ -40,10 +40,7 @@ from streamctl.inspectors.state import (
     StateFiles,
     StoreFiles,
     StoreStatus,
-    checksum_mismatch,
     read_state,
-    state_split,
-    store_status,
 )
 from streamctl.inspectors.storage import Storage, parallel_map
 
@@ -361,7 +358,8 @@ class _Inspector:
                  now_ms: Optional[int] = None, deep: bool = False, target_spark: Optional[tuple[int, int]] = None) -> None:
         self.st = storage
         self.target_spark = target_spark
-        self.read_ends = storage.is_local or deep  # torn state files: judged by their heads and tails
+        self.chains = Chains(storage, deep)  # what each store restores; its chain's files judged
+        self.read_ends = self.chains.read_ends  # torn state files: judged by their heads and tails
         self.findings: list[Finding] = []
         self.progress = progress or (lambda _msg: None)
         self.quiet_period_s = quiet_period_s
@@ -417,13 +415,7 @@ class _Inspector:
         self.fetched.update(zip(todo, results, strict=True))
 
     def log_listing(self, rel: str) -> LogListing:
-        entries = self.st.list_dir(rel)
-        if entries is None:
-            return LogListing(exists=False)
-        folders = [e.name for e in entries if e.is_dir and batch_id_of(e.name) is not None]
-        if folders:  # never a gap or a stray: Spark cannot read this batch
-            raise StorageError(self.st.uri(f"{rel}/{min(folders, key=int)}"), "is a folder, expected a file")
-        return classify_log_names([(e.name, e.is_dir) for e in entries])
+        return list_log(self.st, rel)
 
     # -----------------------------------------------------------------------------------
     def run(self) -> QueryInspection:
@@ -511,8 +503,8 @@ class _Inspector:
         # what each store restores and whether a restart can read it, judged as the store is
         # listed (on two cores for large checkpoints: read_state); _state_findings takes these
         # for the stores whose inputs match (no commit-log ids), and judges the others itself
-        required_next = _required(planned, committed)
-        prepare = functools.partial(self._prepare, required_next, planned) if st.is_local else None
+        required_next = required_version(planned, committed)
+        prepare = functools.partial(self.chains.prepare, required_next, planned) if st.is_local else None
         split_key = (required_next, planned, self.read_ends) if type(st) is Storage else None  # as early_split's
         state = read_state(st, prepare, split_key) if "state" in root else StateFiles(exists=False)
         self.prepared = state.prepared
@@ -560,7 +552,7 @@ class _Inspector:
         lease = self._lease() if "_streamctl" in root else None
         if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
-        required = _required(planned, committed)
+        required = required_version(planned, committed)
         operators = self._state_findings(state, state_conf, required, planned, commit_entries)
 
         stores = [s for op in operators for s in op.stores]
@@ -874,7 +866,7 @@ class _Inspector:
                 if pre is not None and not ids and pre[0] == (required, planned):
                     self.judged[key] = pre[2]
                     return pre[1] if pre[1].files is files else replace(pre[1], files=files)
-                return self._status_of(files, required, planned, ids)
+                return self.chains.status_of(files, required, planned, ids)
 
             # one task per store on object stores (each judges its chain's ends with ranged reads)
             statuses: list[StoreStatus] = ([status(fv) for fv in pending] if st.is_local
@@ -925,42 +917,6 @@ class _Inspector:
         return reports
 
 
-    def _status_of(self, files: StoreFiles, required: Optional[int], planned: Optional[int],
-                   valid: dict[int, str]) -> StoreStatus:
-        """store_status, with the deltas or changelogs of the restore chain judged by their own
-        format: a torn one (no LZ4Block end mark, empty) is as good as gone, so the version it
-        carries is not restorable and STATE_UNRESTORABLE names it (docs/formats/state.md#torn-files)."""
-        from dataclasses import replace as _replace
-
-        from streamctl.formats.state import is_full_file, state_file
-        from streamctl.inspectors.state import torn_reason, without_file
-
-        status = store_status(files, required, planned, valid)
-        torn: list[str] = []
-        torn_names: set[str] = set()
-        while self.read_ends and status.restorable_required and status.restore_files:
-            bad = None
-            incremental = [n for n in status.restore_files if not is_full_file(n)]
-            if not self.st.is_local:  # object stores: the newest written, the one a crash leaves torn
-                incremental = incremental[-1:]
-            for name in incremental:
-                why = torn_reason(self.st, f"{status.path}/{name}")
-                if why is not None:
-                    bad = (name, why)
-                    break
-            if bad is None:
-                break
-            parsed = state_file(bad[0])
-            if parsed is None:
-                break
-            torn.append(f"{bad[0]} (torn: {bad[1]})")
-            torn_names.add(bad[0])
-            files = without_file(files, parsed.version, parsed.unique_id, False)
-            status = store_status(files, required, planned, valid)
-        if torn:
-            status = _replace(status, missing=tuple(torn) + tuple(m for m in status.missing if m not in torn_names))
-        return status
-
     def _corrupt_findings(self, op: OperatorFiles, statuses: list[StoreStatus]) -> None:
         """A file a restart reads that does not match its checksum companion. A corrupt delta or
         changelog fails the restart (observed 4.3.0: CANNOT_LOAD_STATE_STORE, "Stream is
@@ -979,7 +935,7 @@ class _Inspector:
             if key in self.judged:  # judged as it was listed (_prepare)
                 return self.judged[key]
             files = stores.get((status.partition, status.store))
-            return None if files is None else self._judge(status, files)
+            return None if files is None else self.chains.judge(status, files)
 
         fatal: list[str] = []
         repaired: list[str] = []
@@ -1015,103 +971,6 @@ class _Inspector:
                     details={"operator": op.operator_id, "files": [self.st.uri(i.split(" (", 1)[0]) for i in items],
                              "restart": "auto_snapshot_repair" if items is repaired and around else "fails",
                              "snapshot_aside": items is repaired}))
-
-    def _judge(self, status: StoreStatus, files: StoreFiles) -> Optional[tuple[list[str], bool]]:
-        """(texts of the bad files of `status`'s restore chain, whether an intact older chain is
-        there), None when whole. The snapshot/zip the chain starts from is judged by its own
-        format (a torn one has no companion to disagree with on HDFS and object stores); then,
-        on the local file system only, the checksums (object stores: a GET per file of every
-        chain, and Spark's S3 reads verify no Hadoop sidecar)."""
-        local = self.st.is_local
-        first = status.restore_files[:1]
-        read: dict[str, bytes] = {}  # the first file's bytes for both checks, when its checksum is read whole
-        if local and first and files.lists(crc_name(first[0])):
-            try:
-                read[first[0]] = self.st.read(f"{status.path}/{first[0]}")
-            except StorageError:
-                pass  # each check reads (and judges) it itself
-        bad = self._torn_full(status.path, first, read)
-        if local:
-            bad += [b for b in self._mismatches(status.path, status.restore_files, files.lists, read)
-                    if b[0] not in {n for n, _ in bad}]
-        if not bad:
-            return None
-        texts = [f"{status.path}/{name} ({why})" for name, why in bad]
-        snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
-        return texts, bool(snapshot_only and status.fallback_files and not (local and self._mismatches(
-            status.path, status.fallback_files, files.lists)) and not self._torn_full(
-            status.path, status.fallback_files[:1]))
-
-    def _prepare(self, required: Optional[int], planned: Optional[int],
-                 files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
-        """read_state's `prepare`: ((required, planned), the store's status (its `files` the
-        listed store itself, one object in the child's answer), its judged chain) for a store without commit-log ids; None for the others (their status
-        needs the commit log's ids, read after the listing). Runs in read_state's forked child
-        for half the stores of a large checkpoint: no findings, no state on self."""
-        if files.uses_unique_ids:
-            return None
-        status = self._status_of(files, required, planned, {})
-        judged = self._judge(status, files) if self.read_ends else None
-        return (required, planned), status, judged
-
-    def _torn_full(self, folder: str, names: tuple[str, ...],
-                   read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
-        """(name, why) of each snapshot/zip of `names` that is torn by its own format (`read`:
-        the bytes of those read already)."""
-        from streamctl.inspectors.state import torn_full_reason
-
-        out = []
-        for name in names:
-            if is_full_file(name):
-                why = torn_full_reason(self.st, f"{folder}/{name}", (read or {}).get(name))
-                if why:
-                    out.append((name, f"torn: {why}"))
-                elif is_zip_file(name):
-                    gone = self._missing_ssts(folder, name)
-                    if gone and self.st.lookup(f"{folder}/{name}") is None:
-                        continue  # deleted since it was read (the maintenance thread's clean-up, zip then
-                        # SSTs): a state in motion, not damage; a restart never loads it
-                    if gone:
-                        out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks or holds cut short: {summarize(gone, 2)}"))
-        return out
-
-    def _missing_ssts(self, folder: str, name: str) -> list[str]:
-        """The SST files the RocksDB zip `folder/name` names that its store's `SSTs/` lacks, or
-        holds with another size than the zip records (a restart copies every one of them:
-        RocksDBFileManager.loadCheckpointFromDfs, which checks the size)."""
-        from streamctl.inspectors.state import zip_sst_sizes
-
-        try:
-            named = zip_sst_sizes(self.st, f"{folder}/{name}")
-            entries = {e.name: e for e in self.st.list_dir(f"{folder}/SSTs") or []} if named else {}
-        except StorageError:
-            return []  # judged elsewhere (an unreadable zip is not guessed at here)
-        out = []
-        for sst, size in sorted(named.items()):
-            entry = entries.get(sst)
-            if entry is None:
-                out.append(sst)
-                continue
-            got = entry.size
-            if got is None and size is not None and self.st.is_local:
-                try:
-                    got = self.st.stat(f"{folder}/SSTs/{sst}").size
-                except StorageError:
-                    got = None
-            if size is not None and got is not None and got != size:
-                out.append(f"{sst} ({got} bytes, the zip records {size})")
-        return out
-
-    def _mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool],
-                    read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
-        """(name, why) of each of `names` in `folder` that does not match its checksum companion
-        (`read`: the bytes of those read already)."""
-        out = []
-        for name in names:
-            why = checksum_mismatch(self.st, folder, name, lists, (read or {}).get(name))
-            if why:
-                out.append((name, why))
-        return out
 
     def _layout_conflict(self, op_id: int, layout: dict[str, int], contested: list[int]) -> None:
         sources = ", ".join(f"{k} says {v}" for k, v in layout.items())
@@ -1218,27 +1077,7 @@ def _layout_count(layout: dict[str, int]) -> tuple[Optional[int], Optional[str]]
     return num, "operator_metadata" if meta == num else "offsets_conf"
 
 
-def early_split(location: str) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
-    """read_state's split work on the local checkpoint at `location`, worked out as `run` works
-    it out (the newest batches of offsets/ and commits/, the partition folders), for a child
-    started before the CLI has parsed its arguments (split.start_early, cli/entry.py): read_state
-    joins it when its own key is the same. None when there is nothing to split."""
-    storage = Storage.open(location)
-    if not storage.is_local or storage.lookup("state") is None:
-        return None
-    inspector = _Inspector(storage, None)
-    offsets, commits = inspector.log_listing("offsets"), inspector.log_listing("commits")
-    planned, committed = offsets.latest, commits.latest
-    required = _required(planned, committed)
-    return state_split(storage, functools.partial(inspector._prepare, required, planned),
-                       (required, planned, inspector.read_ends))
 
-
-def _required(planned: Optional[int], committed: Optional[int]) -> Optional[int]:
-    """The state version the next run loads: committed + 1, else the planned batch."""
-    if committed is not None:
-        return committed + 1
-    return planned
 
 
 def _valid_ids(op: OperatorFiles, commits: dict[int, CommitEntry]) -> dict[tuple[int, str], dict[int, str]]:

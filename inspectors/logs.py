@@ -5,11 +5,15 @@ bytes are parsed by formats/offsets.py and formats/commits.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from streamctl.formats.checksum import is_hadoop_crc
+from streamctl.formats.errors import StorageError
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.inspectors.findings import ids_of, missing_ranges
+
+if TYPE_CHECKING:
+    from streamctl.inspectors.storage import Storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +76,15 @@ def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> Lo
     present = set(ids)
     crc_only = tuple(sorted(b for b in crcs if b not in present))
     return LogListing(tuple(ids), tuple(sorted(temps)), tuple(sorted(strays)), exists, crc_only)
+
+
+def list_log(storage: Storage, rel: str) -> LogListing:
+    """One listing of the log folder `rel` (`offsets`, `commits`); StorageError for a folder
+    named like a batch file (Spark cannot read that batch: never a gap or a stray)."""
+    entries = storage.list_dir(rel)
+    if entries is None:
+        return LogListing(exists=False)
+    folders = [e.name for e in entries if e.is_dir and batch_id_of(e.name) is not None]
+    if folders:
+        raise StorageError(storage.uri(f"{rel}/{min(folders, key=int)}"), "is a folder, expected a file")
+    return classify_log_names([(e.name, e.is_dir) for e in entries])

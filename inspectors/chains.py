@@ -1,0 +1,189 @@
+"""The restore chain of each state store: what it restores and whether a restart can read it.
+
+`Chains` decides a store's status (inspectors/state.py `store_status`, with the torn deltas and
+changelogs of its chain taken out) and judges the files of its chain (torn snapshots and zips,
+checksums) for the checkpoint inspection (inspectors/checkpoint.py). It is kept apart, with only
+the modules it needs, because the split inspection's early child (inspectors/split.py, started
+by cli/entry.py before the CLI's imports) runs it: the fewer modules it loads, the sooner it
+starts (docs/reading.md#the-split-inspection).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import Any, Callable, Optional
+
+from streamctl.formats.checksum import crc_name
+from streamctl.formats.errors import StorageError
+from streamctl.formats.state import is_full_file, is_zip_file, state_file
+from streamctl.inspectors.findings import summarize
+from streamctl.inspectors.logs import list_log
+from streamctl.inspectors.state import (
+    StoreFiles,
+    StoreStatus,
+    checksum_mismatch,
+    state_split,
+    store_status,
+    torn_full_reason,
+    torn_reason,
+    without_file,
+    zip_sst_sizes,
+)
+from streamctl.inspectors.storage import Storage
+
+
+class Chains:
+    """The restore chains of one checkpoint's stores. `read_ends`: whether the files of a chain
+    are read (their heads and tails, checksums): always locally, on object stores and HDFS with
+    `deep` (a ranged read or two per store)."""
+
+    def __init__(self, storage: Storage, deep: bool = False) -> None:
+        self.st = storage
+        self.read_ends = storage.is_local or deep
+
+    def status_of(self, files: StoreFiles, required: Optional[int], planned: Optional[int],
+                   valid: dict[int, str]) -> StoreStatus:
+        """store_status, with the deltas or changelogs of the restore chain judged by their own
+        format: a torn one (no LZ4Block end mark, empty) is as good as gone, so the version it
+        carries is not restorable and STATE_UNRESTORABLE names it (docs/formats/state.md#torn-files)."""
+        status = store_status(files, required, planned, valid)
+        torn: list[str] = []
+        torn_names: set[str] = set()
+        while self.read_ends and status.restorable_required and status.restore_files:
+            bad = None
+            incremental = [n for n in status.restore_files if not is_full_file(n)]
+            if not self.st.is_local:  # object stores: the newest written, the one a crash leaves torn
+                incremental = incremental[-1:]
+            for name in incremental:
+                why = torn_reason(self.st, f"{status.path}/{name}")
+                if why is not None:
+                    bad = (name, why)
+                    break
+            if bad is None:
+                break
+            parsed = state_file(bad[0])
+            if parsed is None:
+                break
+            torn.append(f"{bad[0]} (torn: {bad[1]})")
+            torn_names.add(bad[0])
+            files = without_file(files, parsed.version, parsed.unique_id, False)
+            status = store_status(files, required, planned, valid)
+        if torn:
+            status = replace(status, missing=tuple(torn) + tuple(m for m in status.missing if m not in torn_names))
+        return status
+
+    def judge(self, status: StoreStatus, files: StoreFiles) -> Optional[tuple[list[str], bool]]:
+        """(texts of the bad files of `status`'s restore chain, whether an intact older chain is
+        there), None when whole. The snapshot/zip the chain starts from is judged by its own
+        format (a torn one has no companion to disagree with on HDFS and object stores); then,
+        on the local file system only, the checksums (object stores: a GET per file of every
+        chain, and Spark's S3 reads verify no Hadoop sidecar)."""
+        local = self.st.is_local
+        first = status.restore_files[:1]
+        read: dict[str, bytes] = {}  # the first file's bytes for both checks, when its checksum is read whole
+        if local and first and files.lists(crc_name(first[0])):
+            try:
+                read[first[0]] = self.st.read(f"{status.path}/{first[0]}")
+            except StorageError:
+                pass  # each check reads (and judges) it itself
+        bad = self.torn_full(status.path, first, read)
+        if local:
+            bad += [b for b in self.mismatches(status.path, status.restore_files, files.lists, read)
+                    if b[0] not in {n for n, _ in bad}]
+        if not bad:
+            return None
+        texts = [f"{status.path}/{name} ({why})" for name, why in bad]
+        snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
+        return texts, bool(snapshot_only and status.fallback_files and not (local and self.mismatches(
+            status.path, status.fallback_files, files.lists)) and not self.torn_full(
+            status.path, status.fallback_files[:1]))
+
+    def prepare(self, required: Optional[int], planned: Optional[int],
+                 files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
+        """read_state's `prepare`: ((required, planned), the store's status (its `files` the
+        listed store itself, one object in the child's answer), its judged chain) for a store without commit-log ids; None for the others (their status
+        needs the commit log's ids, read after the listing). Runs in read_state's forked child
+        for half the stores of a large checkpoint: no findings, no state on self."""
+        if files.uses_unique_ids:
+            return None
+        status = self.status_of(files, required, planned, {})
+        judged = self.judge(status, files) if self.read_ends else None
+        return (required, planned), status, judged
+
+    def torn_full(self, folder: str, names: tuple[str, ...],
+                   read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
+        """(name, why) of each snapshot/zip of `names` that is torn by its own format (`read`:
+        the bytes of those read already)."""
+        out = []
+        for name in names:
+            if is_full_file(name):
+                why = torn_full_reason(self.st, f"{folder}/{name}", (read or {}).get(name))
+                if why:
+                    out.append((name, f"torn: {why}"))
+                elif is_zip_file(name):
+                    gone = self.missing_ssts(folder, name)
+                    if gone and self.st.lookup(f"{folder}/{name}") is None:
+                        continue  # deleted since it was read (the maintenance thread's clean-up, zip then
+                        # SSTs): a state in motion, not damage; a restart never loads it
+                    if gone:
+                        out.append((name, f"names {len(gone)} SST file(s) SSTs/ lacks or holds cut short: {summarize(gone, 2)}"))
+        return out
+
+    def missing_ssts(self, folder: str, name: str) -> list[str]:
+        """The SST files the RocksDB zip `folder/name` names that its store's `SSTs/` lacks, or
+        holds with another size than the zip records (a restart copies every one of them:
+        RocksDBFileManager.loadCheckpointFromDfs, which checks the size)."""
+        try:
+            named = zip_sst_sizes(self.st, f"{folder}/{name}")
+            entries = {e.name: e for e in self.st.list_dir(f"{folder}/SSTs") or []} if named else {}
+        except StorageError:
+            return []  # judged elsewhere (an unreadable zip is not guessed at here)
+        out = []
+        for sst, size in sorted(named.items()):
+            entry = entries.get(sst)
+            if entry is None:
+                out.append(sst)
+                continue
+            got = entry.size
+            if got is None and size is not None and self.st.is_local:
+                try:
+                    got = self.st.stat(f"{folder}/SSTs/{sst}").size
+                except StorageError:
+                    got = None
+            if size is not None and got is not None and got != size:
+                out.append(f"{sst} ({got} bytes, the zip records {size})")
+        return out
+
+    def mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool],
+                    read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
+        """(name, why) of each of `names` in `folder` that does not match its checksum companion
+        (`read`: the bytes of those read already)."""
+        out = []
+        for name in names:
+            why = checksum_mismatch(self.st, folder, name, lists, (read or {}).get(name))
+            if why:
+                out.append((name, why))
+        return out
+
+
+def early_split(location: str) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
+    """read_state's split work on the local checkpoint at `location`, worked out as `run` works
+    it out (the newest batches of offsets/ and commits/, the partition folders), for a child
+    started before the CLI has parsed its arguments (split.start_early, cli/entry.py): read_state
+    joins it when its own key is the same. None when there is nothing to split."""
+    storage = Storage.open(location)
+    if not storage.is_local or storage.lookup("state") is None:
+        return None
+    chains = Chains(storage)
+    offsets, commits = list_log(storage, "offsets"), list_log(storage, "commits")
+    planned, committed = offsets.latest, commits.latest
+    required = required_version(planned, committed)
+    return state_split(storage, functools.partial(chains.prepare, required, planned),
+                       (required, planned, chains.read_ends))
+
+
+def required_version(planned: Optional[int], committed: Optional[int]) -> Optional[int]:
+    """The state version the next run loads: committed + 1, else the planned batch."""
+    if committed is not None:
+        return committed + 1
+    return planned
