@@ -5,23 +5,32 @@ Run with `./dev bench-mutations` (see BENCHMARKS.md). Prints figures; not a test
 
 The checkpoint (cached under .bench/, built by bench/bench_inspect.py: 100 retained batches, 3
 operators x 200 partitions x 100 HDFS state versions, about 132,000 files) is copied once per
-timed run (and synced to disk before anything is timed), and one state file of the newest
-version is deleted in one partition (the fault of STATE_UNRESTORABLE). Timed in --runs
-alternating rounds (default 3), each round running a..g once, in that order, each on a fresh copy:
+timed command (and synced to disk before anything is timed). Timed in --runs alternating rounds
+(default 3), each round running a..l once, in that order, each on a fresh copy:
 
 a. `cp -a <chk> <backup>`: what an operator does by hand before editing a checkpoint (the baseline);
-b. `streamctl align <chk>` plan only (inspection + planning, nothing changed);
-c. `streamctl align <chk> --allow-duplicates --execute` (lock, backup of every touched file with
-   sha256, journal, re-inspection);
+b. `streamctl align <chk>` plan only, on a copy where one state file of the newest version is
+   deleted in one partition (the fault of STATE_UNRESTORABLE: a rollback of one epoch);
+c. `streamctl align <chk> --allow-duplicates --execute` of that plan (lock, backup of every touched
+   file with sha256, journal, re-inspection);
 d. `streamctl align --undo <backup>` of that run;
 e. `streamctl trim <chk> --keep-epochs 10` plan only and f. `--execute` (on an aligned copy);
 g. the floor of that trim: plain renames (`os.rename`, each folder made once, nothing else) of the
-   same files into a backup tree, in one Python process, on another fresh copy.
+   same files into a backup tree, in one Python process, on another fresh copy;
+h. `streamctl align <chk> --to <newest - 50> --allow-duplicates --execute`: a rollback of 50 epochs,
+   the same class of work as the trim (about 65,000 files moved);
+i. its floor: plain renames of the files its plan moves;
+j. `streamctl drop-sink <sink> --checkpoint <chk> --assume-stopped --execute` with a file sink of
+   the same 100 batches next to the copy (its folders moved whole into the archive, every file of
+   them hashed first: the pre-images its undo checks);
+k. its floor: plain renames of every file under the folders its plan moves;
+l. the folders' own renames (what `mv` does: a handful of renames), an INFO line.
 
-Prints the medians, then each ratio with its floor beside it (trim --execute / renames, goal 2x;
-trim --execute / cp -a, goal 1x: issue 23 item 2; align --execute / cp -a), as the ratio of the
-medians and the median and range of the per-round ratios. `--partitions N` uses a smaller tree
-(cached apart) for a quick check of the script; the figures of BENCHMARKS.md use the default 200.
+Prints the medians, then each ratio with its floor beside it (trim, align --to and drop-sink
+--execute / their renames, goal 2x; the same / cp -a, goal 1x: issue 23 item 2; align --execute
+of the fault / cp -a), as the ratio of the medians and the median and range of the per-round
+ratios. `--partitions N` uses a smaller tree (cached apart) for a quick check of the script; the
+figures of BENCHMARKS.md use the default 200.
 """
 from __future__ import annotations
 
@@ -64,16 +73,54 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.Comple
 
 RENAME_FLOOR = """
 import json, os, sys
-ck, dest = sys.argv[1], sys.argv[2]
 made = set()
-for rel in json.load(open(sys.argv[3])):
-    dst = os.path.join(dest, rel)
+for src, dst in json.load(open(sys.argv[1])):
     parent = os.path.dirname(dst)
     if parent not in made:  # each folder made once (a makedirs per file would raise the floor)
         os.makedirs(parent, exist_ok=True)
         made.add(parent)
-    os.rename(os.path.join(ck, rel), dst)
+    os.rename(src, dst)
 """
+
+ROLLBACK_EPOCHS = 50  # align --to: the newest batch minus this (h)
+
+
+def _floor(pairs: list[tuple[str, str]], tmp: Path, env: dict[str, str]) -> float:
+    """Seconds of plain renames of `pairs` ((source, destination) absolute paths), in one Python process."""
+    paths_file = tmp / "floor-paths.json"
+    paths_file.write_text(json.dumps(pairs))
+    t, r = _run([sys.executable, "-c", RENAME_FLOOR, str(paths_file)], env)
+    assert r.returncode == 0, r.stderr
+    return t
+
+
+def _files_under(root: Path) -> list[str]:
+    """Every file under `root` (a file: itself), as absolute paths."""
+    if not root.is_dir():
+        return [str(root)]
+    out = []
+    for folder, _dirs, files in os.walk(root):
+        out += [os.path.join(folder, f) for f in files]
+    return out
+
+
+def _file_sink(sink: Path, first: int, last: int) -> None:
+    """A file sink of batches first..last next to a copy: one data file per batch, its log
+    `_spark_metadata/` compacted every 10 batches (docs/formats/sinks.md)."""
+    log = sink / "_spark_metadata"
+    log.mkdir(parents=True)
+    entries = []
+    for b in range(first, last + 1):
+        data = sink / f"part-00000-{b:05d}.c000.json"
+        data.write_text(f'{{"n": {b}}}\n')
+        st = data.stat()
+        entry = {"path": data.resolve().as_uri(), "size": st.st_size, "isDir": False,
+                 "modificationTime": st.st_mtime_ns // 1_000_000, "blockReplication": 1, "blockSize": 33554432,
+                 "action": "add"}
+        entries.append(entry)
+        compact = (b + 1) % 10 == 0
+        (log / (f"{b}.compact" if compact else str(b))).write_text(
+            "v1\n" + "\n".join(json.dumps(e, separators=(",", ":")) for e in (entries if compact else [entry])))
 
 
 def _align(exe: str, ck: Path, env: dict[str, str], times: dict[str, list[float]], steps: dict[str, int]) -> None:
@@ -91,11 +138,73 @@ def _align(exe: str, ck: Path, env: dict[str, str], times: dict[str, list[float]
     times["align --undo"].append(t)
 
 
+def _align_to(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str], times: dict[str, list[float]],
+              steps: dict[str, int]) -> None:
+    """h, i: a rollback of ROLLBACK_EPOCHS epochs and its floor, each on a fresh copy."""
+    _copy(source, ck)
+    newest = max(int(n) for n in os.listdir(ck / "offsets") if n.isdigit())
+    argv = [exe, "align", str(ck), "--to", str(newest - ROLLBACK_EPOCHS), "--allow-duplicates", "--json"]
+    _, r = _run(argv, env)
+    assert r.returncode == 0, r.stderr
+    moved = [s["path"] for s in json.loads(r.stdout)["plan"]["steps"] if s["action"] == "move" and s["root"] == "checkpoint"]
+    steps["align --to"] = len(json.loads(r.stdout)["plan"]["steps"])
+    t, r = _run([*argv, "--execute"], env)
+    assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
+    times["align --to --execute"].append(t)
+    shutil.rmtree(ck)
+    _copy(source, ck)
+    renamed = tmp / "renamed-align"
+    times["renames (align --to floor)"].append(_floor([(str(ck / p), str(renamed / p)) for p in moved], tmp, env))
+    shutil.rmtree(ck)
+    shutil.rmtree(renamed)
+
+
+def _drop_sink(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str], times: dict[str, list[float]],
+               steps: dict[str, int]) -> None:
+    """j, k, l: drop-sink of the copy and a file sink of its batches; the floors, each on a fresh copy."""
+    sink = tmp / "sink"
+    roots = {"checkpoint": ck, "sink": sink}
+
+    def fresh() -> None:
+        _copy(source, ck)
+        batches = sorted(int(n) for n in os.listdir(ck / "commits") if n.isdigit())
+        _file_sink(sink, batches[0], batches[-1])
+        os.sync()
+
+    fresh()
+    argv = [exe, "drop-sink", str(sink), "--checkpoint", str(ck), "--assume-stopped", "--json"]
+    _, r = _run(argv, env)
+    assert r.returncode == 0, r.stderr
+    moves = [(roots[s["root"]] / s["path"]) for s in json.loads(r.stdout)["plan"]["steps"]
+             if s["action"] == "move" and s["root"] in roots]
+    steps["drop-sink"] = len(json.loads(r.stdout)["plan"]["steps"])
+    t, r = _run([*argv, "--execute"], env)
+    assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
+    times["drop-sink --execute"].append(t)
+    for floor, whole in (("renames (drop-sink floor)", False), ("folder renames (drop-sink)", True)):
+        shutil.rmtree(ck)
+        shutil.rmtree(sink)
+        fresh()
+        dest = tmp / "renamed-drop"
+        pairs = []
+        for m in moves:
+            base = dest / ("sink" if m.is_relative_to(sink) else "checkpoint")
+            root = sink if m.is_relative_to(sink) else ck
+            files = [str(m)] if whole else _files_under(m)
+            pairs += [(f, str(base / os.path.relpath(f, root))) for f in files]
+        steps["drop-sink files"] = len(pairs) if not whole else steps.get("drop-sink files", 0)
+        times[floor].append(_floor(pairs, tmp, env))
+        shutil.rmtree(dest)
+    shutil.rmtree(ck)
+    shutil.rmtree(sink)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dir", type=Path, default=None, help="the cached synthetic checkpoint (default: bench_inspect's)")
-    p.add_argument("--skip-align", action="store_true", help="time only cp -a, trim and the renames floor")
+    p.add_argument("--skip-align", action="store_true", help="no align runs (b-d, h-i)")
+    p.add_argument("--skip-drop-sink", action="store_true", help="no drop-sink runs (j-l)")
     p.add_argument("--partitions", type=int, default=bi.N_PARTITIONS,
                    help=f"shuffle partitions of the tree (default {bi.N_PARTITIONS}; fewer: a quick check, cached apart)")
     args = p.parse_args(argv)
@@ -109,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     load_at_start = os.getloadavg()[0]
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
-    times: dict[str, list[float]] = {k: [] for k in ("cp -a (baseline)", "align plan", "align --execute",
-                                                      "align --undo", "trim plan", "trim --execute",
-                                                      "renames (trim floor)")}
+    times: dict[str, list[float]] = {k: [] for k in (
+        "cp -a (baseline)", "align plan", "align --execute", "align --undo", "trim plan", "trim --execute",
+        "renames (trim floor)", "align --to --execute", "renames (align --to floor)", "drop-sink --execute",
+        "renames (drop-sink floor)", "folder renames (drop-sink)")}
     steps: dict[str, int] = {}
     with tempfile.TemporaryDirectory(dir=source.parent) as tmp:
         for i in range(args.runs):
@@ -138,14 +248,15 @@ def main(argv: list[str] | None = None) -> int:
             times["trim --execute"].append(t)
             shutil.rmtree(ck)
             _copy(source, ck)
-            paths_file = Path(tmp) / "trim-paths.json"
-            paths_file.write_text(json.dumps(trim_paths))
-            t, r = _run([sys.executable, "-c", RENAME_FLOOR, str(ck), str(Path(tmp) / f"renamed-{i}"), str(paths_file)], env)
-            assert r.returncode == 0, r.stderr
-            times["renames (trim floor)"].append(t)
+            renamed = Path(tmp) / f"renamed-{i}"
+            times["renames (trim floor)"].append(_floor([(str(ck / p), str(renamed / p)) for p in trim_paths], Path(tmp), env))
             shutil.rmtree(ck)
-            shutil.rmtree(Path(tmp) / f"renamed-{i}")
+            shutil.rmtree(renamed)
             shutil.rmtree(Path(tmp) / f"manual-{i}")
+            if not args.skip_align:
+                _align_to(exe, source, ck, Path(tmp), env, times, steps)
+            if not args.skip_drop_sink:
+                _drop_sink(exe, source, ck, Path(tmp), env, times, steps)
     report(info, steps, times, args.runs, load_at_start)
     return 0
 
@@ -179,11 +290,13 @@ def report(info: dict, steps: dict[str, int], times: dict[str, list[float]], run
     if g["uncommitted_outside_bench"]:
         print(f"  note: editable install with {len(g['uncommitted_outside_bench'])} uncommitted path(s) outside bench/")
     print(f"checkpoint: {info['files']} files; align plan: {steps.get('align', '-')} steps; trim plan: {steps['trim']} steps; "
-          f"{os.cpu_count()} CPUs; {runs} alternating rounds (cp -a, align, trim, renames), each on a fresh synced copy")
+          f"align --to plan: {steps.get('align --to', '-')} steps; drop-sink plan: {steps.get('drop-sink', '-')} steps "
+          f"({steps.get('drop-sink files', '-')} files under what it moves); "
+          f"{os.cpu_count()} CPUs; {runs} alternating rounds, each command on a fresh synced copy")
     print(f"load average (1 min) at start / end: {load_at_start:.2f} / {os.getloadavg()[0]:.2f}")
     print()
     base = statistics.median(times["cp -a (baseline)"])
-    floor = statistics.median(times["renames (trim floor)"])
+    floor = statistics.median(times["renames (trim floor)"])  # the trim's: the "vs renames" column
     rows = []
     for name, ts in times.items():
         if ts:  # empty: --skip-align
@@ -193,6 +306,11 @@ def report(info: dict, steps: dict[str, int], times: dict[str, list[float]], run
     print()
     ratios = [r for r in (ratio_line(times, "trim --execute", "renames (trim floor)", GOAL_VS_RENAMES),
                           ratio_line(times, "trim --execute", "cp -a (baseline)", GOAL_VS_CP),
+                          ratio_line(times, "align --to --execute", "renames (align --to floor)", GOAL_VS_RENAMES),
+                          ratio_line(times, "align --to --execute", "cp -a (baseline)", GOAL_VS_CP),
+                          ratio_line(times, "drop-sink --execute", "renames (drop-sink floor)", GOAL_VS_RENAMES),
+                          ratio_line(times, "drop-sink --execute", "cp -a (baseline)", GOAL_VS_CP),
+                          ratio_line(times, "drop-sink --execute", "folder renames (drop-sink)", None),
                           ratio_line(times, "align --execute", "cp -a (baseline)", GOAL_VS_CP),
                           ratio_line(times, "renames (trim floor)", "cp -a (baseline)", None)) if r]
     print(table(("measured", "median s", "floor", "floor median s", "ratio of medians",

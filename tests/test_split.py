@@ -115,6 +115,31 @@ elif case == "spinner":  # rich's redraw thread of inspect's progress line does 
     print(json.dumps({"threads": len(others), "here": sum(out)}))
 elif case == "few":
     print(json.dumps(fork_map(lambda x: os.getpid() == me, list(range(10)), 64)))
+elif case.startswith("tree_digest"):  # a folder's digest (operations/files.py): its files read on two cores
+    import pathlib
+    from streamctl.formats.errors import StorageError
+    from streamctl.operations import files
+    base = pathlib.Path(sys.argv[2])
+    for k in range(1300):
+        (base / "state" / str(k % 7)).mkdir(parents=True, exist_ok=True)
+        (base / "state" / str(k % 7) / f"{k}.delta").write_bytes(os.urandom(k % 97))
+    if case == "tree_digest_dangling":  # a file that does not read, late in the list: the child's
+        (base / "state" / "6" / "9999.delta").symlink_to(base / "nowhere")
+    calls = []
+    real = split.fork_map
+    def spy(fn, items, min_items, key=None):
+        calls.append(len(items))
+        return real(fn, items, min_items, key)
+    split.fork_map = spy
+    root = files.Root("checkpoint", str(base))
+    answers = []
+    for chunk in (files.DIGEST_CHUNK, 10**9):  # split, then serial
+        files.DIGEST_CHUNK = chunk
+        try:
+            answers.append(list(root.tree_digest("state")))
+        except StorageError as exc:
+            answers.append(str(exc))
+    print(json.dumps({"split": answers[0], "serial": answers[1], "calls": calls}))
 elif case.startswith("early_"):  # a child started before the work is known, joined by its key
     items = list(range(100))
     def job():
@@ -139,8 +164,8 @@ elif case.startswith("early_"):  # a child started before the work is known, joi
 """
 
 
-def _unit(case: str) -> Any:
-    r = subprocess.run([sys.executable, "-c", UNIT, case], capture_output=True, text=True, timeout=60)
+def _unit(case: str, *args: str) -> Any:
+    r = subprocess.run([sys.executable, "-c", UNIT, case, *args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -191,6 +216,18 @@ def test_an_early_child_is_joined_by_its_key_and_discarded_by_another() -> None:
 def test_an_early_child_never_joined_ends_with_the_process() -> None:
     pid = _unit("early_unjoined")["pid"]
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+def test_a_folders_digest_read_on_two_cores_is_the_serial_one(tmp_path: Path) -> None:
+    """Root.tree_digest of a local folder of 1,300 files shares its reads with a forked child
+    (drop-sink's pre-images and undo checks): the same digest as the serial reads; with a file
+    that does not read among the child's, the same error."""
+    whole = _unit("tree_digest", str(tmp_path / "a"))
+    assert whole["calls"] == [3] and whole["split"] == whole["serial"], whole  # 1,300 files: 3 units of 512
+    assert isinstance(whole["split"], list) and whole["split"][0] == sum(k % 97 for k in range(1300))
+    broken = _unit("tree_digest_dangling", str(tmp_path / "b"))
+    assert broken["calls"] == [3] and isinstance(broken["split"], str), broken
+    assert broken["split"] == broken["serial"] and "9999.delta" in broken["split"], broken
 
 
 def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int, str, str, list[list[Any]]]:
