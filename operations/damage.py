@@ -42,6 +42,9 @@ class Damage:
     metadata: list[Step] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)  # the damaged files, as the inspection named them
+    # with no damage: the inspection that found none, as the plan's own would be (the same
+    # arguments, nothing masked): the plan takes it instead of inspecting again (issue 23)
+    inspection: Optional[Any] = None
 
     def first_steps(self, later: list[Step]) -> list[Step]:
         """The steps that go before the plan's own: `metadata` written, then every torn file
@@ -98,14 +101,16 @@ def assess(req: Any) -> Damage:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
 
     q = inspect_checkpoint(req.checkpoint, sink=req.sink, sink_kind=req.sink_kind,
-                           app_id=req.app_id or req.query_id, quiet_period_s=0, deep=True)
+                           app_id=req.app_id or req.query_id, quiet_period_s=req.quiet_period_s, deep=True)
     bad = [f for f in q.findings if f.code == "UNREADABLE"]
     given = req.query_id
     if not bad:
         if given and q.query_id and given != q.query_id:
             raise Refused(f"{q.checkpoint}: --query-id {given} differs from the id in metadata ({q.query_id}); "
                           "streamctl rewrites metadata only when it is lost or torn")
-        return Damage()
+        # the plan's inspection has these arguments: app_id req.app_id, else the checkpoint's id,
+        # which is `given` when given (checked just above)
+        return Damage(inspection=q)
     st = Storage.open(req.checkpoint)
     sink_st = Storage.open(req.sink) if req.sink else None
     absent: set[str] = set()
