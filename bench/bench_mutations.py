@@ -20,8 +20,8 @@ g. the floor of that trim: plain renames (`os.rename`, each folder made once, no
 h. `streamctl align <chk> --to <newest - 50> --allow-duplicates --execute`: a rollback of 50 epochs,
    the same class of work as the trim (about 65,000 files moved);
 i. its floor: plain renames of the files its plan moves;
-j. `streamctl drop-sink <sink> --checkpoint <chk> --assume-stopped --execute` with a file sink of
-   the same 100 batches next to the copy (its folders moved whole into the archive, every file of
+j. `streamctl drop-sink <sink> --checkpoint <chk> --assume-stopped --execute` with a file sink up
+   to the same newest batch next to the copy (tests/helpers/layouts.py `file_sink`) (its folders moved whole into the archive, every file of
    them hashed first: the pre-images its undo checks);
 k. its floor: plain renames of every file under the folders its plan moves;
 l. the folders' own renames (what `mv` does: a handful of renames), an INFO line.
@@ -50,6 +50,10 @@ if str(HERE) not in sys.path:  # `python -P` does not put the script's folder fi
     sys.path.insert(0, str(HERE))
 
 import bench_inspect as bi  # bench/ is on sys.path (above)
+
+if str(HERE.parent / "tests") not in sys.path:  # the tests' layout builders (a file sink's log)
+    sys.path.insert(0, str(HERE.parent / "tests"))
+from helpers.layouts import file_sink  # noqa: E402
 
 # Goals of issue 23 item 2: trim --execute within 2x of bare renames and no slower than cp -a.
 GOAL_VS_RENAMES = 2.0
@@ -104,25 +108,6 @@ def _files_under(root: Path) -> list[str]:
     return out
 
 
-def _file_sink(sink: Path, first: int, last: int) -> None:
-    """A file sink of batches first..last next to a copy: one data file per batch, its log
-    `_spark_metadata/` compacted every 10 batches (docs/formats/sinks.md)."""
-    log = sink / "_spark_metadata"
-    log.mkdir(parents=True)
-    entries = []
-    for b in range(first, last + 1):
-        data = sink / f"part-00000-{b:05d}.c000.json"
-        data.write_text(f'{{"n": {b}}}\n')
-        st = data.stat()
-        entry = {"path": data.resolve().as_uri(), "size": st.st_size, "isDir": False,
-                 "modificationTime": st.st_mtime_ns // 1_000_000, "blockReplication": 1, "blockSize": 33554432,
-                 "action": "add"}
-        entries.append(entry)
-        compact = (b + 1) % 10 == 0
-        (log / (f"{b}.compact" if compact else str(b))).write_text(
-            "v1\n" + "\n".join(json.dumps(e, separators=(",", ":")) for e in (entries if compact else [entry])))
-
-
 def _align(exe: str, ck: Path, env: dict[str, str], times: dict[str, list[float]], steps: dict[str, int]) -> None:
     """b, c, d: align's plan, --execute and --undo on a copy with the fault."""
     t, r = _run([exe, "align", str(ck), "--allow-duplicates", "--json"], env)
@@ -167,8 +152,8 @@ def _drop_sink(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str],
 
     def fresh() -> None:
         _copy(source, ck)
-        batches = sorted(int(n) for n in os.listdir(ck / "commits") if n.isdigit())
-        _file_sink(sink, batches[0], batches[-1])
+        # its log up to the newest committed batch, compacted every 10 as Spark's default
+        file_sink(sink, max(int(n) for n in os.listdir(ck / "commits") if n.isdigit()), compact_every=10)
         os.sync()
 
     fresh()

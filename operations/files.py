@@ -84,8 +84,13 @@ def _digest_lines(base: str, subs: list[str]) -> Optional[tuple[int, bytes]]:
         except OSError:
             return None
         total += size
-        lines.append(f"{sub}\0{size}\0{digest}\n")
+        lines.append(_digest_line(sub, size, digest))
     return total, "".join(lines).encode()
+
+
+def _digest_line(sub: str, size: int, digest: str) -> str:
+    """One file's line of a folder's digest (Root.tree_digest): its relative name, size, sha256."""
+    return f"{sub}\0{size}\0{digest}\n"
 
 
 class Root:
@@ -333,7 +338,7 @@ class Root:
                                    "writes to the checkpoint (the query, or its Spark session's state maintenance after "
                                    "the query stopped); wait until it is quiet") from None
             total += size
-            h.update(f"{sub}\0{size}\0{digest}\n".encode())
+            h.update(_digest_line(sub, size, digest).encode())
         return total, h.hexdigest()
 
     def walk_files(self, rel: str) -> list[str]:
