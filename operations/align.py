@@ -573,20 +573,19 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
             temps = "tmp" in joined or "temp-" in joined
             # in the listing's order (`above` keeps it)
             movers = [(n, above.get(n)) for n in files if n in above or is_temp_name(n)] if temps else above.items()
-            for name, v in movers:
-                rel = f"{s.path}/{name}"
-                if rel not in seen:
-                    seen.add(rel)
-                    why = reasons.get(v)
-                    if why is None:
-                        why = reasons[v] = f"state version {v} > {x + 1}" if v is not None else "temp file"
-                    steps.append(Step("move", "checkpoint", rel, why))
+            for name, v in movers:  # a folder's names are distinct, and so are the stores' folders
+                why = reasons.get(v)
+                if why is None:
+                    why = reasons[v] = f"state version {v} > {x + 1}" if v is not None else "temp file"
+                steps.append(Step("move", "checkpoint", f"{s.path}/{name}", why))
         for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
             b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:
                 steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
     for f in ev.q.findings:
         if f.code == "STATE_ORPHANS":
+            if not seen:
+                seen = {s.path for s in steps}
             for uri in f.details.get("files", []):
                 orphan = _rel_of(uri, st.display)
                 if orphan and orphan not in seen:
@@ -746,8 +745,11 @@ def _log_name(log: _FileSinkLog, b: int) -> str:
 
 def _unique(steps: list[Step]) -> list[Step]:
     """Each path once, in order (a file may be named twice: e.g. a stale crc above the target)."""
+    keys: set[tuple[str, str]] = {(s.root, s.path) for s in steps}
+    if len(keys) == len(steps):  # the usual case: nothing twice (one set, no loop of checks)
+        return steps
     unique: list[Step] = []
-    keys: set[tuple[str, str]] = set()
+    keys = set()
     for s in steps:
         if (s.root, s.path) not in keys:
             keys.add((s.root, s.path))

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import os
 import subprocess
 import sys
-from typing import IO, Callable, Optional
+from typing import IO, Callable, Optional, cast
 
 RENAME_NOREPLACE = 1
 CHUNK = 1 << 20  # bytes per read when hashing
@@ -222,16 +223,24 @@ class CoProcess:
     def _answers(self) -> Optional[list[bytes]]:
         if self._proc is None or not self._waiting:
             return None
-        assert self._proc.stdout is not None
-        try:
-            lines = [self._proc.stdout.readline() for _ in range(self._waiting)]
-            if not lines[-1].endswith(b"\n"):
-                raise OSError("the co-process ended")
+        out = cast(io.BufferedReader, self._proc.stdout)  # Popen's pipe, buffered (bufsize -1)
+        assert out is not None
+        chunks, got = [], 0
+        try:  # in as few reads as the pipe gives (a readline per answer was 8,192 calls a batch)
+            while got < self._waiting:
+                chunk = out.read1(1 << 20)
+                if not chunk:
+                    raise OSError("the co-process ended")
+                chunks.append(chunk)
+                got += chunk.count(b"\n")
         except OSError:
             self.close()
             return None
+        if got != self._waiting or not chunks[-1].endswith(b"\n"):  # more than it was asked: not this protocol
+            self.close()
+            return None
         self._waiting = 0
-        return lines
+        return b"".join(chunks).split(b"\n")[:-1]
 
     def _numbers(self) -> Optional[list[int]]:
         """The answers of the request in flight, one integer each; None when the co-process failed."""

@@ -42,7 +42,7 @@ from streamctl.formats.journal import (
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, all_normal_rels, rename_outcomes, run_renames
+from streamctl.operations.files import Root, all_normal_rels, is_normal_rel, rename_outcomes, run_renames
 from streamctl.operations.journal import Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
@@ -88,6 +88,14 @@ def _moved_entry(step: Step, root: Root, size: Any, sha256: Any) -> dict[str, An
     """The manifest entry of a file moved into the backup (the common case, built directly)."""
     return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": f"files/{step.root}/{step.path}",
             "action": "moved", "size": size, "sha256": sha256}
+
+
+def _uri_head(root: Root) -> str:
+    """What `root.uri(rel)` puts before a normal `rel` when that is all it does ("" when not: a
+    URI with a query keeps it last)."""
+    probe = "a/b"
+    uri = root.uri(probe)
+    return uri[:-len(probe)] if uri.endswith("/" + probe) and "?" not in uri else ""
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
@@ -159,6 +167,7 @@ class Executor:
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
         self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
         self._first: Optional[_Hashing] = None  # the first batch's pre-images, asked by start()
+        self._uri_heads: dict[str, str] = {}  # root -> what its uri() puts before a normal path ("": not only that)
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -281,8 +290,14 @@ class Executor:
         self.journal.append_many(records)
 
     def _renames_only(self, batch: list[int], state: JournalState) -> bool:
-        """Every step of the batch is a local move the rename can do (the pipeline's case)."""
-        return all(self._renamable(self.plan.steps[i], state.begun[i].get("pre")) for i in batch)
+        """Every step of the batch is a local move the rename can do (the pipeline's case):
+        `_renamable` of each, with what is the same for all asked once."""
+        if self.delay or not self.backup.is_local:
+            return False
+        steps, begun = self.plan.steps, state.begun
+        if not all(self.roots[name].is_local for name in {steps[i].root for i in batch}):
+            return False
+        return all(steps[i].action == "move" and isinstance(begun[i].get("pre"), dict) for i in batch)
 
     def _act(self, batch: list[int], new: list[int], state: JournalState, first_run: bool) -> list[dict[str, Any]]:
         """The steps of one batch whose begin records are durable, in plan order, their folders
@@ -463,9 +478,19 @@ class Executor:
             renaming.sent = self._co.submit(renaming.pairs)
         if not renaming.sent:
             renaming.done = run_renames(renaming.pairs)
-        steps = self.plan.steps
-        renaming.entries = [_moved_entry(steps[i], self.roots[steps[i].root], state.begun[i]["pre"]["size"],
-                                         state.begun[i]["pre"]["sha256"]) for i in renaming.indices]
+        steps, begun, uris = self.plan.steps, state.begun, self._uri_heads
+        entries = renaming.entries
+        for i in renaming.indices:
+            step, pre = steps[i], begun[i]["pre"]
+            head = uris.get(step.root)
+            if head is None:
+                head = uris[step.root] = _uri_head(self.roots[step.root])
+            if head and is_normal_rel(step.path):
+                entries.append({"root": step.root, "path": step.path, "uri": head + step.path,
+                                "backup": f"files/{step.root}/{step.path}", "action": "moved", "size": pre["size"],
+                                "sha256": pre["sha256"]})
+            else:
+                entries.append(_moved_entry(step, self.roots[step.root], pre["size"], pre["sha256"]))
         return renaming
 
     def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:
