@@ -84,9 +84,10 @@ def _entry_base(step: Step, root: Root) -> dict[str, Any]:
     return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": backup_rel(step)}
 
 
-def _moved_entry(step: Step, root: Root, size: Any, sha256: Any) -> dict[str, Any]:
-    """The manifest entry of a file moved into the backup (the common case, built directly)."""
-    return {"root": step.root, "path": step.path, "uri": root.uri(step.path), "backup": f"files/{step.root}/{step.path}",
+def _moved_entry(step: Step, uri: str, size: Any, sha256: Any) -> dict[str, Any]:
+    """The manifest entry of a file moved into the backup (the common case, built directly);
+    `uri` is its root's `uri(step.path)`."""
+    return {"root": step.root, "path": step.path, "uri": uri, "backup": f"files/{step.root}/{step.path}",
             "action": "moved", "size": size, "sha256": sha256}
 
 
@@ -485,12 +486,8 @@ class Executor:
             head = uris.get(step.root)
             if head is None:
                 head = uris[step.root] = _uri_head(self.roots[step.root])
-            if head and is_normal_rel(step.path):
-                entries.append({"root": step.root, "path": step.path, "uri": head + step.path,
-                                "backup": f"files/{step.root}/{step.path}", "action": "moved", "size": pre["size"],
-                                "sha256": pre["sha256"]})
-            else:
-                entries.append(_moved_entry(step, self.roots[step.root], pre["size"], pre["sha256"]))
+            uri = head + step.path if head and is_normal_rel(step.path) else self.roots[step.root].uri(step.path)
+            entries.append(_moved_entry(step, uri, pre["size"], pre["sha256"]))
         return renaming
 
     def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:
