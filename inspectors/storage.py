@@ -257,6 +257,11 @@ class Storage:
         base, q, query = self.display.partition("?")  # s3://b/chk?endpoint_override=... keeps its options last
         return f"{base.rstrip('/')}/{rel}{q}{query}"
 
+    def uri_prefix(self) -> Optional[str]:
+        """`uri(rel)` is this prefix + `rel.strip("/")` for any `rel` that is not empty; None when
+        the location has a query (its options stay last)."""
+        return None if "?" in self.display else f"{self.display.rstrip('/')}/"
+
     def local_prefix(self) -> Optional[str]:
         """The local path of `rel` is this prefix + `rel.strip("/")` (what `sizes` stats); None on
         object stores and where the separator is not "/"."""

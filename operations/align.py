@@ -558,7 +558,6 @@ def _checkpoint_log_steps(pl: _Planner, ev: _Evidence, x: int, new_p: int) -> li
 def _state_steps(ev: _Evidence, x: int) -> list[Step]:
     """State versions above x+1, operator metadata of later batches, and files no restart uses."""
     steps: list[Step] = []
-    seen: set[str] = set()
     reasons: dict[Optional[int], str] = {}  # one text per version
     st = ev.st
     for op in ev.q.operators:
@@ -582,19 +581,18 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
             b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:
                 steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
-    for f in ev.q.findings:
-        if f.code == "STATE_ORPHANS":
-            if not seen:
-                seen = {s.path for s in steps}
-            for uri in f.details.get("files", []):
-                orphan = _rel_of(uri, st.display)
-                if orphan and orphan not in seen:
-                    seen.add(orphan)
-                    steps.append(Step("move", "checkpoint", orphan, "state file no restart uses"))
-                    for comp in crc_companions(orphan):
-                        if comp not in seen and st.lookup(comp) is not None:
-                            seen.add(comp)
-                            steps.append(Step("move", "checkpoint", comp, "its checksum"))
+    orphans = [f for f in ev.q.findings if f.code == "STATE_ORPHANS"]
+    seen = {s.path for s in steps} if orphans else set()
+    for f in orphans:
+        for uri in f.details.get("files", []):
+            orphan = _rel_of(uri, st.display)
+            if orphan and orphan not in seen:
+                seen.add(orphan)
+                steps.append(Step("move", "checkpoint", orphan, "state file no restart uses"))
+                for comp in crc_companions(orphan):
+                    if comp not in seen and st.lookup(comp) is not None:
+                        seen.add(comp)
+                        steps.append(Step("move", "checkpoint", comp, "its checksum"))
     return steps
 
 

@@ -91,14 +91,6 @@ def _moved_entry(step: Step, uri: str, size: Any, sha256: Any) -> dict[str, Any]
             "action": "moved", "size": size, "sha256": sha256}
 
 
-def _uri_head(root: Root) -> str:
-    """What `root.uri(rel)` puts before a normal `rel` when that is all it does ("" when not: a
-    URI with a query keeps it last)."""
-    probe = "a/b"
-    uri = root.uri(probe)
-    return uri[:-len(probe)] if uri.endswith("/" + probe) and "?" not in uri else ""
-
-
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
     return None if d is None else {"size": d[0], "sha256": d[1]}
 
@@ -168,7 +160,7 @@ class Executor:
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
         self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
         self._first: Optional[_Hashing] = None  # the first batch's pre-images, asked by start()
-        self._uri_heads: dict[str, str] = {}  # root -> what its uri() puts before a normal path ("": not only that)
+        self._uri_heads = {name: root.storage.uri_prefix() for name, root in roots.items()}  # what uri() puts before a path
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
@@ -292,13 +284,10 @@ class Executor:
 
     def _renames_only(self, batch: list[int], state: JournalState) -> bool:
         """Every step of the batch is a local move the rename can do (the pipeline's case):
-        `_renamable` of each, with what is the same for all asked once."""
-        if self.delay or not self.backup.is_local:
-            return False
+        `_renamable` of each, its roots asked once."""
         steps, begun = self.plan.steps, state.begun
-        if not all(self.roots[name].is_local for name in {steps[i].root for i in batch}):
-            return False
-        return all(steps[i].action == "move" and isinstance(begun[i].get("pre"), dict) for i in batch)
+        return (all(self._renames_into_backup(name) for name in {steps[i].root for i in batch})
+                and all(steps[i].action == "move" and isinstance(begun[i].get("pre"), dict) for i in batch))
 
     def _act(self, batch: list[int], new: list[int], state: JournalState, first_run: bool) -> list[dict[str, Any]]:
         """The steps of one batch whose begin records are durable, in plan order, their folders
@@ -441,8 +430,11 @@ class Executor:
     def _renamable(self, step: Step, pre: Any) -> bool:
         """A move the atomic local rename can do (a file or folder that was there when its begin
         record was written, both roots local); not with the test hook's per-step delay."""
-        return (step.action == "move" and isinstance(pre, dict) and not self.delay
-                and self.backup.is_local and self.roots[step.root].is_local)
+        return step.action == "move" and isinstance(pre, dict) and self._renames_into_backup(step.root)
+
+    def _renames_into_backup(self, root: str) -> bool:
+        """Moves from `root` into the backup can be renames (both local; not with the test hook's delay)."""
+        return not self.delay and self.backup.is_local and self.roots[root].is_local
 
     def _rename_many(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                      touched: list[Step]) -> None:
@@ -479,15 +471,12 @@ class Executor:
             renaming.sent = self._co.submit(renaming.pairs)
         if not renaming.sent:
             renaming.done = run_renames(renaming.pairs)
-        steps, begun, uris = self.plan.steps, state.begun, self._uri_heads
-        entries = renaming.entries
+        steps, begun, heads = self.plan.steps, state.begun, self._uri_heads
         for i in renaming.indices:
             step, pre = steps[i], begun[i]["pre"]
-            head = uris.get(step.root)
-            if head is None:
-                head = uris[step.root] = _uri_head(self.roots[step.root])
-            uri = head + step.path if head and is_normal_rel(step.path) else self.roots[step.root].uri(step.path)
-            entries.append(_moved_entry(step, uri, pre["size"], pre["sha256"]))
+            head = heads.get(step.root)
+            uri = head + step.path if head is not None and is_normal_rel(step.path) else self.roots[step.root].uri(step.path)
+            renaming.entries.append(_moved_entry(step, uri, pre["size"], pre["sha256"]))
         return renaming
 
     def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:

@@ -199,7 +199,7 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
     and a name that is not UTF-8 (a lone surrogate: orjson refuses it, json.dumps escapes it),
     null digests, write steps' extra keys, every other record."""
     from streamctl.formats.journal import dumps, journal_records, json_file, record_line, record_lines
-    from streamctl.operations.executor import PLAN_FILE, _moved_entry, _uri_head, load, write_plan
+    from streamctl.operations.executor import PLAN_FILE, _moved_entry, load, write_plan
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
     not_utf8 = os.fsdecode(b"state/0/\xff.delta")
@@ -218,7 +218,7 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
     root = Root("checkpoint", str(tmp_path / 'ck "é\\'))
     for step, size, sha in ((Step("move", "checkpoint", odd, 'below "5" é'), 4, "ab"), (Step("move", "sink", "a/b", "r"), None, None)):
         entry = _moved_entry(step, root.uri(step.path), size, sha)
-        assert _uri_head(root) + step.path == root.uri(step.path)  # the prefix the executor takes once per root
+        assert root.storage.uri_prefix() + step.path == root.uri(step.path)  # the prefix the executor takes once per root
         assert entry == {"root": step.root, "path": step.path, "uri": root.uri(step.path), "action": "moved",
                          "backup": f"files/{step.root}/{step.path}", "size": size, "sha256": sha}
         records.append({"event": "done", "step": 2, "manifest": entry})
