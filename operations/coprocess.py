@@ -1,7 +1,8 @@
 """The executor's co-processes: one renames local files (renameat2, RENAME_NOREPLACE) while the
-executor encodes the journal records of those renames, and another reads and hashes the next
-group commit's files (their `begin` records' pre-images) meanwhile, so the Python work, the reads
-and the kernel's renames overlap on two cores.
+executor encodes the journal records of those renames, another reads and hashes the next group
+commit's files (their `begin` records' pre-images) meanwhile, and a third fsyncs the folders of
+the batch before, so the Python work, the reads, the kernel's renames and the disk's flushes
+overlap on two cores.
 
 Why a second interpreter and not a thread: renames and reads are short system calls, each of
 which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
@@ -9,14 +10,15 @@ on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the stor
 co-process has its own GIL. It imports nothing of streamctl but this module (stdlib only), and is
 started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
 
-Protocol (docs/formats/streamctl.md#the-renaming-and-hashing-co-processes), bytes on the child's stdin and
+Protocol (docs/formats/streamctl.md#the-renaming-hashing-and-syncing-co-processes), bytes on the child's stdin and
 stdout, one request at a time: `m <n>\\n` then 2n lines, the source and target of each rename
 (absolute, os.fsencode; renames with a line break in a path are run in process instead); each is
 one renameat2(RENAME_NOREPLACE), which never replaces anything. The answer is n lines in the same
 order: `0` done, or the errno of the failure (the caller takes its general path for those).
 `h <n>\\n` then n lines, absolute paths of files: the answer is n lines, `<size> <sha256 hex>` of
 each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself). `s <n>\\n`
-likewise: `<size>` of each (stat), or `-<errno>`.
+likewise: `<size>` of each (stat), or `-<errno>`. `f <n>\\n` then n lines, absolute paths of
+folders: the answer is n lines, `0` once each is fsynced, or the errno of opening it.
 The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
 each request): no rename runs after the executor is gone.
 """
@@ -132,6 +134,42 @@ def size_all(paths: list[bytes]) -> list[bytes]:
     return out
 
 
+SYNC_THREADS = 8  # folder fsyncs in flight at once
+
+
+def sync_one(path: bytes) -> bytes:
+    """The answer line of one folder of an `f` request: `0` once it is fsynced, or the errno of
+    opening it (gone). As `fsync_dir` (inspectors/outputs.py), which this module may not import: a
+    folder the file system cannot fsync is no error."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        return b"%d\n" % (exc.errno or errno.EIO)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return b"0\n"
+
+
+def sync_all(paths: list[bytes]) -> list[bytes]:
+    """The answer lines of an `f` request, in order. On SYNC_THREADS threads: each fsync of a
+    folder ends in a flush of the disk's cache even when the file system's journal holds it
+    already, and concurrent fsyncs share those flushes (one at a time, 1,200 folders took 170 ms
+    a batch on the benchmark's disk; BENCHMARKS.md)."""
+    if len(paths) < 2:
+        return [sync_one(p) for p in paths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(SYNC_THREADS) as pool:
+        return list(pool.map(sync_one, paths))
+
+
+_SERVED = {b"h": hash_all, b"s": size_all, b"f": sync_all}  # one path a line; `m` takes two
+
+
 def _die_with_parent(parent: int) -> None:
     """SIGKILL when the parent ends (Linux), and an exit now if it is gone already."""
     try:
@@ -151,16 +189,17 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
     fn = renameat2()
     while True:
         head = inp.readline()
-        if not head.startswith((b"m ", b"h ", b"s ")):
+        kind = head[:1]
+        if head[1:2] != b" " or (kind != b"m" and kind not in _SERVED):
             return  # stdin closed (or not a request of this protocol)
-        renames = head.startswith(b"m ")
+        renames = kind == b"m"
         lines = [inp.readline()[:-1] for _ in range((2 if renames else 1) * int(head[2:]))]
         if parent is not None and os.getppid() != parent:
             return  # the executor is gone: nothing more is renamed or read
         if renames:
             out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
         else:
-            out.write(b"".join(hash_all(lines) if head.startswith(b"h ") else size_all(lines)))
+            out.write(b"".join(_SERVED[kind](lines)))
         out.flush()
 
 
@@ -187,6 +226,10 @@ class CoProcess:
     def submit_sizes(self, paths: list[str]) -> bool:
         """Send absolute local paths of files to stat, in order; False when not sent."""
         return bool(paths) and self._send(b"s", paths, len(paths))
+
+    def submit_syncs(self, paths: list[str]) -> bool:
+        """Send absolute local paths of folders to fsync, in order; False when not sent."""
+        return bool(paths) and self._send(b"f", paths, len(paths))
 
     def spawn(self) -> None:
         """Start the co-process now, so its start-up overlaps the caller's work (else the first
@@ -221,6 +264,13 @@ class CoProcess:
         return True
 
     def _answers(self) -> Optional[list[bytes]]:
+        """The answer lines of the request in flight, without their line breaks."""
+        data = self._answer()
+        return None if data is None else data.split(b"\n")[:-1]
+
+    def _answer(self) -> Optional[bytes]:
+        """The answer of the request in flight, its lines as they came, each ended by a line
+        break; None when the co-process failed."""
         if self._proc is None or not self._waiting:
             return None
         out = cast(io.BufferedReader, self._proc.stdout)  # Popen's pipe, buffered (bufsize -1)
@@ -240,7 +290,7 @@ class CoProcess:
             self.close()
             return None
         self._waiting = 0
-        return b"".join(chunks).split(b"\n")[:-1]
+        return b"".join(chunks)
 
     def _numbers(self) -> Optional[list[int]]:
         """The answers of the request in flight, one integer each; None when the co-process failed."""
@@ -257,6 +307,11 @@ class CoProcess:
         from the files, after this returned: the co-process has ended by then)."""
         return self._numbers()
 
+    def synced(self) -> Optional[list[int]]:
+        """The answers of the submitted folder fsyncs: 0 (fsynced) or the errno of opening the
+        folder, each; None when the co-process failed (then the caller fsyncs them itself)."""
+        return self._numbers()
+
     def sizes(self) -> Optional[list[int]]:
         """The answers of the submitted stats: each file's size, or minus the errno of the failure;
         None when the co-process failed."""
@@ -265,12 +320,19 @@ class CoProcess:
     def hashes(self) -> Optional[list[tuple[int, str] | int]]:
         """The answers of the submitted reads: (size, sha256 hex) of each file, or the errno of
         the failure to read it; None when the co-process failed."""
-        lines = self._answers()
-        if lines is None:
+        data = self._answer()
+        if data is None:
             return None
         out: list[tuple[int, str] | int] = []
         try:
-            for line in lines:
+            if data[:1] != b"-" and b"\n-" not in data:  # every file read (the usual answer): parsed at once
+                n = data.count(b"\n")
+                parts = data.decode("ascii").split()
+                digests = parts[1::2]
+                if len(parts) != 2 * n or data.count(b" ") != n or set(map(len, digests)) != {64}:
+                    raise ValueError("not <size> <sha256> lines")
+                return list(zip(map(int, parts[::2]), digests, strict=True))
+            for line in data.split(b"\n")[:-1]:
                 if line[:1] == b"-":
                     out.append(int(line[1:]))
                     continue
@@ -283,11 +345,11 @@ class CoProcess:
             return None
         return out
 
-    def close(self) -> None:
-        """End the co-process: by closing its input when every answer was read, else (a failure,
-        an operation that stops early) by killing it. Returns when it has ended."""
+    def stop(self) -> None:
+        """Tell the co-process to end (`close` waits for it): its input closed when every answer
+        was read, else (a failure, an operation that stops early) killed. No more requests."""
         self._broken = True
-        proc, self._proc = self._proc, None
+        proc = self._proc
         if proc is None:
             return
         if self._waiting:
@@ -297,6 +359,13 @@ class CoProcess:
                 proc.stdin.close()
         except OSError:
             pass
+
+    def close(self) -> None:
+        """End the co-process (`stop`), and return when it has ended."""
+        self.stop()
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -311,3 +380,4 @@ if __name__ == "__main__":
     if _parent is not None:
         _die_with_parent(_parent)
     serve(sys.stdin.buffer, sys.stdout.buffer, _parent)
+    os._exit(0)  # every answer is flushed: no interpreter teardown for the parent to wait for

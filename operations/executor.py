@@ -42,8 +42,8 @@ from streamctl.formats.journal import (
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, all_normal_rels, is_normal_rel, rename_outcomes, run_renames
-from streamctl.operations.journal import Conflict, Journal, journal_location
+from streamctl.operations.files import Root, all_normal_rels, rename_outcomes, run_renames
+from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
 PLAN_FILE = "plan.json"
@@ -104,10 +104,11 @@ class Meter:
         self.files = self.bytes = 0
         self.t0 = self.last = time.monotonic()
 
-    def tick(self, size: int) -> None:
+    def tick(self, size: int, files: int = 1) -> None:
+        """`files` more done, of `size` bytes together."""
         if self.out is None:
             return
-        self.files += 1
+        self.files += files
         self.bytes += int(size)
         now = time.monotonic()
         if now - self.last < METER_SECONDS and self.files < self.total:
@@ -131,6 +132,15 @@ class _Renaming:
     sent: bool = False
     done: Optional[list[bool]] = None
     entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Syncing:
+    """A batch's folder fsyncs sent to the syncing co-process: its steps, and per root the parent
+    folders `Root.synced` takes once every fsync is answered."""
+
+    steps: list[Step]
+    marks: list[tuple[Root, set[str]]]
 
 
 @dataclass
@@ -159,6 +169,7 @@ class Executor:
         self._objects: set[int] = set()  # steps whose begin digest is of one plain file read (see _pre_images)
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
         self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
+        self._syncer: Optional[CoProcess] = None  # and the one fsyncing the folders of the batch before
         self._first: Optional[_Hashing] = None  # the first batch's pre-images, asked by start()
         self._uri_heads = {name: root.storage.uri_prefix() for name, root in roots.items()}  # what uri() puts before a path
 
@@ -173,16 +184,20 @@ class Executor:
         those reads). `run` takes them; `close` stops them when it never comes."""
         if self._co is not None or len(self.plan.steps) <= BATCH_STEPS:
             return
-        self._co, self._hasher = CoProcess(), CoProcess()
+        self._co, self._hasher, self._syncer = CoProcess(), CoProcess(), CoProcess()
         self._first = self._hash_ahead(list(range(BATCH_STEPS)))
-        self._co.spawn()  # the renamer starts up meanwhile too
+        self._co.spawn()  # the renamer and the syncer start up meanwhile too
+        self._syncer.spawn()
 
     def close(self) -> None:
-        """Stop the co-processes (killed when answers are left unread)."""
-        for co in (self._co, self._hasher):
-            if co is not None:
-                co.close()
-        self._co = self._hasher = None
+        """Stop the co-processes (killed when answers are left unread): all told first, then each
+        waited for, so they end together."""
+        running = [co for co in (self._co, self._hasher, self._syncer) if co is not None]
+        for co in running:
+            co.stop()
+        for co in running:
+            co.close()
+        self._co = self._hasher = self._syncer = None
         self._first = None
 
     def _manifest(self, state: JournalState) -> None:
@@ -208,8 +223,9 @@ class Executor:
         Pipeline (runs of more than one batch): a batch of local moves is renamed by a
         co-process (operations/coprocess.py) while this process encodes its done records and
         commits the next batch's begin records; a second co-process reads and hashes the files of
-        the batch after (their pre-images) meanwhile, so the Python work, the reads and the
-        kernel's renames overlap on two cores."""
+        the batch after (their pre-images) meanwhile, and a third fsyncs the folders of the batch
+        before, whose done records wait for its answer; so the Python work, the reads, the
+        kernel's renames and the disk's flushes overlap on two cores."""
         state = self.journal.read()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
@@ -225,8 +241,9 @@ class Executor:
             self.close()  # asked for other steps than this run's first batch: not used
             first = None
         if len(batches) > 1 and self._co is None:  # one group commit: nothing to overlap
-            self._co, self._hasher = CoProcess(), CoProcess()
+            self._co, self._hasher, self._syncer = CoProcess(), CoProcess(), CoProcess()
         running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
+        syncing: Optional[_Syncing] = None  # the folders of the batch before that, in the syncer
         pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None
         ahead: Optional[_Hashing] = first  # this batch's pre-images, read by the hashing co-process
         try:
@@ -239,18 +256,24 @@ class Executor:
                 pres_next = None
                 if this is not None and n + 1 < len(batches):  # its answers read: the next batch's reads
                     ahead = self._hash_ahead([i for i in batches[n + 1] if i not in state.begun])
-                self._begin(new, pres, state, pending)  # durable before any step of this batch acts
+                self._synced(syncing)  # the folders of the done records in `pending`
+                syncing = None
+                commit = self._begin(new, pres, state, pending)  # written and fsynced while the renames are prepared
                 committed = time.monotonic()
                 pending = []
                 renaming = self._prepare_renames(batch) if self._co is not None and self._renames_only(batch, state) else None
                 before, running = running, None
-                if before is not None:  # the batch before: its renames done and recorded
-                    pending = self._finish_renames(before, state)
-                if renaming is not None:
+                if before is not None:  # the batch before: its renames answered, the renamer free
+                    self._renamed(before)
+                commit.wait()  # the begin records durable before any step of this batch acts
+                if renaming is not None:  # this batch's renames go first, then the records of the batch before
                     running = self._start_renames(renaming, state)
-                if before is not None:  # its folders, while this batch renames
-                    self._sync([self.plan.steps[i] for i in before.indices])
+                if before is not None:  # its done records and its folders, while this batch renames
+                    pending = self._finish_renames(before, state)
+                    syncing = self._sync_ahead([self.plan.steps[i] for i in before.indices])
                     if time.monotonic() - committed > BATCH_SECONDS:  # done records not held back long
+                        self._synced(syncing)
+                        syncing = None
                         self.journal.append_many(pending)
                         pending = []
                 if running is None:
@@ -260,6 +283,7 @@ class Executor:
             if running is not None:
                 pending += self._finish_renames(running, state)
                 self._sync([self.plan.steps[i] for i in running.indices])
+            self._synced(syncing)
         finally:
             self.close()  # co-processes killed when answers are left unread (an operation that stops early)
         self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
@@ -270,9 +294,9 @@ class Executor:
         return state
 
     def _begin(self, new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,
-               pending: list[dict[str, Any]]) -> None:
-        """The begin records of a batch's new steps, made durable after `pending` (done records of
-        batches before) with one fsync."""
+               pending: list[dict[str, Any]]) -> Commit:
+        """The begin records of a batch's new steps, after `pending` (done records of batches
+        before), in one group commit: started, durable once its `wait()` returned."""
         records = list(pending)
         for i in new:
             step = self.plan.steps[i]
@@ -280,7 +304,7 @@ class Executor:
                    "path": step.path, "pre": pres[i]}
             records.append(rec)
             state.begun[i] = rec
-        self.journal.append_many(records)
+        return self.journal.append_started(records)
 
     def _renames_only(self, batch: list[int], state: JournalState) -> bool:
         """Every step of the batch is a local move the rename can do (the pipeline's case):
@@ -471,33 +495,36 @@ class Executor:
             renaming.sent = self._co.submit(renaming.pairs)
         if not renaming.sent:
             renaming.done = run_renames(renaming.pairs)
-        steps, begun, heads = self.plan.steps, state.begun, self._uri_heads
+        steps, begun = self.plan.steps, state.begun
+        heads = self._uri_heads if all_normal_rels([steps[i].path for i in renaming.indices]) else {}
         for i in renaming.indices:
             step, pre = steps[i], begun[i]["pre"]
             head = heads.get(step.root)
-            uri = head + step.path if head is not None and is_normal_rel(step.path) else self.roots[step.root].uri(step.path)
+            uri = head + step.path if head is not None else self.roots[step.root].uri(step.path)
             renaming.entries.append(_moved_entry(step, uri, pre["size"], pre["sha256"]))
         return renaming
 
-    def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:
-        """Wait for the renames, take the general path (`_apply`) for those not done, and return
-        the done records in plan order (to be written once their folders are fsynced). When the
-        co-process failed halfway, none counts as done: `_apply` finds out from the files."""
-        done = renaming.done
-        if done is None:
+    def _renamed(self, renaming: _Renaming) -> list[bool]:
+        """Wait for the renames: which of `renaming.pairs` were done. When the co-process failed
+        halfway, none counts as done: `_apply` finds out from the files."""
+        if renaming.done is None:
             errnos = self._co.renamed() if self._co is not None else None
-            done = [False] * len(renaming.pairs) if errnos is None else rename_outcomes(errnos)
-        renamed = dict(zip(renaming.order, done, strict=False))  # a co-process that died early reports fewer
-        steps = self.plan.steps
-        tick = self.meter.tick if self.meter.out is not None else None
+            renaming.done = [False] * len(renaming.pairs) if errnos is None else rename_outcomes(errnos)
+        return renaming.done
+
+    def _finish_renames(self, renaming: _Renaming, state: JournalState) -> list[dict[str, Any]]:
+        """Wait for the renames (`_renamed`), take the general path (`_apply`) for those not done,
+        and return the done records in plan order (to be written once their folders are
+        fsynced)."""
+        renamed = dict(zip(renaming.order, self._renamed(renaming), strict=False))  # a co-process that died early reports fewer
+        steps, begun, done = self.plan.steps, state.begun, state.done
         records = []
         for i, entry in zip(renaming.indices, renaming.entries, strict=True):
-            step, pre = steps[i], state.begun[i]["pre"]
-            rec = {"event": Event.DONE, "step": i, "manifest": entry if renamed.get(i) else self._apply(step, pre)}
+            rec = {"event": Event.DONE, "step": i, "manifest": entry if renamed.get(i) else self._apply(steps[i], begun[i]["pre"])}
             records.append(rec)
-            state.done[i] = rec
-            if tick is not None:
-                tick(pre.get("size") or 0)
+            done[i] = rec
+        if self.meter.out is not None:  # the batch at once: its steps are recorded together
+            self.meter.tick(sum(begun[i]["pre"].get("size") or 0 for i in renaming.indices), len(renaming.indices))
         return records
 
     def _move_by_copy(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
@@ -556,16 +583,48 @@ class Executor:
 
     def _sync(self, steps: list[Step]) -> None:
         """Make the effects of these steps durable (their folders, in the roots and the backup)."""
+        for root, rels in self._sync_targets(steps):
+            root.sync_parents(rels)
+
+    def _sync_targets(self, steps: list[Step]) -> list[tuple[Root, set[str]]]:
+        """The paths whose folders hold these steps' effects, per root (the backup's last)."""
         by_root: dict[str, set[str]] = {}
         for step in steps:
             by_root.setdefault(step.root, set()).add(step.path)
         back = {step.path for step in steps if step.action == "put_back"}
         if back:
             by_root.setdefault(PUT_BACK_TO, set()).update(back)
-        for name, rels in by_root.items():
-            self.roots[name].sync_parents(rels)
-        self.backup.sync_parents({backup_rel(s) for s in steps} | {f"undone/{s.root}/{s.path}" for s in steps
-                                                                    if s.action == "write"})
+        return [*((self.roots[name], rels) for name, rels in by_root.items()),
+                (self.backup, {backup_rel(s) for s in steps} | {f"undone/{s.root}/{s.path}" for s in steps
+                                                                 if s.action == "write"})]
+
+    def _sync_ahead(self, steps: list[Step]) -> Optional[_Syncing]:
+        """Send the fsyncs of `_sync(steps)` to the syncing co-process (the caller's `_synced` waits
+        for them before the steps' done records are written); when they cannot go, `_sync` now."""
+        marks: list[tuple[Root, set[str]]] = []
+        folders: list[str] = []
+        if self._syncer is not None:
+            for root, rels in self._sync_targets(steps):
+                got = root.folders_to_sync(rels)
+                if got is not None:
+                    marks.append((root, got[0]))
+                    folders += got[1]
+        if folders and self._syncer is not None and self._syncer.submit_syncs(folders):
+            return _Syncing(steps, marks)
+        self._sync(steps)
+        return None
+
+    def _synced(self, syncing: Optional[_Syncing]) -> None:
+        """Wait for the fsyncs `_sync_ahead` sent; when the co-process failed, or a folder could not
+        be opened (gone since: its parent changed), `_sync` of those steps now, as always."""
+        if syncing is None:
+            return
+        answers = self._syncer.synced() if self._syncer is not None else None
+        if answers is None or any(answers):
+            self._sync(syncing.steps)
+            return
+        for root, parents in syncing.marks:
+            root.synced(parents)
 
     def _commit_done(self, steps: list[Step], records: list[dict[str, Any]]) -> None:
         self._sync(steps)

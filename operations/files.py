@@ -271,14 +271,39 @@ class Root:
         move changes (local only; object-store calls are durable when they return)."""
         if not self.is_local:
             return
-        top = os.path.normpath(self.location)
-        heads = {rel.rpartition("/")[0] for rel in rels}  # each distinct folder checked once, not each path
-        parents = {self.local(h) if h else os.path.dirname(self.local("x")) for h in heads}
-        walk = {p for p in parents if p not in self._synced or p in self._unsynced}
-        known = sorted(parents - walk)
+        parents, known, walk = self._sync_split(rels)
         for p, ok in zip(known, _fsync_dirs(known), strict=True):
             if not ok:
                 walk.add(p)  # gone since (an emptied folder removed): its parent changed
+        _fsync_dirs(self._with_ancestors(walk))
+        self.synced(parents)
+
+    def folders_to_sync(self, rels: list[str] | set[str]) -> Optional[tuple[set[str], list[str]]]:
+        """What `sync_parents(rels)` fsyncs, to be fsynced elsewhere (the executor's syncing
+        co-process): (the parents to pass to `synced` once every folder is fsynced, the folders in
+        order); None when not local. A folder that cannot be opened (gone) changes its parent:
+        the caller then runs `sync_parents` itself, which walks up from it."""
+        if not self.is_local:
+            return None
+        parents, known, walk = self._sync_split(rels)
+        return parents, known + self._with_ancestors(walk)
+
+    def synced(self, parents: set[str]) -> None:
+        """These parent folders (of `folders_to_sync`) and their ancestors are fsynced."""
+        self._synced |= parents
+        self._unsynced -= parents
+
+    def _sync_split(self, rels: list[str] | set[str]) -> tuple[set[str], list[str], set[str]]:
+        """(the distinct parent folders of `rels`, those synced before with their ancestors, sorted,
+        those whose ancestors are to be fsynced too)."""
+        heads = {rel.rpartition("/")[0] for rel in rels}  # each distinct folder checked once, not each path
+        parents = {self.local(h) if h else os.path.dirname(self.local("x")) for h in heads}
+        walk = {p for p in parents if p not in self._synced or p in self._unsynced}
+        return parents, sorted(parents - walk), walk
+
+    def _with_ancestors(self, walk: set[str]) -> list[str]:
+        """These folders and their ancestors up to the root, sorted, each once."""
+        top = os.path.normpath(self.location)
         dirs: set[str] = set()
         for p in walk:
             d = p
@@ -287,9 +312,7 @@ class Root:
                 if os.path.normpath(d) == top:
                     break
                 d = os.path.dirname(d)
-        _fsync_dirs(sorted(dirs))
-        self._synced |= parents
-        self._unsynced -= parents
+        return sorted(dirs)
 
     def digest(self, rel: str) -> tuple[int, str]:
         """(size, sha256 hex) of a file, or of a folder (over its sorted relative names and file digests).

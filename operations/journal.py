@@ -7,6 +7,7 @@ runner, teardown and the Kafka group offsets write records through `Journal`.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Optional
 
@@ -55,8 +56,15 @@ class Journal:
     def append_many(self, records: list[dict[str, Any]]) -> None:
         """Append records and make them durable together: one write and one fsync (local), one
         new segment object (object stores). The group commit of the executor."""
+        self.append_started(records).wait()
+
+    def append_started(self, records: list[dict[str, Any]]) -> Commit:
+        """`append_many`, whose local write and fsync run on a thread while the caller goes on
+        (issue 23: the executor prepares a batch's renames meanwhile); the records are durable
+        once `wait()` returned, which raises what the write raised. Encoded here, on the
+        caller's thread; object stores write their segment here too."""
         if not records:
-            return
+            return Commit()
         now = int(time.time() * 1000)
         crash_after = os.environ.get(CRASH_ENV)
         crash_at = None
@@ -64,25 +72,29 @@ class Journal:
             crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
             records = records[:crash_at]
         data = record_lines(records, now)  # the closed schema: another event raises
-        if self.backup.is_local:
-            self._append_local(data)
-        elif data:
-            self._write_segment(data)
         Journal._writes += len(records)
-        if crash_at is not None:
-            os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
+        if self.backup.is_local:
+            return Commit(self._append_local(data), crash_at is not None)
+        if data:
+            self._write_segment(data)
+        return Commit(None, crash_at is not None)
 
-    def _append_local(self, data: bytes) -> None:
+    def _append_local(self, data: bytes) -> _Writer:
+        """Open the journal here, then write `data` and fsync on a thread (two system calls: on
+        a thread, each waits for the GIL once)."""
         path = self.backup.local(JOURNAL_FILE)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "ab+") as fh:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
             if not self._checked_end:  # a torn last line of a crashed run: never glue a record to it
                 self._checked_end = True
-                if fh.tell() > 0 and os.pread(fh.fileno(), 1, fh.tell() - 1) != b"\n":
+                end = os.lseek(fd, 0, os.SEEK_END)
+                if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
                     data = b"\n" + data
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        except BaseException:
+            os.close(fd)
+            raise
+        return _Writer(fd, data)
 
     def _write_segment(self, data: bytes) -> None:
         """One group commit on an object store: the next segment, created only if no object has its
@@ -126,6 +138,44 @@ class Journal:
                     raise Conflict(f"{where}: line {i + 1} is not a journal record (an unknown event or a bad step "
                                    "number); refusing to act on it, nothing was changed")
         return state
+
+
+class _Writer(threading.Thread):
+    """Write all of `data` to `fd`, fsync it and close it; what it raised is kept for `Commit`."""
+
+    def __init__(self, fd: int, data: bytes) -> None:
+        super().__init__(name="journal-commit", daemon=True)
+        self.fd, self.data = fd, data
+        self.error: Optional[BaseException] = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            view = memoryview(self.data)
+            while view:
+                view = view[os.write(self.fd, view):]
+            os.fsync(self.fd)
+        except BaseException as exc:  # raised again by Commit.wait on the caller's thread
+            self.error = exc
+        finally:
+            os.close(self.fd)
+
+
+class Commit:
+    """A group commit under way (`Journal.append_started`)."""
+
+    def __init__(self, writer: Optional[_Writer] = None, crash: bool = False) -> None:
+        self._writer, self._crash = writer, crash
+
+    def wait(self) -> None:
+        """Return once the records are durable; raise what their write raised."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.join()
+            if writer.error is not None:
+                raise writer.error
+        if self._crash:
+            os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
 
 
 def journal_location(backup: Root) -> str:

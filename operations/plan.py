@@ -102,6 +102,8 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # what verification needs (sink kind, app id)
     op_id: str = ""
+    _records: Optional[tuple[tuple[Step, ...], list[dict[str, Any]]]] = field(default=None, init=False, repr=False,
+                                                                             compare=False)
 
     def to_record(self, steps: bool = True) -> dict[str, Any]:
         """The plan as a document; `steps=False` leaves the steps out."""
@@ -123,8 +125,17 @@ class Plan:
             "settings": dict(self.settings),
         }
         if steps:
-            rec["steps"] = [s.to_record() for s in self.steps]
+            rec["steps"] = self.step_records()
         return rec
+
+    def step_records(self) -> list[dict[str, Any]]:
+        """Each step's record (a new list; the records themselves are shared, not to be changed),
+        made once for the steps as they are: plan.json and the --json result both hold 100,000 of
+        them (issue 23)."""
+        now = tuple(self.steps)
+        if self._records is None or self._records[0] != now:  # the same steps compare by identity, in C
+            self._records = (now, [s.to_record() for s in self.steps])
+        return list(self._records[1])
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Plan:

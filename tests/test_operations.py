@@ -428,6 +428,139 @@ def test_a_run_whose_hashing_co_process_fails_reads_the_files_itself(tmp_path: P
     assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
 
 
+def test_a_group_commit_written_on_a_thread_is_durable_or_raises_at_wait(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Journal.append_started` writes and fsyncs on a thread: once `wait()` returned, the lines are
+    in the journal after what was there (a torn last line of a crashed run kept apart); a failed
+    fsync raises at `wait()`, on the caller's thread (as `append_many` raises)."""
+    import errno
+
+    from streamctl.operations.journal import Journal
+
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / JOURNAL_FILE).write_bytes(b'{"event":"start"}\n{"event":"be')  # torn by a crash
+    journal = Journal(Root("backup", str(backup)))
+    commit = journal.append_started([{"event": "finished"}])
+    commit.wait()
+    lines = (backup / JOURNAL_FILE).read_bytes().split(b"\n")
+    assert lines[:2] == [b'{"event":"start"}', b'{"event":"be'] and json.loads(lines[2])["event"] == "finished"
+    assert journal.read().finished
+
+    def fails(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fails)
+    commit = journal.append_started([{"event": "finished"}])
+    with pytest.raises(OSError, match="Input/output"):
+        commit.wait()
+    with pytest.raises(OSError, match="Input/output"):
+        journal.append_many([{"event": "finished"}])
+
+
+def test_the_syncing_co_process_fsyncs_folders_and_names_those_gone(tmp_path: Path) -> None:
+    """`f` requests: `0` for each folder fsynced (a file opens and fsyncs too), the errno of one
+    that cannot be opened; a line break in a path is not sent."""
+    import errno
+
+    from streamctl.operations.coprocess import CoProcess
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    co = CoProcess()
+    try:
+        assert co.submit_syncs([str(tmp_path / "a" / "b"), str(tmp_path / "gone"), str(tmp_path / "a")])
+        assert co.synced() == [0, errno.ENOENT, 0]
+        assert co.submit_syncs([str(tmp_path / "a")]) and co.synced() == [0]  # one folder: no thread pool
+    finally:
+        co.close()
+    assert not CoProcess().submit_syncs([str(tmp_path / "a\nb")])
+
+
+def _batches_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, dict[str, bytes], Plan]:
+    """A checkpoint of three group commits of state files in 30 folders (of 50 steps each here:
+    the pipeline is the same at any size), and the plan moving them all."""
+    from streamctl.operations import executor
+
+    monkeypatch.setattr(executor, "BATCH_STEPS", 50)
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    for v in range(50 * 2 + 7):
+        folder = ck / "state" / str(v % 30)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{v}.delta").write_bytes(str(v).encode() * (v % 5))
+    before = _tree(ck)
+    return ck, backup, before, _plan([Step("move", "checkpoint", rel, "old") for rel in sorted(before)], {"checkpoint": str(ck)})
+
+
+def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch's done records are written only once the syncing co-process answered for its
+    folders (each moved file's folder and its backup folder among those fsynced)."""
+    from streamctl.formats.journal import journal_records
+    from streamctl.operations import coprocess, executor
+
+    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    sent: list[list[str]] = []
+    submit = coprocess.CoProcess.submit_syncs
+
+    def recorded(self: coprocess.CoProcess, paths: list[str]) -> bool:
+        sent.append(list(paths))
+        return submit(self, paths)
+
+    waited = executor.Executor._synced
+    checked = []
+
+    def done_after(self: executor.Executor, syncing: object) -> None:
+        if syncing is not None:
+            steps = {id(s) for s in syncing.steps}  # type: ignore[attr-defined]
+            done = {r["step"] for _, r in journal_records((backup / JOURNAL_FILE).read_bytes()) if r and r["event"] == "done"}
+            assert not {i for i, s in enumerate(self.plan.steps) if id(s) in steps} & done
+            checked.append(len(steps))
+        waited(self, syncing)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coprocess.CoProcess, "submit_syncs", recorded)
+    monkeypatch.setattr(executor.Executor, "_synced", done_after)
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
+    ex.write_plan()
+    state = ex.run()
+    assert state.finished and checked and sent
+    folders = {p for paths in sent for p in paths}
+    first = [s for s in plan.steps[:executor.BATCH_STEPS]]  # the first batch goes to the syncer
+    assert {str(ck / s.path.rpartition("/")[0]) for s in first} <= folders
+    assert {str(backup / "files" / "checkpoint" / s.path.rpartition("/")[0]) for s in first} <= folders
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+
+
+def test_a_run_whose_syncing_co_process_fails_fsyncs_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the syncing co-process dies before it answers, the executor fsyncs that batch's
+    folders itself (Root.sync_parents) before writing its done records."""
+    from streamctl.operations import coprocess, files
+
+    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    answers = coprocess.CoProcess.synced
+    killed = []
+
+    def dies(self: coprocess.CoProcess) -> object:
+        self.close()
+        killed.append(True)
+        return answers(self)
+
+    synced_here: list[set[str]] = []
+    sync_parents = files.Root.sync_parents
+
+    def recorded(self: files.Root, rels: list[str] | set[str]) -> None:
+        synced_here.append(set(rels))
+        sync_parents(self, rels)
+
+    monkeypatch.setattr(coprocess.CoProcess, "synced", dies)
+    monkeypatch.setattr(files.Root, "sync_parents", recorded)
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
+    ex.write_plan()
+    state = ex.run()
+    assert killed and state.finished
+    here = set().union(*synced_here)
+    assert {s.path for s in plan.steps} <= here  # every batch's folders fsynced in process
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+
+
 def test_escaping_steps_finds_links_out_among_many_names_and_folders_that_lead_out(tmp_path: Path) -> None:
     """One listing answers for a folder of many steps (LISTING_FROM): a symlink out among 40 plain
     names is found; a folder that is itself a link out takes every name in it along."""
