@@ -743,11 +743,10 @@ def _log_name(log: _FileSinkLog, b: int) -> str:
 
 def _unique(steps: list[Step]) -> list[Step]:
     """Each path once, in order (a file may be named twice: e.g. a stale crc above the target)."""
-    keys: set[tuple[str, str]] = {(s.root, s.path) for s in steps}
-    if len(keys) == len(steps):  # the usual case: nothing twice (one set, no loop of checks)
-        return steps
+    if len({s.root for s in steps}) <= 1 and len({s.path for s in steps}) == len(steps):
+        return steps  # the usual case: one root, nothing twice (sets of the steps' own strings, no key made per step)
     unique: list[Step] = []
-    keys = set()
+    keys: set[tuple[str, str]] = set()
     for s in steps:
         if (s.root, s.path) not in keys:
             keys.add((s.root, s.path))
