@@ -43,11 +43,12 @@ def write_text_atomic(path: str, text: str) -> None:
     atomic_write(path, write)
 
 
-def fsync_dir(path: str) -> bool:
+def fsync_dir(path: str | bytes) -> bool:
     """fsync a local folder, so the renames, creates and deletes in it are durable; False when it
     cannot be opened (gone). A folder the file system cannot fsync is not an error. For the two
     writers on the local file system, operations/files.py and the coordinated sink
-    (pipeline/coordinated_sink.py); reading never calls it."""
+    (pipeline/coordinated_sink.py), and the executor's syncing co-process
+    (operations/coprocess.py); reading never calls it."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

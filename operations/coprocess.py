@@ -7,7 +7,8 @@ overlap on two cores.
 Why a second interpreter and not a thread: renames and reads are short system calls, each of
 which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
 on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the storage's speed"). A
-co-process has its own GIL. It imports nothing of streamctl but this module (stdlib only), and is
+co-process has its own GIL. It imports nothing of streamctl but this module and `fsync_dir`
+(inspectors/outputs.py; both stdlib only), and is
 started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
 
 Protocol (docs/formats/streamctl.md#the-renaming-hashing-and-syncing-co-processes), bytes on the child's stdin and
@@ -18,7 +19,7 @@ order: `0` done, or the errno of the failure (the caller takes its general path 
 `h <n>\\n` then n lines, absolute paths of files: the answer is n lines, `<size> <sha256 hex>` of
 each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself). `s <n>\\n`
 likewise: `<size>` of each (stat), or `-<errno>`. `f <n>\\n` then n lines, absolute paths of
-folders: the answer is n lines, `0` once each is fsynced, or the errno of opening it.
+folders: the answer is n lines, `0` once each is fsynced, or `1` when it cannot be opened.
 The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
 each request): no rename runs after the executor is gone.
 """
@@ -31,6 +32,8 @@ import os
 import subprocess
 import sys
 from typing import IO, Callable, Optional, cast
+
+from streamctl.inspectors.outputs import fsync_dir
 
 RENAME_NOREPLACE = 1
 CHUNK = 1 << 20  # bytes per read when hashing
@@ -138,20 +141,10 @@ SYNC_THREADS = 8  # folder fsyncs in flight at once
 
 
 def sync_one(path: bytes) -> bytes:
-    """The answer line of one folder of an `f` request: `0` once it is fsynced, or the errno of
-    opening it (gone). As `fsync_dir` (inspectors/outputs.py), which this module may not import: a
-    folder the file system cannot fsync is no error."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError as exc:
-        return b"%d\n" % (exc.errno or errno.EIO)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return b"0\n"
+    """The answer line of one folder of an `f` request: `0` once it is fsynced, `1` when it
+    cannot be opened (gone): `fsync_dir`, the one fsync of a folder (stdlib only, like this
+    module)."""
+    return b"0\n" if fsync_dir(path) else b"1\n"
 
 
 def sync_all(paths: list[bytes]) -> list[bytes]:
@@ -308,8 +301,8 @@ class CoProcess:
         return self._numbers()
 
     def synced(self) -> Optional[list[int]]:
-        """The answers of the submitted folder fsyncs: 0 (fsynced) or the errno of opening the
-        folder, each; None when the co-process failed (then the caller fsyncs them itself)."""
+        """The answers of the submitted folder fsyncs: 0 (fsynced) or 1 (the folder could not be
+        opened), each; None when the co-process failed (then the caller fsyncs them itself)."""
         return self._numbers()
 
     def sizes(self) -> Optional[list[int]]:
