@@ -7,7 +7,7 @@ overlap on two cores.
 Why a second interpreter and not a thread: renames and reads are short system calls, each of
 which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
 on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the storage's speed"). A
-co-process has its own GIL. It imports nothing of streamctl but this module and `fsync_dir`
+co-process has its own GIL. It imports nothing of streamctl but this module and `fsync_dirs`
 (inspectors/outputs.py; both stdlib only), and is
 started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
 
@@ -33,7 +33,7 @@ import subprocess
 import sys
 from typing import IO, Callable, Optional, cast
 
-from streamctl.inspectors.outputs import fsync_dir
+from streamctl.inspectors.outputs import fsync_dirs
 
 RENAME_NOREPLACE = 1
 CHUNK = 1 << 20  # bytes per read when hashing
@@ -137,27 +137,11 @@ def size_all(paths: list[bytes]) -> list[bytes]:
     return out
 
 
-SYNC_THREADS = 8  # folder fsyncs in flight at once
-
-
-def sync_one(path: bytes) -> bytes:
-    """The answer line of one folder of an `f` request: `0` once it is fsynced, `1` when it
-    cannot be opened (gone): `fsync_dir`, the one fsync of a folder (stdlib only, like this
-    module)."""
-    return b"0\n" if fsync_dir(path) else b"1\n"
-
-
 def sync_all(paths: list[bytes]) -> list[bytes]:
-    """The answer lines of an `f` request, in order. On SYNC_THREADS threads: each fsync of a
-    folder ends in a flush of the disk's cache even when the file system's journal holds it
-    already, and concurrent fsyncs share those flushes (one at a time, 1,200 folders took 170 ms
-    a batch on the benchmark's disk; BENCHMARKS.md)."""
-    if len(paths) < 2:
-        return [sync_one(p) for p in paths]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(SYNC_THREADS) as pool:
-        return list(pool.map(sync_one, paths))
+    """The answer lines of an `f` request, in order: `0` once a folder is fsynced, `1` when it
+    cannot be opened (gone); `fsync_dirs`, the write side's fsync of folders (stdlib only, like
+    this module)."""
+    return [b"0\n" if ok else b"1\n" for ok in fsync_dirs(paths)]
 
 
 _SERVED = {b"h": hash_all, b"s": size_all, b"f": sync_all}  # one path a line; `m` takes two

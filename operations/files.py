@@ -20,7 +20,7 @@ import uuid
 from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
-from streamctl.inspectors.outputs import fsync_dir
+from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
 from streamctl.operations.coprocess import CHUNK, hash_file, rename_all, renameat2
 
@@ -272,10 +272,10 @@ class Root:
         if not self.is_local:
             return
         parents, known, walk = self._sync_split(rels)
-        for p, ok in zip(known, _fsync_dirs(known), strict=True):
+        for p, ok in zip(known, fsync_dirs(known), strict=True):
             if not ok:
                 walk.add(p)  # gone since (an emptied folder removed): its parent changed
-        _fsync_dirs(self._with_ancestors(walk))
+        fsync_dirs(self._with_ancestors(walk))
         self.synced(parents)
 
     def folders_to_sync(self, rels: list[str] | set[str]) -> Optional[tuple[set[str], list[str]]]:
@@ -884,16 +884,6 @@ def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
         fh.flush()
         os.fsync(fh.fileno())
     return True
-
-
-FSYNC_THREADS = 8
-
-
-def _fsync_dirs(paths: list[str]) -> list[bool]:
-    """fsync_dir of each folder on FSYNC_THREADS threads: fsync waits for the disk with the GIL
-    released, and concurrent fsyncs share the file system's journal commits (hundreds of state
-    folders per group commit otherwise wait for one flush each)."""
-    return parallel_map(fsync_dir, paths, FSYNC_THREADS)
 
 
 def maybe_digest(root: Root, rel: str) -> Optional[tuple[int, str]]:
