@@ -109,6 +109,17 @@ def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFile
             if crcs or not dot]  # `.5.delta`: hidden, but no checksum companion
 
 
+def state_versions(names: list[str] | tuple[str, ...], above: int = -1) -> list[tuple[str, int]]:
+    """[(name, version)] of `state_files(names)` whose version is above `above`, in order, without
+    the rest of what each name says (an align roll back of 50 epochs asks this of 132,000 names
+    for the 66,000 it moves: no tuple of four per name, issue 23)."""
+    joined = "\n".join(names)
+    if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
+        return [(n, f.version) for n, f in state_files(names) if f.version > above]
+    return [(name, v) for name, v in ((name, int(version)) for name, dot, version, _uid, _ext, crcs
+                                      in STATE_FILES_RE.findall(joined) if crcs or not dot) if v > above]
+
+
 ZIP_EXT = ".zip"
 
 

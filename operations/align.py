@@ -30,7 +30,7 @@ from streamctl.formats.coordinated_log import (
 from streamctl.formats.file_sink_log import EMPTY_SINK_ENTRY, FILE_SINK_LOG, added_paths
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.formats.offsets import parse_offsets
-from streamctl.formats.state import state_files
+from streamctl.formats.state import state_versions
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.masked import masked
@@ -567,16 +567,17 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
             # versions in one regex (a rollback of 50 epochs moves 66,000 files: a listing and a
             # parse per name were half the plan, issue 23)
             files = s.listing if s.files is not None else st.list_names(s.path)[0]
-            above = {name: f.version for name, f in state_files(files) if f.version > x + 1}
+            above = dict(state_versions(files, x + 1))
             joined = "\n".join(files)
             temps = "tmp" in joined or "temp-" in joined
             # in the listing's order (`above` keeps it)
             movers = [(n, above.get(n)) for n in files if n in above or is_temp_name(n)] if temps else above.items()
+            base = s.path + "/"  # a property: once per store, not per file
             for name, v in movers:  # a folder's names are distinct, and so are the stores' folders
                 why = reasons.get(v)
                 if why is None:
                     why = reasons[v] = f"state version {v} > {x + 1}" if v is not None else "temp file"
-                steps.append(Step("move", "checkpoint", f"{s.path}/{name}", why))
+                steps.append(Step("move", "checkpoint", base + name, why))
         for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
             b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:

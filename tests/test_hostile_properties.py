@@ -22,7 +22,14 @@ from streamctl.operations.executor import Executor
 from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict
 from streamctl.operations.plan import Plan, Refused, Step
-from streamctl.operations.runner import check_backup_target, check_plan
+from streamctl.operations.runner import (
+    _may_nest,
+    _real_folder,
+    check_backup_target,
+    check_plan,
+    escaping_steps,
+    nested_steps,
+)
 
 CASES = 60
 
@@ -128,6 +135,51 @@ def test_nesting_steps_are_refused_whatever_their_order(tmp_path: Path) -> None:
     ok = Plan("align", {"sink": str(tmp_path)}, "rollback", 0, "exactly-once",
               [Step("move", "sink", p, "x") for p in ("a/0", "a0", "a-b", "ab/0")], "aligned")
     check_plan(ok, {"sink": Root("sink", str(tmp_path))})
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_quick_nesting_check_misses_no_pair_the_sort_finds(seed: int) -> None:
+    """`_may_nest` (sets, one pass) is False only where the sort of every path finds no pair:
+    paths drawn from a small alphabet with "/", so nesting, equal paths and near misses
+    ("a0" beside "a/0", "a//b", a trailing "/") all come up."""
+    rng = random.Random(seed)
+    for _ in range(200):
+        paths = ["".join(rng.choice("ab/") for _ in range(rng.randint(1, 5))) for _ in range(rng.randint(1, 6))]
+        ordered = sorted(p + "/" for p in paths)
+        sorted_finds = any(b.startswith(a) for a, b in zip(ordered, ordered[1:], strict=False))
+        if sorted_finds:
+            assert _may_nest(paths), paths
+        plan = Plan("align", {"sink": "/x"}, "rollback", 0, "exactly-once", [Step("move", "sink", p, "x") for p in paths],
+                    "aligned")
+        assert bool(nested_steps(plan)) == sorted_finds, paths
+
+
+def test_folders_resolve_as_realpath_resolves_them(tmp_path: Path) -> None:
+    """`_real_folder` (a folder's real path from its parent's, one lstat) gives what
+    os.path.realpath gives: symlinked folders inside the root, out of it, to a relative target,
+    chained, dangling, a file where a folder should be, and names that do not exist."""
+    root_dir = tmp_path / "root"
+    (root_dir / "a" / "b" / "c").mkdir(parents=True)
+    (root_dir / "f").write_bytes(b"x")
+    (tmp_path / "out" / "deep").mkdir(parents=True)
+    os.symlink(tmp_path / "out", root_dir / "a" / "out")
+    os.symlink("b", root_dir / "a" / "rel")  # a relative target, inside
+    os.symlink(root_dir / "a" / "rel", root_dir / "chain")  # a link to a link
+    os.symlink(tmp_path / "nowhere", root_dir / "dangling")
+    os.symlink("..", root_dir / "a" / "up")
+    heads = ["a", "a/b", "a/b/c", "a/out", "a/out/deep", "a/out/deep/x", "a/rel", "a/rel/c", "chain", "chain/c",
+             "dangling", "dangling/x", "f", "f/x", "missing", "missing/x/y", "a/up", "a/up/a/out/deep"]
+    root = Root("sink", str(root_dir))
+    top = os.path.realpath(root_dir)
+    resolved: dict[tuple[str, str], str] = {}
+    for head in heads + heads[::-1]:  # each from scratch, then again from the cache
+        assert _real_folder(root, "sink", head, top, resolved) == os.path.realpath(root_dir / head), head
+    plan = Plan("align", {"sink": str(root_dir)}, "rollback", 0, "exactly-once",
+                [Step("move", "sink", f"{h}/n", "x") for h in heads], "aligned")
+    escaping = escaping_steps(plan, {"sink": root})
+    outside = [h for h in heads if not os.path.realpath(root_dir / h / "n").startswith(top + os.sep)]
+    assert outside == ["a/out", "a/out/deep", "a/out/deep/x", "dangling", "dangling/x", "a/up/a/out/deep"]
+    assert [e.split(" (resolves")[0] for e in escaping] == [root.uri(f"{h}/n") for h in outside]
 
 
 def _run_then_forget_done(tmp_path: Path, refill: dict[str, bytes]) -> tuple[Path, Path, Plan]:

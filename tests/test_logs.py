@@ -150,3 +150,11 @@ def test_state_files_parses_a_folder_as_state_file_parses_each_name():
     assert state_files([n for n in names if "\n" not in n]) == [(n, f) for n, f in want if "\n" not in n]
     assert {n for n, _f in want} >= {"1.delta", ".1.delta.crc", "3_ab-12.zip", "10_a_b.zip", "13.zip.crc.crc.crc"}
     assert state_files([]) == []
+    # the versions alone, above a bound (align's roll back): the same names, the same order
+    from streamctl.formats.state import state_versions
+
+    for names_now in (names, [n for n in names if "\n" not in n]):
+        for above in (-1, 2, 5, 12):
+            assert state_versions(names_now, above) == [(n, f.version) for n, f in state_files(names_now)
+                                                        if f.version > above]
+    assert state_versions(names, 5) == [("10_a_b.zip", 10), ("012.delta", 12), ("13.zip.crc.crc.crc", 13)]
