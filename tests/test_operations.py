@@ -396,6 +396,42 @@ def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> 
     assert not CoProcess().submit_hashes([str(tmp_path / "a\nb")])  # a line break: not sent, read in process
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
+def test_a_whole_batch_of_paths_is_sent_while_the_co_process_is_not_reading(tmp_path: Path) -> None:
+    """The co-process's pipes hold a whole request (1 MiB): the executor hands the first batch's
+    8,192 paths to a hasher still starting up and goes on (here: a co-process stopped by
+    SIGSTOP, which reads nothing until SIGCONT), instead of waiting for it to read."""
+    import fcntl
+    import signal
+    import threading
+
+    from streamctl.operations.coprocess import PIPE_BYTES, CoProcess
+
+    (tmp_path / "f").write_bytes(b"abc")
+    path = str(tmp_path / "f")
+    long_paths = [path] * (700_000 // (len(path) + 1))  # about 700 KB in all, like 8,192 paths of a batch
+    assert 600_000 < sum(len(p) + 1 for p in long_paths) < PIPE_BYTES - 4096
+    co = CoProcess()
+    co.spawn()
+    try:
+        assert co._proc is not None and co._proc.stdin is not None
+        assert fcntl.fcntl(co._proc.stdin.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+        os.kill(co._proc.pid, signal.SIGSTOP)
+        sent: list[bool] = []
+        writer = threading.Thread(target=lambda: sent.append(co.submit_hashes(long_paths)), daemon=True)
+        writer.start()
+        writer.join(timeout=5)
+        alive = writer.is_alive()
+        os.kill(co._proc.pid, signal.SIGCONT)
+        writer.join(timeout=10)
+        assert not alive and sent == [True]  # sent whole while the co-process read nothing
+        answers = co.hashes()
+        assert answers is not None and set(answers) == {(3, hashlib.sha256(b"abc").hexdigest())}
+        assert len(answers) == len(long_paths)
+    finally:
+        co.close()
+
+
 def test_a_run_whose_hashing_co_process_fails_reads_the_files_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When the hashing co-process dies before it answers, the executor reads that batch's files
     in process: every begin record still carries the size and sha256 of its file."""
@@ -555,7 +591,8 @@ def test_a_run_whose_syncing_co_process_fails_fsyncs_in_process(tmp_path: Path, 
     state = ex.run()
     assert killed and state.finished
     here = set().union(*synced_here)
-    assert {s.path for s in plan.steps} <= here  # every batch's folders fsynced in process
+    # every batch's folders fsynced in process (sync_parents fsyncs the folder of each path it is given)
+    assert {s.path.rpartition("/")[0] for s in plan.steps} <= {rel.rpartition("/")[0] for rel in here}
     assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
 
 
