@@ -42,7 +42,7 @@ from streamctl.formats.journal import (
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess
-from streamctl.operations.files import Root, all_normal_rels, rename_outcomes, run_renames
+from streamctl.operations.files import Pending, Root, all_normal_rels, rename_outcomes, run_renames
 from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
@@ -64,15 +64,25 @@ def parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
 
 def write_plan(backup: Root, plan: Plan) -> None:
     """plan.json into a backup folder that holds none (a backup never overwrites anything)."""
+    write_plan_started(backup, plan).wait()
+
+
+def write_plan_started(backup: Root, plan: Plan) -> Pending:
+    """`write_plan`, its bytes written on a thread (`Root.write_atomic_started`); checked and
+    encoded here."""
     if backup.exists(PLAN_FILE):
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
-    backup.write_atomic(PLAN_FILE, json_file(plan.to_record()))
+    return backup.write_atomic_started(PLAN_FILE, json_file(plan.to_record()))
 
 
 def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
-    backup.write_atomic(MANIFEST_FILE, json_file({"op_id": plan.op_id, "command": plan.command, "roots": plan.roots,
-                                                   **entries}))
+    write_manifest_started(backup, plan, **entries).wait()
+
+
+def write_manifest_started(backup: Root, plan: Plan, **entries: Any) -> Pending:
+    return backup.write_atomic_started(MANIFEST_FILE, json_file({"op_id": plan.op_id, "command": plan.command,
+                                                                 "roots": plan.roots, **entries}))
 
 
 def backup_rel(step: Step) -> str:
@@ -155,9 +165,12 @@ class _Hashing:
 class Executor:
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
-                 meter: Optional[Callable[[str], None]] = None) -> None:
+                 meter: Optional[Callable[[str], None]] = None, manifest_ahead: bool = False) -> None:
         """`progress` gets one line per step; `meter` a throttled status (files done, bytes, rate,
-        eta) for a terminal."""
+        eta) for a terminal. `manifest_ahead`: `run` returns with manifest.json still being
+        written on a thread, durable before the journal's next record (the runner's `verified`,
+        written after its verification), else durable when `run` returns."""
+        self.manifest_ahead = manifest_ahead
         self.plan = plan
         self.roots = roots
         self.backup = backup
@@ -175,7 +188,9 @@ class Executor:
 
     # -- plan file ----------------------------------------------------------------------------
     def write_plan(self) -> None:
-        write_plan(self.backup, self.plan)
+        """plan.json, written on a thread while the first batch is prepared: the journal writes
+        no record before it is durable (`Journal.after`)."""
+        self.journal.after(write_plan_started(self.backup, self.plan))
 
     def start(self) -> None:
         """Before a fresh run of more than one batch, once the plan is checked: start the two
@@ -200,13 +215,14 @@ class Executor:
         self._co = self._hasher = self._syncer = None
         self._first = None
 
-    def _manifest(self, state: JournalState) -> None:
+    def _manifest(self, state: JournalState) -> Pending:
+        """manifest.json from the done records, written on a thread (`wait()`: durable)."""
         entries = []
         for i in sorted(state.done):
             m = state.done[i].get("manifest")
             if m:
                 entries.append(m)
-        write_manifest(self.backup, self.plan, files=entries)
+        return write_manifest_started(self.backup, self.plan, files=entries)
 
     # -- run -----------------------------------------------------------------------------------
     def run(self) -> JournalState:
@@ -286,11 +302,14 @@ class Executor:
             self._synced(syncing)
         finally:
             self.close()  # co-processes killed when answers are left unread (an operation that stops early)
-        self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
+        manifest = self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
         if not state.finished:
             pending.append({"event": Event.FINISHED})
             state.finished = True
-        self.journal.append_many(pending)
+        self.journal.append_many(pending)  # the manifest's fsync and this one's run together
+        self.journal.after(manifest)  # durable before the next record (the runner verifies meanwhile)
+        if not self.manifest_ahead:
+            self.journal.settle()
         return state
 
     def _begin(self, new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,

@@ -93,6 +93,33 @@ def _digest_line(sub: str, size: int, digest: str) -> str:
     return f"{sub}\0{size}\0{digest}\n"
 
 
+class Pending:
+    """A write under way on a thread (`Root.write_atomic_started`): `wait()` returns once it is
+    durable and raises what it raised. The thread is no daemon: an error exit of the command
+    still lets it end (a torn temporary file, never a torn file at its name)."""
+
+    def __init__(self, fn: Optional[Any] = None) -> None:
+        self.error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        if fn is not None:
+            self._thread = threading.Thread(target=self._run, args=(fn,), name="streamctl-write")
+            self._thread.start()
+
+    def _run(self, fn: Any) -> None:
+        try:
+            fn()
+        except BaseException as exc:  # raised again by wait() on the caller's thread
+            self.error = exc
+
+    def wait(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+
+
 class Root:
     """One writable root folder (local path or URI)."""
 
@@ -433,6 +460,15 @@ class Root:
             return
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             fh.write(data)
+
+    def write_atomic_started(self, rel: str, data: bytes) -> Pending:
+        """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
+        GIL; issue 23: plan.json and manifest.json, 7-13 MB, are written while the executor goes
+        on); object stores here and now. Durable once the result's `wait()` returned."""
+        if not self.is_local:
+            self.write_atomic(rel, data)
+            return Pending()
+        return Pending(lambda: self.write_atomic(rel, data))
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Create a file only if it does not exist (the lock). False when it exists."""

@@ -22,7 +22,7 @@ from streamctl.formats.journal import (
     segment_rel,
 )
 from streamctl.inspectors.storage import parallel_map
-from streamctl.operations.files import Root
+from streamctl.operations.files import Pending, Root
 from streamctl.operations.plan import Refused
 
 CRASH_ENV = "STREAMCTL_TEST_CRASH_AFTER"
@@ -46,9 +46,21 @@ class Journal:
         self.backup = backup
         self._next: Optional[int] = None  # object stores: the number of the next segment
         self._checked_end = False  # local: whether the file's end was checked for a torn line
+        self._before: list[Pending] = []  # writes durable before the next record is written (`after`)
 
     def path(self) -> str:
         return journal_location(self.backup)
+
+    def after(self, pending: Pending) -> None:
+        """The next record is written only once this write is durable (plan.json before the
+        first record: a resume needs it; manifest.json before the `verified` record)."""
+        self._before.append(pending)
+
+    def settle(self) -> None:
+        """Wait for the writes `after` named; raise what they raised."""
+        pending, self._before = self._before, []
+        for p in pending:
+            p.wait()
 
     def append(self, record: dict[str, Any]) -> None:
         self.append_many([record])
@@ -72,6 +84,7 @@ class Journal:
             crash_at = max(int(crash_after) - Journal._writes, 0)  # test hook: die right after that record
             records = records[:crash_at]
         data = record_lines(records, now)  # the closed schema: another event raises
+        self.settle()
         Journal._writes += len(records)
         if self.backup.is_local:
             return Commit(self._append_local(data), crash_at is not None)

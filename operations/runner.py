@@ -247,7 +247,9 @@ class Steps(Protocol):
 def file_steps(plan: Plan, roots: dict[str, Root], backup: Root, say: Optional[Say], meter: Optional[Say]) -> Steps:
     from streamctl.operations.executor import Executor
 
-    return Executor(plan, roots, backup, progress=say, meter=meter)
+    # manifest.json is written while the runner verifies: `_run` writes the `verified` record after
+    # it, which waits for the manifest to be durable (Journal.after)
+    return Executor(plan, roots, backup, progress=say, meter=meter, manifest_ahead=True)
 
 
 def positions_as_before(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str, Any]]:
@@ -380,6 +382,12 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     from streamctl.operations.journal import Conflict
 
     hint = f"streamctl {op.command} --resume {backup.location}"
+
+    def kept(exc: BaseException) -> StorageError:  # storage failed mid-way (permission denied...): exit 3
+        path = getattr(exc, "path", None) or os.fsdecode(getattr(exc, "filename", None) or backup.location)
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
+        return StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)")
+
     try:
         steps.run()
     except Untouched as exc:
@@ -388,16 +396,18 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         raise
     except Conflict as exc:  # the lock is kept: the journal says where it stopped
         raise Conflict(str(exc) if resumed else f"{exc}; resume with: {hint}") from None
-    except (StorageError, OSError) as exc:  # storage failed mid-way (permission denied...): same, exit 3
-        path = getattr(exc, "path", None) or os.fsdecode(getattr(exc, "filename", None) or backup.location)
-        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
-        raise StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)") from None
+    except (StorageError, OSError) as exc:
+        raise kept(exc) from None
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; the lock is kept: resume with {hint} or undo with --undo") from None
     if op.finish is not None:
         op.finish(plan, roots, steps)
     _note_written(plan, roots)
     ok, got = op.verify(plan, roots)
+    try:
+        steps.journal.settle()  # manifest.json, written while the verification ran
+    except (StorageError, OSError) as exc:
+        raise kept(exc) from None
     steps.journal.append({"event": Event.VERIFIED, "ok": ok, "got": got})
     lock.release()
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)

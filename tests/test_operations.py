@@ -494,6 +494,40 @@ def test_a_group_commit_written_on_a_thread_is_durable_or_raises_at_wait(tmp_pat
         journal.append_many([{"event": "finished"}])
 
 
+def test_a_journal_record_waits_for_the_writes_named_before_it(tmp_path: Path) -> None:
+    """`Journal.after`: plan.json (written on a thread while the first batch is prepared) is
+    durable before the first record, manifest.json before `verified`; a write that failed raises
+    at the next append, which then writes nothing."""
+    from streamctl.operations.files import Pending
+    from streamctl.operations.journal import Journal
+
+    backup = Root("backup", str(tmp_path / "b"))
+    journal = Journal(backup)
+    late = tmp_path / "late"
+
+    def slow() -> None:
+        time.sleep(0.3)
+        late.write_bytes(b"written")
+
+    journal.after(Pending(slow))
+    journal.append({"event": "start", "op_id": "x", "pid": 1, "steps": 0})
+    assert late.read_bytes() == b"written"  # the record came after the write, not before
+
+    def fails() -> None:
+        raise OSError(28, "No space left on device")
+
+    journal.after(Pending(fails))
+    with pytest.raises(OSError, match="No space left"):
+        journal.append({"event": "finished"})
+    assert journal.read().started and not journal.read().finished
+    journal.append({"event": "finished"})  # raised once: the next append goes on
+    assert journal.read().finished
+    # the plan through Root.write_atomic_started: durable once wait() returned
+    pending = backup.write_atomic_started("x.json", b"{}")
+    pending.wait()
+    assert (tmp_path / "b" / "x.json").read_bytes() == b"{}"
+
+
 def test_the_syncing_co_process_fsyncs_folders_and_names_those_gone(tmp_path: Path) -> None:
     """`f` requests: `0` for each folder fsynced, `1` for one that cannot be opened; a line break
     in a path is not sent."""
