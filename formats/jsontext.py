@@ -6,7 +6,7 @@ neither encodes raises TypeError. Used by the journal, `plan.json`, `manifest.js
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional
 
 import orjson
 
@@ -21,6 +21,30 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value, option=_SORTED)
     except TypeError:  # orjson.JSONEncodeError is one
         return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def dumps_joined(values: Any, sep: bytes, first: bytes = b"", buf: Optional[bytearray] = None) -> bytearray:
+    """`first`, then each value's `dumps`, `sep` between them, in one growing buffer (the journal's
+    lines, plan.json's and manifest.json's lists: 66,000 items; `dumps` inlined, a call less per
+    item, issue 23): `buf`, appended to, or a new one."""
+    if buf is None:
+        buf = bytearray()
+    buf += first
+    enc, opt = orjson.dumps, _SORTED
+    it = iter(values)
+    for v in it:  # the first, without a separator before it
+        try:
+            buf += enc(v, option=opt)
+        except TypeError:
+            buf += dumps(v)
+        break
+    for v in it:
+        buf += sep
+        try:
+            buf += enc(v, option=opt)
+        except TypeError:
+            buf += dumps(v)
+    return buf
 
 
 def dumps_indented(value: Any) -> str:

@@ -701,15 +701,16 @@ class Root:
         pairs = self.rename_pairs([rel], dest, [dest_rel])
         return pairs is not None and _RENAME.run(pairs)[0]
 
-    def rename_pairs(self, rels: list[str], dest: Root, dest_rels: list[str]) -> Optional[list[tuple[str, str]]]:
+    def rename_pairs(self, rels: list[str], dest: Root, dest_rels: list[str],
+                     normal: bool = False) -> Optional[list[tuple[str, str]]]:
         """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
         made (once per folder); None when they cannot be renames (not both local, no
-        renameat2)."""
+        renameat2). `normal`: the caller found every path of both lists normal already."""
         if not (self.is_local and dest.is_local) or not _RENAME.usable():
             return None
         made, out = dest._made, []
         head, dest_head = self._head(), dest._head()
-        if head is not None and dest_head is not None and all_normal_rels(rels) and all_normal_rels(dest_rels):
+        if head is not None and dest_head is not None and (normal or all_normal_rels(rels) and all_normal_rels(dest_rels)):
             targets = [dest_head + dest_rel for dest_rel in dest_rels]
             for parent in dict.fromkeys([t.rpartition("/")[0] for t in targets]):
                 if parent not in made:

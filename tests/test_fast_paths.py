@@ -237,3 +237,22 @@ def test_large_json_documents_print_compact_and_read_back(capsys: pytest.Capture
         out = capsys.readouterr().out
         assert out.count("\n") == 1 and len(out) > PRETTY_LIMIT
         assert json.loads(out) == doc
+
+
+def test_joined_json_is_each_value_encoded_alone() -> None:
+    """jsontext.dumps_joined (the journal's lines, the lists of plan.json and manifest.json) gives
+    the bytes of `dumps` of each value with the separator between: also for what orjson refuses
+    (a lone surrogate of a file name that is not UTF-8, an int beyond 64 bits), which json.dumps
+    encodes; into a given buffer it appends."""
+    from streamctl.formats.jsontext import dumps, dumps_joined
+
+    values = [{"path": "state/0/1.delta", "b": 1, "a": None}, {"path": os.fsdecode(b"state/\xff.delta")}, 2 ** 70,
+              "é\u2028", [1, {"z": 0, "y": [True]}]]
+    for cut in range(len(values) + 1):
+        part = values[:cut]
+        assert bytes(dumps_joined(part, b",\n")) == b",\n".join(dumps(v) for v in part)
+        assert bytes(dumps_joined(part, b"|", b"[")) == b"[" + b"|".join(dumps(v) for v in part)
+    buf = bytearray(b"head")
+    assert dumps_joined(values[:2], b";", b":", buf) is buf
+    assert bytes(buf) == b"head:" + dumps(values[0]) + b";" + dumps(values[1])
+    assert json.loads(dumps(values[1])) == values[1]
