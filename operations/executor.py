@@ -41,7 +41,7 @@ from streamctl.formats.journal import (
 )
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
-from streamctl.operations.coprocess import CoProcess
+from streamctl.operations.coprocess import CoProcess, take, warm
 from streamctl.operations.files import (
     Pending,
     Root,
@@ -61,6 +61,12 @@ BATCH_SECONDS = 1.0  # and done records durable at the latest this long after th
 METER_SECONDS = 0.2
 COPY_THREADS = 8  # object-store reads and copies in flight at once
 UNDO_COPY_BATCH = 256  # undo on object stores: copies put back per batched delete of their backups
+
+
+def warm_up() -> None:
+    """Start the co-processes a pipelined run takes (renamer, hasher, syncer) now, before the
+    plan is made (coprocess.warm); the caller `coprocess.cool()`s those no run took."""
+    warm(3)
 
 
 def parallel(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -215,7 +221,7 @@ class Executor:
         those reads). `run` takes them; `close` stops them when it never comes."""
         if self._co is not None or len(self.plan.steps) <= BATCH_STEPS:
             return
-        self._co, self._hasher, self._syncer = CoProcess(), CoProcess(), CoProcess()
+        self._co, self._hasher, self._syncer = take(), take(), take()
         self._first = self._hash_ahead(list(range(BATCH_STEPS)))
         self._co.spawn()  # the renamer and the syncer start up meanwhile too
         self._syncer.spawn()
@@ -273,7 +279,7 @@ class Executor:
             self.close()  # asked for other steps than this run's first batch: not used
             first = None
         if len(batches) > 1 and self._co is None:  # one group commit: nothing to overlap
-            self._co, self._hasher, self._syncer = CoProcess(), CoProcess(), CoProcess()
+            self._co, self._hasher, self._syncer = take(), take(), take()
         running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
         syncing: Optional[_Syncing] = None  # the folders of the batch before that, in the syncer
         pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None

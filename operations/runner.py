@@ -357,9 +357,16 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
                                  op.backup_root)
     lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
     steps: Optional[Steps] = None
+    from streamctl.operations import coprocess
+
     try:  # until the first step runs, every failure releases the lock
+        if op.steps is file_steps and ck.is_local:  # their start-up overlaps the plan (one core idles)
+            from streamctl.operations.executor import warm_up
+
+            warm_up()
         plan = req.planner(op_id, backup)
         if not plan.steps:  # decided under the lock: not while another operation is half done
+            coprocess.cool()
             lock.release()
             return Outcome(plan, backup, executed=False)
         plan.op_id = op_id
@@ -367,9 +374,11 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
         check_plan(plan, roots)
         steps = op.steps(plan, roots, backup, say, meter)
         steps.start()  # the executor's co-processes read the first files while the plan is written
+        coprocess.cool()  # those it did not take (a plan of one batch)
         steps.write_plan()
         steps.journal.append_many(req.opening)
     except BaseException:
+        coprocess.cool()
         if steps is not None:  # what start() began
             steps.close()
         lock.release()

@@ -559,6 +559,43 @@ def _batches_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
     return ck, backup, before, _plan([Step("move", "checkpoint", rel, "old") for rel in sorted(before)], {"checkpoint": str(ck)})
 
 
+@pytest.mark.parametrize("size", ["batches", "one step", "empty"])
+def test_co_processes_started_before_the_plan_are_taken_or_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 size: str) -> None:
+    """The runner starts the executor's three co-processes before the plan is made (their start-up
+    overlaps it); a run of several batches takes those three (no others started), and whatever
+    the plan, every one of them has ended when `execute` returns."""
+    from streamctl.operations import coprocess
+    from streamctl.operations.runner import Operation, Request, execute
+
+    ck, _backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    if size != "batches":
+        plan.steps = plan.steps[:1 if size == "one step" else 0]
+    started: list[subprocess.Popen[bytes]] = []
+    start = coprocess.CoProcess._start
+
+    def recorded(self: coprocess.CoProcess) -> None:
+        start(self)
+        assert self._proc is not None
+        started.append(self._proc)
+
+    monkeypatch.setattr(coprocess.CoProcess, "_start", recorded)
+    at_plan: list[int] = []
+
+    def planner(op_id: str, _backup: Root) -> Plan:
+        at_plan.append(len(started))
+        return plan
+
+    out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), planner))
+    assert at_plan == [3]  # started before the plan was made
+    assert len(started) == 3  # none started on top of them
+    assert all(proc.poll() is not None for proc in started) and coprocess._WARM == []
+    assert out.executed == (size != "empty")
+    if size == "batches":
+        assert not [p for p in _tree(ck) if p.startswith("state/")]
+        assert _tree(Path(out.backup.location) / "files" / "checkpoint") == before
+
+
 def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch's done records are written only once the syncing co-process answered for its
     folders (each moved file's folder and its backup folder among those fsynced)."""
