@@ -94,7 +94,8 @@ def _digest_line(sub: str, size: int, digest: str) -> str:
 
 
 class Pending:
-    """A write under way on a thread (`Root.write_atomic_started`): `wait()` returns once it is
+    """A write under way on a thread (`Root.write_atomic_started`, the journal's group commit):
+    `wait()` returns once it is
     durable and raises what it raised. The thread is no daemon: an error exit of the command
     still lets it end (a torn temporary file, never a torn file at its name)."""
 

@@ -7,7 +7,6 @@ runner, teardown and the Kafka group offsets write records through `Journal`.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any, Optional
 
@@ -92,7 +91,7 @@ class Journal:
             self._write_segment(data)
         return Commit(None, crash_at is not None)
 
-    def _append_local(self, data: bytes) -> _Writer:
+    def _append_local(self, data: bytes) -> Pending:
         """Open the journal here, then write `data` and fsync on a thread (two system calls: on
         a thread, each waits for the GIL once)."""
         path = self.backup.local(JOURNAL_FILE)
@@ -107,7 +106,7 @@ class Journal:
         except BaseException:
             os.close(fd)
             raise
-        return _Writer(fd, data)
+        return Pending(lambda: _write_all(fd, data))
 
     def _write_segment(self, data: bytes) -> None:
         """One group commit on an object store: the next segment, created only if no object has its
@@ -153,40 +152,28 @@ class Journal:
         return state
 
 
-class _Writer(threading.Thread):
-    """Write all of `data` to `fd`, fsync it and close it; what it raised is kept for `Commit`."""
-
-    def __init__(self, fd: int, data: bytes) -> None:
-        super().__init__(name="journal-commit", daemon=True)
-        self.fd, self.data = fd, data
-        self.error: Optional[BaseException] = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            view = memoryview(self.data)
-            while view:
-                view = view[os.write(self.fd, view):]
-            os.fsync(self.fd)
-        except BaseException as exc:  # raised again by Commit.wait on the caller's thread
-            self.error = exc
-        finally:
-            os.close(self.fd)
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd`, fsync it and close it (on a `Pending` thread)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Commit:
     """A group commit under way (`Journal.append_started`)."""
 
-    def __init__(self, writer: Optional[_Writer] = None, crash: bool = False) -> None:
+    def __init__(self, writer: Optional[Pending] = None, crash: bool = False) -> None:
         self._writer, self._crash = writer, crash
 
     def wait(self) -> None:
         """Return once the records are durable; raise what their write raised."""
         writer, self._writer = self._writer, None
         if writer is not None:
-            writer.join()
-            if writer.error is not None:
-                raise writer.error
+            writer.wait()
         if self._crash:
             os._exit(CRASH_EXIT)  # test hook: die like a killed process, no cleanup
 

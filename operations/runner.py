@@ -161,24 +161,21 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
 def _real_folder(root: Root, root_name: str, head: str, top: str, resolved: dict[tuple[str, str], str]) -> str:
     """os.path.realpath of the root's folder `head` (a checked relative path), from its parent's
     real path when the folder is no symlink (one lstat; realpath lstats every component from /:
-    600 folders of a roll back cost 50 ms, issue 23); a symlink, or a name realpath treats
-    specially, is resolved by realpath itself. `top`: the root's own real path."""
+    600 folders of a roll back cost 50 ms, issue 23); a symlink is resolved by realpath itself.
+    `top`: the root's own real path."""
     if not head:
         return top
     key = (root_name, head)
     got = resolved.get(key)
     if got is not None:
         return got
-    up, _, name = head.rpartition("/")
+    up, _, name = head.rpartition("/")  # a normal path: no "", "." or ".." part
     path = root.local(head)
-    if name in ("", ".", ".."):
-        got = os.path.realpath(path)
-    else:
-        try:
-            link = stat.S_ISLNK(os.lstat(path).st_mode)
-        except OSError:
-            link = False  # as realpath: a name it cannot lstat is kept as it is
-        got = os.path.realpath(path) if link else os.path.join(_real_folder(root, root_name, up, top, resolved), name)
+    try:
+        link = stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        link = False  # as realpath: a name it cannot lstat is kept as it is
+    got = os.path.realpath(path) if link else os.path.join(_real_folder(root, root_name, up, top, resolved), name)
     resolved[key] = got
     return got
 
