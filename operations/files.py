@@ -95,8 +95,7 @@ def _digest_line(sub: str, size: int, digest: str) -> str:
 
 class Pending:
     """A write under way on a thread (`Root.write_atomic_started`, the journal's group commit):
-    `wait()` returns once it is
-    durable and raises what it raised. The thread is no daemon: an error exit of the command
+    `wait()` returns once it is durable and raises what it raised. The thread is no daemon: an error exit of the command
     still lets it end (a torn temporary file, never a torn file at its name)."""
 
     def __init__(self, fn: Optional[Any] = None) -> None:
