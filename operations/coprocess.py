@@ -12,7 +12,7 @@ co-process has its own GIL. It imports nothing of streamctl but this module and 
 started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
 
 Protocol (docs/formats/streamctl.md#the-renaming-hashing-and-syncing-co-processes), bytes on the child's stdin and
-stdout, one request at a time: `m <n>\\n` then 2n lines, the source and target of each rename
+stdout, requests answered in order, each read whole before it is answered: `m <n>\\n` then 2n lines, the source and target of each rename
 (absolute, os.fsencode; renames with a line break in a path are run in process instead); each is
 one renameat2(RENAME_NOREPLACE), which never replaces anything. The answer is n lines in the same
 order: `0` done, or the errno of the failure (the caller takes its general path for those).
@@ -20,6 +20,9 @@ order: `0` done, or the errno of the failure (the caller takes its general path 
 each file as `hash_file` reads it, or `-<errno>` (the caller reads that one itself). `s <n>\\n`
 likewise: `<size>` of each (stat), or `-<errno>`. `f <n>\\n` then n lines, absolute paths of
 folders: the answer is n lines, `0` once each is fsynced, or `1` when it cannot be opened.
+`b <n>\\n`, then a root folder (absolute) and n paths relative to it: answered as `h`, each
+file read only where it resolves inside the root (`hash_beneath`; else `-<errno>`), so the
+executor sends a whole plan's reads before the plan is checked, several requests at once.
 The co-process dies with its parent (PR_SET_PDEATHSIG on Linux, and a check of its parent before
 each request): no rename runs after the executor is gone.
 """
@@ -31,6 +34,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 from typing import IO, Callable, Optional, cast
 
 from streamctl.inspectors.outputs import fsync_dirs
@@ -39,21 +43,26 @@ RENAME_NOREPLACE = 1
 CHUNK = 1 << 20  # bytes per read when hashing
 
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 _noatime = getattr(os, "O_NOATIME", 0)
 
 
-def hash_file(path: str | bytes) -> tuple[int, str]:
+def hash_file(path: str | bytes, dir_fd: Optional[int] = None, nofollow: bool = False) -> tuple[int, str]:
     """(size, sha256 hex) of a local file, read with plain system calls (no buffered file object:
     half the cost on small files); a folder raises IsADirectoryError. O_NOATIME where the file is
-    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back."""
+    ours (Linux): reading 100,000 files to hash them should not write 100,000 inodes back.
+    `dir_fd`: `path` is relative to that open folder; `nofollow`: a symlink is not followed
+    (ELOOP)."""
     global _noatime
+    flags = _READ_FLAGS | (_NOFOLLOW if nofollow else 0)
     try:
-        fd = os.open(path, _READ_FLAGS | _noatime)
+        fd = os.open(path, flags | _noatime, dir_fd=dir_fd)
     except PermissionError:
         if not _noatime:
             raise
         _noatime = 0  # not the owner of the files: plain reads from now on
-        fd = os.open(path, _READ_FLAGS)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         h = hashlib.sha256()
         size = 0
@@ -67,16 +76,50 @@ def hash_file(path: str | bytes) -> tuple[int, str]:
         os.close(fd)
 
 
+def _hash_line(path: bytes, dir_fd: Optional[int] = None, nofollow: bool = False) -> bytes:
+    try:
+        size, digest = hash_file(path, dir_fd, nofollow)
+    except OSError as exc:
+        return b"-%d\n" % (exc.errno or errno.EIO)
+    return b"%d %s\n" % (size, digest.encode())
+
+
 def hash_all(paths: list[bytes]) -> list[bytes]:
     """The answer line of each path of an `h` request: `<size> <sha256 hex>`, or `-<errno>`."""
+    return [_hash_line(path) for path in paths]
+
+
+def hash_beneath(root: bytes, rels: list[bytes]) -> list[bytes]:
+    """The answers of a `b` request: as `hash_all` of `root`'s relative paths `rels` (normal:
+    no "", "." or ".." part), each opened only where it resolves inside `root`: its folder's
+    real path inside root's, the file itself no symlink (O_NOFOLLOW). That is what the runner's
+    `check_plan` asks of a step's path, so these reads may start before it has run (issue 23): a
+    path it would refuse is never opened here (`-EXDEV`; a symlink: `-ELOOP`; the executor
+    reads those itself, after the check). Each folder is resolved and opened once (O_PATH), its
+    files opened relative to it."""
+    top = os.path.realpath(root)
+    inside = top.rstrip(b"/") + b"/"
+    folders: dict[bytes, int] = {}  # folder -> open descriptor, or minus the errno
     out = []
-    for path in paths:
-        try:
-            size, digest = hash_file(path)
-        except OSError as exc:
-            out.append(b"-%d\n" % (exc.errno or errno.EIO))
-            continue
-        out.append(b"%d %s\n" % (size, digest.encode()))
+    try:
+        for rel in rels:
+            head, _, name = rel.rpartition(b"/")
+            fd = folders.get(head)
+            if fd is None:
+                real = os.path.realpath(root.rstrip(b"/") + b"/" + head) if head else top
+                if real != top and not real.startswith(inside):
+                    fd = -errno.EXDEV
+                else:
+                    try:
+                        fd = os.open(real, _FOLDER_FLAGS)
+                    except OSError as exc:
+                        fd = -(exc.errno or errno.EIO)
+                folders[head] = fd
+            out.append(b"-%d\n" % -fd if fd < 0 else _hash_line(name, fd, True))
+    finally:
+        for fd in folders.values():
+            if fd >= 0:
+                os.close(fd)
     return out
 
 
@@ -101,7 +144,7 @@ def rename_all(fn: Optional[Callable[..., int]], pairs: list[tuple[bytes, bytes]
         return [errno.ENOSYS] * len(pairs)
     import ctypes
 
-    flags = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = _FOLDER_FLAGS
     fds: dict[bytes, int] = {}
     out: list[int] = []
     try:
@@ -167,14 +210,16 @@ def serve(inp: IO[bytes], out: IO[bytes], parent: Optional[int] = None) -> None:
     while True:
         head = inp.readline()
         kind = head[:1]
-        if head[1:2] != b" " or (kind != b"m" and kind not in _SERVED):
+        if head[1:2] != b" " or (kind not in (b"m", b"b") and kind not in _SERVED):
             return  # stdin closed (or not a request of this protocol)
         renames = kind == b"m"
-        lines = [inp.readline()[:-1] for _ in range((2 if renames else 1) * int(head[2:]))]
+        lines = [inp.readline()[:-1] for _ in range((2 if renames else 1) * int(head[2:]) + (kind == b"b"))]
         if parent is not None and os.getppid() != parent:
             return  # the executor is gone: nothing more is renamed or read
         if renames:
             out.write(b"".join(b"%d\n" % e for e in rename_all(fn, list(zip(lines[::2], lines[1::2], strict=False)))))
+        elif kind == b"b":
+            out.write(b"".join(hash_beneath(lines[0], lines[1:])))
         else:
             out.write(b"".join(_SERVED[kind](lines)))
         out.flush()
@@ -210,7 +255,10 @@ class CoProcess:
     def __init__(self) -> None:
         self._proc: Optional[subprocess.Popen[bytes]] = None
         self._broken = False
-        self._waiting = 0  # answers sent for and not read
+        self._waiting = 0  # answers sent for and not read, of the request in flight
+        self._queued: list[int] = []  # and of the requests sent after it (`queue_hashes`), in order
+        self._rest = b""  # answer bytes read past the request in flight (theirs)
+        self._writer: Optional[threading.Thread] = None  # writing the queued requests
 
     def submit(self, pairs: list[tuple[str, str]]) -> bool:
         """Send renames (source, target: absolute local paths) to run in order; False when they
@@ -220,6 +268,41 @@ class CoProcess:
     def submit_hashes(self, paths: list[str]) -> bool:
         """Send absolute local paths of files to read and hash, in order; False when not sent."""
         return bool(paths) and self._send(b"h", paths, len(paths))
+
+    def queue_hashes(self, requests: list[tuple[str, list[str]]]) -> bool:
+        """Send `b` requests, (root folder, paths relative to it) each, to be answered one by one
+        by `hashes()` in this order; written by a thread (the co-process reads them as it goes:
+        a whole plan's paths fill the pipe many times over). False when they were not sent."""
+        if self._broken or self._waiting or self._writer is not None or not requests:
+            return False
+        data, counts = [], []
+        for root, rels in requests:
+            text = "\n".join([root, *rels])
+            if not rels or text.count("\n") != len(rels):  # an empty request; a line break in a path
+                return False
+            data.append(b"b %d\n%s\n" % (len(rels), os.fsencode(text)))
+            counts.append(len(rels))
+        if self._proc is None:
+            try:
+                self._start()
+            except OSError:
+                self.close()
+                return False
+        stdin = self._proc.stdin if self._proc is not None else None
+        if stdin is None:
+            return False
+
+        def write() -> None:
+            try:
+                stdin.write(b"".join(data))
+                stdin.flush()
+            except (OSError, ValueError):
+                pass  # it died (or was stopped): its answers come short, and the caller reads in process
+
+        self._waiting, self._queued = counts[0], counts[1:]
+        self._writer = threading.Thread(target=write, name="streamctl-coprocess-write", daemon=True)
+        self._writer.start()
+        return True
 
     def submit_sizes(self, paths: list[str]) -> bool:
         """Send absolute local paths of files to stat, in order; False when not sent."""
@@ -275,7 +358,8 @@ class CoProcess:
             return None
         out = cast(io.BufferedReader, self._proc.stdout)  # Popen's pipe, buffered (bufsize -1)
         assert out is not None
-        chunks, got = [], 0
+        chunks, got = ([self._rest], self._rest.count(b"\n")) if self._rest else ([], 0)
+        self._rest = b""
         try:  # in as few reads as the pipe gives (a readline per answer was 8,192 calls a batch)
             while got < self._waiting:
                 chunk = out.read1(1 << 20)
@@ -286,10 +370,18 @@ class CoProcess:
         except OSError:
             self.close()
             return None
+        if got > self._waiting and self._queued:  # the next queued request's answers began: kept for it
+            last = chunks.pop()
+            keep = last.count(b"\n") - (got - self._waiting)  # lines of `last` that are this request's
+            parts = last.split(b"\n", keep)
+            self._rest = parts.pop()
+            if parts:
+                chunks.append(b"\n".join(parts) + b"\n")
+            got = self._waiting
         if got != self._waiting or not chunks[-1].endswith(b"\n"):  # more than it was asked: not this protocol
             self.close()
             return None
-        self._waiting = 0
+        self._waiting = self._queued.pop(0) if self._queued else 0
         return b"".join(chunks)
 
     def _numbers(self) -> Optional[list[int]]:
@@ -354,6 +446,9 @@ class CoProcess:
             return
         if self._waiting:
             proc.kill()
+        writer, self._writer = self._writer, None
+        if writer is not None:  # its write ends: the requests were read, or the co-process is gone
+            writer.join()
         try:
             if proc.stdin is not None:
                 proc.stdin.close()

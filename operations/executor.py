@@ -169,10 +169,12 @@ class _Syncing:
 @dataclass
 class _Hashing:
     """The pre-images of a batch's new steps being read by the hashing co-process: the steps
-    (`indices`) and, in order, those whose files were sent (`sent`, plain local paths)."""
+    (`indices`), in order those whose files were sent (`sent`, plain local paths), and in how
+    many requests (`parts`: one a root for reads beneath the roots, answered in turn)."""
 
     indices: list[int]
     sent: list[int]
+    parts: int = 1
 
 
 class Executor:
@@ -196,7 +198,7 @@ class Executor:
         self._co: Optional[CoProcess] = None  # the renaming co-process while run() runs
         self._hasher: Optional[CoProcess] = None  # and the one reading the next batch's pre-images
         self._syncer: Optional[CoProcess] = None  # and the one fsyncing the folders of the batch before
-        self._first: Optional[_Hashing] = None  # the first batch's pre-images, asked by start()
+        self._queued: Optional[list[Optional[_Hashing]]] = None  # every batch's pre-images, asked by start()
         self._uri_heads = {name: root.storage.uri_prefix() for name, root in roots.items()}  # what uri() puts before a path
         self._plan_normal: Optional[bool] = None  # every step's path normal (`_normal`), asked once
 
@@ -215,16 +217,36 @@ class Executor:
         self.journal.after(write_plan_started(self.backup, self.plan))
 
     def start(self) -> None:
-        """Before a fresh run of more than one batch, once the plan is checked: start the two
-        co-processes and have the hasher read the first batch's files while the caller writes
-        `plan.json` and the journal's opening records (issue 23: the first renames wait for
-        those reads). `run` takes them; `close` stops them when it never comes."""
+        """Before a fresh run of more than one batch, as soon as the plan is made: take the
+        co-processes and send the hasher every batch's files at once, to be read beneath their
+        roots (`hash_beneath`: no path the plan's check would refuse is opened, so the reads
+        overlap that check, `plan.json` and the journal's opening records, while one core
+        idles; issue 23). `run` takes them; `close` stops them when it never comes."""
         if self._co is not None or len(self.plan.steps) <= BATCH_STEPS:
             return
         self._co, self._hasher, self._syncer = take(), take(), take()
-        self._first = self._hash_ahead(list(range(BATCH_STEPS)))
+        self._queued = self._hash_plan()
         self._co.spawn()  # the renamer and the syncer start up meanwhile too
         self._syncer.spawn()
+
+    def _hash_plan(self) -> Optional[list[Optional[_Hashing]]]:
+        """`queue_hashes` of every batch's local pre-images, one request per batch and root;
+        per batch, what was sent (None: nothing, read in process). None when nothing went."""
+        n = len(self.plan.steps)
+        out: list[Optional[_Hashing]] = []
+        requests: list[tuple[str, list[str]]] = []
+        for k in range(0, n, BATCH_STEPS):
+            indices = list(range(k, min(k + BATCH_STEPS, n)))
+            sent: list[int] = []
+            parts = 0
+            for head, idx, rels in self._local_groups(indices):
+                sent += idx
+                parts += 1
+                requests.append((head.rstrip("/") or "/", rels))
+            out.append(_Hashing(indices, sent, parts) if sent else None)
+        if self._hasher is None or not requests or not self._hasher.queue_hashes(requests):
+            return None
+        return out
 
     def close(self) -> None:
         """Stop the co-processes (killed when answers are left unread): all told first, then each
@@ -235,7 +257,7 @@ class Executor:
         for co in running:
             co.close()
         self._co = self._hasher = self._syncer = None
-        self._first = None
+        self._queued = None
 
     def _manifest(self, state: JournalState) -> Pending:
         """manifest.json from the done records, written on a thread (`wait()`: durable)."""
@@ -274,25 +296,26 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         batches = [todo[k:k + BATCH_STEPS] for k in range(0, len(todo), BATCH_STEPS)]
-        first, self._first = self._first, None
-        if first is not None and (not batches or [i for i in batches[0] if i not in state.begun] != first.indices):
-            self.close()  # asked for other steps than this run's first batch: not used
-            first = None
+        queued, self._queued = self._queued, None  # every batch's reads, sent by start()
+        if queued is not None and (len(queued) != len(batches) or [h.indices if h else None for h in queued] != [
+                [i for i in b if i not in state.begun] if q else None for b, q in zip(batches, queued, strict=True)]):
+            self.close()  # asked for other steps than this run's batches: not used
+            queued = None
         if len(batches) > 1 and self._co is None:  # one group commit: nothing to overlap
             self._co, self._hasher, self._syncer = take(), take(), take()
         running: Optional[_Renaming] = None  # the batch before, renaming in the co-process
         syncing: Optional[_Syncing] = None  # the folders of the batch before that, in the syncer
         pres_next: Optional[dict[int, Optional[dict[str, Any]]]] = None
-        ahead: Optional[_Hashing] = first  # this batch's pre-images, read by the hashing co-process
+        ahead: Optional[_Hashing] = None  # this batch's pre-images, read by the hashing co-process
         try:
             for n, batch in enumerate(batches):
                 new = [i for i in batch if i not in state.begun]
-                this, ahead = ahead, None
-                if this is None and n + 1 < len(batches):  # the hasher is free: the next batch's reads start now
+                this, ahead = (queued[n], None) if queued is not None else (ahead, None)
+                if queued is None and this is None and n + 1 < len(batches):  # the hasher is free: the next batch's reads start now
                     ahead = self._hash_ahead([i for i in batches[n + 1] if i not in state.begun])
                 pres = pres_next if pres_next is not None else self._pre_images(new, this)
                 pres_next = None
-                if this is not None and n + 1 < len(batches):  # its answers read: the next batch's reads
+                if queued is None and this is not None and n + 1 < len(batches):  # its answers read: the next batch's reads
                     ahead = self._hash_ahead([i for i in batches[n + 1] if i not in state.begun])
                 self._synced(syncing)  # the folders of the done records in `pending`
                 syncing = None
@@ -316,7 +339,7 @@ class Executor:
                         pending = []
                 if running is None:
                     pending += self._act(batch, new, state, first_run)
-                elif n + 1 < len(batches) and ahead is None:  # read while the co-process renames
+                elif n + 1 < len(batches) and ahead is None and queued is None:  # read while the co-process renames
                     pres_next = self._pre_images([i for i in batches[n + 1] if i not in state.begun])
             if running is not None:
                 pending += self._finish_renames(running, state)
@@ -409,6 +432,16 @@ class Executor:
         this process works on the batch before; None when nothing was sent."""
         if self._hasher is None or not indices:
             return None
+        sent: list[int] = []
+        paths: list[str] = []
+        for head, idx, rels in self._local_groups(indices):
+            sent += idx
+            paths += [head + rel for rel in rels]
+        return _Hashing(indices, sent) if sent and self._hasher.submit_hashes(paths) else None
+
+    def _local_groups(self, indices: list[int]) -> list[tuple[str, list[int], list[str]]]:
+        """The steps among these whose pre-images a co-process can read, per root: its local path
+        prefix (`Root._head`), the steps, their (normal) paths; the rest are read here, as always."""
         steps = self.plan.steps
         kinds: dict[tuple[str, str], bool] = {}  # (action, root) -> read from a local file system
         by_root: dict[str, list[int]] = {}
@@ -419,15 +452,13 @@ class Executor:
                 local = kinds[(step.action, step.root)] = self._local_pre(step)
             if local:
                 by_root.setdefault(step.root, []).append(i)
-        sent: list[int] = []
-        paths: list[str] = []
+        out = []
         for name, idx in by_root.items():
             head = self.roots[name]._head()
             rels = [steps[i].path for i in idx]
-            if head is not None and self._normal(rels):  # else read here, as always
-                sent += idx
-                paths += [head + rel for rel in rels]
-        return _Hashing(indices, sent) if sent and self._hasher.submit_hashes(paths) else None
+            if head is not None and self._normal(rels):
+                out.append((head, idx, rels))
+        return out
 
     def _pre_images(self, indices: list[int], ahead: Optional[_Hashing] = None) -> dict[int, Optional[dict[str, Any]]]:
         """What each step's file is before it acts (size, sha256), for its begin record. Local
@@ -439,7 +470,13 @@ class Executor:
         plain files are noted in `_objects` (their moves go by copy -> verify -> batched delete)."""
         pres: dict[int, Optional[dict[str, Any]]] = {}
         if ahead is not None and ahead.indices == indices and self._hasher is not None:
-            answers = self._hasher.hashes()
+            answers: Optional[list[tuple[int, str] | int]] = []
+            for _ in range(ahead.parts):  # a request per root (`_hash_plan`): answered in turn
+                got = self._hasher.hashes()
+                if got is None or answers is None:
+                    answers = None  # it failed: read here (the co-process is closed)
+                    break
+                answers += got
             if answers is not None:
                 for i, got in zip(ahead.sent, answers, strict=True):
                     if isinstance(got, tuple):

@@ -5,6 +5,8 @@ live here, once:
     validate the backup -> lock -> plan under the lock -> check the plan -> write the plan ->
     journal -> steps -> (finish) -> verify -> release
 
+(the steps' reads of the files they will move may start before the check, beneath the roots)
+
 with `resume` (after a crash: the same operation, from its journal) and `undo` (the exact bytes
 back, checked against the manifest first). Commands only build the `Request`, call `execute`,
 `resume` or `undo`, render the outcome and return the exit code of console/errors.py's table.
@@ -231,8 +233,9 @@ class Steps(Protocol):
     def write_plan(self) -> None: ...
 
     def start(self) -> None:
-        """Work that may begin once the plan is checked, before it is written (the executor's
-        co-processes read the first files); `close` ends it when `run` never comes."""
+        """Work that may begin once the plan is made, before it is checked and written: reads
+        only, and none of a path the check would refuse (the executor's hasher reads the plan's
+        files beneath their roots); `close` ends it when `run` never comes."""
 
     def close(self) -> None: ...
 
@@ -368,9 +371,9 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
             return Outcome(plan, backup, executed=False)
         plan.op_id = op_id
         roots = roots_of(plan)
-        check_plan(plan, roots)
         steps = op.steps(plan, roots, backup, say, meter)
-        steps.start()  # the executor's co-processes read the first files while the plan is written
+        steps.start()  # the executor's hasher reads the plan's files beneath their roots while it is checked and written
+        check_plan(plan, roots)
         coprocess.cool()  # those it did not take (a plan of one batch)
         steps.write_plan()
         steps.journal.append_many(req.opening)

@@ -396,6 +396,106 @@ def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> 
     assert not CoProcess().submit_hashes([str(tmp_path / "a\nb")])  # a line break: not sent, read in process
 
 
+def test_reads_beneath_a_root_never_open_a_path_outside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hash_beneath` (the executor's reads before the plan is checked) hashes what `hash_file`
+    reads for paths that resolve inside the root, through a symlinked folder inside it too; a
+    path whose folder resolves outside is answered EXDEV and a symlink ELOOP without being opened
+    (every open recorded here resolves inside the root); missing ones ENOENT, folders EISDIR."""
+    import errno
+
+    from streamctl.operations import coprocess
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "folder").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"not ours")
+    (root / "a" / "f1").write_bytes(b"one")
+    (root / "a" / "empty").write_bytes(b"")
+    os.symlink(outside / "secret", root / "a" / "link")  # a file symlink out of the root
+    os.symlink("f1", root / "a" / "inlink")  # one inside it: still not followed here
+    os.symlink(outside, root / "out")  # a folder symlink out of the root
+    os.symlink("a", root / "in")  # one inside it
+    rels = ["a/f1", "a/empty", "a/folder", "a/link", "a/inlink", "out/secret", "in/f1", "gone/x", "a/missing"]
+    opened: list[str] = []
+    real_open = os.open
+
+    def recorded(path: object, flags: int, mode: int = 0o777, *, dir_fd: object = None) -> int:
+        where = os.fsdecode(path)  # type: ignore[arg-type]
+        if dir_fd is not None:
+            where = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), where)
+        opened.append(os.path.realpath(where) if not os.path.islink(where) else where)
+        return real_open(path, flags, mode, dir_fd=dir_fd)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coprocess.os, "open", recorded)
+    lines = coprocess.hash_beneath(os.fsencode(str(root)), [os.fsencode(r) for r in rels])
+    monkeypatch.undo()
+    got = dict(zip(rels, lines, strict=True))
+    for rel, body in (("a/f1", b"one"), ("a/empty", b""), ("in/f1", b"one")):
+        assert got[rel] == b"%d %s\n" % (len(body), hashlib.sha256(body).hexdigest().encode())
+    assert got["a/folder"] == b"-%d\n" % errno.EISDIR
+    assert got["a/link"] == got["a/inlink"] == b"-%d\n" % errno.ELOOP
+    assert got["out/secret"] == b"-%d\n" % errno.EXDEV
+    assert got["gone/x"] == got["a/missing"] == b"-%d\n" % errno.ENOENT
+    top = os.path.realpath(root)
+    assert opened and all(p == top or p.startswith(top + os.sep) for p in opened), opened
+    assert not [p for p in opened if "secret" in p or p.startswith(os.path.realpath(outside))]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIONREAD on a pipe, /proc")
+def test_queued_hash_requests_are_answered_in_turn(tmp_path: Path) -> None:
+    """`queue_hashes` sends several requests at once (a whole plan's: more than the pipe holds,
+    written by a thread) and `hashes()` gives each request's answers in turn, also when the
+    answers of the next one came in the same read."""
+    import fcntl
+    import termios
+
+    from streamctl.operations.coprocess import PIPE_BYTES, CoProcess
+
+    roots = [tmp_path / n for n in ("r1", "r2", "r3")]
+    bodies = {}
+    for k, r in enumerate(roots):
+        (r / "d").mkdir(parents=True)
+        for v in range(3 + k):
+            bodies[(r, f"d/{v}")] = str((k, v)).encode() * v
+            (r / "d" / str(v)).write_bytes(bodies[(r, f"d/{v}")])
+    want = [[(len(bodies[(r, rel)]), hashlib.sha256(bodies[(r, rel)]).hexdigest()) for rel in sorted(
+        rel for (root, rel) in bodies if root == r)] for r in roots]
+    requests = [(str(r), sorted(rel for (root, rel) in bodies if root == r)) for r in roots]
+    co = CoProcess()
+    try:
+        assert co.queue_hashes(requests)
+        assert co._proc is not None and co._proc.stdout is not None
+        expected = sum(len(b"%d %s\n" % (size, h.encode())) for answers in want for size, h in answers)
+        deadline = time.monotonic() + 20
+        buf = bytearray(4)
+        while time.monotonic() < deadline:  # every answer waiting in the pipe: the first read takes them all
+            fcntl.ioctl(co._proc.stdout.fileno(), termios.FIONREAD, buf)
+            if int.from_bytes(buf, sys.byteorder) >= expected:
+                break
+            time.sleep(0.01)
+        assert co.hashes() == want[0]
+        assert co._rest  # the next requests' answers, read with the first, kept for them
+        assert co.hashes() == want[1] and co.hashes() == want[2]
+        assert co.hashes() is None  # nothing more was asked
+    finally:
+        co.close()
+    many = tmp_path / "many"
+    many.mkdir()
+    (many / ("f" * 200)).write_bytes(b"abc")
+    big = [(str(many), ["f" * 200] * 4000) for _ in range(3)]  # 2.4 MB of requests: more than the pipe holds
+    assert sum(len(rel) + 1 for _, rels in big for rel in rels) > 2 * PIPE_BYTES
+    co = CoProcess()
+    try:
+        assert co.queue_hashes(big)
+        for _ in big:
+            assert co.hashes() == [(3, hashlib.sha256(b"abc").hexdigest())] * 4000
+    finally:
+        co.close()
+    assert co._writer is None
+    assert not CoProcess().queue_hashes([(str(many), ["a\nb"])])  # a line break: not sent, read in process
+    assert not CoProcess().queue_hashes([(str(many), [])])
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
 def test_a_whole_batch_of_paths_is_sent_while_the_co_process_is_not_reading(tmp_path: Path) -> None:
     """The co-process's pipes hold a whole request (1 MiB): the executor hands the first batch's
@@ -594,6 +694,52 @@ def test_co_processes_started_before_the_plan_are_taken_or_ended(tmp_path: Path,
     if size == "batches":
         assert not [p for p in _tree(ck) if p.startswith("state/")]
         assert _tree(Path(out.backup.location) / "files" / "checkpoint") == before
+
+
+def test_a_plan_refused_by_its_check_after_reads_began_changes_nothing(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hasher is sent a plan's reads before the plan is checked; a plan the check refuses (a
+    step's folder is a symlink out of the checkpoint) is refused as before: nothing moved, no
+    backup written, no co-process left, and the files outside never read (answered EXDEV)."""
+    import errno
+
+    from streamctl.operations import coprocess
+    from streamctl.operations.plan import Refused
+    from streamctl.operations.runner import Operation, Request, execute
+
+    ck, _backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "1.delta").write_bytes(b"not the checkpoint's")
+    os.symlink(outside, ck / "state" / "elsewhere")
+    plan.steps.insert(3, Step("move", "checkpoint", "state/elsewhere/1.delta", "old"))
+    started: list[subprocess.Popen[bytes]] = []
+    start = coprocess.CoProcess._start
+
+    def kept(self: coprocess.CoProcess) -> None:
+        start(self)
+        assert self._proc is not None
+        started.append(self._proc)
+
+    monkeypatch.setattr(coprocess.CoProcess, "_start", kept)
+    queued: list[int] = []
+    queue = coprocess.CoProcess.queue_hashes
+
+    def counted(self: coprocess.CoProcess, requests: list[tuple[str, list[str]]]) -> bool:
+        queued.append(sum(len(rels) for _, rels in requests))
+        return queue(self, requests)
+
+    monkeypatch.setattr(coprocess.CoProcess, "queue_hashes", counted)
+    backup = tmp_path / "named-backup"
+    with pytest.raises(Refused, match="elsewhere"):
+        execute(Operation("test", verify=lambda _plan, _roots: (True, {})),
+                Request(str(ck), lambda _op_id, _backup: plan, backup_dir=str(backup)))
+    assert queued == [len(plan.steps)]  # the reads were sent before the check
+    assert _tree(ck) == before and (outside / "1.delta").read_bytes() == b"not the checkpoint's"
+    assert not backup.exists() or not any(backup.iterdir())
+    assert all(proc.poll() is not None for proc in started) and coprocess._WARM == []
+    assert not (ck / LOCK_FILE).exists()
+    assert coprocess.hash_beneath(os.fsencode(str(ck)), [b"state/elsewhere/1.delta"]) == [b"-%d\n" % errno.EXDEV]
 
 
 def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
