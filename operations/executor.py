@@ -472,11 +472,11 @@ class Executor:
         if ahead is not None and ahead.indices == indices and self._hasher is not None:
             answers: Optional[list[tuple[int, str] | int]] = []
             for _ in range(ahead.parts):  # a request per root (`_hash_plan`): answered in turn
-                got = self._hasher.hashes()
-                if got is None or answers is None:
+                part = self._hasher.hashes()
+                if part is None or answers is None:
                     answers = None  # it failed: read here (the co-process is closed)
                     break
-                answers += got
+                answers += part
             if answers is not None:
                 for i, got in zip(ahead.sent, answers, strict=True):
                     if isinstance(got, tuple):

@@ -24,12 +24,15 @@ The invariants checked here:
 Each refusal raises `Refused` (exit 4, nothing changed)."""
 from __future__ import annotations
 
+import functools
+import gc
 import os
 import secrets
 import stat
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, TypeVar, cast
 
 from streamctl.formats.errors import StorageError, UsageError
 from streamctl.formats.journal import Event
@@ -91,29 +94,42 @@ def _existing_parent(path: str) -> Any:
 
 def nested_steps(plan: Plan) -> list[tuple[str, str]]:
     """Pairs of step paths of one root where one is inside the other (or equal)."""
-    out: list[tuple[str, str]] = []
+    return [pair for root, paths in _paths_by_root(plan).items()
+            for pair in _nested(root, paths, [p.rpartition("/") for p in paths])]
+
+
+def _paths_by_root(plan: Plan) -> dict[str, list[str]]:
     by_root: dict[str, list[str]] = {}
     for s in plan.steps:
-        by_root.setdefault(s.root, []).append(s.path)
-    for root, paths in by_root.items():
-        if not _may_nest(paths):
-            continue
-        ordered = sorted([p + "/" for p in paths])  # a folder sorts right before its contents
-        for a, b in zip(ordered, ordered[1:], strict=False):
-            if b.startswith(a):  # equal, or b inside a
-                out.append((f"{root}:{a[:-1]}", f"{root}:{b[:-1]}"))
+        got = by_root.get(s.root)
+        if got is None:
+            got = by_root[s.root] = []
+        got.append(s.path)
+    return by_root
+
+
+def _nested(root: str, paths: list[str], parts: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
+    """`nested_steps` of one root's paths; `parts`: each path's rpartition("/")."""
+    if not _may_nest(paths, [head for head, _, _ in parts]):
+        return []
+    out = []
+    ordered = sorted([p + "/" for p in paths])  # a folder sorts right before its contents
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if b.startswith(a):  # equal, or b inside a
+            out.append((f"{root}:{a[:-1]}", f"{root}:{b[:-1]}"))
     return out
 
 
-def _may_nest(paths: list[str]) -> bool:
+def _may_nest(paths: list[str], heads: Optional[list[str]] = None) -> bool:
     """Whether two of these paths may be equal or one inside the other: a path met twice, or one
     that is a folder above another's (every prefix ending before a "/"). One pass with sets,
-    not the sort of every path (a 66,000-step plan; issue 23); True sends them to the sort."""
+    not the sort of every path (a 66,000-step plan; issue 23); True sends them to the sort.
+    `heads`: each path's folder, when known."""
     uniq = set(paths)
     if len(uniq) != len(paths) or "" in uniq:
         return True
     above: set[str] = set()
-    for folder in {p.rpartition("/")[0] for p in uniq}:
+    for folder in set(heads) if heads is not None else {p.rpartition("/")[0] for p in uniq}:
         while folder and folder not in above:  # its own prefixes were added with it
             above.add(folder)
             folder = folder.rpartition("/")[0]
@@ -121,37 +137,60 @@ def _may_nest(paths: list[str]) -> bool:
 
 
 def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
-    """Step paths that, resolved (symlinks followed, on local roots), leave their root. Steps are
-    grouped by their folder (relative, so each folder is checked and resolved once); a step's own
-    name is resolved only when it is a symlink (found by one listing of a folder many steps touch,
-    else one lstat). A name that is no symlink resolves inside its resolved folder, so a folder
-    that resolves inside its root keeps every such name inside it."""
-    out: list[str] = []
-    by_dir: dict[tuple[str, str], dict[str, str]] = {}  # (root, folder) -> name -> rel
-    root_names = dict.fromkeys(s.root for s in plan.steps)  # in the steps' order: the first refusal is the first step's
+    """Step paths that, resolved (symlinks followed, on local roots), leave their root."""
+    by_root = _paths_by_root(plan)
     if any(s.action == "put_back" for s in plan.steps):
-        root_names[PUT_BACK_TO] = None
-    for root_name in root_names:
-        root = roots.get(root_name)
-        if root is None or not root.is_local:
-            continue  # object stores have no symlinks; a Kafka group is no file root
-        paths = [s.path for s in plan.steps if s.action == "put_back"] if root_name == PUT_BACK_TO else \
-            [s.path for s in plan.steps if s.root == root_name]
-        # normal paths as they are; else each is checked (the first outside its root raises) and normalised
-        checked = paths if all_normal_rels(paths) else [check_rel(p, root.location) for p in paths]
-        for path, (head, _, name) in zip(paths, [p.rpartition("/") for p in checked], strict=True):
-            names = by_dir.get((root_name, head))
-            if names is None:
-                names = by_dir[(root_name, head)] = {}
-            names[name] = path
-    real_roots = {name: os.path.realpath(roots[name].location) for name, _ in by_dir}
+        by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
+    return [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths)]
+
+
+def _escaping(root_name: str, root: Optional[Root], paths: list[str],
+              parts: Optional[list[tuple[str, str, str]]] = None) -> list[str]:
+    """`escaping_steps` of one root's paths (`parts`: their rpartition("/"), when made). Each
+    folder is checked and resolved once (counted in C, `Counter`: the paths of a 116,000-step
+    trim are not grouped one by one in Python, issue 23); a step's own name is resolved only
+    when it is a symlink (found by one listing of a folder many steps touch, else one lstat). A
+    name that is no symlink resolves inside its resolved folder, so a folder that resolves inside
+    its root keeps every such name inside it."""
+    if root is None or not root.is_local:
+        return []  # object stores have no symlinks; a Kafka group is no file root
+    # normal paths as they are; else each is checked (the first outside its root raises) and normalised
+    if not all_normal_rels(paths):
+        parts = [check_rel(p, root.location).rpartition("/") for p in paths]
+    elif parts is None:
+        parts = [p.rpartition("/") for p in paths]
+    counts = Counter([head for head, _, _ in parts])  # folder -> steps in it, in the steps' order
+    small = {head for head, n in counts.items() if n < LISTING_FROM}  # their names are lstat'ed
+    index: dict[str, dict[str, str]] = {}  # folder -> name -> path: the small folders', then every one
+
+    def names_in(head: str) -> dict[str, str]:
+        got = index.get(head)
+        if got is None:  # at most two passes: the small folders (and this one), then all
+            want = None if index else small | {head}
+            for (h, _, name), path in zip(parts, paths, strict=True):
+                if want is None or h in want:
+                    names = index.get(h)
+                    if names is None:
+                        names = index[h] = {}
+                    names[name] = path
+            got = index[head]
+        return got
+
+    out: list[str] = []
+    top = os.path.realpath(root.location)
     resolved: dict[tuple[str, str], str] = {}  # (root, folder) -> its real path, one lstat each (_real_folder)
-    for (root_name, head), names in by_dir.items():
-        root, top = roots[root_name], real_roots[root_name]
+    for head, n in counts.items():
         parent = root.local(head) if head else root.location
         real_parent = _real_folder(root, root_name, head, top, resolved)
         inside = real_parent == top or real_parent.startswith(top.rstrip(os.sep) + os.sep)
-        links = _links(parent, names)
+        if not inside:
+            names, links = names_in(head), _links(parent, names_in(head))
+        else:
+            links = _links(parent, None if n >= LISTING_FROM else names_in(head))
+            if not links:
+                continue
+            names = names_in(head)
+            links &= names.keys()
         for name in (names if not inside else links):
             path = os.path.join(parent, name)
             real = os.path.realpath(path) if name in links else os.path.join(real_parent, name)
@@ -185,17 +224,19 @@ def _real_folder(root: Root, root_name: str, head: str, top: str, resolved: dict
 LISTING_FROM = 16  # steps in one folder from which one listing is cheaper than an lstat each
 
 
-def _links(parent: str, names: dict[str, str] | list[str]) -> set[str]:
-    """Which of these names (entries of `parent`; checked: no "." or ".." names) are symlinks.
-    A name that is not one resolves to itself inside its resolved folder."""
-    if len(names) >= LISTING_FROM:
+def _links(parent: str, names: Optional[dict[str, str]]) -> set[str]:
+    """Which of these names (entries of `parent`; checked: no "." or ".." names; None: any entry)
+    are symlinks. A name that is not one resolves to itself inside its resolved folder."""
+    if names is None or len(names) >= LISTING_FROM:
         try:
             with os.scandir(parent) as it:  # the kind comes with the listing: filter's C loop, no Python per entry
-                return {e.name for e in filter(os.DirEntry.is_symlink, it) if e.name in names}
+                found = {e.name for e in filter(os.DirEntry.is_symlink, it)}
+            return found if names is None else found & names.keys()
         except OSError:
-            pass  # not listable: look at each
+            if names is None:
+                return set()  # not listable: no entry of it can be renamed either (each step then fails as always)
     out = set()
-    for name in names:
+    for name in names or ():
         try:
             if stat.S_ISLNK(os.lstat(os.path.join(parent, name)).st_mode):
                 out.add(name)
@@ -205,14 +246,20 @@ def _links(parent: str, names: dict[str, str] | list[str]) -> set[str]:
 
 
 def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
-    """Refuse a plan that could lose a byte or touch a path outside its roots."""
-    nested = nested_steps(plan)
+    """Refuse a plan that could lose a byte or touch a path outside its roots (each root's paths
+    split once for both checks)."""
+    by_root = _paths_by_root(plan)
+    parts = {name: [p.rpartition("/") for p in paths] for name, paths in by_root.items()}
+    nested = [pair for name, paths in by_root.items() for pair in _nested(name, paths, parts[name])]
     if nested:
         a, b = nested[0]
         raise Refused(f"the plan has steps whose paths nest ({a} holds {b}"
                       + (f"; {len(nested) - 1} more" if len(nested) > 1 else "")
                       + "): a folder and files in it are never moved separately; refusing")
-    escaping = escaping_steps(plan, roots)
+    if any(s.action == "put_back" for s in plan.steps):
+        by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
+        parts.pop(PUT_BACK_TO, None)
+    escaping = [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths, parts.get(name))]
     if escaping:
         raise Refused(f"refusing a path outside the named roots: {escaping[0]}"
                       + (f" (+{len(escaping) - 1} more)" if len(escaping) > 1 else ""))
@@ -345,6 +392,29 @@ def new_op_id(command: str) -> str:
     return f"{command.replace(' ', '-')}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(2)}"
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _no_cycle_collection(fn: F) -> F:
+    """`fn` with Python's cycle collector paused: a mutation's plan, journal and manifest records
+    (100,000 steps) are freed by reference counting, while the collector walked that heap nine
+    times in a trim, 0.1 s of its one busy core (issue 23). On again when `fn` returns; a
+    caller that paused it keeps it paused."""
+
+    @functools.wraps(fn)
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        if not gc.isenabled():
+            return fn(*args, **kwargs)
+        gc.disable()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            gc.enable()
+
+    return cast(F, paused)
+
+
+@_no_cycle_collection
 def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optional[Say] = None) -> Outcome:
     """Validate the backup, lock, plan under the lock (what is executed is what was inspected),
     check and write the plan, run the journaled steps, finish, verify, release."""
@@ -487,6 +557,7 @@ def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, bre
     return lock
 
 
+@_no_cycle_collection
 def resume(op: Operation, backup_location: str, break_lock: bool = False, say: Optional[Say] = None,
            meter: Optional[Say] = None) -> Outcome:
     """After a crash (the lock stays): take the lock over, refuse when the checkpoint moved on,
@@ -496,6 +567,7 @@ def resume(op: Operation, backup_location: str, break_lock: bool = False, say: O
     return _run(op, plan, roots, backup, steps, lock, resumed=True)
 
 
+@_no_cycle_collection
 def undo(op: Operation, backup_location: str, break_lock: bool = False, say: Optional[Say] = None,
          meter: Optional[Say] = None) -> Undone:
     """Put back exactly what an earlier operation changed: every backed-up file is checked against

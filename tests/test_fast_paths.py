@@ -252,6 +252,16 @@ def test_joined_json_is_each_value_encoded_alone() -> None:
         part = values[:cut]
         assert bytes(dumps_joined(part, b",\n")) == b",\n".join(dumps(v) for v in part)
         assert bytes(dumps_joined(part, b"|", b"[")) == b"[" + b"|".join(dumps(v) for v in part)
+    # lists of objects go in one call, split at `},{`: never inside a string or a nested list
+    objects = [{"path": "a},{b", "n": 1}, {}, {"in": [{"x": 1}, {"y": {}}]}, {"s": "},{\"},{"}, {"k": {"j": {}}},
+               {"path": os.fsdecode(b"\xff},{")}, {"b": 2 ** 70}, {"z": "\n},\n{"}]
+    rng = random.Random(3)
+    for _ in range(300):
+        part = [rng.choice(objects) for _ in range(rng.randint(0, 6))]
+        for sep in (b"\n", b",\n    ", b"},{"):
+            assert bytes(dumps_joined(part, sep)) == sep.join(dumps(v) for v in part), part
+    plain = [{"action": "move", "path": f"state/0/{v}.delta", "root": "checkpoint"} for v in range(1000)]
+    assert [json.loads(line) for line in bytes(dumps_joined(plain, b"\n")).split(b"\n")] == plain
     buf = bytearray(b"head")
     assert dumps_joined(values[:2], b";", b":", buf) is buf
     assert bytes(buf) == b"head:" + dumps(values[0]) + b";" + dumps(values[1])

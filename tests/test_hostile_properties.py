@@ -23,6 +23,7 @@ from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict
 from streamctl.operations.plan import Plan, Refused, Step
 from streamctl.operations.runner import (
+    LISTING_FROM,
     _may_nest,
     _real_folder,
     check_backup_target,
@@ -180,6 +181,53 @@ def test_folders_resolve_as_realpath_resolves_them(tmp_path: Path) -> None:
     outside = [h for h in heads if not os.path.realpath(root_dir / h / "n").startswith(top + os.sep)]
     assert outside == ["a/out", "a/out/deep", "a/out/deep/x", "dangling", "dangling/x", "a/up/a/out/deep"]
     assert [e.split(" (resolves")[0] for e in escaping] == [root.uri(f"{h}/n") for h in outside]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_escape_check_finds_what_realpath_of_every_step_finds(tmp_path: Path, seed: int) -> None:
+    """`escaping_steps` (folders counted at once, names looked at only where a folder holds a
+    symlink or few steps) reports exactly the steps whose path os.path.realpath takes out of the
+    root: random folders of many and of few steps, file symlinks out and in among them, folder
+    symlinks out and in, steps on missing names; and `check_plan` refuses exactly then."""
+    rng = random.Random(seed)
+    root_dir, out = tmp_path / "root", tmp_path / "out"
+    out.mkdir()
+    (out / "x").write_bytes(b"x")
+    steps: list[str] = []
+    for f in range(rng.randint(2, 6)):
+        folder = root_dir / f"d{f}"
+        folder.mkdir(parents=True)
+        for n in range(rng.choice([1, 3, LISTING_FROM - 1, LISTING_FROM, 40])):
+            (folder / f"{n}.delta").write_bytes(b"v")
+            if rng.random() < 0.8:
+                steps.append(f"d{f}/{n}.delta")
+        if rng.random() < 0.4:  # a file symlink out, as a step or only beside the steps
+            os.symlink(out / "x", folder / "link-out")
+            if rng.random() < 0.6:
+                steps.append(f"d{f}/link-out")
+        if rng.random() < 0.3:
+            os.symlink("0.delta", folder / "link-in")
+            steps.append(f"d{f}/link-in")
+        if rng.random() < 0.2:
+            steps.append(f"d{f}/missing")
+    os.symlink(out, root_dir / "away")  # a folder symlink out
+    os.symlink("d0", root_dir / "here")  # and one in
+    for name in ("away", "here"):
+        if rng.random() < 0.7:
+            steps += [f"{name}/x", f"{name}/0.delta"][: rng.randint(1, 2)]
+    rng.shuffle(steps)
+    root = Root("sink", str(root_dir))
+    plan = Plan("align", {"sink": str(root_dir)}, "rollback", 0, "exactly-once",
+                [Step("move", "sink", p, "x") for p in steps], "aligned")
+    top = os.path.realpath(root_dir)
+    want = sorted(root.uri(p) for p in steps if not os.path.realpath(root_dir / p).startswith(top + os.sep))
+    got = sorted(e.split(" (resolves")[0] for e in escaping_steps(plan, {"sink": root}))
+    assert got == want, steps
+    if want:
+        with pytest.raises(Refused, match="outside the named roots"):
+            check_plan(plan, {"sink": root})
+    else:
+        check_plan(plan, {"sink": root})
 
 
 def _run_then_forget_done(tmp_path: Path, refill: dict[str, bytes]) -> tuple[Path, Path, Plan]:

@@ -742,6 +742,35 @@ def test_a_plan_refused_by_its_check_after_reads_began_changes_nothing(tmp_path:
     assert coprocess.hash_beneath(os.fsencode(str(ck)), [b"state/elsewhere/1.delta"]) == [b"-%d\n" % errno.EXDEV]
 
 
+def test_the_cycle_collector_is_paused_while_a_mutation_runs_and_back_after(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`execute` runs with Python's cycle collector paused (its plans and records are freed by
+    reference counting) and turns it on again when it returns or raises."""
+    import gc
+
+    from streamctl.operations.plan import Refused
+    from streamctl.operations.runner import Operation, Request, execute
+
+    ck, _backup, _before, plan = _batches_plan(tmp_path, monkeypatch)
+    seen: list[bool] = []
+
+    def planner(_op_id: str, _backup: Root) -> Plan:
+        seen.append(gc.isenabled())
+        return plan
+
+    assert gc.isenabled()
+    out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), planner))
+    assert out.executed and seen == [False] and gc.isenabled()
+
+    def refused(_op_id: str, _backup: Root) -> Plan:
+        seen.append(gc.isenabled())
+        raise Refused("no")
+
+    with pytest.raises(Refused):
+        execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), refused))
+    assert seen == [False, False] and gc.isenabled()
+
+
 def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch's done records are written only once the syncing co-process answered for its
     folders (each moved file's folder and its backup folder among those fsynced)."""
