@@ -659,6 +659,22 @@ def _batches_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
     return ck, backup, before, _plan([Step("move", "checkpoint", rel, "old") for rel in sorted(before)], {"checkpoint": str(ck)})
 
 
+def _started_co_processes(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
+    """Every co-process started from now on, as it starts."""
+    from streamctl.operations import coprocess
+
+    started: list[subprocess.Popen[bytes]] = []
+    start = coprocess.CoProcess._start
+
+    def recorded(self: coprocess.CoProcess) -> None:
+        start(self)
+        assert self._proc is not None
+        started.append(self._proc)
+
+    monkeypatch.setattr(coprocess.CoProcess, "_start", recorded)
+    return started
+
+
 @pytest.mark.parametrize("size", ["batches", "one step", "empty"])
 def test_co_processes_started_before_the_plan_are_taken_or_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                  size: str) -> None:
@@ -671,15 +687,7 @@ def test_co_processes_started_before_the_plan_are_taken_or_ended(tmp_path: Path,
     ck, _backup, before, plan = _batches_plan(tmp_path, monkeypatch)
     if size != "batches":
         plan.steps = plan.steps[:1 if size == "one step" else 0]
-    started: list[subprocess.Popen[bytes]] = []
-    start = coprocess.CoProcess._start
-
-    def recorded(self: coprocess.CoProcess) -> None:
-        start(self)
-        assert self._proc is not None
-        started.append(self._proc)
-
-    monkeypatch.setattr(coprocess.CoProcess, "_start", recorded)
+    started = _started_co_processes(monkeypatch)
     at_plan: list[int] = []
 
     def planner(op_id: str, _backup: Root) -> Plan:
@@ -713,15 +721,7 @@ def test_a_plan_refused_by_its_check_after_reads_began_changes_nothing(tmp_path:
     (outside / "1.delta").write_bytes(b"not the checkpoint's")
     os.symlink(outside, ck / "state" / "elsewhere")
     plan.steps.insert(3, Step("move", "checkpoint", "state/elsewhere/1.delta", "old"))
-    started: list[subprocess.Popen[bytes]] = []
-    start = coprocess.CoProcess._start
-
-    def kept(self: coprocess.CoProcess) -> None:
-        start(self)
-        assert self._proc is not None
-        started.append(self._proc)
-
-    monkeypatch.setattr(coprocess.CoProcess, "_start", kept)
+    started = _started_co_processes(monkeypatch)
     queued: list[int] = []
     queue = coprocess.CoProcess.queue_hashes
 
