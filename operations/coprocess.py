@@ -246,6 +246,15 @@ def _widen(pipe: Optional[IO[bytes]]) -> None:
         pass  # over the limit a user may set: the default size
 
 
+def _request(kind: bytes, lines: list[str], n: int) -> Optional[bytes]:
+    """The bytes of a request: `<kind> <n>` and its lines, encoded at once (not one per path);
+    None when a line holds a line break (such a request is not sent: done in process)."""
+    text = "\n".join(lines)
+    if text.count("\n") != len(lines) - 1:
+        return None
+    return b"%s %d\n%s\n" % (kind, n, os.fsencode(text))
+
+
 class CoProcess:
     """A co-process, started on first use: `submit` renames (or `submit_hashes` reads), later
     `renamed` (or `hashes`) gives their answers (one request at a time). Any failure of the
@@ -277,10 +286,10 @@ class CoProcess:
             return False
         data, counts = [], []
         for root, rels in requests:
-            text = "\n".join([root, *rels])
-            if not rels or text.count("\n") != len(rels):  # an empty request; a line break in a path
+            request = _request(b"b", [root, *rels], len(rels)) if rels else None
+            if request is None:  # an empty request; a line break in a path
                 return False
-            data.append(b"b %d\n%s\n" % (len(rels), os.fsencode(text)))
+            data.append(request)
             counts.append(len(rels))
         if self._proc is None:
             try:
@@ -330,15 +339,14 @@ class CoProcess:
     def _send(self, kind: bytes, lines: list[str], n: int) -> bool:
         if self._broken or self._waiting:
             return False
-        text = "\n".join(lines)
-        if text.count("\n") != len(lines) - 1:  # a line break in a path
+        data = _request(kind, lines, n)
+        if data is None:
             return False
-        data = os.fsencode(text)  # one encode, not one per path
         try:
             if self._proc is None:
                 self._start()
             assert self._proc is not None and self._proc.stdin is not None
-            self._proc.stdin.write(b"%s %d\n%s\n" % (kind, n, data))
+            self._proc.stdin.write(data)
             self._proc.stdin.flush()
         except OSError:
             self.close()
@@ -480,7 +488,7 @@ if __name__ == "__main__":
 
 # -- co-processes started ahead --------------------------------------------------------------------
 # A mutation that will move many local files wants three co-processes right after its plan is
-# checked; each interpreter takes ~30 ms to start, and three starting at once there delayed the
+# made; each interpreter takes ~30 ms to start, and three starting at once there delayed the
 # first batch's reads by 130 ms (issue 23). `warm` starts them before the plan is made, while one
 # core idles; the executor `take`s them; `cool` ends those nothing took.
 _WARM: list[CoProcess] = []
