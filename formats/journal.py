@@ -129,15 +129,26 @@ def record_line(rec: dict[str, Any], now: int) -> bytes:
     return record_lines([rec], now)
 
 
+class EncodedItems(bytes):
+    """A list's items as `json_file` writes them, encoded already: each item's `dumps`, the first
+    after `"\n    "`, each next one after `",\n    "` (never empty). `json_file` puts them between
+    the list's brackets."""
+
+
 def json_file(doc: dict[str, Any]) -> bytes:
     """plan.json / manifest.json: one key per line at the top (sorted), lists one item per line,
-    each value or item compact JSON with sorted keys (`dumps`), a trailing newline."""
+    each value or item compact JSON with sorted keys (`dumps`), a trailing newline. A value that
+    is `EncodedItems` is a list whose items are encoded already."""
     buf = bytearray(b"{")
     for n, key in enumerate(sorted(doc)):
         value = doc[key]
         buf += b"\n  " if n == 0 else b",\n  "
         buf += dumps(key)
-        if isinstance(value, list) and value:
+        if isinstance(value, EncodedItems):
+            buf += b": ["
+            buf += value
+            buf += b"\n  ]"
+        elif isinstance(value, list) and value:
             buf += b": ["
             # appended, not joined: 100,000 bytes objects kept for a join cost 5x the encoding (BENCHMARKS.md)
             dumps_joined(value, b",\n    ", b"\n    ", buf)

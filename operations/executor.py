@@ -10,7 +10,8 @@ Backup folder layout (`--backup-dir`, by default `<checkpoint>/_streamctl/backup
                      per group commit, numbered from 000001, read in order (a journal.jsonl of the
                      earlier single-object layout is read first)
     manifest.json    every file moved or replaced: root, path, backup path, size, sha256 (written when
-                     the steps are done; until then the journal's `done` records carry the same entries)
+                     the steps are done; until then the journal's `done` records carry the same entries,
+                     a move done by one rename as `renamed`: its entry is made from its begin record)
     files/<root>/<path>   the backed-up files, at their original relative paths
     undone/<root>/<path>  files `--undo` took out again (files the operation had created)
 
@@ -35,6 +36,7 @@ from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.journal import (
     JOURNAL_FILE,
     SEGMENT_DIR,
+    EncodedItems,
     Event,
     JournalState,
     json_file,
@@ -61,6 +63,7 @@ BATCH_SECONDS = 1.0  # and done records durable at the latest this long after th
 METER_SECONDS = 0.2
 COPY_THREADS = 8  # object-store reads and copies in flight at once
 UNDO_COPY_BATCH = 256  # undo on object stores: copies put back per batched delete of their backups
+RENAMED = "renamed"  # a done record's key: the step's move was one rename, its manifest entry its begin record's
 
 
 def warm_up() -> None:
@@ -114,6 +117,26 @@ def _moved_entry(step: Step, uri: str, size: Any, sha256: Any) -> dict[str, Any]
             "action": "moved", "size": size, "sha256": sha256}
 
 
+_CONTROL = bytes(range(0x20))
+_HEX = b"0123456789abcdef"
+
+
+def _json_plain(text: str) -> bool:
+    """Whether JSON writes `text` as it is between its quotes (no escape: no quote, backslash or
+    control character; UTF-8 text)."""
+    return _json_plain_lines([text])
+
+
+def _json_plain_lines(texts: list[str]) -> bool:
+    """`_json_plain` of each of these texts, checked at once: joined by line breaks, the UTF-8
+    bytes hold no quote or backslash and no control character but those line breaks."""
+    try:
+        data = "\n".join(texts).encode()
+    except UnicodeEncodeError:  # a lone surrogate: a file name that is not UTF-8
+        return False
+    return b'"' not in data and b"\\" not in data and len(data) - len(data.translate(None, _CONTROL)) == len(texts) - 1
+
+
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
     return None if d is None else {"size": d[0], "sha256": d[1]}
 
@@ -147,14 +170,13 @@ class Meter:
 class _Renaming:
     """A batch of local moves by rename: the steps, the (source, target) paths of those that are
     renames (`order`: their steps), whether they went to the co-process (`sent`) or the outcomes of
-    renames run in process (`done`), and the steps' manifest entries as renamed."""
+    renames run in process (`done`)."""
 
     indices: list[int]
     order: list[int] = field(default_factory=list)
     pairs: list[tuple[str, str]] = field(default_factory=list)
     sent: bool = False
     done: Optional[list[bool]] = None
-    entries: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -260,13 +282,84 @@ class Executor:
         self._queued = None
 
     def _manifest(self, state: JournalState) -> Pending:
-        """manifest.json from the done records, written on a thread (`wait()`: durable)."""
+        """manifest.json from the done records, written on a thread (`wait()`: durable). A
+        `renamed` done record's entry is made from its begin record (`_renamed_entries`)."""
+        done = state.done
+        order = sorted(done)
+        compact = [i for i in order if RENAMED in done[i] and "manifest" not in done[i]]
+        if compact and len(compact) == len(order):  # every step a rename of this run (the usual fresh run)
+            items = self._renamed_items(compact, state)
+            if items is not None:
+                return write_manifest_started(self.backup, self.plan, files=items)
+        renamed = iter(self._renamed_entries(compact, state))
         entries = []
-        for i in sorted(state.done):
-            m = state.done[i].get("manifest")
+        for i in order:
+            rec = done[i]
+            m = rec["manifest"] if "manifest" in rec else next(renamed) if RENAMED in rec else None
             if m:
                 entries.append(m)
         return write_manifest_started(self.backup, self.plan, files=entries)
+
+    def _renamed_entries(self, indices: list[int], state: JournalState) -> list[dict[str, Any]]:
+        """The manifest entries of steps whose done record says `renamed`: a local move done by
+        one rename, the file its begin record read (size, sha256) now at its backup path. Made
+        here rather than carried in each done record: 116,000 of them were half the journal's
+        bytes and a fifth of the run's own work (issue 23)."""
+        steps, begun = self.plan.steps, state.begun
+        heads = self._uri_heads if self._normal([steps[i].path for i in indices]) else {}
+        out = []
+        for i in indices:
+            step, pre = steps[i], begun[i]["pre"]
+            head = heads.get(step.root)
+            out.append(_moved_entry(step, head + step.path if head is not None else self.roots[step.root].uri(step.path),
+                                    pre["size"], pre["sha256"]))
+        return out
+
+    def _renamed_items(self, indices: list[int], state: JournalState) -> Optional[EncodedItems]:
+        """manifest.json's items of `_renamed_entries(indices, state)`, the bytes `json_file`
+        writes for them, made by one format per entry instead of a dict each and its encoding
+        (a third of the time, issue 23); None when any of their text would need a JSON escape
+        (a quote, a backslash, a control character, a name that is not UTF-8) or a value is not
+        of its usual type: then the dicts are encoded as always."""
+        steps, begun = self.plan.steps, state.begun
+        chosen = [steps[i] for i in indices]
+        pres = [begun[i]["pre"] for i in indices]
+        paths = [s.path for s in chosen]
+        shas = [p["sha256"] for p in pres]
+        sizes = [p["size"] for p in pres]
+        heads = {name: self._uri_heads.get(name) for name in {s.root for s in chosen}}
+        if not (set(map(type, sizes)) == {int} and set(map(type, shas)) == {str} and self._normal(paths)
+                and all(head is not None and _json_plain(name) and _json_plain(head) for name, head in heads.items())
+                and _json_plain_lines(paths)):
+            return None
+        try:
+            if "".join(shas).encode().translate(None, _HEX):  # anything but hex digits
+                return None
+        except UnicodeEncodeError:
+            return None
+        rows = [f'{{"action":"moved","backup":"files/{s.root}/{s.path}","path":"{s.path}","root":"{s.root}",'
+                f'"sha256":"{sha}","size":{size},"uri":"{heads[s.root]}{s.path}"}}'
+                for s, sha, size in zip(chosen, shas, sizes, strict=True)]
+        return EncodedItems(("\n    " + ",\n    ".join(rows)).encode())
+
+    def read_journal(self) -> JournalState:
+        """The journal's state, each `renamed` done record given its manifest entry (what resume
+        and undo read); Conflict when a `renamed` record has no begin record of a local move with
+        its file's size and sha256 (nothing is acted on from a record that cannot be read)."""
+        state = self.journal.read()
+        steps, begun = self.plan.steps, state.begun
+        compact = [i for i, rec in state.done.items() if "manifest" not in rec and RENAMED in rec]
+        for i in compact:
+            pre = begun[i].get("pre") if i in begun else None
+            if (state.done[i][RENAMED] is not True or i >= len(steps) or steps[i].action != "move"
+                    or not isinstance(pre, dict) or not isinstance(pre.get("size"), int)
+                    or not isinstance(pre.get("sha256"), str)):
+                raise Conflict(f"{journal_location(self.backup)}: the done record of step {i} says it was renamed, but no "
+                               "begin record of that move holds its file's size and sha256; refusing to act on it, "
+                               "nothing was changed")
+        for i, m in zip(compact, self._renamed_entries(compact, state), strict=True):
+            state.done[i]["manifest"] = m
+        return state
 
     # -- run -----------------------------------------------------------------------------------
     def run(self) -> JournalState:
@@ -286,7 +379,7 @@ class Executor:
         the batch after (their pre-images) meanwhile, and a third fsyncs the folders of the batch
         before, whose done records wait for its answer; so the Python work, the reads, the
         kernel's renames and the disk's flushes overlap on two cores."""
-        state = self.journal.read()
+        state = self.read_journal()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
         if not state.started:
@@ -328,7 +421,7 @@ class Executor:
                     self._renamed(before)
                 commit.wait()  # the begin records durable before any step of this batch acts
                 if renaming is not None:  # this batch's renames go first, then the records of the batch before
-                    running = self._start_renames(renaming, state)
+                    running = self._start_renames(renaming)
                 if before is not None:  # its done records and its folders, while this batch renames
                     pending = self._finish_renames(before, state)
                     syncing = self._sync_ahead([self.plan.steps[i] for i in before.indices])
@@ -347,7 +440,7 @@ class Executor:
             self._synced(syncing)
         finally:
             self.close()  # co-processes killed when answers are left unread (an operation that stops early)
-        manifest = self._manifest(state)  # rebuilt from the journal's done records (they carry each entry)
+        manifest = self._manifest(state)  # rebuilt from the journal's done records (each entry, or `renamed`)
         if not state.finished:
             pending.append({"event": Event.FINISHED})
             state.finished = True
@@ -546,7 +639,7 @@ class Executor:
         file system) takes the general path of `_apply`, in order. One thread: threads fight
         for the GIL between these short system calls (BENCHMARKS.md)."""
         if indices:
-            records = self._finish_renames(self._start_renames(self._prepare_renames(indices), state), state)
+            records = self._finish_renames(self._start_renames(self._prepare_renames(indices)), state)
             pending.extend(records)
             touched.extend(self.plan.steps[i] for i in indices)
 
@@ -567,21 +660,14 @@ class Executor:
                 renaming.pairs.extend(got)
         return renaming
 
-    def _start_renames(self, renaming: _Renaming, state: JournalState) -> _Renaming:
+    def _start_renames(self, renaming: _Renaming) -> _Renaming:
         """Start the renames (their begin records are durable) in the co-process, else run them
-        here; then encode their manifest entries (while the co-process renames)."""
+        here."""
         self._step_lines(renaming.indices)
         if self._co is not None:
             renaming.sent = self._co.submit(renaming.pairs)
         if not renaming.sent:
             renaming.done = run_renames(renaming.pairs)
-        steps, begun = self.plan.steps, state.begun
-        heads = self._uri_heads if self._normal([steps[i].path for i in renaming.indices]) else {}
-        for i in renaming.indices:
-            step, pre = steps[i], begun[i]["pre"]
-            head = heads.get(step.root)
-            uri = head + step.path if head is not None else self.roots[step.root].uri(step.path)
-            renaming.entries.append(_moved_entry(step, uri, pre["size"], pre["sha256"]))
         return renaming
 
     def _renamed(self, renaming: _Renaming) -> list[bool]:
@@ -599,8 +685,9 @@ class Executor:
         renamed = dict(zip(renaming.order, self._renamed(renaming), strict=False))  # a co-process that died early reports fewer
         steps, begun, done = self.plan.steps, state.begun, state.done
         records = []
-        for i, entry in zip(renaming.indices, renaming.entries, strict=True):
-            rec = {"event": Event.DONE, "step": i, "manifest": entry if renamed.get(i) else self._apply(steps[i], begun[i]["pre"])}
+        for i in renaming.indices:  # a rename's entry is its begin record's (`_renamed_entries`): not carried
+            rec = ({"event": Event.DONE, "step": i, RENAMED: True} if renamed.get(i)
+                   else {"event": Event.DONE, "step": i, "manifest": self._apply(steps[i], begun[i]["pre"])})
             records.append(rec)
             done[i] = rec
         if self.meter.out is not None:  # the batch at once: its steps are recorded together
@@ -857,7 +944,7 @@ class Executor:
         """Put back every file the operation moved or replaced, take out every file it created;
         exact bytes, checked against the manifest's sha256. Refuses (Conflict, nothing changed)
         when a file was changed after the operation (for example Spark ran again)."""
-        state = self.journal.read()
+        state = self.read_journal()
         if not state.started and not state.begun:
             raise Conflict(f"undo refused: {journal_location(self.backup)} holds no record of the operation (empty or "
                            f"torn), so nothing shows what it changed; the files it moved are under "

@@ -86,6 +86,10 @@ class GroupOffsets:
     def close(self) -> None:
         """Nothing to stop (the Steps protocol)."""
 
+    def read_journal(self) -> Any:
+        """The journal's state (the Steps protocol)."""
+        return self.journal.read()
+
     def run(self) -> Any:
         """Journal the group's offsets as they are (begin), commit, journal and write the manifest
         (done). A commit is idempotent: a resumed run commits again."""

@@ -286,6 +286,10 @@ class Steps(Protocol):
 
     def close(self) -> None: ...
 
+    def read_journal(self) -> Any:
+        """The journal's state as `run` and `undo` read it: a record they could not act on is a
+        Conflict here, before any lock is taken."""
+
     def run(self) -> Any: ...
 
     def undo(self) -> list[str]: ...
@@ -532,7 +536,7 @@ def _earlier(op: Operation, backup_location: str, undo: bool, say: Optional[Say]
         raise UsageError(f"{backup.uri('plan.json')}: a plan of `streamctl {plan.command}`, not of {op.command}")
     roots = roots_of(plan)
     steps = op.steps(plan, roots, backup, say, meter)
-    journal = steps.journal.read()
+    journal = steps.read_journal()
     if journal.undo_finished or (journal.undone and not undo):  # a crashed undo is simply undone again
         raise Refused(f"{backup.location}: this operation was undone; plan a new one instead of "
                       f"{'undoing' if undo else 'resuming'} it")

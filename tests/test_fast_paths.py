@@ -8,6 +8,7 @@ No mocks: real files on the local file system.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -266,3 +267,47 @@ def test_joined_json_is_each_value_encoded_alone() -> None:
     assert dumps_joined(values[:2], b";", b":", buf) is buf
     assert bytes(buf) == b"head:" + dumps(values[0]) + b";" + dumps(values[1])
     assert json.loads(dumps(values[1])) == values[1]
+
+
+@pytest.mark.parametrize(("odd", "escaped"), [
+    (None, False), ('a"b.delta', True), ("tab\tname.delta", True), ("line\nbreak.delta", True),
+    (os.fsdecode(b"\xff.delta"), True), ("\x7f\u2028\u00e9.delta", False)])
+def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, odd: str | None, escaped: bool) -> None:
+    """A run whose steps were all renames writes `renamed` done records and manifest.json's items
+    by one format each (`Executor._renamed_items`): the bytes `json_file` writes for the entries
+    as dicts (`_renamed_entries`, what resume and undo read back from the journal), with names
+    that need a JSON escape too (then the dicts are encoded); the entries say what was moved."""
+    from streamctl.formats.journal import json_file
+    from streamctl.operations.executor import MANIFEST_FILE, RENAMED, Executor
+    from streamctl.operations.plan import Plan, Step
+
+    sink = tmp_path / "sink"
+    names = [f"_spark_metadata/{n}" for n in range(40)] + [f"part-{n}.parquet" for n in range(5)]
+    if odd is not None:
+        names.append(f"_spark_metadata/{odd}")
+    data = {}
+    for n, rel in enumerate(names):
+        (sink / rel).parent.mkdir(parents=True, exist_ok=True)
+        data[rel] = b"x" * n
+        (sink / rel).write_bytes(data[rel])
+    steps = [Step("move", "sink", rel, "test") for rel in names]
+    plan = Plan("align", {"sink": str(sink)}, "rollback", 0, "exactly-once", steps, "aligned", op_id="t")
+    roots = {"sink": Root("sink", str(sink))}
+    ex = Executor(plan, roots, Root("backup", str(tmp_path / "backup")))
+    ex.write_plan()
+    state = ex.run()
+    ex.journal.settle()
+    assert all(RENAMED in state.done[i] and "manifest" not in state.done[i] for i in range(len(steps)))
+    fast = ex._renamed_items(list(range(len(steps))), state)
+    assert (fast is None) == escaped
+    read = ex.read_journal()  # the entries as resume and undo read them
+    entries = [read.done[i]["manifest"] for i in range(len(steps))]
+    written = (tmp_path / "backup" / MANIFEST_FILE).read_bytes()
+    assert written == json_file({"op_id": "t", "command": "align", "roots": plan.roots, "files": entries})
+    head = Root("sink", str(sink)).uri("")
+    assert json.loads(written)["files"] == [
+        {"root": "sink", "path": rel, "uri": head.rstrip("/") + "/" + rel, "backup": f"files/sink/{rel}",
+         "action": "moved", "size": len(data[rel]), "sha256": hashlib.sha256(data[rel]).hexdigest()} for rel in names]
+    for bad in ("\x00", "\\", '"'):  # what a root's location would need escaped: the dicts are encoded
+        ex._uri_heads["sink"] = f"{sink}/{bad}/"
+        assert ex._renamed_items(list(range(len(steps))), state) is None

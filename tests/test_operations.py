@@ -369,6 +369,59 @@ def test_a_crashed_run_whose_journal_an_earlier_version_wrote_resumes_and_undoes
     assert _tree(ck) == before
 
 
+def test_done_records_of_renames_and_of_earlier_versions_resume_and_undo(tmp_path: Path) -> None:
+    """A move done by one rename has a `renamed` done record: its manifest entry is made from its
+    begin record. A run crashed among its done records, whose earlier done records are rewritten
+    as earlier versions wrote them (the entry carried), resumes and undoes to the last byte, its
+    manifest the same as a run's that never crashed. A `renamed` record whose begin record holds
+    no size and sha256 is refused, before anything changes."""
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    (ck / "state" / "0").mkdir(parents=True)
+    for v in range(12):
+        (ck / "state" / "0" / f"{v}.delta").write_bytes(str(v).encode() * v)
+    before = _tree(ck)
+    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
+    plan = _plan(steps, {"checkpoint": str(ck)})
+    roots = {"checkpoint": Root("checkpoint", str(ck))}
+    Executor(plan, roots, Root("backup", str(backup))).write_plan()
+    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
+            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
+            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
+    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
+                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="20"))  # start, 12 begin records, 7 done
+    assert proc.returncode == CRASH_EXIT
+    journal = backup / JOURNAL_FILE
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    done = [r for r in records if r["event"] == "done"]
+    assert len(done) == 7 and all(r == {"event": "done", "step": r["step"], "renamed": True, "time_ms": r["time_ms"]}
+                                  for r in done)
+    pre = {r["step"]: r["pre"] for r in records if r["event"] == "begin"}
+    for r in done[:4]:  # as earlier versions wrote them
+        del r["renamed"]
+        rel = steps[r["step"]].path
+        r["manifest"] = {"root": "checkpoint", "path": rel, "uri": roots["checkpoint"].uri(rel),
+                         "backup": f"files/checkpoint/{rel}", "action": "moved", **pre[r["step"]]}
+    journal.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+    bad = [dict(r, pre=None) if r["event"] == "begin" and r["step"] == done[5]["step"] else r for r in records]
+    journal.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in bad))
+    files = _tree(tmp_path)
+    for act in ("run", "undo"):
+        with pytest.raises(Conflict, match=f"done record of step {done[5]['step']} says it was renamed"):
+            getattr(Executor(plan, roots, Root("backup", str(backup))), act)()
+        assert _tree(tmp_path) == files
+    journal.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+    state = Executor(plan, roots, Root("backup", str(backup))).run()
+    assert state.finished and sorted(state.done) == list(range(len(steps)))
+    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+    manifest = json.loads((backup / MANIFEST_FILE).read_text())["files"]
+    assert manifest == [{"root": "checkpoint", "path": s.path, "uri": roots["checkpoint"].uri(s.path),
+                         "backup": f"files/checkpoint/{s.path}", "action": "moved", "size": len(before[s.path]),
+                         "sha256": hashlib.sha256(before[s.path]).hexdigest()} for s in steps]
+    Executor(plan, roots, Root("backup", str(backup))).undo()
+    assert _tree(ck) == before
+
+
 def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> None:
     """The pre-images read by the hashing co-process (`h` requests) are those `hash_file` reads in
     process: size and sha256 of files (empty, longer than one read, behind a symlink), the errno
