@@ -19,7 +19,7 @@ from streamctl.formats.checksum import crc_target
 from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_STAGING
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
-from streamctl.formats.state import state_files
+from streamctl.formats.state import ZIP_EXT, state_files, state_versions
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.sinks import list_file_sink_log
 from streamctl.inspectors.state import zip_ssts
@@ -136,16 +136,21 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
     for s in stores:
-        if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
+        listing: list[tuple[str, int]]  # (name, version) of each state file and checksum companion
+        if st.is_local and s.listing and s.files is not None:  # the inspection's listing (made under the same lock): no second one
             sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked aside (add)
+            listing = state_versions(sorted(sized))
+            # its versions as the inspection classified them (StoreFiles.add_names): no 4-tuple per name
+            full = s.files.full | set(s.files.full_ids)
+            incr = s.files.incr | set(s.files.incr_ids)
         else:  # object stores: the listing carries the sizes
             sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
-        listing = state_files(sorted(sized))
-        full: set[int] = set()
-        incr: set[int] = set()
-        for _name, f in listing:
-            if not f.companion:
-                (full if f.ext in FULL else incr).add(f.version)
+            parsed = state_files(sorted(sized))
+            listing = [(name, f.version) for name, f in parsed]
+            full, incr = set(), set()
+            for _name, f in parsed:
+                if not f.companion:
+                    (full if f.ext in FULL else incr).add(f.version)
         # the oldest base any kept version restores from
         floor = None
         for v in range(low + 1, C + 2):
@@ -160,10 +165,10 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
             continue
         kept_zips = []
         below: list[tuple[str, int]] = []
-        for name, f in listing:
-            if f.version < floor:
-                below.append((name, f.version))
-            elif f.ext == "zip" and not f.companion:
+        for name, version in listing:
+            if version < floor:
+                below.append((name, version))
+            elif name.endswith(ZIP_EXT):  # a zip itself (a companion's name ends in .crc)
                 kept_zips.append(name)
         add_many("checkpoint", st, [f"{s.path}/{name}" for name, _v in below], "state",
                  [f"version {v} below the oldest kept restore chain ({floor})" for _name, v in below],
