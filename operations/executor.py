@@ -223,6 +223,10 @@ class Executor:
         self._queued: Optional[list[Optional[_Hashing]]] = None  # every batch's pre-images, asked by start()
         self._uri_heads = {name: root.storage.uri_prefix() for name, root in roots.items()}  # what uri() puts before a path
         self._plan_normal: Optional[bool] = None  # every step's path normal (`_normal`), asked once
+        # manifest.json's items of the batches renamed so far (`_renamed_items`), made while the
+        # next batch renames, and their steps in order; None once a batch had another kind of step
+        self._items: Optional[list[bytes]] = []
+        self._itemized: list[int] = []
 
     def _normal(self, rels: list[str]) -> bool:
         """all_normal_rels(rels), for step paths: true of every batch when the plan's paths are
@@ -288,7 +292,8 @@ class Executor:
         order = sorted(done)
         compact = [i for i in order if RENAMED in done[i] and "manifest" not in done[i]]
         if compact and len(compact) == len(order):  # every step a rename of this run (the usual fresh run)
-            items = self._renamed_items(compact, state)
+            items = (EncodedItems(b",".join(self._items)) if self._items is not None and self._itemized == compact
+                     else self._renamed_items(compact, state))
             if items is not None:
                 return write_manifest_started(self.backup, self.plan, files=items)
         renamed = iter(self._renamed_entries(compact, state))
@@ -690,6 +695,13 @@ class Executor:
                    else {"event": Event.DONE, "step": i, "manifest": self._apply(steps[i], begun[i]["pre"])})
             records.append(rec)
             done[i] = rec
+        if self._items is not None:  # its manifest items, while the co-process renames the next batch
+            piece = self._renamed_items(renaming.indices, state) if all(map(renamed.get, renaming.indices)) else None
+            if piece is None:
+                self._items = None
+            else:
+                self._items.append(piece)
+                self._itemized += renaming.indices
         if self.meter.out is not None:  # the batch at once: its steps are recorded together
             self.meter.tick(sum(begun[i]["pre"].get("size") or 0 for i in renaming.indices), len(renaming.indices))
         return records

@@ -272,14 +272,21 @@ def test_joined_json_is_each_value_encoded_alone() -> None:
 @pytest.mark.parametrize(("odd", "escaped"), [
     (None, False), ('a"b.delta', True), ("tab\tname.delta", True), ("line\nbreak.delta", True),
     (os.fsdecode(b"\xff.delta"), True), ("\x7f\u2028\u00e9.delta", False)])
-def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, odd: str | None, escaped: bool) -> None:
+@pytest.mark.parametrize("batch", [8, None])
+def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      odd: str | None, escaped: bool, batch: int | None) -> None:
     """A run whose steps were all renames writes `renamed` done records and manifest.json's items
-    by one format each (`Executor._renamed_items`): the bytes `json_file` writes for the entries
-    as dicts (`_renamed_entries`, what resume and undo read back from the journal), with names
-    that need a JSON escape too (then the dicts are encoded); the entries say what was moved."""
+    by one format each (`Executor._renamed_items`; in a pipelined run of several batches, each
+    batch's while the next renames): the bytes `json_file` writes for the entries as dicts
+    (`_renamed_entries`, what resume and undo read back from the journal), with names that need
+    a JSON escape too (then the dicts are encoded); the entries say what was moved."""
     from streamctl.formats.journal import json_file
+    from streamctl.operations import executor
     from streamctl.operations.executor import MANIFEST_FILE, RENAMED, Executor
     from streamctl.operations.plan import Plan, Step
+
+    if batch is not None:
+        monkeypatch.setattr(executor, "BATCH_STEPS", batch)
 
     sink = tmp_path / "sink"
     names = [f"_spark_metadata/{n}" for n in range(40)] + [f"part-{n}.parquet" for n in range(5)]
@@ -300,6 +307,10 @@ def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, odd: str |
     assert all(RENAMED in state.done[i] and "manifest" not in state.done[i] for i in range(len(steps)))
     fast = ex._renamed_items(list(range(len(steps))), state)
     assert (fast is None) == escaped
+    if escaped:  # the batch with the odd name: none of the run's items are formatted
+        assert ex._items is None
+    else:  # one piece a batch
+        assert ex._items is not None and len(ex._items) == (-(-len(steps) // batch) if batch else 1)
     read = ex.read_journal()  # the entries as resume and undo read them
     entries = [read.done[i]["manifest"] for i in range(len(steps))]
     written = (tmp_path / "backup" / MANIFEST_FILE).read_bytes()
