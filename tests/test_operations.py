@@ -33,6 +33,30 @@ def _plan(steps: list[Step], roots: dict[str, str]) -> Plan:
     return Plan("test", roots, "rollback", 1, "exactly-once", steps, "aligned", op_id="op-1")
 
 
+def _twelve_moves(tmp_path: Path, suffix: str) -> tuple[Path, Path, dict[str, bytes], list[Step], Plan]:
+    """A checkpoint of twelve state files (`<v><suffix>.delta`, v bytes each), the plan moving
+    them: checkpoint, backup folder, the files, the steps, the plan."""
+    ck, backup = tmp_path / "ck", tmp_path / "backup"
+    (ck / "state" / "0").mkdir(parents=True)
+    for v in range(12):
+        (ck / "state" / "0" / f"{v}{suffix}.delta").write_bytes(str(v).encode() * v)
+    before = _tree(ck)
+    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
+    return ck, backup, before, steps, _plan(steps, {"checkpoint": str(ck)})
+
+
+def _crashed_run(plan: Plan, ck: Path, backup: Path, after: int) -> None:
+    """plan.json written, then a run of the plan in another process that ends abruptly right
+    after its `after`-th journal record (STREAMCTL_TEST_CRASH_AFTER), as a killed one would."""
+    Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
+    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
+            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
+            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
+    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
+                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER=str(after)))
+    assert proc.returncode == CRASH_EXIT
+
+
 def _setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     ck, sink, backup = tmp_path / "ck", tmp_path / "sink", tmp_path / "backup"
     (ck / "commits").mkdir(parents=True)
@@ -97,13 +121,7 @@ def test_a_step_interrupted_between_its_journal_records_is_redone(tmp_path: Path
     steps = [Step("write", "checkpoint", "commits/3", "complete the commit", content)]
     roots = {"checkpoint": Root("checkpoint", str(ck))}
     plan = _plan(steps, {"checkpoint": str(ck)})
-    env = dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="2")  # start, begin -> die before the write
-    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
-            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
-            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
-    Executor(plan, roots, Root("backup", str(backup))).write_plan()
-    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)], env=env)
-    assert proc.returncode == CRASH_EXIT
+    _crashed_run(plan, ck, backup, 2)  # start, begin -> die before the write
     assert not (ck / "commits" / "3").exists()
     events = [json.loads(line)["event"] for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     assert events == ["start", "begin"]
@@ -287,16 +305,10 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
     assert BATCH_STEPS < len(steps) < 2 * BATCH_STEPS
     plan = _plan(steps, {"checkpoint": str(ck)})
-    Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
     second = len(steps) - BATCH_STEPS
     # start, the first batch's begin records, then half the second's; or every begin record and half a batch of done records
     crash = 1 + BATCH_STEPS + (second // 2 if where.startswith("second") else second + BATCH_STEPS // 2)
-    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
-            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
-            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
-    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
-                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER=str(crash)))
-    assert proc.returncode == CRASH_EXIT
+    _crashed_run(plan, ck, backup, crash)
     records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     events = [r["event"] for r in records]
     assert "finished" not in events and events.count("begin") + events.count("done") == crash - 1
@@ -328,20 +340,8 @@ def test_a_crashed_run_whose_journal_an_earlier_version_wrote_resumes_and_undoes
     still resume and undo: a run crashed halfway, its journal and plan rewritten as the earlier
     encoders wrote them, is finished by this version, which appends its own lines after the old
     ones, and undone to the last byte."""
-    ck, backup = tmp_path / "ck", tmp_path / "backup"
-    (ck / "state" / "0").mkdir(parents=True)
-    for v in range(12):
-        (ck / "state" / "0" / f"{v}é.delta").write_bytes(str(v).encode() * v)
-    before = _tree(ck)
-    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
-    plan = _plan(steps, {"checkpoint": str(ck)})
-    Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
-    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
-            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
-            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
-    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
-                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="6"))  # start, then 5 of 12 begin records
-    assert proc.returncode == CRASH_EXIT
+    ck, backup, before, steps, plan = _twelve_moves(tmp_path, "é")
+    _crashed_run(plan, ck, backup, 6)  # start, then 5 of 12 begin records
 
     def earlier(doc: dict) -> str:  # the earlier json_file: json.dumps text, one list item per line
         parts = []
@@ -375,21 +375,9 @@ def test_done_records_of_renames_and_of_earlier_versions_resume_and_undo(tmp_pat
     as earlier versions wrote them (the entry carried), resumes and undoes to the last byte, its
     manifest the same as a run's that never crashed. A `renamed` record whose begin record holds
     no size and sha256 is refused, before anything changes."""
-    ck, backup = tmp_path / "ck", tmp_path / "backup"
-    (ck / "state" / "0").mkdir(parents=True)
-    for v in range(12):
-        (ck / "state" / "0" / f"{v}.delta").write_bytes(str(v).encode() * v)
-    before = _tree(ck)
-    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
-    plan = _plan(steps, {"checkpoint": str(ck)})
+    ck, backup, before, steps, plan = _twelve_moves(tmp_path, "")
     roots = {"checkpoint": Root("checkpoint", str(ck))}
-    Executor(plan, roots, Root("backup", str(backup))).write_plan()
-    code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
-            "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
-            "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
-    proc = subprocess.run([sys.executable, "-c", code, str(backup / "plan.json"), str(ck), str(backup)],
-                          env=dict(os.environ, STREAMCTL_TEST_CRASH_AFTER="20"))  # start, 12 begin records, 7 done
-    assert proc.returncode == CRASH_EXIT
+    _crashed_run(plan, ck, backup, 20)  # start, 12 begin records, 7 done
     journal = backup / JOURNAL_FILE
     records = [json.loads(line) for line in journal.read_text().splitlines()]
     done = [r for r in records if r["event"] == "done"]
