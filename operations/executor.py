@@ -387,6 +387,8 @@ class Executor:
         state = self.read_journal()
         pending: list[dict[str, Any]] = []
         first_run = not state.started  # the backup folder was checked new or empty: no step's backup path is taken
+        if state.done:  # a resumed run: its manifest holds the earlier run's entries, not only this run's items
+            self._items = None
         if not state.started:
             pending.append({"event": Event.START, "op_id": self.plan.op_id, "pid": os.getpid(),
                             "steps": len(self.plan.steps)})
