@@ -37,8 +37,11 @@ TERMINATED set while a batch is being planned leaves ``offsets/N`` without ``com
 the agent first waits, as in the fallback, until no trigger is active and offsets and commits
 agree, or until a Spark job of this run (job group = run id) is active, i.e. the batch is past that
 check and executing, and only then sets TERMINATED: the next trigger sees it before planning
-anything, or the executing batch commits and the loop exits. (A batch whose planning itself runs
-Spark jobs, e.g. a parallel file listing, can still be caught before the check.)
+anything, or the executing batch commits and the loop exits. A job counts only once the batch's
+``offsets/N`` is written and not committed: a batch whose planning runs Spark jobs (a parallel
+listing of a source folder of more than 32 files) runs them before that write, and setting
+TERMINATED then would reach the check. (A job after the write and before the check can still be
+caught; none was seen with file sources.)
 
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
@@ -317,6 +320,15 @@ class Agent:
             return True  # unknown: waiting for an idle moment is safe on every version
         return (major, minor) >= (4, 2)
 
+    def _batch_written(self) -> bool:
+        """Whether the newest batch's offsets are written and not committed: a job of this run is
+        then the batch's own, not one of its planning (a parallel listing of a source folder of
+        more than 32 files runs before offsets/N is written, and the check that interrupts the
+        batch comes after it)."""
+        planned = _newest(os.path.join(self.checkpoint, "offsets"))
+        committed = _newest(os.path.join(self.checkpoint, "commits"))
+        return planned is not None and (committed is None or planned > committed)
+
     def _running_a_job(self) -> bool:
         """Whether a Spark job of this run (StreamExecution's job group is the run id) is active."""
         try:
@@ -342,7 +354,7 @@ class Agent:
                     self._lease["stop_request_ms"] = None
                 self._write(state="running")
                 return "withdrawn"
-            if self._idle_between_batches() or (or_executing and self._running_a_job()):
+            if self._idle_between_batches() or (or_executing and self._running_a_job() and self._batch_written()):
                 return None
             if time.monotonic() - last_beat >= self.heartbeat_s:
                 self.heartbeat()
