@@ -38,10 +38,9 @@ the agent first waits, as in the fallback, until no trigger is active and offset
 agree, or until a Spark job of this run (job group = run id) is active, i.e. the batch is past that
 check and executing, and only then sets TERMINATED: the next trigger sees it before planning
 anything, or the executing batch commits and the loop exits. A job counts only once the batch's
-``offsets/N`` is written and not committed: a batch whose planning runs Spark jobs (a parallel
-listing of a source folder of more than 32 files) runs them before that write, and setting
-TERMINATED then would reach the check. (A job after the write and before the check can still be
-caught; none was seen with file sources.)
+``offsets/N`` is written and not committed: a batch whose planning runs Spark jobs (a source's
+parallel file listing, for one) runs them before that write, and setting TERMINATED then would
+reach the check. (A job after the write and before the check can still be caught.)
 
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
@@ -322,9 +321,8 @@ class Agent:
 
     def _batch_written(self) -> bool:
         """Whether the newest batch's offsets are written and not committed: a job of this run is
-        then the batch's own, not one of its planning (a parallel listing of a source folder of
-        more than 32 files runs before offsets/N is written, and the check that interrupts the
-        batch comes after it)."""
+        then the batch's own, not one of its planning (a source's parallel file listing runs
+        before offsets/N is written, and the check that interrupts the batch comes after it)."""
         planned = _newest(os.path.join(self.checkpoint, "offsets"))
         committed = _newest(os.path.join(self.checkpoint, "commits"))
         return planned is not None and (committed is None or planned > committed)
