@@ -342,6 +342,7 @@ class Executor:
                 return None
         except UnicodeEncodeError:
             return None
+        # each row is `dumps(_moved_entry(...))`, key for key (tests/test_fast_paths.py checks the bytes)
         rows = [f'{{"action":"moved","backup":"files/{s.root}/{s.path}","path":"{s.path}","root":"{s.root}",'
                 f'"sha256":"{sha}","size":{size},"uri":"{heads[s.root]}{s.path}"}}'
                 for s, sha, size in zip(chosen, shas, sizes, strict=True)]

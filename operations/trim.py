@@ -19,10 +19,10 @@ from streamctl.formats.checksum import crc_target
 from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_STAGING
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
-from streamctl.formats.state import ZIP_EXT, state_files, state_versions
+from streamctl.formats.state import ZIP_EXT, state_versions
 from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.sinks import list_file_sink_log
-from streamctl.inspectors.state import zip_ssts
+from streamctl.inspectors.state import StoreFiles, zip_ssts
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
 from streamctl.operations.files import SizesAside
@@ -36,7 +36,6 @@ from streamctl.operations.plan import (
     refuse_unsafe,
 )
 
-FULL = ("snapshot", "zip")
 CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
 
 
@@ -136,21 +135,18 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
     for s in stores:
-        listing: list[tuple[str, int]]  # (name, version) of each state file and checksum companion
-        if st.is_local and s.listing and s.files is not None:  # the inspection's listing (made under the same lock): no second one
+        if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
             sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked aside (add)
-            listing = state_versions(sorted(sized))
-            # its versions as the inspection classified them (StoreFiles.add_names): no 4-tuple per name
-            full = s.files.full | set(s.files.full_ids)
-            incr = s.files.incr | set(s.files.incr_ids)
         else:  # object stores: the listing carries the sizes
             sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
-            parsed = state_files(sorted(sized))
-            listing = [(name, f.version) for name, f in parsed]
-            full, incr = set(), set()
-            for _name, f in parsed:
-                if not f.companion:
-                    (full if f.ext in FULL else incr).add(f.version)
+        listing = state_versions(sorted(sized))  # (name, version) of each state file and checksum companion
+        files = s.files
+        if files is None:  # a store judged without its files: classified here, as the inspection does
+            files = StoreFiles(s.operator_id, s.partition, s.store)
+            files.add_names(sorted(sized))
+        # its versions as the inspection classifies them (StoreFiles.add_names): no 4-tuple per name
+        full = files.full | set(files.full_ids)
+        incr = files.incr | set(files.incr_ids)
         # the oldest base any kept version restores from
         floor = None
         for v in range(low + 1, C + 2):
