@@ -1,38 +1,65 @@
 """The `streamctl` console script: the root app (cli/app.py), with one head start.
 
-For `streamctl inspect epochs` of one local checkpoint, a forked child starts listing and judging
-the checkpoint's state folders before the CLI's own imports (typer and the commands: about
-55 ms of a 0.2 s inspection, BENCHMARKS.md), while the parent imports; the inspection joins it
-when the parsed command asks for the same work (inspectors/split.py `start_early`,
-docs/reading.md#the-split-inspection). This module reads argv only to guess that case: it never
-decides anything the CLI decides. A wrong guess costs a discarded child, never an answer.
-Keep it free of imports beyond the standard library's smallest.
+For `streamctl inspect epochs`, `align` and `trim` of one local checkpoint, a forked child starts
+listing and judging the checkpoint's state folders before the CLI's own imports (typer and the
+commands: about 55 ms of a 0.2 s inspection, more for a mutation, BENCHMARKS.md), while the parent
+imports (and a mutation takes its lock); the inspection joins it when the parsed command asks for
+the same work (inspectors/split.py `start_early`, docs/reading.md#the-split-inspection). This
+module reads argv only to guess those cases: it never decides anything the CLI decides. A wrong
+guess costs a discarded child, never an answer. Keep it free of imports beyond the standard
+library's smallest.
 """
 from __future__ import annotations
 
 import sys
 from typing import Any, Optional
 
-# The options that take a value, of the root app and of `inspect epochs` (tests/test_entry.py
-# checks this against the commands' parameters): their values are not the checkpoint argument.
-VALUE_OPTIONS = frozenset({
-    "--config",
-    "--sink", "--sink-kind", "--app-id", "--bootstrap", "--kafka-config", "--kafka-timeout", "--quiet-period",
-    "--format", "-o", "--engine", "--master", "--workers", "--spark-tasks", "--output-jsonl", "--output-parquet",
-    "--interval", "--watch-count", "--metrics-file", "--keep-epochs", "--target-spark",
-})
-# The flags; any other option (--help, --version, a typo) starts nothing.
-FLAGS = frozenset({"--traceback", "--verbose", "-v", "--no-headers", "--json", "--watch", "--reclaimable", "--deep"})
+# The root app's options (before the command), then each command's: those that take a value (their
+# values are not the checkpoint argument) and the flags; any other option (--help, --version, a
+# typo) starts nothing. tests/test_entry.py checks these against the commands' parameters.
+ROOT_VALUE_OPTIONS = frozenset({"--config"})
+ROOT_FLAGS = frozenset({"--traceback", "--verbose", "-v", "--no-headers"})
+_QUERY = ("--sink", "--sink-kind", "--app-id", "--quiet-period")
+COMMANDS: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {
+    ("inspect", "epochs"): (frozenset({
+        *_QUERY, "--bootstrap", "--kafka-config", "--kafka-timeout", "--format", "-o", "--engine", "--master",
+        "--workers", "--spark-tasks", "--output-jsonl", "--output-parquet", "--interval", "--watch-count",
+        "--metrics-file", "--keep-epochs", "--target-spark",
+    }), frozenset({"--json", "--watch", "--reclaimable", "--deep"})),
+    # the mutations whose plan inspects the checkpoint as `inspect epochs` does (read_state's key is
+    # the same): the child lists and judges while the parent imports the command and takes the lock
+    ("align",): (frozenset({
+        *_QUERY, "--to", "--backup-dir", "--sink-compact-interval", "--source-archive", "--query-id", "--resume",
+        "--undo",
+    }), frozenset({"--execute", "--allow-duplicates", "--allow-loss", "--discard-in-flight", "--async-progress",
+                   "--break-lock", "--json"})),
+    ("trim",): (frozenset({*_QUERY, "--keep-epochs", "--keep-rollback-to", "--backup-dir", "--resume", "--undo"}),
+                frozenset({"--execute", "--purge", "--async-progress", "--break-lock", "--json"})),
+}
+INSPECT = ("inspect", "epochs")  # the one read-only command of COMMANDS: its process may end at once (`_leave`)
 GLOB_CHARS = frozenset("*?[")
 
 
-def early_checkpoint(args: list[str]) -> Optional[str]:
-    """The one local checkpoint `streamctl inspect epochs ...` (as `args`) names, as written;
-    None for anything else: another command, several checkpoints or a glob, a URI, an option
-    this module does not know, or --engine other than local."""
+def early_checkpoint(args: list[str]) -> Optional[tuple[tuple[str, ...], str]]:
+    """(the command, the one local checkpoint it names, as written) of `args` when they are one of
+    COMMANDS with one checkpoint argument; None for anything else: another command, several
+    checkpoints or a glob, a URI, an option this module does not know, or --engine other than local."""
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "-":  # the root's options
+        name, eq, _ = args[i].partition("=")
+        if name in ROOT_VALUE_OPTIONS:
+            i += 1 if eq else 2
+        elif name in ROOT_FLAGS and not eq:
+            i += 1
+        else:
+            return None
+    command = next((c for c in COMMANDS if tuple(args[i:i + len(c)]) == c), None)
+    if command is None:
+        return None
+    values, flags = COMMANDS[command]
     words: list[str] = []
     engine = "local"
-    i = 0
+    i += len(command)
     while i < len(args):
         arg = args[i]
         if arg == "--":
@@ -40,24 +67,24 @@ def early_checkpoint(args: list[str]) -> Optional[str]:
             break
         if arg.startswith("-") and arg != "-":
             name, eq, value = arg.partition("=")
-            if name in VALUE_OPTIONS:
+            if name in values:
                 if not eq:
                     i += 1
                     if i >= len(args):
                         return None
                     value = args[i]
                 engine = value if name == "--engine" else engine
-            elif name not in FLAGS or eq:
+            elif name not in flags or eq:
                 return None
         else:
             words.append(arg)
         i += 1
-    if words[:2] != ["inspect", "epochs"] or len(words) != 3 or engine != "local":
+    if len(words) != 1 or engine != "local":
         return None
-    location = words[2]
+    location = words[0]
     if GLOB_CHARS & set(location) or ("://" in location and not location.startswith("file://")):
         return None
-    return location
+    return command, location
 
 
 # gc.set_threshold for the CLI process (and the early child): a 100,000-file plan allocates a dict
@@ -71,8 +98,8 @@ def main() -> None:
     import gc
 
     gc.set_threshold(*GC_THRESHOLDS)
-    location = early_checkpoint(sys.argv[1:])
-    if location is None:
+    guess = early_checkpoint(sys.argv[1:])
+    if guess is None:
         from streamctl.cli.app import main as app_main
 
         app_main()
@@ -83,8 +110,9 @@ def main() -> None:
     from streamctl.inspectors.chains import early_split
     from streamctl.inspectors.split import start_early
 
+    command, location = guess
     start_early(lambda: early_split(location))
-    handlers = _exit_handlers(atexit)
+    handlers = _exit_handlers(atexit) if command == INSPECT else None  # a mutation ends as usual
     from streamctl.cli.app import main as app_main
 
     try:

@@ -422,6 +422,7 @@ def _no_cycle_collection(fn: F) -> F:
 def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optional[Say] = None) -> Outcome:
     """Validate the backup, lock, plan under the lock (what is executed is what was inspected),
     check and write the plan, run the journaled steps, finish, verify, release."""
+    from streamctl.inspectors.split import discard_early
     from streamctl.operations.lock import Lock
 
     op_id = new_op_id(op.command)
@@ -439,6 +440,9 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
 
             warm_up()
         plan = req.planner(op_id, backup)
+        # the console script's early child (cli/entry.py) listed the checkpoint before any step:
+        # the plan's inspection joined it; never may the verifying one after the steps
+        discard_early()
         if not plan.steps:  # decided under the lock: not while another operation is half done
             coprocess.cool()
             lock.release()

@@ -1,5 +1,6 @@
-"""The console script's entry (cli/entry.py): its guess of `inspect epochs` of one local checkpoint,
-which starts the early child of the split inspection before the CLI's imports (inspectors/split.py).
+"""The console script's entry (cli/entry.py): its guess of `inspect epochs`, `align` or `trim` of one
+local checkpoint, which starts the early child of the split inspection before the CLI's imports
+(inspectors/split.py).
 
 A wrong guess may only cost a discarded child: tests/test_split.py proves the joined early child
 reports what the serial inspection does; here, that the guess reads argv as the CLI does.
@@ -14,17 +15,24 @@ from typing import Any
 
 import pytest
 
-from streamctl.cli.entry import FLAGS, VALUE_OPTIONS, early_checkpoint
+from streamctl.cli.entry import COMMANDS, INSPECT, ROOT_FLAGS, ROOT_VALUE_OPTIONS, early_checkpoint
+
+ALIGN, TRIM = ("align",), ("trim",)
 
 
 @pytest.mark.parametrize(("args", "want"), [
-    (["inspect", "epochs", "/data/chk"], "/data/chk"),
-    (["inspect", "epochs", "/data/chk", "--json"], "/data/chk"),
-    (["--traceback", "inspect", "epochs", "-o", "json", "chk"], "chk"),
-    (["--config", "inspect", "inspect", "epochs", "chk"], "chk"),  # a value that looks like the command
-    (["inspect", "epochs", "--sink", "/data/tables/orders", "/data/chk"], "/data/chk"),
-    (["inspect", "epochs", "--format=json", "--quiet-period", "0", "file:///data/chk"], "file:///data/chk"),
-    (["inspect", "epochs", "--engine", "local", "--", "-odd-name"], "-odd-name"),
+    (["inspect", "epochs", "/data/chk"], (INSPECT, "/data/chk")),
+    (["inspect", "epochs", "/data/chk", "--json"], (INSPECT, "/data/chk")),
+    (["--traceback", "inspect", "epochs", "-o", "json", "chk"], (INSPECT, "chk")),
+    (["--config", "inspect", "inspect", "epochs", "chk"], (INSPECT, "chk")),  # a value that looks like the command
+    (["--config=c.toml", "-v", "inspect", "epochs", "chk"], (INSPECT, "chk")),
+    (["inspect", "epochs", "--sink", "/data/tables/orders", "/data/chk"], (INSPECT, "/data/chk")),
+    (["inspect", "epochs", "--format=json", "--quiet-period", "0", "file:///data/chk"], (INSPECT, "file:///data/chk")),
+    (["inspect", "epochs", "--engine", "local", "--", "-odd-name"], (INSPECT, "-odd-name")),
+    (["align", "/data/chk", "--to", "40", "--allow-duplicates", "--execute", "--json"], (ALIGN, "/data/chk")),
+    (["align", "--backup-dir", "/bk", "--sink", "/data/out", "chk"], (ALIGN, "chk")),
+    (["trim", "/data/chk", "--keep-epochs", "10", "--execute"], (TRIM, "/data/chk")),
+    (["trim", "--keep-rollback-to=5", "--purge", "chk"], (TRIM, "chk")),
     (["inspect", "epochs", "/a", "/b"], None),  # several checkpoints
     (["inspect", "epochs", "/data/chk/*"], None),  # a fleet
     (["inspect", "epochs", "s3://bucket/chk"], None),  # an object store
@@ -35,7 +43,12 @@ from streamctl.cli.entry import FLAGS, VALUE_OPTIONS, early_checkpoint
     (["inspect", "epochs", "--no-such-option", "/data/chk"], None),
     (["inspect", "epochs", "--json=yes", "/data/chk"], None),  # a flag with a value: not ours to judge
     (["inspect", "epochs", "--sink"], None),  # a value missing
-    (["trim", "/data/chk"], None),
+    (["inspect", "epochs", "/data/chk", "--traceback"], None),  # a root option after the command: click refuses it
+    (["align", "--resume", "/bk/align-1"], None),  # no checkpoint: the backup folder is an option's value
+    (["trim", "--undo", "/bk/trim-1"], None),
+    (["align", "/data/chk", "--keep-epochs", "3"], None),  # trim's option, not align's
+    (["trim", "/data/chk", "--to", "3"], None),  # align's option, not trim's
+    (["drop-sink", "/data/out", "--checkpoint", "/data/chk"], None),
     (["inspect", "kafka", "/data/chk"], None),
     ([], None),
 ])
@@ -55,9 +68,9 @@ def _params(command: Any) -> dict[str, bool]:
 
 
 def test_the_option_lists_are_the_commands_own() -> None:
-    """Every option of the root app and of `inspect epochs` is in VALUE_OPTIONS or FLAGS as it
-    takes a value or not (an option added to the command and not here starts nothing: a test
-    failure, not a wrong guess), and nothing else is."""
+    """Every option of the root app and of each command in COMMANDS is in its value options or
+    flags as it takes a value or not (an option added to a command and not here starts nothing: a
+    test failure, not a wrong guess), and nothing else is."""
     import click
     import typer.main
 
@@ -65,11 +78,19 @@ def test_the_option_lists_are_the_commands_own() -> None:
 
     root = typer.main.get_command(app)
     ctx = click.Context(root)
-    inspect = root.get_command(ctx, "inspect")  # type: ignore[attr-defined]
-    epochs = inspect.get_command(click.Context(inspect, parent=ctx), "epochs")
-    options = {**_params(root), **_params(epochs)}
-    assert {n for n, flag in options.items() if not flag} == set(VALUE_OPTIONS)
-    assert {n for n, flag in options.items() if flag} == set(FLAGS)
+    options = _params(root)
+    assert {n for n, flag in options.items() if not flag} == set(ROOT_VALUE_OPTIONS)
+    assert {n for n, flag in options.items() if flag} == set(ROOT_FLAGS)
+    for words, (values, flags) in COMMANDS.items():
+        group, group_ctx = root, ctx
+        for word in words:
+            group = group.get_command(group_ctx, word)  # type: ignore[attr-defined]
+            group_ctx = click.Context(group, parent=group_ctx)
+        options = _params(group)
+        assert {n for n, flag in options.items() if not flag} == set(values), words
+        assert {n for n, flag in options.items() if flag} == set(flags), words
+        arguments = [p for p in group.params if getattr(p, "param_type_name", "") == "argument"]
+        assert [p.name for p in arguments] in (["checkpoint"], ["checkpoints"]), words  # the word the guess reads
 
 
 def test_the_console_script_reports_what_the_app_does(tmp_path: Path) -> None:

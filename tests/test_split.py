@@ -25,11 +25,15 @@ from streamctl.formats.checksum import crc_name
 # stdout; on stderr, after each fork_map call, a line `SPLIT-CALLS <json>`: every call so far as
 # [units, forked, joined the early child].
 DRIVER = r"""
-import json, sys
+import json, os, sys
 from streamctl.inspectors import split, state
 calls = []
 real, real_take = split.fork_map, split._take_early
+skip = [int(os.environ.get("SPLIT_SKIP_TAKES", "0"))]  # calls that leave the early child as if they had no key
 def take(key, count):
+    if skip[0] > 0:
+        skip[0] -= 1
+        return None
     child = real_take(key, count)
     calls[-1][2] = child is not None
     return child
@@ -232,8 +236,15 @@ def test_a_folders_digest_read_on_two_cores_is_the_serial_one(tmp_path: Path) ->
 
 def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int, str, str, list[list[Any]]]:
     """(exit code, stdout, stderr, the fork_map calls [units, forked, joined the early child])."""
-    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
-    r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, "inspect", "epochs", str(checkpoint), "--json"],
+    return _cli(["inspect", "epochs", str(checkpoint), "--json"], split_min, entry)
+
+
+def _cli(args: list[str], split_min: int, entry: str = "app",
+         skip_takes: int = 0) -> tuple[int, str, str, list[list[Any]]]:
+    """`streamctl ARGS` through the driver: (exit code, stdout, stderr, the fork_map calls);
+    `skip_takes`: the first calls of fork_map leave the early child as a call without a key does."""
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", SPLIT_SKIP_TAKES=str(skip_takes))
+    r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, *args],
                        capture_output=True, text=True, timeout=120, env=env)
     lines = r.stderr.splitlines()
     calls = [json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("SPLIT-CALLS ")]
@@ -322,3 +333,40 @@ def test_an_unreadable_folder_in_the_childs_units_is_named_as_the_serial_run_nam
     assert serial[0] == 3 and "99.delta" in serial[1] and "is a folder" in serial[1], serial
     assert split[:3] == serial[:3] and early[:3] == serial[:3]
     assert split[3][0][1] is True and early[3][0][2] is True
+
+
+@pytest.mark.spark
+def test_align_and_trim_join_the_early_child_and_act_as_the_app_does(spark_checkpoints: dict[str, Path],
+                                                                       fresh_copy: Any, tmp_path: Path) -> None:
+    """The console script starts the early child for `align` and `trim` of one local checkpoint
+    too (cli/entry.py): the plan's inspection joins it, and the plan's JSON is the serial run's,
+    byte for byte; executed that way, the trim moves the same files and verifies."""
+    chk = fresh_copy("agg_hdfs")
+    newest = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
+    for args in (["trim", str(chk), "--keep-epochs", "1", "--json"],
+                 ["align", str(chk), "--to", str(newest - 1), "--allow-duplicates", "--json"]):
+        serial = _cli(args, 10**9)
+        early = _cli(args, 2, "entry")
+        assert serial[0] == 0 and json.loads(serial[1])["plan"]["steps"], (args, serial)
+        assert early[:3] == serial[:3], args
+        assert not serial[3][0][1] and early[3][0][2] is True, (args, serial[3], early[3])  # joined the early child
+    moved = {}
+    for entry, split_min in (("app", 10**9), ("entry", 2)):
+        copy = fresh_copy("agg_hdfs")
+        code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
+                                      "--backup-dir", str(tmp_path / entry)], split_min, entry)
+        doc = json.loads(out)
+        assert code == 0 and doc["verified"] is True, (entry, err)
+        assert calls[0][2] is (entry == "entry"), (entry, calls)
+        moved[entry] = ([(st["action"], st["root"], st["path"]) for st in doc["plan"]["steps"]], doc["after"])
+        assert not [p for a, r, p in moved[entry][0] if a == "move" and (copy / p).exists()], entry  # moved away
+    assert moved["entry"] == moved["app"]
+    # a plan that never joins the early child (its inspection asked without a key): the runner
+    # discards the child before the first step, so the verifying inspection after the trim, whose
+    # key is the same (a trim keeps the newest batches), cannot take listings made before it
+    copy = fresh_copy("agg_hdfs")
+    code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
+                                  "--backup-dir", str(tmp_path / "unjoined")], 2, "entry", skip_takes=1)
+    doc = json.loads(out)
+    assert code == 0 and doc["verified"] is True and doc["after"] == moved["app"][1], err
+    assert [joined for _, _, joined in calls] == [False, False], calls  # the plan's (skipped), the verification's
