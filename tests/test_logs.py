@@ -154,7 +154,28 @@ def test_state_files_parses_a_folder_as_state_file_parses_each_name():
     from streamctl.formats.state import state_versions
 
     for names_now in (names, [n for n in names if "\n" not in n]):
-        for above in (-1, 2, 5, 12):
+        for above in (-1, 0, 2, 5, 9, 10, 12, 13):
             assert state_versions(names_now, above) == [(n, f.version) for n, f in state_files(names_now)
                                                         if f.version > above]
     assert state_versions(names, 5) == [("10_a_b.zip", 10), ("012.delta", 12), ("13.zip.crc.crc.crc", 13)]
+
+
+def test_the_bounded_version_pattern_matches_exactly_the_greater_numbers():
+    """`state_versions` above a bound lets the regex pick the versions (`_greater_than`): every
+    digit run, leading zeros and all, is taken exactly when int() of it is above the bound."""
+    import random
+    import re
+
+    from streamctl.formats.state import _greater_than, state_files, state_versions
+
+    rng = random.Random(23)
+    bounds = [0, 1, 9, 10, 11, 99, 100, 101, 449, 450, 499, 909, 990, 999, 1000, 12345] + [rng.randrange(10**7) for _ in range(40)]
+    for n in bounds:
+        pattern = re.compile(_greater_than(n) + r"\Z")
+        runs = {str(v) for v in range(max(n - 120, 0), n + 120)} | {"0", "00", "0" + str(n), "00" + str(n + 1), str(n) + "0",
+                                                                    str(n * 10 + 9), "9" * len(str(n)), "1" + "0" * len(str(n))}
+        runs |= {str(rng.randrange(10**9)).zfill(rng.randrange(1, 11)) for _ in range(300)}
+        for run in runs:
+            assert bool(pattern.match(run)) == (int(run) > n), (n, run)
+        names = [f"{r}.delta" for r in sorted(runs)] + [f".{r}.snapshot.crc" for r in sorted(runs)][:50] + [f"{n}_x.zip", "a.delta"]
+        assert state_versions(names, n) == [(m, f.version) for m, f in state_files(names) if f.version > n], n
