@@ -208,6 +208,9 @@ class Executor:
         written on a thread, durable before the journal's next record (the runner's `verified`,
         written after its verification), else durable when `run` returns."""
         self.manifest_ahead = manifest_ahead
+        # called once every step is durable, before manifest.json's writer thread starts: the
+        # runner forks the verifying inspection's child there (a fork needs a process of one thread)
+        self.steps_done: Optional[Callable[[], None]] = None
         self.plan = plan
         self.roots = roots
         self.backup = backup
@@ -448,6 +451,8 @@ class Executor:
             self._synced(syncing)
         finally:
             self.close()  # co-processes killed when answers are left unread (an operation that stops early)
+        if self.steps_done is not None:
+            self.steps_done()
         manifest = self._manifest(state)  # rebuilt from the journal's done records (each entry, or `renamed`)
         if not state.finished:
             pending.append({"event": Event.FINISHED})

@@ -475,6 +475,8 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
         return StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)")
 
+    if op.finish is None and hasattr(steps, "steps_done") and "checkpoint" in plan.roots:
+        steps.steps_done = functools.partial(_verify_ahead, plan.roots["checkpoint"])
     try:
         steps.run()
     except Untouched as exc:
@@ -498,6 +500,19 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     steps.journal.append({"event": Event.VERIFIED, "ok": ok, "got": got})
     lock.release()
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
+
+
+def _verify_ahead(checkpoint: str) -> None:
+    """Once every step is durable: fork the child of the verifying inspection (inspectors/split.py
+    `start_early`) before manifest.json's writer thread starts, which would leave the verification
+    on one core (a fork is only made by a process of one thread). The verification's `read_state`
+    joins it when its key (the checkpoint, its folders, the versions now) is the child's; it is
+    discarded otherwise. Nothing else writes the checkpoint until then: the lock is held, no
+    `finish` step is left (see `_run`) and the query is stopped."""
+    from streamctl.inspectors.chains import early_split
+    from streamctl.inspectors.split import start_early
+
+    start_early(lambda: early_split(checkpoint))
 
 
 WRITTEN = "_streamctl/written.json"  # the checkpoint log files the last operation wrote (inspectors/checkpoint.py)

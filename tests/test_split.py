@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
@@ -36,6 +36,9 @@ def take(key, count):
         return None
     child = real_take(key, count)
     calls[-1][2] = child is not None
+    if child is not None:
+        pids["joined"].append(child.pid)
+        sys.stderr.write("\nSPLIT-PIDS " + json.dumps(pids) + "\n")
     return child
 def spy(fn, items, min_items, key=None):
     calls.append([len(items), len(items) >= max(min_items, 2) and split.can_fork(), False])
@@ -45,6 +48,15 @@ def spy(fn, items, min_items, key=None):
         sys.stderr.write("\nSPLIT-CALLS " + json.dumps(calls) + "\n")
         sys.stderr.flush()
 split.fork_map, split._take_early = spy, take
+pids = {"started": [], "joined": []}  # the early children started, and those a fork_map call joined
+real_start = split.start_early
+def start_early(work):
+    before = split._early
+    real_start(work)
+    if split._early is not None and split._early is not before:  # a child forked by this call
+        pids["started"].append(split._early.pid)
+        sys.stderr.write("\nSPLIT-PIDS " + json.dumps(pids) + "\n")
+split.start_early = start_early
 state.SPLIT_MIN_PARTITIONS = int(sys.argv[1])
 entry = sys.argv[2]
 sys.argv = ["streamctl"] + sys.argv[3:]
@@ -239,16 +251,19 @@ def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int,
     return _cli(["inspect", "epochs", str(checkpoint), "--json"], split_min, entry)
 
 
-def _cli(args: list[str], split_min: int, entry: str = "app",
-         skip_takes: int = 0) -> tuple[int, str, str, list[list[Any]]]:
+def _cli(args: list[str], split_min: int, entry: str = "app", skip_takes: int = 0,
+         pids: Optional[dict[str, Any]] = None) -> tuple[int, str, str, list[list[Any]]]:
     """`streamctl ARGS` through the driver: (exit code, stdout, stderr, the fork_map calls);
-    `skip_takes`: the first calls of fork_map leave the early child as a call without a key does."""
+    `skip_takes`: the first calls of fork_map leave the early child as a call without a key does;
+    `pids` gets the pids of the early children started and of those joined, in order."""
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", SPLIT_SKIP_TAKES=str(skip_takes))
     r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, *args],
                        capture_output=True, text=True, timeout=120, env=env)
     lines = r.stderr.splitlines()
     calls = [json.loads(ln.split(" ", 1)[1]) for ln in lines if ln.startswith("SPLIT-CALLS ")]
-    errors = "\n".join(ln for ln in lines if ln and not ln.startswith("SPLIT-CALLS "))
+    errors = "\n".join(ln for ln in lines if ln and not ln.startswith(("SPLIT-CALLS ", "SPLIT-PIDS ")))
+    if pids is not None:
+        pids.update(next((json.loads(ln.split(" ", 1)[1]) for ln in reversed(lines) if ln.startswith("SPLIT-PIDS ")), {}))
     return r.returncode, r.stdout, errors, calls[-1] if calls else []
 
 
@@ -353,20 +368,26 @@ def test_align_and_trim_join_the_early_child_and_act_as_the_app_does(spark_check
     moved = {}
     for entry, split_min in (("app", 10**9), ("entry", 2)):
         copy = fresh_copy("agg_hdfs")
+        pids: dict[str, Any] = {}
         code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
-                                      "--backup-dir", str(tmp_path / entry)], split_min, entry)
+                                      "--backup-dir", str(tmp_path / entry)], split_min, entry, pids=pids)
         doc = json.loads(out)
         assert code == 0 and doc["verified"] is True, (entry, err)
-        assert calls[0][2] is (entry == "entry"), (entry, calls)
         moved[entry] = ([(st["action"], st["root"], st["path"]) for st in doc["plan"]["steps"]], doc["after"])
         assert not [p for a, r, p in moved[entry][0] if a == "move" and (copy / p).exists()], entry  # moved away
+        if entry == "entry":  # the plan joined the console script's child; the verification the one forked
+            # once every step was durable (runner._verify_ahead), before manifest.json's writer thread
+            assert [joined for _, _, joined in calls] == [True, True], calls
+            assert len(pids["started"]) == 2 and pids["joined"] == pids["started"], pids
     assert moved["entry"] == moved["app"]
     # a plan that never joins the early child (its inspection asked without a key): the runner
     # discards the child before the first step, so the verifying inspection after the trim, whose
-    # key is the same (a trim keeps the newest batches), cannot take listings made before it
+    # key is the same (a trim keeps the newest batches), joins only the child forked after the steps
     copy = fresh_copy("agg_hdfs")
+    pids = {}
     code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
-                                  "--backup-dir", str(tmp_path / "unjoined")], 2, "entry", skip_takes=1)
+                                  "--backup-dir", str(tmp_path / "unjoined")], 2, "entry", skip_takes=1, pids=pids)
     doc = json.loads(out)
     assert code == 0 and doc["verified"] is True and doc["after"] == moved["app"][1], err
-    assert [joined for _, _, joined in calls] == [False, False], calls  # the plan's (skipped), the verification's
+    assert [joined for _, _, joined in calls] == [False, True], calls  # the plan's (skipped), the verification's
+    assert len(pids["started"]) == 2 and pids["joined"] == pids["started"][1:], pids  # never the one from before
