@@ -466,6 +466,7 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
 
 def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps: Steps, lock: Any,
          resumed: bool) -> Outcome:
+    from streamctl.inspectors.split import discard_early
     from streamctl.operations.journal import Conflict
 
     hint = f"streamctl {op.command} --resume {backup.location}"
@@ -478,7 +479,11 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     if op.finish is None and hasattr(steps, "steps_done") and "checkpoint" in plan.roots:
         steps.steps_done = functools.partial(_verify_ahead, plan.roots["checkpoint"])
     try:
-        steps.run()
+        try:
+            steps.run()
+        except BaseException:
+            discard_early()  # `_verify_ahead`'s child, if the run failed after forking it
+            raise
     except Untouched as exc:
         steps.journal.append({"event": Event.REFUSED, "reason": str(exc)})
         lock.release()
@@ -492,7 +497,10 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     if op.finish is not None:
         op.finish(plan, roots, steps)
     _note_written(plan, roots)
-    ok, got = op.verify(plan, roots)
+    try:
+        ok, got = op.verify(plan, roots)
+    finally:
+        discard_early()  # `_verify_ahead`'s child, when the verification did not join it
     try:
         steps.journal.settle()  # manifest.json, written while the verification ran
     except (StorageError, OSError) as exc:
