@@ -1,10 +1,10 @@
 """The `streamctl` console script: the root app (cli/app.py), with one head start.
 
-For `streamctl inspect epochs`, `align` and `trim` of one local checkpoint, a forked child starts
-listing and judging the checkpoint's state folders before the CLI's own imports (typer and the
-commands: about 55 ms of a 0.2 s inspection, more for a mutation, BENCHMARKS.md), while the parent
-imports (and a mutation takes its lock); the inspection joins it when the parsed command asks for
-the same work (inspectors/split.py `start_early`, docs/reading.md#the-split-inspection). This
+For `streamctl inspect epochs` of one local checkpoint, and the plan previews of `align` and `trim`
+(not --execute), a forked child starts listing and judging the checkpoint's state folders before
+the CLI's own imports (typer and the commands: about 55 ms of a 0.2 s inspection, more for a
+plan, BENCHMARKS.md), while the parent imports; the inspection joins it when the parsed command
+asks for the same work (inspectors/split.py `start_early`, docs/reading.md#the-split-inspection). This
 module reads argv only to guess those cases: it never decides anything the CLI decides. A wrong
 guess costs a discarded child, never an answer. Keep it free of imports beyond the standard
 library's smallest.
@@ -26,8 +26,9 @@ COMMANDS: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {
         "--workers", "--spark-tasks", "--output-jsonl", "--output-parquet", "--interval", "--watch-count",
         "--metrics-file", "--keep-epochs", "--target-spark",
     }), frozenset({"--json", "--watch", "--reclaimable", "--deep"})),
-    # the mutations whose plan inspects the checkpoint as `inspect epochs` does (read_state's key is
-    # the same): the child lists and judges while the parent imports the command and takes the lock
+    # the plan previews of the mutations, whose plan inspects the checkpoint as `inspect epochs`
+    # does (read_state's key is the same); never with --execute: an executed plan is made from
+    # listings taken under the lock (operations/runner.py discards any child from before it)
     ("align",): (frozenset({
         *_QUERY, "--to", "--backup-dir", "--sink-compact-interval", "--source-archive", "--query-id", "--resume",
         "--undo",
@@ -36,6 +37,7 @@ COMMANDS: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {
     ("trim",): (frozenset({*_QUERY, "--keep-epochs", "--keep-rollback-to", "--backup-dir", "--resume", "--undo"}),
                 frozenset({"--execute", "--purge", "--async-progress", "--break-lock", "--json"})),
 }
+EXECUTE = "--execute"  # a mutation's: no early child (above)
 INSPECT = ("inspect", "epochs")  # the one read-only command of COMMANDS: its process may end at once (`_leave`)
 GLOB_CHARS = frozenset("*?[")
 
@@ -43,7 +45,8 @@ GLOB_CHARS = frozenset("*?[")
 def early_checkpoint(args: list[str]) -> Optional[tuple[tuple[str, ...], str]]:
     """(the command, the one local checkpoint it names, as written) of `args` when they are one of
     COMMANDS with one checkpoint argument; None for anything else: another command, several
-    checkpoints or a glob, a URI, an option this module does not know, or --engine other than local."""
+    checkpoints or a glob, a URI, an option this module does not know, --engine other than local,
+    or --execute."""
     i = 0
     while i < len(args) and args[i].startswith("-") and args[i] != "-":  # the root's options
         name, eq, _ = args[i].partition("=")
@@ -74,7 +77,7 @@ def early_checkpoint(args: list[str]) -> Optional[tuple[tuple[str, ...], str]]:
                         return None
                     value = args[i]
                 engine = value if name == "--engine" else engine
-            elif name not in flags or eq:
+            elif name not in flags or eq or name == EXECUTE:
                 return None
         else:
             words.append(arg)

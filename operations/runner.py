@@ -431,6 +431,10 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
     backup = check_backup_target(req.backup_dir or ck.uri(f"{op.backup_under}/{op_id}"), op.backup_flag,
                                  op.backup_root)
     lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
+    # what is executed is what was inspected under the lock: a split inspection's child forked
+    # before it (cli/entry.py starts one for read-only commands) may hold listings of a state
+    # another operation changed since, with the same key
+    discard_early()
     steps: Optional[Steps] = None
     from streamctl.operations import coprocess
 
@@ -440,9 +444,6 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
 
             warm_up()
         plan = req.planner(op_id, backup)
-        # the console script's early child (cli/entry.py) listed the checkpoint before any step:
-        # the plan's inspection joined it; never may the verifying one after the steps
-        discard_early()
         if not plan.steps:  # decided under the lock: not while another operation is half done
             coprocess.cool()
             lock.release()
@@ -574,10 +575,12 @@ def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, bre
                refusal: Callable[[], Optional[str]]) -> Any:
     """The lock of an earlier operation (taken over when its owner is gone), then the refusal
     check under it; a refusal releases the lock."""
+    from streamctl.inspectors.split import discard_early
     from streamctl.operations.lock import Lock
 
     lock = Lock.acquire(roots["checkpoint"], f"{op.command} --{what}", plan.op_id, break_lock=break_lock,
                         takeover_op=plan.op_id)
+    discard_early()  # as `execute`: nothing listed before the lock is used under it
     try:
         why = refusal()
         if why:

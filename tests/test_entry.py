@@ -1,6 +1,6 @@
-"""The console script's entry (cli/entry.py): its guess of `inspect epochs`, `align` or `trim` of one
-local checkpoint, which starts the early child of the split inspection before the CLI's imports
-(inspectors/split.py).
+"""The console script's entry (cli/entry.py): its guess of `inspect epochs`, or a plan preview of
+`align` or `trim`, of one local checkpoint, which starts the early child of the split inspection
+before the CLI's imports (inspectors/split.py).
 
 A wrong guess may only cost a discarded child: tests/test_split.py proves the joined early child
 reports what the serial inspection does; here, that the guess reads argv as the CLI does.
@@ -29,10 +29,12 @@ ALIGN, TRIM = ("align",), ("trim",)
     (["inspect", "epochs", "--sink", "/data/tables/orders", "/data/chk"], (INSPECT, "/data/chk")),
     (["inspect", "epochs", "--format=json", "--quiet-period", "0", "file:///data/chk"], (INSPECT, "file:///data/chk")),
     (["inspect", "epochs", "--engine", "local", "--", "-odd-name"], (INSPECT, "-odd-name")),
-    (["align", "/data/chk", "--to", "40", "--allow-duplicates", "--execute", "--json"], (ALIGN, "/data/chk")),
+    (["align", "/data/chk", "--to", "40", "--allow-duplicates", "--json"], (ALIGN, "/data/chk")),
     (["align", "--backup-dir", "/bk", "--sink", "/data/out", "chk"], (ALIGN, "chk")),
-    (["trim", "/data/chk", "--keep-epochs", "10", "--execute"], (TRIM, "/data/chk")),
+    (["trim", "/data/chk", "--keep-epochs", "10"], (TRIM, "/data/chk")),
     (["trim", "--keep-rollback-to=5", "--purge", "chk"], (TRIM, "chk")),
+    (["align", "/data/chk", "--to", "40", "--allow-duplicates", "--execute"], None),  # planned under the lock
+    (["trim", "--execute", "/data/chk", "--keep-epochs", "10"], None),
     (["inspect", "epochs", "/a", "/b"], None),  # several checkpoints
     (["inspect", "epochs", "/data/chk/*"], None),  # a fleet
     (["inspect", "epochs", "s3://bucket/chk"], None),  # an object store

@@ -29,11 +29,7 @@ import json, os, sys
 from streamctl.inspectors import split, state
 calls = []
 real, real_take = split.fork_map, split._take_early
-skip = [int(os.environ.get("SPLIT_SKIP_TAKES", "0"))]  # calls that leave the early child as if they had no key
 def take(key, count):
-    if skip[0] > 0:
-        skip[0] -= 1
-        return None
     child = real_take(key, count)
     calls[-1][2] = child is not None
     if child is not None:
@@ -60,6 +56,9 @@ split.start_early = start_early
 state.SPLIT_MIN_PARTITIONS = int(sys.argv[1])
 entry = sys.argv[2]
 sys.argv = ["streamctl"] + sys.argv[3:]
+if os.environ.get("SPLIT_EARLY"):  # a child forked before anything, for this checkpoint (as the console script's)
+    from streamctl.inspectors.chains import early_split
+    split.start_early(lambda: early_split(os.environ["SPLIT_EARLY"]))
 if entry == "entry":
     from streamctl.cli.entry import main
 else:
@@ -251,12 +250,12 @@ def _inspect(checkpoint: Path, split_min: int, entry: str = "app") -> tuple[int,
     return _cli(["inspect", "epochs", str(checkpoint), "--json"], split_min, entry)
 
 
-def _cli(args: list[str], split_min: int, entry: str = "app", skip_takes: int = 0,
+def _cli(args: list[str], split_min: int, entry: str = "app", early: Optional[Path] = None,
          pids: Optional[dict[str, Any]] = None) -> tuple[int, str, str, list[list[Any]]]:
     """`streamctl ARGS` through the driver: (exit code, stdout, stderr, the fork_map calls);
-    `skip_takes`: the first calls of fork_map leave the early child as a call without a key does;
-    `pids` gets the pids of the early children started and of those joined, in order."""
-    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", SPLIT_SKIP_TAKES=str(skip_takes))
+    `early`: a checkpoint whose early child the driver starts before the CLI runs; `pids` gets
+    the pids of the early children started and of those joined, in order."""
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", SPLIT_EARLY=str(early or ""))
     r = subprocess.run([sys.executable, "-c", DRIVER, str(split_min), entry, *args],
                        capture_output=True, text=True, timeout=120, env=env)
     lines = r.stderr.splitlines()
@@ -351,11 +350,14 @@ def test_an_unreadable_folder_in_the_childs_units_is_named_as_the_serial_run_nam
 
 
 @pytest.mark.spark
-def test_align_and_trim_join_the_early_child_and_act_as_the_app_does(spark_checkpoints: dict[str, Path],
-                                                                       fresh_copy: Any, tmp_path: Path) -> None:
-    """The console script starts the early child for `align` and `trim` of one local checkpoint
-    too (cli/entry.py): the plan's inspection joins it, and the plan's JSON is the serial run's,
-    byte for byte; executed that way, the trim moves the same files and verifies."""
+def test_plan_previews_join_the_early_child_and_executed_plans_list_under_the_lock(spark_checkpoints: dict[str, Path],
+                                                                                   fresh_copy: Any, tmp_path: Path) -> None:
+    """The console script starts the early child for the plan previews of `align` and `trim` of
+    one local checkpoint too (cli/entry.py): the plan's inspection joins it, and the plan's JSON is
+    the serial run's, byte for byte. With --execute it starts none, and a child forked before the
+    lock (its listings may predate another operation's) is discarded once the lock is taken: the
+    plan lists under the lock, and the verification joins only the child the runner forks once
+    every step is durable (runner._verify_ahead)."""
     chk = fresh_copy("agg_hdfs")
     newest = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
     for args in (["trim", str(chk), "--keep-epochs", "1", "--json"],
@@ -365,29 +367,18 @@ def test_align_and_trim_join_the_early_child_and_act_as_the_app_does(spark_check
         assert serial[0] == 0 and json.loads(serial[1])["plan"]["steps"], (args, serial)
         assert early[:3] == serial[:3], args
         assert not serial[3][0][1] and early[3][0][2] is True, (args, serial[3], early[3])  # joined the early child
-    moved = {}
-    for entry, split_min in (("app", 10**9), ("entry", 2)):
+    done = {}
+    for entry, split_min, before in (("app", 10**9, False), ("entry", 2, False), ("entry", 2, True)):
         copy = fresh_copy("agg_hdfs")
         pids: dict[str, Any] = {}
-        code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
-                                      "--backup-dir", str(tmp_path / entry)], split_min, entry, pids=pids)
+        code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute", "--backup-dir",
+                                      str(tmp_path / f"{entry}-{before}")], split_min, entry, copy if before else None, pids)
         doc = json.loads(out)
         assert code == 0 and doc["verified"] is True, (entry, err)
-        moved[entry] = ([(st["action"], st["root"], st["path"]) for st in doc["plan"]["steps"]], doc["after"])
-        assert not [p for a, r, p in moved[entry][0] if a == "move" and (copy / p).exists()], entry  # moved away
-        if entry == "entry":  # the plan joined the console script's child; the verification the one forked
-            # once every step was durable (runner._verify_ahead), before manifest.json's writer thread
-            assert [joined for _, _, joined in calls] == [True, True], calls
-            assert len(pids["started"]) == 2 and pids["joined"] == pids["started"], pids
-    assert moved["entry"] == moved["app"]
-    # a plan that never joins the early child (its inspection asked without a key): the runner
-    # discards the child before the first step, so the verifying inspection after the trim, whose
-    # key is the same (a trim keeps the newest batches), joins only the child forked after the steps
-    copy = fresh_copy("agg_hdfs")
-    pids = {}
-    code, out, err, calls = _cli(["trim", str(copy), "--keep-epochs", "1", "--json", "--execute",
-                                  "--backup-dir", str(tmp_path / "unjoined")], 2, "entry", skip_takes=1, pids=pids)
-    doc = json.loads(out)
-    assert code == 0 and doc["verified"] is True and doc["after"] == moved["app"][1], err
-    assert [joined for _, _, joined in calls] == [False, True], calls  # the plan's (skipped), the verification's
-    assert len(pids["started"]) == 2 and pids["joined"] == pids["started"][1:], pids  # never the one from before
+        done[(entry, before)] = ([(st["action"], st["root"], st["path"]) for st in doc["plan"]["steps"]], doc["after"])
+        assert not [p for a, _r, p in done[(entry, before)][0] if a == "move" and (copy / p).exists()], entry  # moved away
+        if entry == "entry":  # the plan listed under the lock (no child joined); the verification joined the
+            # child forked after the steps, never one from before the lock
+            assert [joined for _, _, joined in calls] == [False, True], calls
+            assert len(pids["started"]) == 1 + before and pids["joined"] == pids["started"][-1:], pids
+    assert done[("entry", False)] == done[("app", False)] == done[("entry", True)]
