@@ -69,6 +69,19 @@ def _copy(source: Path, ck: Path) -> None:
     os.sync()
 
 
+def _set_aside(tree: Path) -> None:
+    """Move a used tree into `trash/` beside it; the temporary folder holding both is deleted once
+    every round is done. Deleting 132,000 files between rounds made every file the next rounds
+    create slower: ext4 skips inodes freed in the last minutes when it allocates one
+    (`recently_deleted` in `find_inode_bit`), and scans past each of them. Measured here: `cp -a`
+    of the checkpoint 2.3 s when nothing was deleted for minutes, 24-48 s right after; the
+    mutations' backup folders and the floors' parallel trees pay it too (BENCHMARKS.md, session
+    23). The price: a few GB of disk until the end."""
+    trash = tree.parent / "trash"
+    trash.mkdir(exist_ok=True)
+    os.rename(tree, trash / f"{tree.name}-{time.monotonic_ns()}")
+
+
 def _run(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
     t0 = time.perf_counter()
     r = subprocess.run(argv, capture_output=True, text=True, env=env)
@@ -136,12 +149,12 @@ def _align_to(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str], 
     t, r = _run([*argv, "--execute"], env)
     assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
     times["align --to --execute"].append(t)
-    shutil.rmtree(ck)
+    _set_aside(ck)
     _copy(source, ck)
     renamed = tmp / "renamed-align"
     times["renames (align --to floor)"].append(_floor([(str(ck / p), str(renamed / p)) for p in moved], tmp, env))
-    shutil.rmtree(ck)
-    shutil.rmtree(renamed)
+    _set_aside(ck)
+    _set_aside(renamed)
 
 
 def _drop_sink(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str], times: dict[str, list[float]],
@@ -167,8 +180,8 @@ def _drop_sink(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str],
     assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
     times["drop-sink --execute"].append(t)
     for floor, whole in (("renames (drop-sink floor)", False), ("folder renames (drop-sink)", True)):
-        shutil.rmtree(ck)
-        shutil.rmtree(sink)
+        _set_aside(ck)
+        _set_aside(sink)
         fresh()
         dest = tmp / "renamed-drop"
         pairs = []
@@ -179,9 +192,9 @@ def _drop_sink(exe: str, source: Path, ck: Path, tmp: Path, env: dict[str, str],
             pairs += [(f, str(base / os.path.relpath(f, root))) for f in files]
         steps["drop-sink files"] = len(pairs) if not whole else steps.get("drop-sink files", 0)
         times[floor].append(_floor(pairs, tmp, env))
-        shutil.rmtree(dest)
-    shutil.rmtree(ck)
-    shutil.rmtree(sink)
+        _set_aside(dest)
+    _set_aside(ck)
+    _set_aside(sink)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             times["cp -a (baseline)"].append(t)
             if not args.skip_align:
                 _align(exe, ck, env, times, steps)
-            shutil.rmtree(ck)
+            _set_aside(ck)
             _copy(source, ck)
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--json"], env)
             assert r.returncode == 0, r.stderr
@@ -231,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
             t, r = _run([exe, "trim", str(ck), "--keep-epochs", "10", "--execute", "--json"], env)
             assert r.returncode == 0 and json.loads(r.stdout)["verified"], r.stderr
             times["trim --execute"].append(t)
-            shutil.rmtree(ck)
+            _set_aside(ck)
             _copy(source, ck)
             renamed = Path(tmp) / f"renamed-{i}"
             times["renames (trim floor)"].append(_floor([(str(ck / p), str(renamed / p)) for p in trim_paths], Path(tmp), env))
-            shutil.rmtree(ck)
-            shutil.rmtree(renamed)
-            shutil.rmtree(Path(tmp) / f"manual-{i}")
+            _set_aside(ck)
+            _set_aside(renamed)
+            _set_aside(Path(tmp) / f"manual-{i}")
             if not args.skip_align:
                 _align_to(exe, source, ck, Path(tmp), env, times, steps)
             if not args.skip_drop_sink:

@@ -38,7 +38,7 @@ COMMANDS: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {
                 frozenset({"--execute", "--purge", "--async-progress", "--break-lock", "--json"})),
 }
 EXECUTE = "--execute"  # a mutation's: no early child (above)
-INSPECT = ("inspect", "epochs")  # the one read-only command of COMMANDS: its process may end at once (`_leave`)
+INSPECT = ("inspect", "epochs")  # the command whose process `_leave` ends at once (the previews end as usual)
 GLOB_CHARS = frozenset("*?[")
 
 
