@@ -477,7 +477,9 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
         return StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)")
 
-    if op.finish is None and hasattr(steps, "steps_done") and "checkpoint" in plan.roots:
+    ck = roots.get("checkpoint")
+    if op.finish is None and hasattr(steps, "steps_done") and ck is not None and ck.is_local and "checkpoint" in plan.roots:
+        # local only: an object store's client may run threads of its own, which no fork may copy
         steps.steps_done = functools.partial(_verify_ahead, plan.roots["checkpoint"])
     try:
         try:
