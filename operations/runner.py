@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional, Protocol, TypeVar, cast
 
 from streamctl.formats.errors import StorageError, UsageError
 from streamctl.formats.journal import Event
+from streamctl.inspectors.split import discard_early, start_early
 from streamctl.operations.files import Root, all_normal_rels, check_rel
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused
 
@@ -422,7 +423,6 @@ def _no_cycle_collection(fn: F) -> F:
 def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optional[Say] = None) -> Outcome:
     """Validate the backup, lock, plan under the lock (what is executed is what was inspected),
     check and write the plan, run the journaled steps, finish, verify, release."""
-    from streamctl.inspectors.split import discard_early
     from streamctl.operations.lock import Lock
 
     op_id = new_op_id(op.command)
@@ -467,7 +467,6 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
 
 def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps: Steps, lock: Any,
          resumed: bool) -> Outcome:
-    from streamctl.inspectors.split import discard_early
     from streamctl.operations.journal import Conflict
 
     hint = f"streamctl {op.command} --resume {backup.location}"
@@ -477,8 +476,8 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__
         return StorageError(path, f"{reason}; the lock is kept: resume with: {hint} (or undo with --undo)")
 
-    ck = roots.get("checkpoint")
-    if op.finish is None and hasattr(steps, "steps_done") and ck is not None and ck.is_local and "checkpoint" in plan.roots:
+    ck = roots.get("checkpoint")  # roots_of(plan): plan.roots' locations as roots
+    if op.finish is None and hasattr(steps, "steps_done") and ck is not None and ck.is_local:
         # local only: an object store's client may run threads of its own, which no fork may copy
         steps.steps_done = functools.partial(_verify_ahead, plan.roots["checkpoint"])
     try:
@@ -521,7 +520,6 @@ def _verify_ahead(checkpoint: str) -> None:
     discarded otherwise. Nothing else writes the checkpoint until then: the lock is held, no
     `finish` step is left (see `_run`) and the query is stopped."""
     from streamctl.inspectors.chains import early_split
-    from streamctl.inspectors.split import start_early
 
     start_early(lambda: early_split(checkpoint))
 
@@ -577,7 +575,6 @@ def _take_over(op: Operation, plan: Plan, roots: dict[str, Root], what: str, bre
                refusal: Callable[[], Optional[str]]) -> Any:
     """The lock of an earlier operation (taken over when its owner is gone), then the refusal
     check under it; a refusal releases the lock."""
-    from streamctl.inspectors.split import discard_early
     from streamctl.operations.lock import Lock
 
     lock = Lock.acquire(roots["checkpoint"], f"{op.command} --{what}", plan.op_id, break_lock=break_lock,
