@@ -5,7 +5,9 @@ Listing and judging the 600 store folders of a 132,000-file checkpoint is Python
 cores: the parent takes units from the start of the list, a forked child takes them from the end,
 and each marks a unit in a shared table of bytes (`claims`) before it computes it, so the two
 meet wherever their speeds put them (docs/reading.md#the-split-inspection). The child sends its
-results back pickled through a pipe.
+results back pickled through a pipe, by one pickler whose memo lasts the child's life: an object
+sent before (the shape of a store listed like another, inspectors/state.py) is sent again as a
+reference to the first, which the parent's one unpickler resolves.
 
 The child can also be started early (`start_early`): by the `streamctl` entry point, before the
 CLI's own imports (typer, the commands: about 55 ms), for `inspect epochs` of one local
@@ -22,6 +24,7 @@ its units itself, so errors surface in the serial order with the serial text.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
@@ -67,7 +70,9 @@ def _redraws_only(thread: threading.Thread) -> bool:
 class _Child:
     """A forked child taking units from the end of `claims`. It sends pickled messages, each an
     8-byte length and its bytes: an early child its key first, then one (unit, result) per unit
-    as it is done, which the parent takes between its own units (`poll`)."""
+    as it is done, which the parent takes between its own units (`poll`). One pickler writes
+    them all and one unpickler reads them (`_Sender`): once a message fails to unpickle, none
+    after it is read (its references could resolve to other objects)."""
 
     def __init__(self, claims: Any, work: Work) -> None:
         import fcntl
@@ -93,6 +98,9 @@ class _Child:
         self.pid: Optional[int] = pid
         self.fd = read_fd
         self.buffer = bytearray()
+        self.stream = io.BytesIO()
+        self.unpickler = pickle.Unpickler(self.stream)
+        self.broken = False
         self.blocking = True
         self.done: dict[int, Any] = {}  # the child's results by unit
 
@@ -145,9 +153,16 @@ class _Child:
             return None
         data = bytes(self.buffer[8:8 + size])
         del self.buffer[:8 + size]
+        if self.broken:
+            return (None,)
+        self.stream.seek(0)
+        self.stream.truncate()
+        self.stream.write(data)
+        self.stream.seek(0)
         try:
-            return (pickle.loads(data),)
-        except Exception:  # noqa: BLE001 - a damaged message: what it held is computed here
+            return (self.unpickler.load(),)
+        except Exception:  # noqa: BLE001 - a damaged message: what it held, and all after it, is computed here
+            self.broken = True
             return (None,)
 
     def _parse(self) -> None:
@@ -180,8 +195,9 @@ def _serve(claims: Any, fd: int, work: Work) -> int:
         if job is None:
             return 1
         key, fn, items = job
+        send = _Sender(fd).send
         if key is not _LATE:
-            _send(fd, key)
+            send(key)
         if len(items) > len(claims):
             return 1
         parent = os.getppid()
@@ -189,17 +205,29 @@ def _serve(claims: Any, fd: int, work: Work) -> int:
             if claims[j] != FREE or os.getppid() != parent:
                 break
             claims[j] = CHILD
-            _send(fd, (j, fn(items[j])))
+            send((j, fn(items[j])))
         return 0
-    except BaseException:  # noqa: BLE001 - any failure: the parent computes the units it did not send
-        return 1
+    except BaseException:  # noqa: BLE001 - any failure (a message that did not pickle whole among them:
+        return 1  # the memos would disagree): the child ends, the parent computes the units it did not send
 
 
-def _send(fd: int, value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(len(data).to_bytes(8, "little") + data)
-    while view:
-        view = view[os.write(fd, view):]
+class _Sender:
+    """The child's messages, written by one pickler (its memo kept: the objects it holds stay
+    alive, so no id is reused)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = io.BytesIO()
+        self.pickler = pickle.Pickler(self.buffer, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def send(self, value: Any) -> None:
+        self.pickler.dump(value)
+        data = self.buffer.getvalue()
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        view = memoryview(len(data).to_bytes(8, "little") + data)
+        while view:
+            view = view[os.write(self.fd, view):]
 
 
 _LATE = object()  # the key of a child forked by fork_map itself: it sends no key

@@ -83,12 +83,19 @@ class StoreFiles:
     listed_names: tuple[str, ...] = field(default=(), compare=False, repr=False)  # read them as `names`
     listed: str = field(default="", compare=False, repr=False)  # "\n" + each name + "\n": `lists` makes it
     sent: str = field(default="", compare=False, repr=False)  # NUL-joined, as read_state's forked child sent them
+    # when nothing but one listing went into the fields (`add_names` on a new store): that
+    # listing's classification, its joined names first (`_CLASSIFIED`): store_status's memo key and
+    # what the forked child sends; a copy by `replace` has none. Classified fields are never
+    # changed in place (without_file replaces them).
+    shape: Optional[tuple[Any, ...]] = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The folder's file names as listed (trim plans from them: one listing)."""
         if self.sent:
             self.listed_names, self.sent = tuple(self.sent.split("\0")), ""
+        elif not self.listed_names and self.shape is not None:  # as the child sent it
+            self.listed_names = tuple(self.shape[0].split("\n"))
         return self.listed_names
 
     @property
@@ -121,10 +128,27 @@ class StoreFiles:
         """Classify one folder's file names. Bulk regex over the joined names: a 200-file store
         folder costs one C call instead of 200 Python ones. The version patterns run over the
         visible names only: the hidden `.<name>.crc` companions are half the names and most of
-        the text (issue 23)."""
+        the text (issue 23).
+
+        A new store's classification is a function of its listing alone, and the partitions of
+        one operator mostly list the same names in the same order (each batch writes a version
+        in every partition): it is remembered by the joined listing (`_CLASSIFIED`; when no name
+        holds a newline, so that the joined text is that listing's alone) and copied from there,
+        and becomes the store's `shape`."""
+        joined = "\n".join(names)
+        fresh = bool(names) and joined.count("\n") == len(names) - 1 and not (
+            self.listed_names or self.sent or self.shape or self.providers or self.full or self.incr
+            or self.full_ids or self.incr_ids or self.exts or self.temp_files or self.orphan_crc
+            or self.has_crc or self.other_files)
+        self.shape = None
+        if fresh:
+            known = _CLASSIFIED.get(joined)
+            if known is not None:
+                self._copy_classified(known)
+                self.listed_names, self.listed = tuple(names), ""
+                return
         self.listed_names = self.names + tuple(names)
         self.listed = ""  # `lists` makes it again from `names`
-        joined = "\n".join(names)
         visible = [n for n in names if n[:1] != "."]
         shown = "\n".join(visible)
         for ext, pattern in EXT_PATTERNS:
@@ -157,31 +181,76 @@ class StoreFiles:
         if counted + visible_temp + len(crc_targets) < len(names) - hidden:
             self.other_files = sorted(
                 n for n in visible if not STATE_FILE_RE.match(n) and not is_temp_name(n) and not is_checksum_name(n))
+        if fresh:
+            self.shape = (
+                joined, frozenset(self.providers), frozenset(self.full), frozenset(self.incr),
+                tuple((v, frozenset(ids)) for v, ids in self.full_ids.items()),
+                tuple((v, frozenset(ids)) for v, ids in self.incr_ids.items()),
+                tuple(self.exts.items()), tuple(self.temp_files), tuple(self.orphan_crc), self.has_crc,
+                tuple(self.other_files))
+            _remember(_CLASSIFIED, joined, self.shape)
+
+    def _copy_classified(self, known: tuple[Any, ...]) -> None:
+        """The fields `add_names` gave the listing `known` was made from (fresh copies: a store's
+        fields are its own)."""
+        self.shape = known
+        _, providers, full, incr, full_ids, incr_ids, exts, temp_files, orphan_crc, self.has_crc, other_files = known
+        self.providers, self.full, self.incr = set(providers), set(full), set(incr)
+        self.full_ids = {v: set(ids) for v, ids in full_ids}
+        self.incr_ids = {v: set(ids) for v, ids in incr_ids}
+        self.exts, self.temp_files = dict(exts), list(temp_files)
+        self.orphan_crc, self.other_files = list(orphan_crc), list(other_files)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        """Pickled by read_state's forked child (inspectors/split.py): the listing travels as one
-        NUL-joined string (no file name holds NUL), not as hundreds of strings per store; a run
-        of versions as its ends (`pack_ints`)."""
+        """Pickled by read_state's forked child (inspectors/split.py). A store with a shape: its
+        place and the shape, one object for every store of that shape (the child's pickler sends
+        it once, then refers to it). Any other: the listing as one NUL-joined string (no file name
+        holds NUL), not as hundreds of strings; a run of versions as its ends (`pack_ints`)."""
+        if self.shape is not None:
+            return self.shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema
         return tuple("\0".join(self.names) if f == "sent" else pack_ints(self.full) if f == "full"
                      else pack_ints(self.incr) if f == "incr" else getattr(self, f) for f in _STORE_FIELDS)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self.listed_names, self.listed, self.sent = (), "", ""  # `names` splits `sent` or the shape when asked
+        if len(state) == _SHAPED:
+            shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema = state
+            self._copy_classified(shape)
+            if shape[0] not in _CLASSIFIED:  # the stores listed here after it hit the child's classification
+                _remember(_CLASSIFIED, shape[0], shape)
+            return
         for f, value in zip(_STORE_FIELDS, state, strict=True):
             object.__setattr__(self, f, set(value) if f in ("full", "incr") else value)
-        self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
+        self.shape = None
 
     def lists(self, name: str) -> bool:
         """Whether the folder's listing holds file `name` (a substring search of the joined
         listing, made once: no set of hundreds of names per store)."""
         if not self.listed:
-            if self.sent:
+            if self.shape is not None:
+                self.listed = "\n" + self.shape[0] + "\n"
+            elif self.sent:
                 self.listed = "\n" + self.sent.replace("\0", "\n") + "\n"
             else:
                 self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
         return f"\n{name}\n" in self.listed
 
 
-_STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "listed_names"))  # type: ignore[attr-defined]
+_STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "listed_names", "shape"))  # type: ignore[attr-defined]
+_SHAPED = 6  # the length of a shaped store's pickled state (StoreFiles.__getstate__)
+assert len(_STORE_FIELDS) != _SHAPED
+
+#: Memos of pure functions of a listing (issue 23): add_names' classification by the joined
+#: listing, store_status's answer by (shape, required, planned). Bounded: emptied when full.
+MEMO_SIZE = 4096
+_CLASSIFIED: dict[str, tuple[Any, ...]] = {}
+_STATUSES: dict[tuple[str, Optional[int], Optional[int]], tuple[Any, ...]] = {}
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(memo) >= MEMO_SIZE:
+        memo.clear()
+    memo[key] = value
 
 
 @dataclass(slots=True)
@@ -395,8 +464,11 @@ class StoreStatus:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled by read_state's forked child: the fields in order, rebuilt by `_status_of`
         (the generic frozen-dataclass state asks `fields()` per object: a third of the
-        unpickling); the restorable versions as runs (`pack_ints`)."""
-        return _status_of, tuple(pack_ints(self.restorable_versions) if f == "restorable_versions"
+        unpickling); the restorable versions as runs (`pack_ints`), or as they are for a store
+        with a shape: store_status's memo gives every store of that shape the same frozenset,
+        which the child's pickler sends once."""
+        shaped = self.files is not None and self.files.shape is not None
+        return _status_of, tuple(pack_ints(self.restorable_versions) if f == "restorable_versions" and not shaped
                                  else getattr(self, f) for f in _STATUS_FIELDS)
 
     @property
@@ -440,6 +512,8 @@ class StoreStatus:
 
 _STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
 _RESTORABLE = _STATUS_FIELDS.index("restorable_versions")
+_FILES = _STATUS_FIELDS.index("files")
+assert _STATUS_FIELDS[:4] == ("operator_id", "partition", "store", "path")  # store_status's memo sets them
 
 
 def _status_of(*fields: Any) -> StoreStatus:
@@ -472,7 +546,26 @@ def store_status(
     valid_ids: for checkpoint format 2, version -> the unique id the commit log names for this
       store. Files of a named version with another id are orphans; versions the commit log does
       not cover accept any id.
+
+    A store classified from a listing alone (its `shape`) and judged without ids answers as
+    the last store of the same shape did, with its own place (`_STATUSES`).
     """
+    key = None if store.shape is None or valid_ids else (store.shape[0], required, planned)
+    if key is not None:
+        known = _STATUSES.get(key)
+        if known is not None:
+            values = list(known)
+            values[:4] = store.operator_id, store.partition, store.store, store.path
+            values[_FILES] = store
+            return StoreStatus(*values)
+    status = _store_status(store, required, planned, valid_ids)
+    if key is not None:
+        _remember(_STATUSES, key, tuple(getattr(status, f) for f in _STATUS_FIELDS))
+    return status
+
+
+def _store_status(store: StoreFiles, required: Optional[int], planned: Optional[int],
+                  valid_ids: Mapping[int, str]) -> StoreStatus:
     versions = store.all_versions()
     orphans: list[str] = []
     limit = None if planned is None else planned + 1

@@ -111,6 +111,66 @@ def test_add_names_classifies_each_name_as_state_file_does(seed: int) -> None:
             and not is_checksum_name(n))
 
 
+def _fields(store: StoreFiles) -> dict[str, object]:
+    return {f: getattr(store, f) for f in StoreFiles.__dataclass_fields__ if f not in ("listed", "sent", "shape")}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """add_names and store_status remember their answers by the listing (issue 23: the
+    partitions of an operator list the same names). A store classified from the memo has the
+    fields of a store classified with empty memos, in the same order, as its own copies; its
+    status is the computed one with its own operator, partition, store and path; a store that
+    is not new, or a copy of one (`without_file`), has no shape and is computed."""
+    from streamctl.inspectors import state
+
+    rng = random.Random(300 + seed)
+    listings = [_random_store(rng)[2] for _ in range(60)]
+    for _ in range(400):
+        names = list(rng.choice(listings))
+        op, part, name = rng.randint(0, 3), rng.randint(0, 300), rng.choice(["default", "left", "right"])
+        required, planned = rng.choice([None, 0, 3, 12, 30]), rng.choice([None, 2, 12, 40])
+        remembered = StoreFiles(op, part, name)
+        remembered.add_names(names)
+        with monkeypatch.context() as m:
+            m.setattr(state, "_CLASSIFIED", {})
+            m.setattr(state, "_STATUSES", {})
+            fresh = StoreFiles(op, part, name)
+            fresh.add_names(names)
+            want = state.store_status(fresh, required, planned, {})
+        assert remembered.shape == fresh.shape and fresh.shape is not None and fresh.shape[0] == "\n".join(names)
+        assert _fields(remembered) == _fields(fresh)
+        assert [list(getattr(remembered, f)) for f in ("temp_files", "orphan_crc", "other_files")] == \
+            [list(getattr(fresh, f)) for f in ("temp_files", "orphan_crc", "other_files")]
+        got = store_status(remembered, required, planned, {})
+        assert got == want and got.files is remembered and got.path == fresh.path
+        remembered.full.add(10_000)  # its own sets: the memo and the next store are untouched
+        remembered.temp_files.append("x.tmp")
+        again = StoreFiles(op, part, name)
+        again.add_names(names)
+        assert _fields(again) == _fields(fresh)
+
+    two = StoreFiles(0, 0, "default")
+    two.add_names(["9.delta.tmp", "1.delta"])
+    one = StoreFiles(0, 0, "default")
+    one.add_names(["9.delta.tmp\n1.delta"])  # joined as `two`'s listing is: its own answer, no shape
+    with monkeypatch.context() as m:
+        m.setattr(state, "_CLASSIFIED", {})
+        alone = StoreFiles(0, 0, "default")
+        alone.add_names(["9.delta.tmp\n1.delta"])
+    assert two.shape is not None and one.shape is None and _fields(one) == _fields(alone) != _fields(two)
+    store = StoreFiles(0, 0, "default")
+    store.add_names(["1.delta", "2.delta"])
+    store.add_names(["3.delta"])  # not new: computed from everything it holds
+    assert store.shape is None and store_status(store, 3, 3, {}).restorable_versions == {0, 1, 2, 3}
+    single = StoreFiles(0, 1, "default")
+    single.add_names(["1.delta", "2.delta"])
+    assert single.shape is not None
+    torn = state.without_file(single, 2, None, False)
+    assert torn.shape is None and store_status(torn, 2, 2, {}).restorable_required is False
+    assert store_status(single, 2, 2, {}).restorable_required is True
+
+
 def test_local_reads_are_sized_by_the_file_and_keep_the_limit(tmp_path: Path) -> None:
     (tmp_path / "ten").write_bytes(b"0123456789")
     (tmp_path / "eleven").write_bytes(b"0123456789a")

@@ -116,6 +116,26 @@ elif case == "child_killed":  # the child dies by a signal: the parent computes 
             os.kill(os.getpid(), signal.SIGKILL)
         return [x, os.getpid() == me]
     print(json.dumps(fork_map(slow(fn), list(range(100)), 2)))
+elif case == "shared":  # one object in many of the child's answers: sent once, one object here too
+    shared = ("shared", tuple(range(50)))
+    out = fork_map(slow(lambda x: [x, shared, os.getpid() == me]), list(range(100)), 2)
+    theirs = [r for r in out if not r[2]]
+    print(json.dumps({"values": [r[0] for r in out], "equal": all(r[1] == shared for r in out),
+                      "child_units": len(theirs), "objects": len({id(r[1]) for r in theirs})}))
+elif case == "damaged":  # unit 95's answer does not unpickle here: it and every later message computed here
+    def explode(x):
+        if os.getpid() == me:
+            raise ValueError("does not unpickle")
+        return x
+    class Bomb:
+        def __init__(self, x):
+            self.x = x
+        def __reduce__(self):
+            return explode, (self.x,)
+    sys.modules["__main__"].explode = explode
+    out = fork_map(slow(lambda x: [x, Bomb(x) if x == 95 else None, os.getpid() == me]), list(range(100)), 2)
+    print(json.dumps({"values": [r[0] for r in out], "theirs": [r[0] for r in out if not r[2]],
+                      "bomb_here": isinstance(out[95][1], Bomb)}))
 elif case == "thread":  # another thread: no fork
     t = threading.Thread(target=time.sleep, args=(2,), daemon=True)
     t.start()
@@ -200,6 +220,18 @@ def test_a_failure_in_the_childs_units_is_raised_by_the_parent_in_serial_order()
 
 def test_a_failure_in_the_parents_units_leaves_no_child() -> None:
     assert _unit("parent_raises") == {"child_left": False}
+
+
+def test_an_object_in_many_answers_is_sent_once_and_a_message_that_does_not_unpickle_ends_the_stream() -> None:
+    """The child's messages share one pickler's memo (a store's shape is sent once): the
+    parent's answers hold one object where the child's did. Once a message does not unpickle,
+    the references of later ones cannot be trusted: the parent computes those units itself."""
+    shared = _unit("shared")
+    assert shared["values"] == list(range(100)) and shared["equal"] and shared["child_units"] >= 2
+    assert shared["objects"] == 1, shared
+    damaged = _unit("damaged")
+    assert damaged["values"] == list(range(100)) and damaged["bomb_here"]
+    assert damaged["theirs"] and all(x > 95 for x in damaged["theirs"]), damaged  # 95 and below: here
 
 
 def test_a_child_killed_by_a_signal_costs_time_not_answers() -> None:
