@@ -559,25 +559,34 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
     """State versions above x+1, operator metadata of later batches, and files no restart uses."""
     steps: list[Step] = []
     reasons: dict[Optional[int], str] = {}  # one text per version
+    by_shape: dict[str, list[tuple[str, str]]] = {}  # a listing's (name, reason) to move, by its shape
     st = ev.st
     for op in ev.q.operators:
         op_rel = f"state/{op.operator_id}"
         for s in op.stores:
             # the folder as the inspection listed it (as trim plans: one listing), its names'
             # versions in one regex (a rollback of 50 epochs moves 66,000 files: a listing and a
-            # parse per name were half the plan, issue 23)
-            files = s.listing if s.files is not None else st.list_names(s.path)[0]
-            above = dict(state_versions(files, x + 1))
-            joined = "\n".join(files)
-            temps = "tmp" in joined or "temp-" in joined
-            # in the listing's order (`above` keeps it)
-            movers = [(n, above.get(n)) for n in files if n in above or is_temp_name(n)] if temps else above.items()
+            # parse per name were half the plan, issue 23); once for the stores listed alike
+            # (the same `shape`, inspectors/state.py: the same names in the same order)
+            shape = s.files.shape[0] if s.files is not None and s.files.shape is not None else None
+            movers = by_shape.get(shape) if shape is not None else None
+            if movers is None:
+                files = s.listing if s.files is not None else st.list_names(s.path)[0]
+                above = dict(state_versions(files, x + 1))
+                joined = "\n".join(files)
+                temps = "tmp" in joined or "temp-" in joined
+                movers = []  # in the listing's order (`above` keeps it)
+                for name, v in ([(n, above.get(n)) for n in files if n in above or is_temp_name(n)] if temps
+                                else above.items()):
+                    why = reasons.get(v)
+                    if why is None:
+                        why = reasons[v] = f"state version {v} > {x + 1}" if v is not None else "temp file"
+                    movers.append((name, why))
+                if shape is not None:
+                    by_shape[shape] = movers
             base = s.path + "/"  # a property: once per store, not per file
-            for name, v in movers:  # a folder's names are distinct, and so are the stores' folders
-                why = reasons.get(v)
-                if why is None:
-                    why = reasons[v] = f"state version {v} > {x + 1}" if v is not None else "temp file"
-                steps.append(Step("move", "checkpoint", base + name, why))
+            # a folder's names are distinct, and so are the stores' folders
+            steps += [Step("move", "checkpoint", base + name, why) for name, why in movers]
         for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
             b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:

@@ -134,41 +134,25 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
             if b.isdigit() and int(b) < keep_from:
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
+    # a store listed like another (the same `shape`: the same names in the same order,
+    # inspectors/state.py) that restores the same versions moves the same names: worked out once
+    by_shape: dict[tuple[str, frozenset[int]], tuple[list[str], list[str], list[str]]] = {}
     for s in stores:
-        if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
-            sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked aside (add)
-        else:  # object stores: the listing carries the sizes
-            sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
-        listing = state_versions(sorted(sized))  # (name, version) of each state file and checksum companion
-        files = s.files
-        if files is None:  # a store judged without its files: classified here, as the inspection does
-            files = StoreFiles(s.operator_id, s.partition, s.store)
-            files.add_names(sorted(sized))
-        # its versions as the inspection classifies them (StoreFiles.add_names): no 4-tuple per name
-        full = files.full | set(files.full_ids)
-        incr = files.incr | set(files.incr_ids)
-        # the oldest base any kept version restores from
-        floor = None
-        for v in range(low + 1, C + 2):
-            if v not in s.restorable_versions:
-                continue
-            base = max([f for f in full if f <= v] or [0])
-            while base > 0 and any(i not in incr for i in range(base + 1, v + 1)):
-                older = [f for f in full if f < base]
-                base = max(older) if older else 0
-            floor = base if floor is None else min(floor, base)
-        if floor is None or floor <= 0:
-            continue
-        kept_zips = []
-        below: list[tuple[str, int]] = []
-        for name, version in listing:
-            if version < floor:
-                below.append((name, version))
-            elif name.endswith(ZIP_EXT):  # a zip itself (a companion's name ends in .crc)
-                kept_zips.append(name)
-        add_many("checkpoint", st, [f"{s.path}/{name}" for name, _v in below], "state",
-                 [f"version {v} below the oldest kept restore chain ({floor})" for _name, v in below],
-                 [sized[name] for name, _v in below])
+        shape = s.files.shape[0] if st.is_local and s.files is not None and s.files.shape is not None else None
+        known = by_shape.get((shape, s.restorable_versions)) if shape is not None else None
+        if known is not None:
+            below, reasons, kept_zips = known
+            add_many("checkpoint", st, [f"{s.path}/{name}" for name in below], "state", reasons, [None] * len(below))
+        else:
+            if st.is_local and s.listing:  # the inspection's listing (made under the same lock): no second one
+                sized: dict[str, Optional[int]] = dict.fromkeys(s.listing)  # sizes asked aside (add)
+            else:  # object stores: the listing carries the sizes
+                sized = {e.name: e.size for e in st.list_dir(s.path) or [] if not e.is_dir}
+            below, reasons, kept_zips = _below_floor(s, sized, low, C)
+            if shape is not None:
+                by_shape[(shape, s.restorable_versions)] = below, reasons, kept_zips
+            add_many("checkpoint", st, [f"{s.path}/{name}" for name in below], "state", reasons,
+                     [sized[name] for name in below])
         if s.provider == "rocksdb" and kept_zips:
             referenced: set[str] = set()
             for z in kept_zips:
@@ -202,6 +186,40 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
             for e in sink_st.list_dir(COORD_STAGING) or []:
                 if e.is_dir and e.name.isdigit() and int(e.name) <= C:
                     add("sink", sink_st, f"{COORD_STAGING}/{e.name}", "staging", "staging of an epoch that is committed or aborted")
+
+
+def _below_floor(s: Any, sized: dict[str, Optional[int]], low: int, C: int) -> tuple[list[str], list[str], list[str]]:
+    """(the names of store `s`'s folder below the oldest base a kept version restores from, the
+    reason of each, the zips it keeps) when some kept version restores; `sized`: its listing."""
+    listing = state_versions(sorted(sized))  # (name, version) of each state file and checksum companion
+    files = s.files
+    if files is None:  # a store judged without its files: classified here, as the inspection does
+        files = StoreFiles(s.operator_id, s.partition, s.store)
+        files.add_names(sorted(sized))
+    # its versions as the inspection classifies them (StoreFiles.add_names): no 4-tuple per name
+    full = files.full | set(files.full_ids)
+    incr = files.incr | set(files.incr_ids)
+    # the oldest base any kept version restores from
+    floor = None
+    for v in range(low + 1, C + 2):
+        if v not in s.restorable_versions:
+            continue
+        base = max([f for f in full if f <= v] or [0])
+        while base > 0 and any(i not in incr for i in range(base + 1, v + 1)):
+            older = [f for f in full if f < base]
+            base = max(older) if older else 0
+        floor = base if floor is None else min(floor, base)
+    if floor is None or floor <= 0:
+        return [], [], []
+    kept_zips = []
+    below: list[tuple[str, int]] = []
+    for name, version in listing:
+        if version < floor:
+            below.append((name, version))
+        elif name.endswith(ZIP_EXT):  # a zip itself (a companion's name ends in .crc)
+            kept_zips.append(name)
+    return ([name for name, _v in below], [f"version {v} below the oldest kept restore chain ({floor})" for _name, v in below],
+            kept_zips)
 
 
 def verify_trim(plan: Plan) -> tuple[bool, dict[str, Any]]:

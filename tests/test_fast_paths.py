@@ -171,6 +171,59 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
     assert store_status(single, 2, 2, {}).restorable_required is True
 
 
+def _alike_checkpoint(root: Path) -> Path:
+    """Three operators of six partitions (the third a join: stores left and right), listed mostly
+    alike: a partition in three with one more snapshot, one with a temp file, one with another."""
+    from tests.helpers import layouts
+
+    def listing(snaps: tuple[int, ...], extra: tuple[str, ...] = ()) -> list[str]:
+        names = [f"{v}.delta" for v in range(1, 22)] + [f"{v}.snapshot" for v in snaps]
+        return names + [f".{n}.crc" for n in names] + list(extra)
+
+    state: dict[str, list[str]] = {}
+    for p in range(6):
+        for op in (0, 1):
+            state[f"{op}/{p}"] = listing((10, 20) if p % 3 else (10, 15, 20),
+                                         (".21.delta.5e1f.tmp",) if (op, p) == (1, 4) else ())
+        for side in ("left", "right"):
+            state[f"2/{p}/{side}"] = listing((10, 20) if p != 3 else (10, 17, 20))
+    meta = layouts.META.replace('"2"', '"6"')
+    return layouts.build(root / "chk", planned=20, committed=20, state=state, meta=meta)
+
+
+def test_plans_worked_out_once_per_shape_are_those_worked_out_store_by_store(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """align's roll back and trim work out the files of the stores listed alike (one `shape`)
+    once: their plans (steps in order, reasons, reclaimable sizes) are those made with no store
+    shaped, each store on its own; and the shapes were used (fewer listings parsed)."""
+    from streamctl.operations import align, trim
+
+    ck = _alike_checkpoint(tmp_path)
+    parsed: list[int] = []
+    for module in (align, trim):
+        real = module.state_versions
+        monkeypatch.setattr(module, "state_versions", lambda *a, real=real: parsed.append(1) or real(*a))
+
+    def plans() -> tuple[object, ...]:
+        parsed.clear()
+        rolled = align.plan_align(align.AlignRequest(str(ck), to="15", allow_duplicates=True))[0]
+        trimmed, sizes = trim.plan_trim(trim.TrimRequest(str(ck), keep_epochs=5))
+        assert len(rolled.steps) > 250 and len(trimmed.steps) > 250
+        return [s.to_record() for s in rolled.steps], [s.to_record() for s in trimmed.steps], sizes, len(parsed)
+
+    *shaped, parsed_shaped = plans()
+    real_add = StoreFiles.add_names
+
+    def unshaped(self: StoreFiles, names: list[str]) -> None:
+        real_add(self, names)
+        self.shape = None
+
+    monkeypatch.setattr(StoreFiles, "add_names", unshaped)
+    *alone, parsed_alone = plans()
+    assert shaped == alone
+    assert parsed_alone == 2 * 24 and parsed_shaped <= 2 * 6, (parsed_shaped, parsed_alone)  # 24 stores, 6 shapes
+
+
 def test_local_reads_are_sized_by_the_file_and_keep_the_limit(tmp_path: Path) -> None:
     (tmp_path / "ten").write_bytes(b"0123456789")
     (tmp_path / "eleven").write_bytes(b"0123456789a")
