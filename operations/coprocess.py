@@ -354,6 +354,20 @@ class CoProcess:
         self._waiting = n
         return True
 
+    def answered(self) -> bool:
+        """Whether the answer of the request in flight has begun to come, so that reading it
+        waits no longer than its writing (the co-process writes an answer whole, once it is
+        done); True with nothing in flight or no co-process (the read then says so)."""
+        if self._proc is None or self._proc.stdout is None or not self._waiting or self._rest:
+            return True
+        import select
+
+        try:
+            ready, _, _ = select.select([self._proc.stdout], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(ready)
+
     def _answers(self) -> Optional[list[bytes]]:
         """The answer lines of the request in flight, without their line breaks."""
         data = self._answer()

@@ -788,14 +788,18 @@ class Root:
             path = os.path.dirname(path)
 
 
-SIZES_ASIDE_CHUNK = 8192  # files per request of SizesAside (about as long as the plan takes to find them)
+SIZES_ASIDE_CHUNK = 8192  # files per request of SizesAside while the caller finds them
+SIZES_FINISH_CHUNK = 1024  # files per request once it has found them all (finish)
+SIZES_FINISH_BLOCK = 256  # files the caller stats itself between looks at the co-process (finish)
 
 
 class SizesAside:
     """The sizes of many files of one storage, asked as the caller finds them (`add`) and read in
     order by `finish`: on a local file system a co-process stats them (operations/coprocess.py, `s`
-    requests of SIZES_ASIDE_CHUNK files) while the caller goes on finding the next ones; elsewhere,
-    or for what is left at the end, Storage.sizes. A file the co-process could not stat (missing, a
+    requests of at most SIZES_ASIDE_CHUNK files, the next one sent once the last is answered)
+    while the caller goes on finding the next ones; then `finish` shares what is left: the
+    co-process takes small requests from the front, the caller stats blocks from the end, until
+    they meet. Elsewhere, Storage.sizes. A file the co-process could not stat (missing, a
     dangling symlink, no permission) is asked of Storage.sizes, which says what it always said
     (0, or StorageError)."""
 
@@ -814,13 +818,15 @@ class SizesAside:
 
     def add_many(self, rels: list[str]) -> None:
         self.rels += rels
-        if self._co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK:
+        co = self._co
+        if co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK and co.answered():
             self._collect()
-            self._send()
+            self._send(len(self.out) + SIZES_ASIDE_CHUNK)
 
-    def _send(self) -> None:
+    def _send(self, upto: int) -> None:
+        """Ask the co-process for rels[len(out):upto]."""
         assert self._co is not None and self._prefix is not None
-        todo = self.rels[len(self.out):]
+        todo = self.rels[len(self.out):upto]
         prefix = self._prefix
         if self._co.submit_sizes([prefix + rel.strip("/") for rel in todo]):
             self.sent = len(todo)
@@ -837,12 +843,26 @@ class SizesAside:
             self.out.append(size if size >= 0 else self.storage.sizes([rel])[0])
 
     def finish(self) -> list[int]:
-        """The size of every file added, in order (0 for a missing one): those not sent are asked
-        here while the co-process answers the request in flight."""
+        """The size of every file added, in order (0 for a missing one)."""
         try:
-            rest = self.storage.sizes(self.rels[len(self.out) + self.sent:])
+            end = len(self.rels)  # rels[end:] are stated here, in `tail` (blocks, last first)
+            tail: list[list[int]] = []
+            while self._co is not None and len(self.out) + self.sent < end:
+                if self._co.answered():
+                    self._collect()
+                    if len(self.out) < end:
+                        self._send(min(end, len(self.out) + SIZES_FINISH_CHUNK))
+                        if not self.sent:
+                            break  # the co-process failed: the rest is asked below
+                else:
+                    start = max(end - SIZES_FINISH_BLOCK, len(self.out) + self.sent)
+                    tail.append(self.storage.sizes(self.rels[start:end]))
+                    end = start
+            rest = self.storage.sizes(self.rels[len(self.out) + self.sent:end])
             self._collect()
             self.out.extend(rest)
+            for block in reversed(tail):
+                self.out.extend(block)
         finally:
             self.close()
         return self.out

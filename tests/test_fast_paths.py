@@ -279,12 +279,16 @@ def test_backup_walk_is_os_walk_s_answer(tmp_path: Path) -> None:
 
 def test_sizes_asked_aside_are_what_storage_sizes_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """trim's plan asks the sizes of the files it moves aside (operations/files.py SizesAside: a
-    co-process stats them while the plan goes on): the same sizes, in the same order, as
-    Storage.sizes (a missing file 0, a symlink followed, a folder's own size), the co-process asked
-    for all but the last partial chunk; and the same error for a dangling symlink."""
+    co-process stats them while the plan goes on, and at the end it and the plan share what is
+    left from both ends): the same sizes, in the same order, as Storage.sizes (a missing file 0,
+    a symlink followed, a folder's own size), whoever stated them: a co-process that answers at
+    once states them all; one that is never done before it is waited for states the first
+    request only, the rest are stated here; and the same error for a dangling symlink."""
     from streamctl.operations import coprocess, files
 
     monkeypatch.setattr(files, "SIZES_ASIDE_CHUNK", 7)
+    monkeypatch.setattr(files, "SIZES_FINISH_CHUNK", 3)
+    monkeypatch.setattr(files, "SIZES_FINISH_BLOCK", 2)
     asked: list[int] = []
     answers = coprocess.CoProcess.sizes
 
@@ -302,11 +306,15 @@ def test_sizes_asked_aside_are_what_storage_sizes_says(tmp_path: Path, monkeypat
     os.symlink(tmp_path / "sub" / "3.delta", tmp_path / "link")
     rels[5:5] = ["link", "gone", "sub", "/sub/9.delta"]
     storage = Storage.open(str(tmp_path))
-    aside = files.SizesAside(storage)
-    for rel in rels:
-        aside.add(rel)
-    assert aside.finish() == storage.sizes(rels)
-    assert sum(asked) == len(rels) - len(rels) % 7 and len(asked) == len(rels) // 7
+    for answered, co_stated in ((lambda self: True, len(rels)), (lambda self: not self._waiting, 7)):
+        asked.clear()
+        monkeypatch.setattr(coprocess.CoProcess, "answered", answered)
+        aside = files.SizesAside(storage)
+        for rel in rels:
+            aside.add(rel)
+        assert aside.finish() == storage.sizes(rels)
+        assert sum(asked) == co_stated and asked[0] == 7, asked
+    monkeypatch.undo()
 
     os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
     with pytest.raises(StorageError) as expected:
