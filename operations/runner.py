@@ -32,6 +32,7 @@ import stat
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Optional, Protocol, TypeVar, cast
 
 from streamctl.formats.errors import StorageError, UsageError
@@ -100,6 +101,9 @@ def nested_steps(plan: Plan) -> list[tuple[str, str]]:
 
 
 def _paths_by_root(plan: Plan) -> dict[str, list[str]]:
+    roots = set(map(_ROOT, plan.steps))
+    if len(roots) == 1:  # the usual plan (trim's 116,000 steps): the paths in one C loop
+        return {roots.pop(): list(map(_PATH, plan.steps))}
     by_root: dict[str, list[str]] = {}
     for s in plan.steps:
         got = by_root.get(s.root)
@@ -107,6 +111,9 @@ def _paths_by_root(plan: Plan) -> dict[str, list[str]]:
             got = by_root[s.root] = []
         got.append(s.path)
     return by_root
+
+
+_ROOT, _PATH, _ACTION = attrgetter("root"), attrgetter("path"), attrgetter("action")
 
 
 def _nested(root: str, paths: list[str], parts: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
@@ -140,7 +147,7 @@ def _may_nest(paths: list[str], heads: Optional[list[str]] = None) -> bool:
 def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
     """Step paths that, resolved (symlinks followed, on local roots), leave their root."""
     by_root = _paths_by_root(plan)
-    if any(s.action == "put_back" for s in plan.steps):
+    if "put_back" in set(map(_ACTION, plan.steps)):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
     return [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths)]
 
@@ -257,7 +264,7 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
         raise Refused(f"the plan has steps whose paths nest ({a} holds {b}"
                       + (f"; {len(nested) - 1} more" if len(nested) > 1 else "")
                       + "): a folder and files in it are never moved separately; refusing")
-    if any(s.action == "put_back" for s in plan.steps):
+    if "put_back" in set(map(_ACTION, plan.steps)):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
         parts.pop(PUT_BACK_TO, None)
     escaping = [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths, parts.get(name))]

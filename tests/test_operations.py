@@ -16,7 +16,7 @@ from helpers.paths import SPARK35
 from streamctl.formats.checksum import hadoop_crc
 from streamctl.formats.errors import StorageError
 from streamctl.formats.journal import JOURNAL_FILE
-from streamctl.operations.executor import MANIFEST_FILE, Executor
+from streamctl.operations.executor import MANIFEST_FILE, Executor, write_plan
 from streamctl.operations.files import Root
 from streamctl.operations.journal import CRASH_EXIT, Conflict
 from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
@@ -48,7 +48,7 @@ def _twelve_moves(tmp_path: Path, suffix: str) -> tuple[Path, Path, dict[str, by
 def _crashed_run(plan: Plan, ck: Path, backup: Path, after: int) -> None:
     """plan.json written, then a run of the plan in another process that ends abruptly right
     after its `after`-th journal record (STREAMCTL_TEST_CRASH_AFTER), as a killed one would."""
-    Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup))).write_plan()
+    write_plan(Root("backup", str(backup)), plan)  # durable before the other process reads it (the Executor's writes on a thread)
     code = ("import sys, json; from streamctl.operations.executor import Executor; from streamctl.operations.files import Root;"
             "from streamctl.operations.plan import Plan; p = Plan.from_record(json.load(open(sys.argv[1])));"
             "Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3])).run()")
