@@ -213,7 +213,9 @@ def _serve(claims: Any, fd: int, work: Work) -> int:
 
 class _Sender:
     """The child's messages, written by one pickler (its memo kept: the objects it holds stay
-    alive, so no id is reused)."""
+    alive, so no id is reused). An object sent is sent again as a reference to what the parent
+    read the first time: a unit's answer is never changed after it is sent (read_state's and the
+    digests' answers are new objects, or immutable ones shared between answers)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
