@@ -29,15 +29,20 @@ each request): no rename runs after the executor is gone.
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
-import subprocess
 import sys
-import threading
-from typing import IO, Callable, Optional, cast
 
 from streamctl.inspectors.outputs import fsync_dirs
+
+# What a co-process imports is what each of the three interpreters a mutation starts pays
+# (issue 23): subprocess, threading and hashlib are imported where they are used, typing only for
+# the type checker (which takes any `if TYPE_CHECKING:` as true).
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess
+    import threading
+    from typing import IO, Callable, Optional
 
 RENAME_NOREPLACE = 1
 CHUNK = 1 << 20  # bytes per read when hashing
@@ -63,6 +68,8 @@ def hash_file(path: str | bytes, dir_fd: Optional[int] = None, nofollow: bool = 
             raise
         _noatime = 0  # not the owner of the files: plain reads from now on
         fd = os.open(path, flags, dir_fd=dir_fd)
+    import hashlib  # once per process (then a lookup in sys.modules)
+
     try:
         h = hashlib.sha256()
         size = 0
@@ -309,6 +316,8 @@ class CoProcess:
                 pass  # it died (or was stopped): its answers come short, and the caller reads in process
 
         self._waiting, self._queued = counts[0], counts[1:]
+        import threading
+
         self._writer = threading.Thread(target=write, name="streamctl-coprocess-write", daemon=True)
         self._writer.start()
         return True
@@ -331,6 +340,8 @@ class CoProcess:
                 self.close()
 
     def _start(self) -> None:
+        import subprocess
+
         self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         for pipe in (self._proc.stdin, self._proc.stdout):
@@ -378,7 +389,7 @@ class CoProcess:
         break; None when the co-process failed."""
         if self._proc is None or not self._waiting:
             return None
-        out = cast(io.BufferedReader, self._proc.stdout)  # Popen's pipe, buffered (bufsize -1)
+        out: io.BufferedReader = self._proc.stdout  # type: ignore[assignment]  # Popen's pipe, buffered (bufsize -1)
         assert out is not None
         chunks, got = ([self._rest], self._rest.count(b"\n")) if self._rest else ([], 0)
         self._rest = b""
@@ -483,6 +494,8 @@ class CoProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return
+        import subprocess
+
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

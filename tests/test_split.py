@@ -116,11 +116,11 @@ elif case == "child_killed":  # the child dies by a signal: the parent computes 
             os.kill(os.getpid(), signal.SIGKILL)
         return [x, os.getpid() == me]
     print(json.dumps(fork_map(slow(fn), list(range(100)), 2)))
-elif case == "shared":  # one object in many of the child's answers: sent once, one object here too
-    shared = ("shared", tuple(range(50)))
-    out = fork_map(slow(lambda x: [x, shared, os.getpid() == me]), list(range(100)), 2)
+elif case == "common":  # one object in many of the child's answers: sent once, one object here too
+    common = ("common", tuple(range(50)))
+    out = fork_map(slow(lambda x: [x, common, os.getpid() == me]), list(range(100)), 2)
     theirs = [r for r in out if not r[2]]
-    print(json.dumps({"values": [r[0] for r in out], "equal": all(r[1] == shared for r in out),
+    print(json.dumps({"values": [r[0] for r in out], "equal": all(r[1] == common for r in out),
                       "child_units": len(theirs), "objects": len({id(r[1]) for r in theirs})}))
 elif case == "damaged":  # unit 95's answer does not unpickle here: it and every later message computed here
     def explode(x):
@@ -226,9 +226,9 @@ def test_an_object_in_many_answers_is_sent_once_and_a_message_that_does_not_unpi
     """The child's messages share one pickler's memo (a store's shape is sent once): the
     parent's answers hold one object where the child's did. Once a message does not unpickle,
     the references of later ones cannot be trusted: the parent computes those units itself."""
-    shared = _unit("shared")
-    assert shared["values"] == list(range(100)) and shared["equal"] and shared["child_units"] >= 2
-    assert shared["objects"] == 1, shared
+    common = _unit("common")
+    assert common["values"] == list(range(100)) and common["equal"] and common["child_units"] >= 2
+    assert common["objects"] == 1, common
     damaged = _unit("damaged")
     assert damaged["values"] == list(range(100)) and damaged["bomb_here"]
     assert damaged["theirs"] and all(x > 95 for x in damaged["theirs"]), damaged  # 95 and below: here
