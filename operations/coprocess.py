@@ -8,8 +8,11 @@ Why a second interpreter and not a thread: renames and reads are short system ca
 which drops and takes back the GIL; two threads doing them hand the GIL over at every call, and
 on two cores that costs more than it overlaps (BENCHMARKS.md, "Moves at the storage's speed"). A
 co-process has its own GIL. It imports nothing of streamctl but this module and `fsync_dirs`
-(inspectors/outputs.py; both stdlib only), and is
-started with the running interpreter: `python -m streamctl.operations.coprocess <parent pid>`.
+(inspectors/outputs.py; both stdlib only), and is started with the running interpreter, this
+file run as a script in isolated mode without `site` (`python -I -S <this file> <parent pid>`:
+about 12 ms of CPU to start instead of 40, three times a mutation; `fsync_dirs` is then loaded
+from its file beside this package's), or `python -m streamctl.operations.coprocess <parent pid>`
+where the file is not on disk.
 
 Protocol (docs/formats/streamctl.md#the-renaming-hashing-and-syncing-co-processes), bytes on the child's stdin and
 stdout, requests answered in order, each read whole before it is answered: `m <n>\\n` then 2n lines, the source and target of each rename
@@ -32,8 +35,6 @@ import errno
 import io
 import os
 import sys
-
-from streamctl.inspectors.outputs import fsync_dirs
 
 # What a co-process imports is what each of the three interpreters a mutation starts pays
 # (issue 23): subprocess, threading and hashlib are imported where they are used, typing only for
@@ -191,7 +192,35 @@ def sync_all(paths: list[bytes]) -> list[bytes]:
     """The answer lines of an `f` request, in order: `0` once a folder is fsynced, `1` when it
     cannot be opened (gone); `fsync_dirs`, the write side's fsync of folders (stdlib only, like
     this module)."""
-    return [b"0\n" if ok else b"1\n" for ok in fsync_dirs(paths)]
+    return [b"0\n" if ok else b"1\n" for ok in _fsync_dirs()(paths)]
+
+
+def _fsync_dirs() -> Callable[[list[bytes]], list[bool]]:
+    """inspectors/outputs.py's `fsync_dirs`: imported, or, in a co-process run as a script
+    (`_command`: no site, so no streamctl package), loaded from its file beside this one's folder."""
+    try:
+        from streamctl.inspectors.outputs import fsync_dirs
+    except ImportError:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "inspectors", "outputs.py")
+        spec = importlib.util.spec_from_file_location("_streamctl_outputs", path)
+        if spec is None or spec.loader is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fsync_dirs = module.fsync_dirs
+    return fsync_dirs
+
+
+def _command() -> list[str]:
+    """The co-process's command line: this file as a script of an isolated interpreter without
+    `site` (stdlib only, as this module is: neither site-packages nor their .pth files are read),
+    else, when the file is not on disk, this module run by `-m`."""
+    here = os.path.abspath(__file__)
+    if here.endswith(".py") and os.path.isfile(here):
+        return [sys.executable, "-I", "-S", here, str(os.getpid())]
+    return [sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())]
 
 
 _SERVED = {b"h": hash_all, b"s": size_all, b"f": sync_all}  # one path a line; `m` takes two
@@ -342,8 +371,7 @@ class CoProcess:
     def _start(self) -> None:
         import subprocess
 
-        self._proc = subprocess.Popen([sys.executable, "-m", "streamctl.operations.coprocess", str(os.getpid())],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._proc = subprocess.Popen(_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         for pipe in (self._proc.stdin, self._proc.stdout):
             _widen(pipe)
 

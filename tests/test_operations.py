@@ -669,11 +669,21 @@ def test_a_journal_record_waits_for_the_writes_named_before_it(tmp_path: Path) -
     assert (tmp_path / "b" / "x.json").read_bytes() == b"{}"
 
 
-def test_the_syncing_co_process_fsyncs_folders_and_names_those_gone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("started", ["as a script", "as a module"])
+def test_the_syncing_co_process_fsyncs_folders_and_names_those_gone(tmp_path: Path, started: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`f` requests: `0` for each folder fsynced, `1` for one that cannot be opened; a line break
-    in a path is not sent."""
+    in a path is not sent. Whether the co-process runs this file as an isolated script without
+    `site` (the usual start: `fsync_dirs` is loaded from its file then) or the module by `-m`
+    (where the file is not on disk)."""
+    from streamctl.operations import coprocess
     from streamctl.operations.coprocess import CoProcess
 
+    command = coprocess._command()
+    assert command[1:3] == ["-I", "-S"] and command[3].endswith("coprocess.py")
+    if started == "as a module":
+        monkeypatch.setattr(coprocess, "__file__", str(tmp_path / "not-on-disk.py"))
+        assert coprocess._command()[1:3] == ["-m", "streamctl.operations.coprocess"]
     (tmp_path / "a" / "b").mkdir(parents=True)
     co = CoProcess()
     try:
