@@ -541,7 +541,7 @@ def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
     import json
 
     ck = roots.get("checkpoint")
-    if ck is None:
+    if ck is None or "write" not in set(map(_ACTION, plan.steps)):  # a plan of moves (66,000 of a roll back) writes none
         return
     files: dict[str, list[int]] = {}
     for s in plan.steps:
