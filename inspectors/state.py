@@ -94,8 +94,6 @@ class StoreFiles:
         """The folder's file names as listed (trim plans from them: one listing)."""
         if self.sent:
             self.listed_names, self.sent = tuple(self.sent.split("\0")), ""
-        elif not self.listed_names and self.shape is not None:  # as the child sent it
-            self.listed_names = tuple(self.shape[0].split("\n"))
         return self.listed_names
 
     @property
@@ -212,10 +210,11 @@ class StoreFiles:
                      else pack_ints(self.incr) if f == "incr" else getattr(self, f) for f in _STORE_FIELDS)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.listed_names, self.listed, self.sent = (), "", ""  # `names` splits `sent` or the shape when asked
+        self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
         if len(state) == _SHAPED:
             shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema = state
             self._copy_classified(shape)
+            self.sent = shape[0].replace("\n", "\0")  # the names, here too in a copy (`replace` keeps no shape)
             if shape[0] not in _CLASSIFIED:  # the stores listed here after it hit the child's classification
                 _remember(_CLASSIFIED, shape[0], shape)
             return

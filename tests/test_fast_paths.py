@@ -169,6 +169,13 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
     torn = state.without_file(single, 2, None, False)
     assert torn.shape is None and store_status(torn, 2, 2, {}).restorable_required is False
     assert store_status(single, 2, 2, {}).restorable_required is True
+    # as read_state's child sends it (its shape), and a copy of that (a torn file): the same names
+    import pickle
+
+    sent = pickle.loads(pickle.dumps(single))
+    assert sent.shape == single.shape and sent.names == single.names == ("1.delta", "2.delta")
+    copy = state.without_file(pickle.loads(pickle.dumps(single)), 2, None, False)
+    assert copy.shape is None and copy.names == single.names and copy.lists("1.delta") and copy.incr == {1}
 
 
 def _alike_checkpoint(root: Path) -> Path:
