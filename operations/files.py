@@ -845,7 +845,7 @@ class SizesAside:
     def finish(self) -> list[int]:
         """The size of every file added, in order (0 for a missing one)."""
         try:
-            end = len(self.rels)  # rels[end:] are stated here, in `tail` (blocks, last first)
+            end = len(self.rels)  # rels[end:] are stat'ed here, in `tail` (blocks, last first)
             tail: list[list[int]] = []
             while self._co is not None and len(self.out) + self.sent < end:
                 if self._co.answered():

@@ -288,9 +288,9 @@ def test_sizes_asked_aside_are_what_storage_sizes_says(tmp_path: Path, monkeypat
     """trim's plan asks the sizes of the files it moves aside (operations/files.py SizesAside: a
     co-process stats them while the plan goes on, and at the end it and the plan share what is
     left from both ends): the same sizes, in the same order, as Storage.sizes (a missing file 0,
-    a symlink followed, a folder's own size), whoever stated them: a co-process that answers at
-    once states them all; one that is never done before it is waited for states the first
-    request only, the rest are stated here; and the same error for a dangling symlink."""
+    a symlink followed, a folder's own size), whoever stats them: a co-process that answers at
+    once stats them all; one that is never done before it is waited for stats the first request
+    only, and the rest are stat'ed here; and the same error for a dangling symlink."""
     from streamctl.operations import coprocess, files
 
     monkeypatch.setattr(files, "SIZES_ASIDE_CHUNK", 7)
