@@ -116,6 +116,11 @@ def _paths_by_root(plan: Plan) -> dict[str, list[str]]:
 _ROOT, _PATH, _ACTION = attrgetter("root"), attrgetter("path"), attrgetter("action")
 
 
+def _actions(plan: Plan) -> set[str]:
+    """The actions a plan's steps take (one C loop over 100,000 steps)."""
+    return set(map(_ACTION, plan.steps))
+
+
 def _nested(root: str, paths: list[str], parts: list[tuple[str, str, str]]) -> list[tuple[str, str]]:
     """`nested_steps` of one root's paths; `parts`: each path's rpartition("/")."""
     if not _may_nest(paths, [head for head, _, _ in parts]):
@@ -147,7 +152,7 @@ def _may_nest(paths: list[str], heads: Optional[list[str]] = None) -> bool:
 def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
     """Step paths that, resolved (symlinks followed, on local roots), leave their root."""
     by_root = _paths_by_root(plan)
-    if "put_back" in set(map(_ACTION, plan.steps)):
+    if "put_back" in _actions(plan):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
     return [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths)]
 
@@ -264,7 +269,7 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
         raise Refused(f"the plan has steps whose paths nest ({a} holds {b}"
                       + (f"; {len(nested) - 1} more" if len(nested) > 1 else "")
                       + "): a folder and files in it are never moved separately; refusing")
-    if "put_back" in set(map(_ACTION, plan.steps)):
+    if "put_back" in _actions(plan):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
         parts.pop(PUT_BACK_TO, None)
     escaping = [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths, parts.get(name))]
@@ -541,7 +546,7 @@ def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
     import json
 
     ck = roots.get("checkpoint")
-    if ck is None or "write" not in set(map(_ACTION, plan.steps)):  # a plan of moves (66,000 of a roll back) writes none
+    if ck is None or "write" not in _actions(plan):  # a plan of moves (66,000 of a roll back) writes none
         return
     files: dict[str, list[int]] = {}
     for s in plan.steps:
