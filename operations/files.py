@@ -445,23 +445,28 @@ class Root:
         self._made.add(path)
         self._unsynced.add(path)
 
-    def write_atomic(self, rel: str, data: bytes) -> None:
-        """Write a whole file so that readers see the old or the new content, never a part."""
+    def write_atomic(self, rel: str, data: bytes | list[bytes]) -> None:
+        """Write a whole file so that readers see the old or the new content, never a part.
+        `data`: its bytes, or consecutive parts of them (written one after the other locally,
+        never joined into one copy: manifest.json's 18 MB, issue 23)."""
+        parts = [data] if isinstance(data, (bytes, bytearray)) else data
         if self.is_local:
             path = self.local(rel)
             self._makedirs(os.path.dirname(path))
             tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.streamctl.tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
+            with open(tmp, "wb", buffering=0) as fh:
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        view = view[fh.write(view) or 0:]
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
             fsync_dir(os.path.dirname(path))
             return
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-            fh.write(data)
+            fh.write(b"".join(parts))
 
-    def write_atomic_started(self, rel: str, data: bytes) -> Pending:
+    def write_atomic_started(self, rel: str, data: bytes | list[bytes]) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
         GIL; issue 23: plan.json and manifest.json, 7-13 MB, are written while the executor goes
         on); object stores here and now. Durable once the result's `wait()` returned."""

@@ -45,14 +45,15 @@ class Journal:
         self.backup = backup
         self._next: Optional[int] = None  # object stores: the number of the next segment
         self._checked_end = False  # local: whether the file's end was checked for a torn line
-        self._before: list[Pending] = []  # writes durable before the next record is written (`after`)
+        self._before: list[Pending | Commit] = []  # writes durable before the next record is written (`after`)
 
     def path(self) -> str:
         return journal_location(self.backup)
 
-    def after(self, pending: Pending) -> None:
+    def after(self, pending: Pending | Commit) -> None:
         """The next record is written only once this write is durable (plan.json before the
-        first record: a resume needs it; manifest.json before the `verified` record)."""
+        first record: a resume needs it; manifest.json and the run's last done records before
+        the `verified` record)."""
         self._before.append(pending)
 
     def settle(self) -> None:
@@ -168,6 +169,11 @@ class Commit:
 
     def __init__(self, writer: Optional[Pending] = None, crash: bool = False) -> None:
         self._writer, self._crash = writer, crash
+
+    @property
+    def crashes(self) -> bool:
+        """The test hook dies in `wait()` (STREAMCTL_TEST_CRASH_AFTER reached in these records)."""
+        return self._crash
 
     def wait(self) -> None:
         """Return once the records are durable; raise what their write raised."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from streamctl.formats.errors import StreamctlError
 from streamctl.inspectors.errors import raise_unreadable
@@ -110,6 +110,7 @@ class Plan:
     op_id: str = ""
     _records: Optional[tuple[tuple[Step, ...], list[dict[str, Any]]]] = field(default=None, init=False, repr=False,
                                                                              compare=False)
+    _normal: Optional[tuple[tuple[Step, ...], bool]] = field(default=None, init=False, repr=False, compare=False)
 
     def to_record(self, steps: bool = True) -> dict[str, Any]:
         """The plan as a document; `steps=False` leaves the steps out."""
@@ -133,6 +134,14 @@ class Plan:
         if steps:
             rec["steps"] = self.step_records()
         return rec
+
+    def paths_normal(self, test: Callable[[list[str]], bool]) -> bool:
+        """`test` of every step's path (operations/files.py `all_normal_rels`), made once for the
+        steps as they are: the runner's check and the executor both ask (issue 23)."""
+        now = tuple(self.steps)
+        if self._normal is None or self._normal[0] != now:
+            self._normal = (now, test([s.path for s in self.steps]))
+        return self._normal[1]
 
     def step_records(self) -> list[dict[str, Any]]:
         """Each step's record (a new list; the records themselves are shared, not to be changed),

@@ -158,7 +158,7 @@ def escaping_steps(plan: Plan, roots: dict[str, Root]) -> list[str]:
 
 
 def _escaping(root_name: str, root: Optional[Root], paths: list[str],
-              parts: Optional[list[tuple[str, str, str]]] = None) -> list[str]:
+              parts: Optional[list[tuple[str, str, str]]] = None, normal: bool = False) -> list[str]:
     """`escaping_steps` of one root's paths (`parts`: their rpartition("/"), when made). Each
     folder is checked and resolved once (counted in C, `Counter`: the paths of a 116,000-step
     trim are not grouped one by one in Python, issue 23); a step's own name is resolved only
@@ -168,7 +168,7 @@ def _escaping(root_name: str, root: Optional[Root], paths: list[str],
     if root is None or not root.is_local:
         return []  # object stores have no symlinks; a Kafka group is no file root
     # normal paths as they are; else each is checked (the first outside its root raises) and normalised
-    if not all_normal_rels(paths):
+    if not (normal or all_normal_rels(paths)):
         parts = [check_rel(p, root.location).rpartition("/") for p in paths]
     elif parts is None:
         parts = [p.rpartition("/") for p in paths]
@@ -272,7 +272,9 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
     if "put_back" in _actions(plan):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
         parts.pop(PUT_BACK_TO, None)
-    escaping = [e for name, paths in by_root.items() for e in _escaping(name, roots.get(name), paths, parts.get(name))]
+    normal = plan.paths_normal(all_normal_rels)  # every step path (put_back paths too); the executor asks again
+    escaping = [e for name, paths in by_root.items()
+                for e in _escaping(name, roots.get(name), paths, parts.get(name), normal)]
     if escaping:
         raise Refused(f"refusing a path outside the named roots: {escaping[0]}"
                       + (f" (+{len(escaping) - 1} more)" if len(escaping) > 1 else ""))

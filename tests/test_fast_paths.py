@@ -9,6 +9,7 @@ No mocks: real files on the local file system.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
@@ -348,7 +349,8 @@ def test_all_normal_rels_says_what_is_normal_rel_says_of_each() -> None:
         assert all_normal_rels(rels) == all(map(is_normal_rel, rels)), rels
 
 
-def test_large_json_documents_print_compact_and_read_back(capsys: pytest.CaptureFixture[str]) -> None:
+def test_large_json_documents_print_compact_and_read_back(capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """--json documents (console/render.py emit_json): up to PRETTY_LIMIT characters json.dumps'
     indented text, as before; larger ones (a 100,000-step plan) orjson's compact text on one line,
     which reads back to the same document, also with a file name that is not UTF-8 (orjson refuses
@@ -366,6 +368,38 @@ def test_large_json_documents_print_compact_and_read_back(capsys: pytest.Capture
         out = capsys.readouterr().out
         assert out.count("\n") == 1 and len(out) > PRETTY_LIMIT
         assert json.loads(out) == doc
+    # a large document's bytes go past the text layer (a pipe's, which holds text until it is
+    # flushed; capsys's writes through): what that layer held is written first
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="utf-8"))
+    sys.stdout.write("before ")
+    emit_json({"steps": steps})
+    out = raw.getvalue().decode()
+    assert out.startswith("before {") and json.loads(out[len("before "):]) == {"steps": steps}
+
+
+def test_a_json_file_of_encoded_pieces_is_the_file_of_their_items() -> None:
+    """formats/journal.py json_file_parts: a list given as `EncodedPieces` (manifest.json's items,
+    a batch's `EncodedItems` each, written one after the other, never joined) gives the bytes of
+    the list's items encoded as dicts; no pieces, an empty list; the parts join to json_file."""
+    from streamctl.formats.journal import EncodedItems, EncodedPieces, dumps, json_file, json_file_parts
+
+    items = [{"path": f"state/{i}", "size": i, "é": "x"} for i in range(7)]
+
+    def piece(chunk: list[dict[str, object]]) -> EncodedItems:
+        return EncodedItems(b"\n    " + b",\n    ".join(dumps(i) for i in chunk))
+
+    for cut in ([7], [1, 6], [2, 2, 3], [1, 1, 1, 1, 1, 1, 1]):
+        pieces, at = [], 0
+        for n in cut:
+            pieces.append(piece(items[at:at + n]))
+            at += n
+        doc = {"op_id": "t", "files": EncodedPieces(pieces), "command": "align", "z": [1]}
+        parts = json_file_parts(doc)
+        assert b"".join(parts) == json_file(doc) == json_file({**doc, "files": items})
+        assert all(any(p is q for q in parts) for p in pieces)  # each piece written as it is: no copy
+    assert json_file({"files": EncodedPieces([]), "a": 1}) == json_file({"files": [], "a": 1})
+    assert json.loads(json_file({"files": EncodedPieces([piece(items)])}))["files"] == items
 
 
 def test_joined_json_is_each_value_encoded_alone() -> None:
@@ -450,3 +484,41 @@ def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatc
     for bad in ("\x00", "\\", '"'):  # what a root's location would need escaped: the dicts are encoded
         ex._uri_heads["sink"] = f"{sink}/{bad}/"
         assert ex._renamed_items(list(range(len(steps))), state) is None
+
+
+def test_a_file_written_from_parts_holds_them_in_order(tmp_path: Path) -> None:
+    """Root.write_atomic of consecutive parts (manifest.json's pieces, never joined): the file
+    holds them in order, written under a temporary name that is gone after; bytes as before."""
+    root = Root("backup", str(tmp_path))
+    parts = [b"{\n", bytearray(b"x" * 70_000), b"", b"\n}\n"]
+    root.write_atomic_started("m.json", parts).wait()
+    root.write_atomic("one.json", b"whole")
+    assert (tmp_path / "m.json").read_bytes() == b"".join(parts)
+    assert (tmp_path / "one.json").read_bytes() == b"whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "one.json"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_local_groups_are_the_steps_read_locally_by_root(tmp_path: Path, seed: int) -> None:
+    """Executor._local_groups (the hashing co-process's requests), which asks each step's kind
+    in C and groups a batch of one action and one root at once: per root, the steps whose
+    pre-image is read from a local file, with their paths, as step-by-step grouping gives (local
+    roots only: an object store's root would need its server, test_object_store_mutations.py)."""
+    from streamctl.operations.executor import Executor
+    from streamctl.operations.plan import Plan, Step
+
+    rng = random.Random(seed)
+    roots = {"checkpoint": Root("checkpoint", str(tmp_path / "ck")), "sink": Root("sink", str(tmp_path / "sink"))}
+    kinds = [("move", "checkpoint"), ("write", "checkpoint"), ("move", "sink"), ("delete", "sink"),
+             ("write", "sink")][:rng.choice([1, 2, 5])]
+    steps = [Step(*rng.choice(kinds), f"d{rng.randrange(3)}/f{i}", "test") for i in range(60)]
+    plan = Plan("align", {n: r.location for n, r in roots.items()}, "rollback", 0, "exactly-once", steps, "aligned")
+    ex = Executor(plan, roots, Root("backup", str(tmp_path / "backup")))
+    for indices in ([], [5], list(range(60)), sorted(rng.sample(range(60), 25))):
+        want: dict[str, list[int]] = {}
+        for i in indices:
+            if ex._local_pre(steps[i]):
+                want.setdefault(steps[i].root, []).append(i)
+        got = ex._local_groups(indices)
+        assert [(idx, rels) for _, idx, rels in got] == [(idx, [steps[i].path for i in idx]) for idx in want.values()]
+        assert [head for head, _, _ in got] == [roots[name]._head() for name in want]

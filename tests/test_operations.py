@@ -998,3 +998,30 @@ def test_the_first_batch_read_while_the_plan_is_written_gives_the_same_begin_rec
     assert begun == {p: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in before.items()}
     assert not read_here  # every pre-image came from the co-process, the first batch's included
     assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
+
+
+def test_a_run_s_last_records_are_durable_before_the_verified_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's executor (manifest_ahead) leaves its last done records and `finished` to be
+    written while the runner verifies (`Journal.after`): the next record (`verified`) waits for
+    them, however slow their write, so the journal reads start, begins, dones, finished, verified
+    in that order, with manifest.json in place."""
+    from streamctl.formats.journal import Event, journal_records
+    from streamctl.operations import journal as journal_mod
+
+    ck, backup, before, steps, plan = _twelve_moves(tmp_path, "")
+    write_all = journal_mod._write_all
+
+    def slow_end(fd: int, data: bytes) -> None:
+        if b'"finished"' in data:
+            time.sleep(0.5)  # the run's last commit: a slow disk
+        write_all(fd, data)
+
+    monkeypatch.setattr(journal_mod, "_write_all", slow_end)
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)), manifest_ahead=True)
+    ex.write_plan()
+    state = ex.run()
+    assert state.finished
+    ex.journal.append({"event": Event.VERIFIED, "ok": True, "got": {}})
+    events = [r["event"] for _, r in journal_records((backup / JOURNAL_FILE).read_bytes()) if r]
+    assert events == ["start"] + ["begin"] * len(steps) + ["done"] * len(steps) + ["finished", "verified"]
+    assert (backup / MANIFEST_FILE).exists() and _tree(backup / "files" / "checkpoint") == before
