@@ -63,7 +63,7 @@ def execute(name: str, request: Any, operation: Any, lines: Lines, as_json: bool
     outcome = call(name, as_json, lambda tick: runner().execute(operation, request, meter=tick))
     if not outcome.executed:
         plan = outcome.plan
-        emit(document(f"{title(name)}Plan", {"executed": False, "plan": plan.to_record()}),
+        emit(document(f"{title(name)}Plan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)}),
              as_json, [f"Nothing to do: {request.checkpoint} is {plan.before.get('verdict')}; no step is needed"])
         return
     show_result(name, outcome, as_json, lines)
@@ -85,7 +85,7 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
         plan = make_plan()
     except Refused as exc:
         raise refused(exc, as_json, f"{title(name)}Refusal") from None
-    doc = document(f"{title(name)}Plan", {"executed": False, "plan": plan.to_record()})
+    doc = document(f"{title(name)}Plan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)})
     emit(doc, as_json, [] if as_json else [nothing_to_do(plan)] if nothing_to_do is not None and not plan.steps
          else lines(plan))  # every step described: not for --json
 

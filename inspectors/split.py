@@ -234,6 +234,7 @@ class _Sender:
 
 _LATE = object()  # the key of a child forked by fork_map itself: it sends no key
 _early: Optional[_Child] = None
+_registered = 0  # exit handlers start_early registered (cli/entry.py `_leave` knows them as its own)
 
 
 def start_early(work: Work) -> None:
@@ -250,6 +251,8 @@ def start_early(work: Work) -> None:
     except OSError:
         return
     atexit.register(discard_early)
+    global _registered
+    _registered += 1
 
 
 def discard_early() -> None:

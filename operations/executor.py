@@ -43,6 +43,7 @@ from streamctl.formats.journal import (
     JournalState,
     json_file_parts,
 )
+from streamctl.formats.jsontext import plain_texts
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import parallel_map
 from streamctl.operations.coprocess import CoProcess, take, warm
@@ -92,7 +93,10 @@ def write_plan_started(backup: Root, plan: Plan) -> Pending:
     if backup.exists(PLAN_FILE):
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
-    return backup.write_atomic_started(PLAN_FILE, json_file_parts(plan.to_record()))
+    rec = plan.to_record(steps=False)
+    text = plan.steps_text(b",\n    ")  # the steps' items as json_file writes them, formatted
+    rec["steps"] = EncodedItems(b"\n    " + text) if text is not None else plan.step_records()
+    return backup.write_atomic_started(PLAN_FILE, json_file_parts(rec))
 
 
 def write_manifest(backup: Root, plan: Plan, **entries: Any) -> None:
@@ -120,24 +124,15 @@ def _moved_entry(step: Step, uri: str, size: Any, sha256: Any) -> dict[str, Any]
             "action": "moved", "size": size, "sha256": sha256}
 
 
-_CONTROL = bytes(range(0x20))
 _HEX = b"0123456789abcdef"
 
 
 def _json_plain(text: str) -> bool:
-    """Whether JSON writes `text` as it is between its quotes (no escape: no quote, backslash or
-    control character; UTF-8 text)."""
-    return _json_plain_lines([text])
+    """Whether JSON writes `text` as it is between its quotes (formats/jsontext.py `plain_texts`)."""
+    return plain_texts([text])
 
 
-def _json_plain_lines(texts: list[str]) -> bool:
-    """`_json_plain` of each of these texts, checked at once: joined by line breaks, the UTF-8
-    bytes hold no quote or backslash and no control character but those line breaks."""
-    try:
-        data = "\n".join(texts).encode()
-    except UnicodeEncodeError:  # a lone surrogate: a file name that is not UTF-8
-        return False
-    return b'"' not in data and b"\\" not in data and len(data) - len(data.translate(None, _CONTROL)) == len(texts) - 1
+_json_plain_lines = plain_texts
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:

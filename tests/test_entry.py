@@ -159,3 +159,51 @@ def test_an_inspection_ends_at_once_unless_the_run_asked_for_an_exit_handler(tmp
                            capture_output=True, text=True, env=env, timeout=60)
     assert usual.returncode == 3 and '"verdict": "unreadable"' in usual.stdout, usual
     assert "RUN'S HANDLER RAN" in usual.stdout and "EARLIER HANDLER RAN" in usual.stdout
+
+
+MUTATION_PROBE = r"""
+import atexit, sys
+mode, ck = sys.argv[1], sys.argv[2]
+sys.argv = ["streamctl", "trim", ck, "--keep-epochs", "1", "--execute", "--json"]
+atexit.register(lambda: print("EARLIER HANDLER RAN", flush=True))  # before the start: counted as there
+if mode == "registers":  # something in the run asks for an exit handler: the usual exit, which runs it
+    import streamctl.operations.runner as runner
+    real = runner._note_written
+    def noted(*args, **kwargs):
+        atexit.register(lambda: print("RUN'S HANDLER RAN", flush=True))
+        return real(*args, **kwargs)
+    runner._note_written = noted
+from streamctl.cli.entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "registers"])
+def test_an_executed_mutation_ends_at_once_once_its_journal_is_closed(tmp_path: Path, mode: str) -> None:
+    """cli/entry.py `_leave` after an executed trim of a local checkpoint (the verification's
+    early child was forked and joined; its exit handler is the split inspection's own): the
+    process ends with os._exit, and by then the journal is closed (`verified` its last record,
+    durable), manifest.json written and the lock released; the output is the whole result.
+    When the run registered another exit handler, the interpreter's exit runs it as usual."""
+    import json
+    import shutil
+
+    from helpers.paths import SPARK35
+
+    ck = tmp_path / "ck"
+    shutil.copytree(SPARK35 / "agg_rocksdb" / "checkpoint", ck)
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
+    run = subprocess.run([sys.executable, "-c", MUTATION_PROBE, mode, str(ck)], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    result, end = json.JSONDecoder().raw_decode(run.stdout)
+    assert result["verified"] is True and result["executed"] is True
+    after = run.stdout[end:].splitlines()[1:]  # what was printed after the document's line break
+    if mode == "plain":
+        assert after == []  # ended at once: not even the handler of before the start
+    else:
+        assert after == ["RUN'S HANDLER RAN", "EARLIER HANDLER RAN"]
+    backup = Path(result["backup"])
+    events = [json.loads(line)["event"] for line in (backup / "journal.jsonl").read_text().splitlines()]
+    assert events[0] == "start" and events[-2:] == ["finished", "verified"]
+    assert (backup / "manifest.json").exists() and not (ck / "_streamctl" / "lock.json").exists()

@@ -522,3 +522,49 @@ def test_local_groups_are_the_steps_read_locally_by_root(tmp_path: Path, seed: i
         got = ex._local_groups(indices)
         assert [(idx, rels) for _, idx, rels in got] == [(idx, [steps[i].path for i in idx]) for idx in want.values()]
         assert [head for head, _, _ in got] == [roots[name]._head() for name in want]
+
+
+@pytest.mark.parametrize("case", ["one kind", "mixed", "content", "escaped", "backslash", "tab", "empty", "surrogate",
+                                  "path"])
+def test_steps_formatted_are_their_records_encoded(tmp_path: Path, case: str) -> None:
+    """Plan.steps_text (plan.json's steps, and a large --json document's, formatted rather than
+    encoded record by record): plan.json holds the bytes json_file writes for the plan's record,
+    and a document with `output_record` encodes (orjson, or json.dumps for what orjson refuses)
+    to the bytes of one with `to_record`; with content or a text that needs an escape, the
+    records are encoded as always."""
+    from streamctl.formats.journal import json_file
+    from streamctl.formats.jsontext import Encoded, dumps
+    from streamctl.operations.executor import PLAN_FILE, write_plan
+    from streamctl.operations.plan import Plan, Step
+
+    steps = [Step("move", "checkpoint", f"state/0/{i % 7}/{i}.delta", "above the target") for i in range(300)]
+    if case == "mixed":
+        steps += [Step("move", "sink", "part-0.parquet", "its epoch is rolled back"),
+                  Step("put_back", "archive", "in/\u2028é.json", "replayed")]
+    elif case == "content":
+        steps.append(Step("write", "checkpoint", "commits/5", "the commit", b"v1\n{}"))
+    elif case == "escaped":
+        steps.append(Step("move", "checkpoint", 'state/0/a"b.delta', "odd"))
+    elif case == "backslash":
+        steps.append(Step("move", "checkpoint", "state/0/ab.delta", "odd \\ reason"))
+    elif case == "tab":
+        steps.insert(3, Step("move", "checkpoint", "state/0/a\tb.delta", "odd"))
+    elif case == "empty":
+        steps = []
+    elif case == "path":  # not UTF-8
+        steps.append(Step("move", "checkpoint", os.fsdecode(b"state/0/\xff.delta"), "odd"))
+    plan = Plan("align", {"checkpoint": str(tmp_path / "ck")}, "rollback", 4, "duplicates", steps, "recoverable",
+                op_id="t", notes=["\udcff" if case == "surrogate" else "n"])
+    formatted = plan.steps_text(b",")
+    assert (formatted is None) == (case in ("content", "escaped", "backslash", "tab", "empty", "path"))
+    if formatted is not None:
+        assert formatted == b",".join(dumps(s.to_record()) for s in steps)
+        assert plan.steps_text(b",\n    ") == b",\n    ".join(dumps(s.to_record()) for s in steps)
+    backup = Root("backup", str(tmp_path / "backup"))
+    write_plan(backup, plan)
+    assert (tmp_path / "backup" / PLAN_FILE).read_bytes() == json_file(plan.to_record())
+    for limit in (0, 10, 1 << 20):
+        out = plan.output_record(limit)
+        assert isinstance(out["steps"], Encoded) == (formatted is not None and len(formatted) > limit)
+        assert dumps({"plan": out, "backup": "\udcff" if case == "surrogate" else "b"}) == dumps(
+            {"plan": plan.to_record(), "backup": "\udcff" if case == "surrogate" else "b"})
