@@ -149,10 +149,10 @@ def json_file(doc: dict[str, Any]) -> bytes:
     return b"".join(json_file_parts(doc))
 
 
-def json_file_parts(doc: dict[str, Any]) -> list[bytes]:
+def json_file_parts(doc: dict[str, Any]) -> list[bytes | bytearray]:
     """`json_file(doc)` as consecutive byte strings (written one after the other, never joined:
     `Root.write_atomic` takes them so): the encoded pieces of a value are parts as they are."""
-    parts: list[bytes] = []
+    parts: list[bytes | bytearray] = []
     buf = bytearray(b"{")
     for n, key in enumerate(sorted(doc)):
         value = doc[key]

@@ -17,7 +17,7 @@ import shutil
 import stat
 import threading
 import uuid
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
@@ -445,11 +445,11 @@ class Root:
         self._made.add(path)
         self._unsynced.add(path)
 
-    def write_atomic(self, rel: str, data: bytes | list[bytes]) -> None:
+    def write_atomic(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> None:
         """Write a whole file so that readers see the old or the new content, never a part.
         `data`: its bytes, or consecutive parts of them (written one after the other locally,
         never joined into one copy: manifest.json's 18 MB, issue 23)."""
-        parts = [data] if isinstance(data, (bytes, bytearray)) else data
+        parts: Sequence[bytes | bytearray] = [data] if isinstance(data, bytes) else data
         if self.is_local:
             path = self.local(rel)
             self._makedirs(os.path.dirname(path))
@@ -466,7 +466,7 @@ class Root:
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             fh.write(b"".join(parts))
 
-    def write_atomic_started(self, rel: str, data: bytes | list[bytes]) -> Pending:
+    def write_atomic_started(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
         GIL; issue 23: plan.json and manifest.json, 7-13 MB, are written while the executor goes
         on); object stores here and now. Durable once the result's `wait()` returned."""
