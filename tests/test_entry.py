@@ -130,52 +130,41 @@ def test_the_console_script_reports_what_the_app_does(tmp_path: Path) -> None:
 
 
 EXIT_PROBE = r"""
-import atexit, sys
-mode = sys.argv[1]
-sys.argv = ["streamctl", "inspect", "epochs", sys.argv[2], "--json"]
+import atexit, importlib, sys
+mode, patched, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.argv = ["streamctl", *args]
 atexit.register(lambda: print("EARLIER HANDLER RAN", flush=True))  # before the start: counted as there
 if mode == "registers":  # something in the run asks for an exit handler: the usual exit, which runs it
-    import streamctl.inspectors.fleet as fleet
-    real = fleet.run_local
-    def run_local(*args, **kwargs):
+    module, _, name = patched.rpartition(".")
+    module = importlib.import_module(module)
+    real = getattr(module, name)
+    def registers(*args, **kwargs):
         atexit.register(lambda: print("RUN'S HANDLER RAN", flush=True))
         return real(*args, **kwargs)
-    fleet.run_local = run_local
+    setattr(module, name, registers)
 from streamctl.cli.entry import main
 main()
 """
+
+
+def _probe(mode: str, patched: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """EXIT_PROBE's run of `streamctl args`; mode "registers": `patched` (module.function) registers
+    an exit handler when called."""
+    return subprocess.run([sys.executable, "-c", EXIT_PROBE, mode, patched, *args], capture_output=True, text=True,
+                          env=dict(os.environ, STREAMCTL_QUIET_PERIOD="0"), timeout=120)
 
 
 def test_an_inspection_ends_at_once_unless_the_run_asked_for_an_exit_handler(tmp_path: Path) -> None:
     """cli/entry.py `_leave`: after `inspect epochs` of one local checkpoint the process ends with
     os._exit (the output flushed, the exit code kept) when nothing registered an exit handler
     during the run; when something did, the interpreter's exit runs it as usual."""
-    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
-    fast = subprocess.run([sys.executable, "-c", EXIT_PROBE, "plain", str(tmp_path / "none")],
-                          capture_output=True, text=True, env=env, timeout=60)
+    args = ("streamctl.inspectors.fleet.run_local", "inspect", "epochs", str(tmp_path / "none"), "--json")
+    fast = _probe("plain", *args)
     assert fast.returncode == 3 and '"verdict": "unreadable"' in fast.stdout, fast
     assert "HANDLER RAN" not in fast.stdout  # ended at once: not even the handler of before the start
-    usual = subprocess.run([sys.executable, "-c", EXIT_PROBE, "registers", str(tmp_path / "none")],
-                           capture_output=True, text=True, env=env, timeout=60)
+    usual = _probe("registers", *args)
     assert usual.returncode == 3 and '"verdict": "unreadable"' in usual.stdout, usual
     assert "RUN'S HANDLER RAN" in usual.stdout and "EARLIER HANDLER RAN" in usual.stdout
-
-
-MUTATION_PROBE = r"""
-import atexit, sys
-mode, ck = sys.argv[1], sys.argv[2]
-sys.argv = ["streamctl", "trim", ck, "--keep-epochs", "1", "--execute", "--json"]
-atexit.register(lambda: print("EARLIER HANDLER RAN", flush=True))  # before the start: counted as there
-if mode == "registers":  # something in the run asks for an exit handler: the usual exit, which runs it
-    import streamctl.operations.runner as runner
-    real = runner._note_written
-    def noted(*args, **kwargs):
-        atexit.register(lambda: print("RUN'S HANDLER RAN", flush=True))
-        return real(*args, **kwargs)
-    runner._note_written = noted
-from streamctl.cli.entry import main
-main()
-"""
 
 
 @pytest.mark.parametrize("mode", ["plain", "registers"])
@@ -192,9 +181,8 @@ def test_an_executed_mutation_ends_at_once_once_its_journal_is_closed(tmp_path: 
 
     ck = tmp_path / "ck"
     shutil.copytree(SPARK35 / "agg_rocksdb" / "checkpoint", ck)
-    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
-    run = subprocess.run([sys.executable, "-c", MUTATION_PROBE, mode, str(ck)], capture_output=True, text=True,
-                         env=env, timeout=120)
+    run = _probe(mode, "streamctl.operations.runner._note_written", "trim", str(ck), "--keep-epochs", "1", "--execute",
+                 "--json")
     assert run.returncode == 0, run.stderr
     result, end = json.JSONDecoder().raw_decode(run.stdout)
     assert result["verified"] is True and result["executed"] is True
