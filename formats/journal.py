@@ -129,9 +129,12 @@ def record_line(rec: dict[str, Any], now: int) -> bytes:
     return record_lines([rec], now)
 
 
+ITEM_FIRST, ITEM_SEP = b"\n    ", b",\n    "  # json_file: before a list's first item, between two items
+
+
 class EncodedItems(bytes):
     """A list's items as `json_file` writes them, encoded already: each item's `dumps`, the first
-    after `"\n    "`, each next one after `",\n    "` (never empty). `json_file` puts them between
+    after ITEM_FIRST, each next one after ITEM_SEP (never empty). `json_file` puts them between
     the list's brackets."""
 
 
@@ -173,7 +176,7 @@ def json_file_parts(doc: dict[str, Any]) -> list[bytes | bytearray]:
         elif isinstance(value, list) and value:
             buf += b": ["
             # appended, not joined: 100,000 bytes objects kept for a join cost 5x the encoding (BENCHMARKS.md)
-            dumps_joined(value, b",\n    ", b"\n    ", buf)
+            dumps_joined(value, ITEM_SEP, ITEM_FIRST, buf)
             buf += b"\n  ]"
         else:
             buf += b": "

@@ -60,6 +60,22 @@ def plain_texts(texts: list[str]) -> bool:
     return b'"' not in data and b"\\" not in data and len(data) - len(data.translate(None, _CONTROL)) == len(texts) - 1
 
 
+def plain_rows(rows: list[str], quotes: int) -> Optional[bytes]:
+    """Rows of JSON formatted from texts (a record each, `quotes` quote characters of its own),
+    their UTF-8 joined by line breaks when no text added a quote, a backslash or a control
+    character (the line breaks between the rows are the only ones): each text is then written
+    as it is between its quotes, as `dumps` writes it. None otherwise (also for a lone
+    surrogate: a file name that is not UTF-8)."""
+    try:
+        data = "\n".join(rows).encode()
+    except UnicodeEncodeError:
+        return None
+    if (data.count(b'"') != quotes * len(rows) or b"\\" in data
+            or len(data) - len(data.translate(None, _CONTROL)) != len(rows) - 1):
+        return None
+    return data
+
+
 def dumps_joined(values: Any, sep: bytes, first: bytes = b"", buf: Optional[bytearray] = None) -> bytearray:
     """`first`, then each value's `dumps`, `sep` between them, in one growing buffer (the journal's
     lines, plan.json's and manifest.json's lists: 66,000 items; `dumps` inlined, a call less per

@@ -35,6 +35,8 @@ from streamctl.formats.coordinated_log import COORD_COMMITS
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.journal import (
+    ITEM_FIRST,
+    ITEM_SEP,
     JOURNAL_FILE,
     SEGMENT_DIR,
     EncodedItems,
@@ -94,8 +96,8 @@ def write_plan_started(backup: Root, plan: Plan) -> Pending:
         raise Conflict(f"{backup.uri(PLAN_FILE)} already exists: the backup folder holds another operation "
                        "(use --resume with its journal, or another --backup-dir)")
     rec = plan.to_record(steps=False)
-    text = plan.steps_text(b",\n    ")  # the steps' items as json_file writes them, formatted
-    rec["steps"] = EncodedItems(b"\n    " + text) if text is not None else plan.step_records()
+    text = plan.steps_text(ITEM_SEP)  # the steps' items as json_file writes them, formatted
+    rec["steps"] = EncodedItems(ITEM_FIRST + text) if text is not None else plan.step_records()
     return backup.write_atomic_started(PLAN_FILE, json_file_parts(rec))
 
 
@@ -125,14 +127,6 @@ def _moved_entry(step: Step, uri: str, size: Any, sha256: Any) -> dict[str, Any]
 
 
 _HEX = b"0123456789abcdef"
-
-
-def _json_plain(text: str) -> bool:
-    """Whether JSON writes `text` as it is between its quotes (formats/jsontext.py `plain_texts`)."""
-    return plain_texts([text])
-
-
-_json_plain_lines = plain_texts
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
@@ -335,8 +329,8 @@ class Executor:
         sizes = [p["size"] for p in pres]
         heads = {name: self._uri_heads.get(name) for name in {s.root for s in chosen}}
         if not (set(map(type, sizes)) == {int} and set(map(type, shas)) == {str} and self._normal(paths)
-                and all(head is not None and _json_plain(name) and _json_plain(head) for name, head in heads.items())
-                and _json_plain_lines(paths)):
+                and all(head is not None and plain_texts([name, head]) for name, head in heads.items())
+                and plain_texts(paths)):
             return None
         try:
             if "".join(shas).encode().translate(None, _HEX):  # anything but hex digits
@@ -347,7 +341,7 @@ class Executor:
         rows = [f'{{"action":"moved","backup":"files/{s.root}/{s.path}","path":"{s.path}","root":"{s.root}",'
                 f'"sha256":"{sha}","size":{size},"uri":"{heads[s.root]}{s.path}"}}'
                 for s, sha, size in zip(chosen, shas, sizes, strict=True)]
-        return EncodedItems(("\n    " + ",\n    ".join(rows)).encode())
+        return EncodedItems(ITEM_FIRST + ITEM_SEP.decode().join(rows).encode())
 
     def read_journal(self) -> JournalState:
         """The journal's state, each `renamed` done record given its manifest entry (what resume
@@ -457,10 +451,7 @@ class Executor:
             state.finished = True
         # the done records' fsync and the manifest's run together, and while the runner verifies:
         # both durable before the next record (`Journal.after`: the runner's `verified`)
-        commit = self.journal.append_started(pending)
-        if commit.crashes:
-            commit.wait()  # the test hook dies where the run waited for these records before
-        self.journal.after(commit)
+        self.journal.after(self.journal.append_started(pending))
         self.journal.after(manifest)
         if not self.manifest_ahead:
             self.journal.settle()

@@ -53,7 +53,10 @@ class Journal:
     def after(self, pending: Pending | Commit) -> None:
         """The next record is written only once this write is durable (plan.json before the
         first record: a resume needs it; manifest.json and the run's last done records before
-        the `verified` record)."""
+        the `verified` record). A commit the test hook ends in is waited for now: the process
+        dies where its caller would have waited for the records before."""
+        if isinstance(pending, Commit) and pending.crashes:
+            pending.wait()
         self._before.append(pending)
 
     def settle(self) -> None:

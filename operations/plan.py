@@ -32,7 +32,6 @@ PUT_BACK_TO = "input"  # the root a `put_back` step moves its file to (align: ar
 
 
 _CONTENT = attrgetter("content")
-_CONTROL = bytes(range(0x20))
 
 
 @dataclass(frozen=True)
@@ -183,17 +182,10 @@ class Plan:
         steps = self.steps
         if not steps or set(map(_CONTENT, steps)) != {None}:
             return None
+        from streamctl.formats.jsontext import plain_rows
+
         rows = [f'{{"action":"{s.action}","path":"{s.path}","reason":"{s.reason}","root":"{s.root}"}}' for s in steps]
-        try:
-            data = "\n".join(rows).encode()
-        except UnicodeEncodeError:  # a lone surrogate: a file name that is not UTF-8
-            return None
-        # no text added a quote (16 a row), a backslash or a control character (the line breaks
-        # between the rows are the only ones): each is written as it is between its quotes
-        if (data.count(b'"') != 16 * len(steps) or b"\\" in data
-                or len(data) - len(data.translate(None, _CONTROL)) != len(steps) - 1):
-            return None
-        return rows
+        return rows if plain_rows(rows, 16) is not None else None  # four keys, four texts: 16 quotes a row
 
     def step_records(self) -> list[dict[str, Any]]:
         """Each step's record (a new list; the records themselves are shared, not to be changed),
