@@ -78,8 +78,8 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
     from streamctl.operations.runner import Request
 
     if execute_it:
-        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock), operation, lines,
-                as_json)
+        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock, step_back=True), operation,
+                lines, as_json)
         return
     try:
         plan = make_plan()

@@ -367,6 +367,8 @@ class Request:
     # records the planner leaves for the journal, written before the first step (drop-sink:
     # `writer_stopped`, `drained`)
     opening: list[dict[str, Any]] = field(default_factory=list)
+    # the CLI's: this process lowers its own priority once the renames run (`Executor.step_back`)
+    step_back: bool = False
 
 
 @dataclass
@@ -478,6 +480,8 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
         plan.op_id = op_id
         roots = roots_of(plan)
         steps = op.steps(plan, roots, backup, say, meter)
+        if req.step_back and hasattr(steps, "step_back"):
+            steps.step_back = True
         steps.start()  # the executor's hasher reads the plan's files beneath their roots while it is checked and written
         check_plan(plan, roots)
         coprocess.cool()  # those it did not take (a plan of one batch)

@@ -411,6 +411,44 @@ def test_done_records_of_renames_and_of_earlier_versions_resume_and_undo(tmp_pat
     assert _tree(ck) == before
 
 
+def test_the_renaming_co_process_reads_requests_by_their_length(tmp_path: Path) -> None:
+    """A request says how many bytes its lines take (`_request`): read at once, split at once;
+    one without a length is read line by line (as before); a length that does not hold the lines
+    it announced ends the co-process before it renames anything. Renames never replace a file
+    (RENAME_NOREPLACE: EEXIST), and a batch of successes is answered all at once."""
+    import errno
+    import io
+
+    from streamctl.operations import coprocess
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    for n in range(6):
+        (src / f"{n}.delta").write_bytes(b"%d" % n)
+    (dst / "5.delta").write_bytes(b"already there")
+
+    def serve(data: bytes) -> bytes:
+        out = io.BytesIO()
+        coprocess.serve(io.BytesIO(data), out)
+        return out.getvalue()
+
+    pairs = [(str(src / f"{n}.delta"), str(dst / f"{n}.delta")) for n in range(6)]
+    request = coprocess._request(b"m", [p for pair in pairs[:2] for p in pair], 2)
+    assert request is not None and request.split(b"\n", 1)[0].split(b" ")[2] == b"%d" % (len(request.split(b"\n", 1)[1]))
+    assert serve(request) == b"0\n0\n"
+    old_style = b"m 2\n" + "".join(f"{a}\n{b}\n" for a, b in pairs[2:4]).encode()
+    assert serve(old_style) == b"0\n0\n"
+    answer = serve(coprocess._request(b"m", [p for pair in pairs[4:] for p in pair], 2) or b"")
+    assert answer == b"0\n%d\n" % errno.EEXIST  # the one whose target exists is not renamed
+    assert sorted(p.name for p in src.iterdir()) == ["5.delta"] and (dst / "5.delta").read_bytes() == b"already there"
+    (src / "6.delta").write_bytes(b"6")
+    body = f"{src / '6.delta'}\n{dst / '6.delta'}\n".encode()
+    assert serve(b"m 1 %d\n%s" % (len(body) - 5, body)) == b""  # short: not this protocol, nothing done
+    assert serve(b"m 2 %d\n%s" % (len(body), body)) == b""  # fewer lines than it said
+    assert (src / "6.delta").exists() and not (dst / "6.delta").exists()
+
+
 def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> None:
     """The pre-images read by the hashing co-process (`h` requests) are those `hash_file` reads in
     process: size and sha256 of files (empty, longer than one read, behind a symlink), the errno
@@ -881,6 +919,62 @@ def test_what_a_paused_mutation_allocated_is_not_walked_when_the_collector_is_ba
     finally:
         gc.unfreeze()
     assert held.me is None
+
+
+def test_once_the_renames_run_the_other_processes_step_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a pipelined run's first renames are sent, the hasher and the syncer lower their
+    priority by STEP_BACK and the renamer keeps its own; the calling process keeps its priority
+    unless it asked to step back too (`step_back`, the CLI's), which another process checks."""
+    from streamctl.operations import coprocess
+    from streamctl.operations.executor import STEP_BACK
+
+    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    seen: dict[str, int] = {}
+    step_back = coprocess.CoProcess.step_back
+
+    def recorded(self: coprocess.CoProcess, by: int) -> None:
+        was = os.getpriority(os.PRIO_PROCESS, 0)  # a co-process starts with its parent's
+        step_back(self, by)
+        if self._proc is not None:  # running (else it steps back as it starts: asked below)
+            seen[f"co{len(seen)}"] = os.getpriority(os.PRIO_PROCESS, self._proc.pid) - was
+        else:
+            self.submit_syncs([str(tmp_path)])  # starts it
+            assert self._proc is not None and self.synced() == [0]
+            seen[f"co{len(seen)}"] = os.getpriority(os.PRIO_PROCESS, self._proc.pid) - was
+
+    monkeypatch.setattr(coprocess.CoProcess, "step_back", recorded)
+    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
+    renamer: list[int] = []
+    start = ex._start_renames
+
+    def started(renaming: Any) -> Any:
+        out = start(renaming)
+        if ex._co is not None and ex._co._proc is not None:
+            renamer.append(os.getpriority(os.PRIO_PROCESS, ex._co._proc.pid))
+        return out
+
+    monkeypatch.setattr(ex, "_start_renames", started)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    ex.write_plan()
+    assert ex.run().finished and not _tree(ck)
+    assert seen == {"co0": STEP_BACK, "co1": STEP_BACK}  # the hasher and the syncer, once
+    assert renamer and set(renamer) == {mine}  # the renamer as it was
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # a library caller's priority is its own
+
+    ck2, backup2 = tmp_path / "again" / "ck", tmp_path / "again" / "backup"
+    for rel, data in before.items():
+        (ck2 / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ck2 / rel).write_bytes(data)
+    code = ("import os, sys, json; from streamctl.operations import executor; executor.BATCH_STEPS = 50;"
+            "from streamctl.operations.files import Root; from streamctl.operations.plan import Plan;"
+            "p = Plan.from_record(json.loads(sys.argv[1])); was = os.getpriority(os.PRIO_PROCESS, 0);"
+            "ex = executor.Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3]));"
+            "ex.step_back = True; ex.write_plan(); ex.run(); print(os.getpriority(os.PRIO_PROCESS, 0) - was)")
+    plan2 = _plan(plan.steps, {"checkpoint": str(ck2)})
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan2.to_record()), str(ck2), str(backup2)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == min(STEP_BACK, 19 - mine) and not _tree(ck2)
 
 
 def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
