@@ -40,6 +40,7 @@ COMMANDS: dict[tuple[str, ...], tuple[frozenset[str], frozenset[str]]] = {
 EXECUTE = "--execute"  # a mutation's: no early child (above)
 INSPECT = ("inspect", "epochs")  # the command whose process `_leave` ends at once (the previews end as usual)
 GLOB_CHARS = frozenset("*?[")
+OWN_PROCESS = False  # main() runs: the process is streamctl's own (an executed mutation may lower its priority)
 
 
 def early_checkpoint(args: list[str]) -> Optional[tuple[tuple[str, ...], str]]:
@@ -100,6 +101,8 @@ GC_THRESHOLDS = (100_000, 50, 100)
 def main() -> None:
     import gc
 
+    global OWN_PROCESS
+    OWN_PROCESS = True  # not when the app runs inside another program (a test's CliRunner)
     gc.set_threshold(*GC_THRESHOLDS)
     import atexit
 

@@ -5,6 +5,7 @@ outcome (console/plan_view.py). Exit codes come from console/errors.py's table: 
 `Refused` (4), a failed verification `NotVerified` (5)."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from streamctl.console import render
@@ -38,6 +39,14 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     config = load_config(context.CONFIG_PATH)
     t = resolve_target(checkpoint, sink, sink_kind, app_id, config)
     return t.checkpoint, t.sink, t.sink_kind, t.app_id, config
+
+
+def own_process() -> bool:
+    """Whether this process is streamctl's own (the console script's `main`), whose priority an
+    executed mutation may lower once its renames run (`Request.step_back`); not an app run
+    inside another program."""
+    entry = sys.modules.get("streamctl.cli.entry")
+    return bool(getattr(entry, "OWN_PROCESS", False))
 
 
 def runner() -> Any:
@@ -78,8 +87,8 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
     from streamctl.operations.runner import Request
 
     if execute_it:
-        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock, step_back=True), operation,
-                lines, as_json)
+        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock, step_back=own_process()),
+                operation, lines, as_json)
         return
     try:
         plan = make_plan()

@@ -195,3 +195,45 @@ def test_an_executed_mutation_ends_at_once_once_its_journal_is_closed(tmp_path: 
     events = [json.loads(line)["event"] for line in (backup / "journal.jsonl").read_text().splitlines()]
     assert events[0] == "start" and events[-2:] == ["finished", "verified"]
     assert (backup / "manifest.json").exists() and not (ck / "_streamctl" / "lock.json").exists()
+
+
+STEP_BACK_PROBE = r"""
+import sys
+from streamctl.operations import runner
+real = runner.execute
+def spy(op, req, *args, **kwargs):
+    print("STEP_BACK", req.step_back, flush=True)
+    return real(op, req, *args, **kwargs)
+runner.execute = spy
+sys.argv = ["streamctl", *sys.argv[1:]]
+from streamctl.cli.entry import main
+main()
+"""
+
+
+def test_only_streamctl_s_own_process_steps_back(tmp_path: Path, cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executed mutation asks the runner to lower its process's priority once the renames run
+    (`Request.step_back`) only in the console script's own process (cli/entry.py `main`); the
+    app run inside another program (CliRunner here) keeps that program's priority."""
+    import shutil
+
+    from helpers.paths import SPARK35
+    from streamctl.operations import runner
+
+    for name in ("own", "hosted"):
+        shutil.copytree(SPARK35 / "agg_rocksdb" / "checkpoint", tmp_path / name)
+    own = subprocess.run([sys.executable, "-c", STEP_BACK_PROBE, "trim", str(tmp_path / "own"), "--keep-epochs", "1",
+                          "--execute", "--json"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, STREAMCTL_QUIET_PERIOD="0"))
+    assert own.returncode == 0 and own.stdout.startswith("STEP_BACK True\n"), own
+    seen: list[bool] = []
+    real = runner.execute
+
+    def spy(op: Any, req: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(req.step_back)
+        return real(op, req, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "execute", spy)
+    monkeypatch.setenv("STREAMCTL_QUIET_PERIOD", "0")
+    hosted = cli("trim", str(tmp_path / "hosted"), "--keep-epochs", "1", "--execute", "--json")
+    assert hosted.code == 0 and seen == [False], hosted
