@@ -313,6 +313,11 @@ def _request(kind: bytes, lines: list[str], n: int) -> Optional[bytes]:
     return b"%s %d %d\n%s\n" % (kind, n, len(body) + 1, body)
 
 
+def _lines(data: Optional[bytes]) -> Optional[list[bytes]]:
+    """An answer's lines without their line breaks (None stays None: the co-process failed)."""
+    return None if data is None else data.split(b"\n")[:-1]
+
+
 class CoProcess:
     """A co-process, started on first use: `submit` renames (or `submit_hashes` reads), later
     `renamed` (or `hashes`) gives their answers (one request at a time). Any failure of the
@@ -448,8 +453,7 @@ class CoProcess:
 
     def _answers(self) -> Optional[list[bytes]]:
         """The answer lines of the request in flight, without their line breaks."""
-        data = self._answer()
-        return None if data is None else data.split(b"\n")[:-1]
+        return _lines(self._answer())
 
     def _answer(self) -> Optional[bytes]:
         """The answer of the request in flight, its lines as they came, each ended by a line
@@ -490,7 +494,7 @@ class CoProcess:
         data = self._answer()
         if data is not None and len(data) == 2 * n and data == b"0\n" * n:  # all done (the usual batch): no int() per line
             return [0] * n
-        lines = None if data is None else data.split(b"\n")[:-1]
+        lines = _lines(data)
         try:
             return None if lines is None else [int(line) for line in lines]
         except ValueError:

@@ -928,7 +928,7 @@ def test_once_the_renames_run_the_other_processes_step_back(tmp_path: Path, monk
     from streamctl.operations import coprocess
     from streamctl.operations.executor import STEP_BACK
 
-    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
+    ck, backup, _before, plan = _batches_plan(tmp_path, monkeypatch)
     seen: dict[str, int] = {}
     step_back = coprocess.CoProcess.step_back
 
@@ -961,16 +961,12 @@ def test_once_the_renames_run_the_other_processes_step_back(tmp_path: Path, monk
     assert renamer and set(renamer) == {mine}  # the renamer as it was
     assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # a library caller's priority is its own
 
-    ck2, backup2 = tmp_path / "again" / "ck", tmp_path / "again" / "backup"
-    for rel, data in before.items():
-        (ck2 / rel).parent.mkdir(parents=True, exist_ok=True)
-        (ck2 / rel).write_bytes(data)
+    ck2, backup2, _before2, plan2 = _batches_plan(tmp_path / "again", monkeypatch)
     code = ("import os, sys, json; from streamctl.operations import executor; executor.BATCH_STEPS = 50;"
             "from streamctl.operations.files import Root; from streamctl.operations.plan import Plan;"
             "p = Plan.from_record(json.loads(sys.argv[1])); was = os.getpriority(os.PRIO_PROCESS, 0);"
             "ex = executor.Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3]));"
             "ex.step_back = True; ex.write_plan(); ex.run(); print(os.getpriority(os.PRIO_PROCESS, 0) - was)")
-    plan2 = _plan(plan.steps, {"checkpoint": str(ck2)})
     out = subprocess.run([sys.executable, "-c", code, json.dumps(plan2.to_record()), str(ck2), str(backup2)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
