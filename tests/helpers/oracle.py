@@ -1,0 +1,512 @@
+"""The restart oracle: streamctl's verdicts and repairs judged by real restarts of real queries.
+
+For every case (a query shape of tests/helpers/oracle_shapes.py and an action of
+tests/helpers/oracle_damage.py) the harness
+
+1. puts the shape's clean pipeline (built once, batches 0..FILES-1) back in place and applies
+   the action;
+2. runs ``streamctl inspect epochs`` (a real process) and checks it changed nothing;
+3. restarts the real query on a copy of the damaged folders with NEW_FILES more input files and
+   compares what a reader of the sink sees with an undisturbed run over the same input
+   (``exact``), or records Spark's failure (``fails``) or the difference (``differs``);
+4. plans ``streamctl align``; when it has an exactly-once plan, executes it, restarts the query
+   and compares again; checks that nothing outside the named roots changed.
+
+A case **agrees** when: exit 0 only where the restart is ``exact``; an executed repair is
+verified and its restart ``exact``; a refusal (exit 4) says why; nothing outside the roots
+changed. A non-zero verdict where the restart is exact is reported as ``alarm`` (conservative:
+the verdict names damage the restart does not show) and counts as a disagreement unless its
+codes are the ones whose harm lies outside the restart (:data:`HARM_OUTSIDE_RESTART`).
+
+``./dev oracle`` runs the CI sample (:func:`sample`), ``./dev oracle --all`` the whole grammar,
+``--seed N`` a random draw; docs/oracle.md records the last full run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from helpers.align_pipeline import settle
+from helpers.oracle_damage import (CRCS, HOWS, LOGS, MOVES, SCENES, WHICH, Action, NoTarget, damage, fifos, log_files,
+                                   move, pick, unblock)
+from helpers.oracle_shapes import SHAPES, Layout, Shape
+
+FILES = 5  # the clean pipeline's input files (one batch each)
+NEW_FILES = 2  # input added before every restart
+RESTART_TIMEOUT_S = 120.0
+# Codes whose harm a restart of the query does not show: a finding the operator must hear about
+# even when the query restarts and delivers (documented in docs/findings.md).
+HARM_OUTSIDE_RESTART = {
+    "STALE_CHECKSUM",  # the restart runs; the next write of that batch fails
+    "SPARK_LINE_REFUSES",
+}
+
+
+@dataclass
+class Outcome:
+    """What a real restart did: ``exact`` (the sink equals the undisturbed run's), ``fails``
+    (Spark raised, or the run hung), ``differs`` (rows missing or twice)."""
+
+    kind: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return self.kind + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class Verdict:
+    code: int
+    verdict: str = ""
+    findings: list[str] = field(default_factory=list)
+    text: str = ""
+
+
+@dataclass
+class Result:
+    shape: str
+    action: str
+    inspect: Optional[Verdict] = None
+    restart: Optional[Outcome] = None
+    align: Optional[Verdict] = None
+    repaired: Optional[Outcome] = None
+    disagreements: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skipped: str = ""
+
+    @property
+    def agrees(self) -> bool:
+        return not self.disagreements
+
+    def line(self) -> str:
+        if self.skipped:
+            return f"{self.shape} {self.action}: n/a ({self.skipped})"
+        ins = self.inspect
+        parts = [f"{self.shape} {self.action}: inspect exit {ins.code} {ins.verdict} {','.join(ins.findings)}"
+                 if ins else f"{self.shape} {self.action}:", f"restart {self.restart}"]
+        if self.align is not None:
+            parts.append(f"align exit {self.align.code}")
+        if self.repaired is not None:
+            parts.append(f"repaired restart {self.repaired}")
+        parts.append("AGREES" if self.agrees else "DISAGREES: " + "; ".join(self.disagreements))
+        return " | ".join(parts)
+
+
+def streamctl(*args: str, home: Path, timeout: float = 120.0) -> tuple[int, str, str]:
+    """streamctl as a real process (the venv's console script), with no user config."""
+    exe = Path(sys.executable).with_name("streamctl")
+    env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1", COLUMNS="200", HOME=str(home),
+               XDG_CONFIG_HOME=str(home))
+    env.pop("STREAMCTL_CONFIG", None)
+    env.pop("STREAMCTL_FORMAT", None)
+    try:
+        p = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"streamctl {' '.join(args[:2])}: timed out after {timeout:g}s"
+    return p.returncode, p.stdout, p.stderr
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every entry below `root` with its type, size and mtime (symlinks not followed)."""
+    import stat
+
+    out: dict[str, tuple] = {}
+    if not root.exists():
+        return out
+    for dirpath, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(dirpath, n)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            kind = "d" if stat.S_ISDIR(st.st_mode) else "f" if stat.S_ISREG(st.st_mode) else "o"
+            out[os.path.relpath(p, root)] = (kind, st.st_size if kind == "f" else 0,
+                                             st.st_mtime_ns if kind == "f" else 0)
+    return out
+
+
+def quiet_copy(src: Path, dest: Path) -> None:
+    """Copy a tree a Spark session wrote once it is quiet: the state store maintenance thread may
+    still write a snapshot (or rename its temp file away) for a moment after the query stopped."""
+    for attempt in range(6):
+        settle(src, quiet_s=0.3, timeout_s=4.0)
+        if dest.exists():
+            shutil.rmtree(dest)
+        try:
+            shutil.copytree(src, dest, symlinks=True)
+            return
+        except shutil.Error:
+            if attempt == 5:
+                raise
+
+
+def quiet_remove(path: Path) -> None:
+    """Remove a tree a Spark session wrote, once it is quiet (RocksDB maintenance may still write)."""
+    for attempt in range(6):
+        if not path.exists():
+            return
+        settle(path, quiet_s=0.3, timeout_s=4.0)
+        for f in fifos(path):
+            f.unlink()
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            if attempt == 5:
+                raise
+            time.sleep(0.3)
+
+
+class Harness:
+    """One Spark session, the clean pipeline and undisturbed result of each shape (built on first
+    use), and the cases judged against them. `root` is a scratch folder the harness owns."""
+
+    def __init__(self, spark: Any, root: Path) -> None:
+        self.spark = spark
+        self.root = Path(root)
+        self.home = self.root / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.clean: dict[str, Path] = {}  # shape -> saved clean pipeline folder
+        self.reference: dict[str, Any] = {}  # shape -> the undisturbed run's rows after NEW_FILES more
+
+    # -- the clean pipeline and the undisturbed run --------------------------------------------------
+    def work(self, shape: Shape) -> Path:
+        return self.root / "w" / shape.name
+
+    def base(self, shape: Shape) -> Path:
+        return self.work(shape) / "pipeline"
+
+    def ensure(self, shape: Shape) -> None:
+        if shape.name in self.clean:
+            return
+        base = self.base(shape)
+        quiet_remove(self.work(shape))
+        lay = Layout.under(base)
+        shape.add_input(lay, 0, FILES)
+        shape.run(self.spark, lay)
+        settle(base)
+        saved = self.root / "clean" / shape.name
+        quiet_copy(base, saved)
+        self.clean[shape.name] = saved
+        out = self._restart(shape, lay)
+        if out.kind != "exact" and not isinstance(out.detail, str):
+            raise AssertionError(f"{shape.name}: the undisturbed restart: {out}")
+        self.reference[shape.name] = self._last_rows
+        quiet_remove(self.work(shape))
+
+    def fresh(self, shape: Shape) -> Layout:
+        quiet_remove(self.work(shape))
+        shutil.copytree(self.clean[shape.name], self.base(shape), symlinks=True)
+        return Layout.under(self.base(shape))
+
+    # -- the restart --------------------------------------------------------------------------------
+    _last_rows: Any = None
+
+    def _restart(self, shape: Shape, lay: Layout) -> Outcome:
+        """Restart the query on `lay` with NEW_FILES more input files; its outcome against the
+        undisturbed run (the first call per shape makes that run)."""
+        shape.add_input(lay, FILES, NEW_FILES)
+        error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                shape.run(self.spark, lay)
+            except BaseException as exc:  # noqa: B036 - Spark's Py4J errors included
+                error.append(exc)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(RESTART_TIMEOUT_S)
+        if t.is_alive():
+            for q in self.spark.streams.active:
+                try:
+                    q.stop()
+                except Exception:  # noqa: BLE001 - the oracle records the hang, not the stop's error
+                    pass
+            for f in fifos(lay.checkpoint) + fifos(lay.output):
+                unblock(f)
+            t.join(30)
+            settle(lay.checkpoint.parent)
+            return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")
+        settle(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
+        if error:
+            first = str(error[0]).strip().splitlines()
+            return Outcome("fails", (first[0] if first else type(error[0]).__name__)[:300])
+        try:
+            rows = shape.rows(lay)
+        except Exception as exc:  # noqa: BLE001 - an unreadable sink is the outcome
+            return Outcome("fails", f"the sink cannot be read: {exc}"[:300])
+        self._last_rows = rows
+        ref = self.reference.get(shape.name)
+        if ref is None:
+            return Outcome("exact")
+        if rows == ref:
+            return Outcome("exact")
+        missing = ref - rows
+        extra = rows - ref
+        return Outcome("differs", f"{sum(missing.values())} row(s) missing, {sum(extra.values())} extra")
+
+    def restart_copy(self, shape: Shape, lay: Layout) -> Outcome:
+        """The restart of the damaged folders as they are, then the damage put back in place."""
+        work = self.work(shape)
+        saved = self.root / "damaged" / shape.name
+        quiet_copy(work, saved)
+        try:
+            return self._restart(shape, lay)
+        finally:
+            quiet_remove(work)
+            shutil.copytree(saved, work, symlinks=True)
+            shutil.rmtree(saved)
+
+    # -- one case -------------------------------------------------------------------------------------
+    def judge(self, shape_name: str, action: Action) -> Result:
+        shape = SHAPES[shape_name]
+        res = Result(shape_name, action.id())
+        self.ensure(shape)
+        lay = self.fresh(shape)
+        try:
+            lay = self.apply(shape, action, lay)
+        except NoTarget as exc:
+            res.skipped = str(exc)
+            return res
+        if action.kind == "scene" and action.what == "retired":
+            return self._judge_retired(shape, lay, res)
+        outside = self._outside(shape, lay)
+        before = tree(self.work(shape))
+        args = [str(lay.checkpoint), "--sink", str(lay.output)]
+        code, out, err = streamctl("inspect", "epochs", *args, "--json", home=self.home)
+        res.inspect = _verdict(code, out, err)
+        if tree(self.work(shape)) != before:
+            res.disagreements.append("inspect changed files")
+        res.restart = self.restart_copy(shape, lay)
+        exact = res.restart.kind == "exact"
+        if code == 0 and not exact:
+            res.disagreements.append(f"exit 0 ({res.inspect.verdict}) but the restart {res.restart}")
+        if code not in (0, 1, 3):
+            res.disagreements.append(f"inspect exit {code}: {err.strip()[-300:]}")
+        if code != 0 and exact and not set(res.inspect.findings) & HARM_OUTSIDE_RESTART:
+            res.disagreements.append(f"alarm: exit {code} but the restart is exact")
+        if "Traceback" in err:
+            res.disagreements.append("a traceback")
+        if code != 0:
+            self._judge_repair(shape, lay, res, args, outside)
+        return res
+
+    def _judge_repair(self, shape: Shape, lay: Layout, res: Result, args: list[str], outside: dict) -> None:
+        code, out, err = streamctl("align", *args, "--json", "--quiet-period", "0", home=self.home)
+        res.align = _verdict(code, out, err)
+        if code == 4:
+            if not (err.strip() or out.strip()):
+                res.disagreements.append("align refused without saying why")
+            return
+        if code != 0:
+            res.disagreements.append(f"align plan exit {code}: {(err or out).strip()[-300:]}")
+            return
+        plan = json.loads(out).get("plan") or {}
+        if not plan.get("steps"):
+            res.disagreements.append("align: no plan for a non-zero verdict")
+            return
+        if plan.get("classification") != "exactly-once":
+            res.notes.append(f"align plan {plan.get('classification')}")
+            return
+        code, out, err = streamctl("align", *args, "--json", "--quiet-period", "0", "--execute", home=self.home)
+        if code != 0 or not _json(out).get("verified"):
+            res.disagreements.append(f"align --execute exit {code}: {(err or out).strip()[-300:]}")
+            return
+        if self._outside(shape, lay) != outside:
+            res.disagreements.append("align changed files outside the checkpoint and the sink")
+        res.repaired = self._restart(shape, lay)
+        if res.repaired.kind != "exact":
+            res.disagreements.append(f"align's exactly-once repair, then the restart {res.repaired}")
+
+    def _outside(self, shape: Shape, lay: Layout) -> dict:
+        """Everything of the case's folder outside the checkpoint and the sink (the input)."""
+        whole = tree(self.work(shape))
+        inside = [os.path.relpath(p, self.work(shape)) for p in (lay.checkpoint, lay.output)]
+        return {k: v for k, v in whole.items() if not any(k == r or k.startswith(r + os.sep) for r in inside)}
+
+    def _judge_retired(self, shape: Shape, lay: Layout, res: Result) -> Result:
+        """After drop-sink, every command says the query is retired and none advises a restart;
+        the real restart of the old query fails loudly."""
+        code, out, err = streamctl("diagnose", str(lay.checkpoint), "--sink", str(lay.output), home=self.home)
+        res.inspect = Verdict(code, "retired", [], out)
+        text = (out + err).lower()
+        if "restart the query" in text or "restart as is" in text:
+            res.disagreements.append(f"diagnose advises a restart after the retirement: {out.strip()[-300:]}")
+        res.restart = self.restart_copy(shape, lay)
+        if res.restart.kind == "exact":
+            res.disagreements.append("the retired query restarted and delivered")
+        return res
+
+    # -- the actions ----------------------------------------------------------------------------------
+    def apply(self, shape: Shape, action: Action, lay: Layout) -> Layout:
+        if action.kind == "none":
+            return lay
+        if action.kind == "damage":
+            if action.log == "state" and not shape.stateful:
+                raise NoTarget("a stateless query has no state")
+            path = pick(log_files(lay, action.log, shape.sink), action.which)
+            damage(path, action.how, action.crc)
+            return lay
+        if action.kind == "move":
+            return move(lay, action.what, self.work(shape))
+        if action.kind == "scene":
+            return self._scene(shape, action.what, lay)
+        raise ValueError(action)
+
+    def _scene(self, shape: Shape, what: str, lay: Layout) -> Layout:
+        if what == "new_checkpoint":
+            return Layout(lay.input, lay.checkpoint.parent / "checkpoint-new", lay.output)
+        if what == "reprocess":
+            if not shape.stateful:
+                raise NoTarget("a stateless query has no state to leave behind")
+            for log in ("offsets", "commits"):
+                shutil.rmtree(lay.checkpoint / log)
+            return lay
+        if what == "retired":
+            code, out, err = streamctl("drop-sink", str(lay.output), "--checkpoint", str(lay.checkpoint),
+                                       "--assume-stopped", "--execute", "--quiet-period", "0", home=self.home)
+            if code != 0:
+                raise AssertionError(f"drop-sink --assume-stopped --execute: exit {code}: {out}{err}")
+            return lay
+        raise ValueError(what)
+
+
+def _json(text: str) -> dict:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _verdict(code: int, out: str, err: str) -> Verdict:
+    doc = _json(out)
+    queries = doc.get("queries") or []
+    q = queries[0] if queries else {}
+    return Verdict(code, str(q.get("verdict") or doc.get("verdict") or ""),
+                   [f["code"] for f in q.get("findings", []) if f.get("severity") != "info" or f["code"] == "IN_FLIGHT"],
+                   err.strip()[-400:])
+
+
+# -- the grammar -----------------------------------------------------------------------------------------
+
+def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
+    """Every case: each shape with each action."""
+    actions: list[Action] = [Action("none")]
+    for log in LOGS:
+        for which in (WHICH if log != "metadata" else ("newest",)):
+            for how in HOWS:
+                for crc in CRCS:
+                    actions.append(Action("damage", log, which, how, crc))
+    actions += [Action("move", what=m) for m in MOVES]
+    actions += [Action("scene", what=s) for s in SCENES]
+    return [(s.name, a) for s in SHAPES.values() if spark4 or not s.spark4 for a in actions]
+
+
+def sample(spark4: bool = True, size: int = 0) -> list[tuple[str, Action]]:
+    """CI's fixed sample: every value of every dimension (shape, log, position, damage, checksum
+    companion, move, scene) at least once, the other dimensions turned with it so that no two
+    cases share more than they must. `size` adds cases from a fixed draw."""
+    import random
+
+    shapes = [s.name for s in SHAPES.values() if spark4 or not s.spark4]
+    out: list[tuple[str, Action]] = []
+    # damage: walk the logs, positions and kinds of damage together, shapes turning with them
+    stateful = [s for s in shapes if SHAPES[s].stateful]
+    i = 0
+    for log in LOGS:
+        for k, how in enumerate(HOWS):
+            which = WHICH[(k + i) % len(WHICH)] if log != "metadata" else "newest"
+            pool = stateful if log == "state" else shapes
+            out.append((pool[i % len(pool)], Action("damage", log, which, how, CRCS[i % 2])))
+            i += 1
+    for j, m in enumerate(MOVES):
+        out.append((shapes[(j * 3 + 1) % len(shapes)], Action("move", what=m)))
+    for j, s in enumerate(SCENES):
+        pool = stateful if s == "reprocess" else shapes
+        out.append((pool[(j * 5 + 2) % len(pool)], Action("scene", what=s)))
+    named = {n for n, _a in out}
+    for n in shapes:  # every shape judged at least once as it is
+        if n not in named:
+            out.append((n, Action("none")))
+    if size:
+        rest = [c for c in grammar(spark4) if c not in out]
+        out += random.Random(51).sample(rest, min(size, len(rest)))
+    return out
+
+
+def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print) -> list[Result]:
+    results = []
+    for shape, action in cases:
+        started = time.monotonic()
+        try:
+            r = h.judge(shape, action)
+        except Exception as exc:  # noqa: BLE001 - a harness error is reported with its case
+            r = Result(shape, action.id(), disagreements=[f"harness error: {type(exc).__name__}: {exc}"[:400]])
+        results.append(r)
+        say(f"[{time.monotonic() - started:5.1f}s] {r.line()}")
+    return results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``./dev oracle [--all] [--seed N] [--count K] [--shape S] [--case ACTION]``."""
+    import argparse
+    import random
+    import tempfile
+
+    ap = argparse.ArgumentParser(prog="./dev oracle", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--all", action="store_true", help="the whole grammar (hours)")
+    ap.add_argument("--seed", type=int, help="a random draw of --count cases from the grammar")
+    ap.add_argument("--count", type=int, default=40)
+    ap.add_argument("--shape", action="append", help="only these shapes")
+    ap.add_argument("--case", action="append", help="only these actions (ids as printed)")
+    ap.add_argument("--report", type=Path, help="write the results as JSON lines here")
+    ns = ap.parse_args(argv)
+    from streamctl.pipeline.session import get_spark
+
+    import pyspark
+
+    spark4 = int(pyspark.__version__.split(".")[0]) >= 4
+    if ns.all:
+        cases = grammar(spark4)
+    elif ns.seed is not None:
+        cases = random.Random(ns.seed).sample(grammar(spark4), ns.count)
+    else:
+        cases = sample(spark4)
+    if ns.shape:
+        cases = [c for c in cases if c[0] in ns.shape]
+        if ns.case:
+            cases = [(s, Action.parse(a)) for s in ns.shape for a in ns.case]
+    elif ns.case:
+        cases = [c for c in cases if c[1].id() in ns.case]
+    spark = get_spark("streamctl-oracle", {"spark.sql.streaming.stopTimeout": "20s"})
+    spark.sparkContext.setLogLevel("OFF")
+    with tempfile.TemporaryDirectory(prefix="streamctl-oracle-") as tmp:
+        h = Harness(spark, Path(tmp))
+        print(f"oracle: {len(cases)} case(s) on PySpark {pyspark.__version__}", flush=True)
+        results = run_cases(h, cases, lambda m: print(m, flush=True))
+    spark.stop()
+    judged = [r for r in results if not r.skipped]
+    bad = [r for r in judged if not r.agrees]
+    if ns.report:
+        with open(ns.report, "w") as fh:
+            for r in results:
+                fh.write(json.dumps({"shape": r.shape, "action": r.action, "line": r.line(), "agrees": r.agrees,
+                                     "skipped": r.skipped}) + "\n")
+    print(f"oracle: {len(judged)} judged, {len(judged) - len(bad)} agree, {len(bad)} disagree, "
+          f"{len(results) - len(judged)} not applicable" + (f" (seed {ns.seed})" if ns.seed is not None else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The grammar of the restart oracle's actions (tests/helpers/oracle.py): what an incident or an
+operator does to a pipeline's folders. An action is a plain record (:class:`Action`) and
+:func:`apply` carries it out on a copy of a clean pipeline, returning where its folders are now.
+
+Dimensions:
+* ``log``: ``offsets``, ``commits``, ``sources`` (the file source's log), ``sink`` (the sink's
+  commit log: `_spark_metadata/`, `_delta_log/`, `_commits/`), ``state`` (partition 0's store
+  files), ``metadata``;
+* ``which``: the ``newest``, ``oldest`` kept or a ``middle`` file of that log;
+* ``how``: ``delete``, ``truncate`` (half of it), ``empty``, ``corrupt`` (bytes changed in
+  place), ``number`` (a numeric field of a JSON line out of range), ``fifo`` (a named pipe in its
+  place), ``folder`` (an empty folder in its place);
+* ``crc``: its checksum companions (Hadoop's ``.N.crc``, Spark's ``N.crc``) ``keep`` as they are
+  or ``drop`` with it;
+* ``move``: the ``checkpoint``, the ``output``, the ``input`` or ``all`` three (the pipeline's
+  folder renamed) to another place;
+* ``scene``: ``new_checkpoint`` (a new query over the old sink), ``retired`` (drop-sink with
+  --assume-stopped), ``reprocess`` (offsets/ and commits/ deleted to reprocess, state left).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from helpers.oracle_shapes import Layout
+
+LOGS = ("offsets", "commits", "sources", "sink", "state", "metadata")
+WHICH = ("newest", "oldest", "middle")
+HOWS = ("delete", "truncate", "empty", "corrupt", "number", "fifo", "folder")
+CRCS = ("keep", "drop")
+MOVES = ("checkpoint", "output", "input", "all")
+SCENES = ("new_checkpoint", "retired", "reprocess")
+OUT_OF_RANGE = ("-7", "9223372036854775808")  # below every id, above a Java long
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "damage" | "move" | "scene" | "none"
+    log: str = ""
+    which: str = ""
+    how: str = ""
+    crc: str = "keep"
+    what: str = ""  # the move's or the scene's
+
+    def id(self) -> str:
+        if self.kind == "damage":
+            return f"{self.log}-{self.which}-{self.how}" + ("-crcdrop" if self.crc == "drop" else "")
+        if self.kind in ("move", "scene"):
+            return f"{self.kind}-{self.what}"
+        return "none"
+
+    @classmethod
+    def parse(cls, text: str) -> Action:
+        """The inverse of :meth:`id` (for ``./dev oracle --case``)."""
+        parts = text.split("-")
+        if parts[0] in ("move", "scene"):
+            return cls(parts[0], what="-".join(parts[1:]))
+        if text == "none":
+            return cls("none")
+        crc = "drop" if parts[-1] == "crcdrop" else "keep"
+        log, which, how = parts[:3]
+        return cls("damage", log, which, how, crc)
+
+
+class NoTarget(Exception):
+    """The action has nothing to act on in this shape (no state in a stateless query, one file)."""
+
+
+# -- the files of a log --------------------------------------------------------------------------
+
+def _numbered(folder: Path, suffixes: tuple[str, ...] = ("",)) -> list[Path]:
+    """The files of `folder` named `<n><suffix>`, by number (Spark's log files, state versions)."""
+    out = []
+    if not folder.is_dir():
+        return out
+    for p in folder.iterdir():
+        for suf in suffixes:
+            stem = p.name[: len(p.name) - len(suf)] if suf and p.name.endswith(suf) else (p.name if not suf else None)
+            if stem is not None and stem.isdigit():
+                out.append((int(stem), p))
+                break
+    return [p for _n, p in sorted(out)]
+
+
+def log_files(lay: Layout, log: str, sink: str) -> list[Path]:
+    ck = lay.checkpoint
+    if log in ("offsets", "commits"):
+        return _numbered(ck / log)
+    if log == "sources":
+        return _numbered(ck / "sources" / "0", ("", ".compact"))
+    if log == "metadata":
+        return [ck / "metadata"] if (ck / "metadata").exists() else []
+    if log == "sink":
+        if sink == "delta":
+            return _numbered(lay.output / "_delta_log", (".json",))
+        if sink == "coordinated":
+            return _numbered(lay.output / "_commits", (".json",))
+        return _numbered(lay.output / "_spark_metadata", ("", ".compact"))
+    if log == "state":
+        part = ck / "state" / "0" / "0"
+        if not part.is_dir():
+            return []
+        stores = [d for d in sorted(part.iterdir()) if d.is_dir() and not d.name.startswith("_")
+                  and d.name != "SSTs"]
+        folder = stores[0] if stores and not any(part.glob("*.delta")) and not any(part.glob("*.changelog")) \
+            and not any(part.glob("*.zip")) else part
+        return _numbered(folder, (".delta", ".snapshot", ".changelog", ".zip"))
+    raise ValueError(log)
+
+
+def pick(files: list[Path], which: str) -> Path:
+    if not files:
+        raise NoTarget("no file")
+    if which == "newest":
+        return files[-1]
+    if which == "oldest":
+        return files[0]
+    if len(files) < 3:
+        raise NoTarget("no middle file")
+    return files[len(files) // 2]
+
+
+def companions(path: Path) -> list[Path]:
+    return [c for c in (path.with_name(f".{path.name}.crc"), path.with_name(f"{path.name}.crc")) if c.exists()]
+
+
+# -- the damage ------------------------------------------------------------------------------------
+
+def damage(path: Path, how: str, crc: str) -> str:
+    """Damage `path` in place; returns what was done (for the report)."""
+    data = path.read_bytes()
+    if crc == "drop":
+        for c in companions(path):
+            c.unlink()
+    if how == "delete":
+        path.unlink()
+    elif how == "truncate":
+        if len(data) < 2:
+            raise NoTarget("too short to truncate")
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "corrupt":
+        if not data:
+            raise NoTarget("empty file")
+        mid = len(data) // 2
+        span = min(8, len(data) - mid)
+        path.write_bytes(data[:mid] + bytes((b ^ 0x5A) for b in data[mid:mid + span]) + data[mid + span:])
+    elif how == "number":
+        new = _number_out_of_range(data)
+        if new is None:
+            raise NoTarget("no numeric field")
+        path.write_bytes(new)
+    elif how == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif how == "folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        raise ValueError(how)
+    return f"{how} {path.name}" + (" (checksum companions dropped)" if crc == "drop" else "")
+
+
+def _number_out_of_range(data: bytes) -> Optional[bytes]:
+    """The last numeric JSON value of the file set out of range (below zero for the first such
+    field on an odd position, above a Java long otherwise): ids, offsets, watermarks, sizes."""
+    import re
+
+    text = data.decode("utf-8", "replace")
+    found = list(re.finditer(r'"([A-Za-z_]+)"\s*:\s*(-?\d+)', text))
+    if not found:
+        return None
+    m = found[-1]
+    value = OUT_OF_RANGE[len(found) % 2]
+    return (text[: m.start(2)] + value + text[m.end(2):]).encode()
+
+
+def unblock(path: Path) -> None:
+    """A reader blocked in open() on a FIFO gets end-of-file (the oracle's timeout)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    os.close(fd)
+
+
+def fifos(root: Path) -> list[Path]:
+    import stat
+
+    out = []
+    for dirpath, dirs, files in os.walk(root):
+        for n in files + dirs:
+            p = Path(dirpath, n)
+            try:
+                if stat.S_ISFIFO(os.lstat(p).st_mode):
+                    out.append(p)
+            except OSError:
+                pass
+    return out
+
+
+# -- moves ----------------------------------------------------------------------------------------
+
+def move(lay: Layout, what: str, work: Path) -> Layout:
+    """Move one folder (or the pipeline's whole folder) as `mv` does; the new layout."""
+    if what == "all":
+        base = lay.checkpoint.parent
+        new = work / "moved-pipeline"
+        os.rename(base, new)
+        return Layout(new / lay.input.name, new / lay.checkpoint.name, new / lay.output.name)
+    dest = work / "moved" / what
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = {"checkpoint": lay.checkpoint, "output": lay.output, "input": lay.input}[what]
+    shutil.move(str(src), str(dest))
+    return Layout(dest if what == "input" else lay.input, dest if what == "checkpoint" else lay.checkpoint,
+                  dest if what == "output" else lay.output)

@@ -1,0 +1,248 @@
+"""The query shapes of the restart oracle (tests/helpers/oracle.py): small real PySpark queries
+whose three folders (input, checkpoint, sink) are named separately, so that a case can move any
+of them and restart the query on the new paths.
+
+Every shape reads JSON files from ``input/a`` (the join also ``input/b``), one file per batch
+(``maxFilesPerTrigger`` 1). File ``i`` holds ids ``i*ROWS .. i*ROWS+ROWS-1`` with event times in
+the ten-second window ``i`` (``BASE_TS + 10*i + j``). Its result is read back the way a reader of
+the sink sees it (:meth:`Shape.rows`), as a multiset of rows: the oracle compares it with an
+undisturbed run over the same input, which is what "every record exactly once, stateful results
+equal" means for every shape at once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import unquote, urlparse
+
+ROWS = 4
+BASE_TS = 1_700_000_000  # seconds: the event time of file 0's first row
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+_BASE_CONFS = {
+    "spark.sql.streaming.fileSink.log.compactInterval": "3",
+    "spark.sql.streaming.fileSource.log.compactInterval": "3",
+    "spark.sql.streaming.minBatchesToRetain": "100",
+    "spark.sql.shuffle.partitions": "2",
+    FORMAT: "1",
+    PROVIDER: HDFS,
+    CHANGELOG: "false",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a pipeline's three folders are (each may be moved on its own)."""
+
+    input: Path
+    checkpoint: Path
+    output: Path
+
+    @classmethod
+    def under(cls, base: Path) -> Layout:
+        return cls(base / "input", base / "checkpoint", base / "output")
+
+    def roots(self) -> tuple[Path, ...]:
+        return (self.input, self.checkpoint, self.output)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One query shape: how its query is built and its sink read.
+
+    op: ``select`` (stateless), ``dedup``, ``window`` (a windowed count with a watermark),
+    ``join`` (stream-stream inner join on id); sink: ``file`` (JSON file sink, `_spark_metadata`),
+    ``delta`` (foreachBatch into a Delta table with a txn per batch) or ``coordinated``
+    (streamctl's coordinated sink, two writers); reader: extra options of the file source
+    (``cleanSource``)."""
+
+    name: str
+    op: str = "select"
+    sink: str = "file"
+    confs: dict[str, str] = field(default_factory=dict)
+    reader: dict[str, str] = field(default_factory=dict)
+    spark4: bool = False  # needs a Spark 4 feature (checkpoint format 2, Python data sources)
+
+    @property
+    def stateful(self) -> bool:
+        return self.op != "select"
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return ("a", "b") if self.op == "join" else ("a",)
+
+    # -- input ------------------------------------------------------------------------------
+    def add_input(self, lay: Layout, start: int, count: int) -> None:
+        """Input files start..start+count-1 in every source folder, each with a fixed mtime (an
+        hour ago plus its number: the same bytes and times in every copy of a case)."""
+        base_mtime = time.time() - 3600
+        for src in self.sources:
+            folder = lay.input / src
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(start, start + count):
+                rows = [{"id": i * ROWS + j, "key": f"k{(i * ROWS + j) % 3}", "ts": BASE_TS + 10 * i + j,
+                         "side": src} for j in range(ROWS)]
+                if self.op == "dedup" and i > 0:
+                    rows.append(dict(rows[0], id=(i - 1) * ROWS))  # a repeat the state must remember
+                path, tmp = folder / f"part-{i:05d}.json", folder / f".part-{i:05d}.json.tmp"
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+                os.utime(tmp, (base_mtime + i, base_mtime + i))
+                tmp.rename(path)
+
+    # -- the query ----------------------------------------------------------------------------
+    def writer(self, spark: Any, lay: Layout, query_name: str) -> Any:
+        from pyspark.sql import functions as F
+
+        def read(src: str) -> Any:
+            r = spark.readStream.schema("id BIGINT, key STRING, ts BIGINT, side STRING").option("maxFilesPerTrigger", 1)
+            for k, v in self.reader.items():
+                r = r.option(k, v.replace("{input}", str(lay.input)))
+            return r.json(str(lay.input / src))
+
+        df = read("a")
+        if self.op == "dedup":
+            df = df.dropDuplicates(["id"]).select("id", "key")
+        elif self.op == "window":
+            df = (df.withColumn("t", F.col("ts").cast("timestamp")).withWatermark("t", "2 seconds")
+                  .groupBy(F.window("t", "10 seconds")).count()
+                  .select(F.col("window.start").cast("long").alias("start"), "count"))
+        elif self.op == "join":
+            right = read("b").select(F.col("id").alias("rid"), F.col("key").alias("rkey"))
+            df = df.select("id", "key").join(right, F.col("id") == F.col("rid"), "inner").select("id", "key", "rkey")
+        else:
+            df = df.select("id", "key")
+        if self.sink == "delta":
+            w = df.writeStream.foreachBatch(_delta_batch(lay))
+        elif self.sink == "coordinated":
+            from streamctl.pipeline.coordinated_sink import SHORT_NAME, register
+
+            register(spark)
+            w = df.repartition(2).writeStream.format(SHORT_NAME).option("path", str(lay.output))
+        else:
+            w = df.writeStream.format("json").option("path", str(lay.output))
+        return (w.outputMode("append").option("checkpointLocation", str(lay.checkpoint))
+                .queryName(query_name).trigger(availableNow=True))
+
+    def all_confs(self) -> dict[str, str]:
+        return dict(_BASE_CONFS, **self.confs)
+
+    def run(self, spark: Any, lay: Layout, query_name: str = "oracle") -> None:
+        """Start the query (availableNow) with the shape's confs and wait for its end; raise what
+        Spark raises. The session's confs are put back after."""
+        confs = self.all_confs()
+        saved = {k: spark.conf.get(k, None) for k in confs}
+        try:
+            for k, v in confs.items():
+                spark.conf.set(k, v)
+            self.writer(spark, lay, query_name).start().awaitTermination()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
+
+    # -- the sink, as its readers see it --------------------------------------------------------
+    def rows(self, lay: Layout) -> Counter:
+        """The sink's rows as a reader of the sink at `lay.output` sees them: a file sink's log
+        entries under the sink's own path (Spark's batch reader skips the others), a Delta
+        table's current version, the coordinated sink's committed records."""
+        if self.sink == "delta":
+            from deltalake import DeltaTable
+
+            if not (lay.output / "_delta_log").exists():
+                return Counter()
+            table = DeltaTable(str(lay.output)).to_pyarrow_table()
+            return Counter(tuple(sorted(r.items())) for r in table.to_pylist())
+        if self.sink == "coordinated":
+            out: Counter = Counter()
+            for rec in sorted((lay.output / "_commits").glob("*.json")):
+                if rec.stem.isdigit():
+                    for w in json.loads(rec.read_text())["writers"]:
+                        for rel in w["files"]:
+                            out.update(_json_rows(lay.output / rel))
+            return out
+        return Counter(r for path in file_sink_paths(lay.output) for r in _json_rows(Path(path)))
+
+
+def _json_rows(path: Path) -> list[tuple]:
+    with open(path) as fh:
+        return [tuple(sorted(json.loads(line).items())) for line in fh if line.strip()]
+
+
+def file_sink_paths(output: Path) -> list[str]:
+    """The data files a file sink's `_spark_metadata/` commits (the newest compaction and every
+    batch after it) that lie under `output` and exist: what Spark's batch reader of the sink
+    reads. Read here by hand, not by streamctl's reader: the check must not trust what it checks."""
+    log = output / "_spark_metadata"
+    if not log.is_dir():
+        return []
+    batches: dict[int, bool] = {}
+    for name in os.listdir(log):
+        stem, _, ext = name.partition(".")
+        if stem.isdigit() and ext in ("", "compact"):
+            batches[int(stem)] = ext == "compact"
+    compacts = [b for b, c in batches.items() if c]
+    first = max(compacts) if compacts else 0
+    seen: dict[str, None] = {}
+    root = os.path.realpath(output) + os.sep
+    for b in sorted(x for x in batches if x >= first):
+        lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
+        for line in lines[1:]:
+            if line.strip():
+                path = unquote(urlparse(json.loads(line)["path"]).path)
+                if os.path.realpath(path).startswith(root) and os.path.isfile(path):
+                    seen[path] = None
+    return list(seen)
+
+
+def _delta_batch(lay: Layout) -> Callable[[Any, int], None]:
+    """foreachBatch: append to the Delta table with txn(appId=query id, version=batch id), skipping
+    batches the table already has (what Delta's txnAppId/txnVersion writer options do)."""
+    ckpt, out = str(lay.checkpoint), str(lay.output)
+
+    def write_batch(batch_df: Any, batch_id: int) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+        from deltalake.exceptions import TableNotFoundError
+
+        with open(os.path.join(ckpt, "metadata")) as fh:
+            app_id = json.loads(fh.read())["id"]
+        try:
+            done = DeltaTable(out).transaction_version(app_id)
+        except TableNotFoundError:
+            done = None
+        if done is not None and done >= batch_id:
+            return
+        write_deltalake(out, batch_df.toArrow(), mode="append", commit_properties=CommitProperties(
+            app_transactions=[Transaction(app_id=app_id, version=batch_id, last_updated=int(time.time() * 1000))]))
+
+    return write_batch
+
+
+_ROCKS = {PROVIDER: ROCKSDB}
+SHAPES: dict[str, Shape] = {s.name: s for s in (
+    Shape("stateless"),
+    Shape("stateless_cleansource", reader={"cleanSource": "archive", "sourceArchiveDir": "{input}/../archive"}),
+    Shape("dedup_hdfs", op="dedup"),
+    Shape("dedup_rocksdb", op="dedup", confs=dict(_ROCKS, **{CHANGELOG: "false"})),
+    Shape("dedup_rocksdb_changelog", op="dedup", confs=dict(_ROCKS, **{CHANGELOG: "true"})),
+    Shape("dedup_rocksdb_v2", op="dedup", confs=dict(_ROCKS, **{CHANGELOG: "true", FORMAT: "2"}), spark4=True),
+    Shape("window_nodata", op="window"),
+    Shape("window", op="window", confs={"spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
+    Shape("join_hdfs", op="join"),
+    Shape("delta", sink="delta", spark4=True),
+    Shape("coordinated", sink="coordinated", spark4=True),
+)}
+
+
+def with_confs(shape: Shape, **confs: str) -> Shape:
+    return replace(shape, confs=dict(shape.confs, **confs))
