@@ -26,6 +26,13 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
     from streamctl.operations.plan import Refused
 
     codes = {f.code for f in q.findings}
+    retired = [f for f in q.findings if f.code == "RETIRED"]
+    if retired:
+        undo = retired[0].details.get("undo")
+        return {"action": "retired", "command": undo or None,
+                "why": "the query was retired by streamctl drop-sink: do not restart it (its restart fails); start a "
+                       "successor from the hand-off in the archive, or undo the retirement"
+                       + (" with the command below" if undo else "")}
     if "LIVE_QUERY" in codes:
         return {"action": "stop", "command": _command("streamctl", "stop", checkpoint),
                 "why": "the query is running: streamctl repairs nothing under a live query; if it is stuck, stop it "
@@ -33,6 +40,8 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
     if q.verdict in ("aligned", "recoverable"):
         why = ("a restart replays the planned batch exactly as Spark does" if q.verdict == "recoverable"
                else "the checkpoint and its writers agree")
+        if sink is None:
+            why += "; the sink was not checked (pass --sink to compare it with the checkpoint)"
         return {"action": "restart", "command": None, "why": f"restart the query as is: {why}"}
     sink_args = ["--sink", sink] if sink else []
     kind_args = ["--sink-kind", sink_kind] if sink and sink_kind != "auto" else []

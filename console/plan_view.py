@@ -33,13 +33,15 @@ def step_lines(plan: Any, backup_word: str = "backup") -> list[str]:
         return s.describe().replace("to the backup", f"to the {backup_word}")
 
     steps = plan.steps
+    # the evidence the plan took for a stopped query comes first: --execute acts on it
+    live = [f"  query stopped? {plan.before['liveness']}"] if plan.before.get("liveness") else []
     if len(steps) <= FULL_PLAN_STEPS or context.VERBOSE:
-        return [f"  steps ({len(steps)}):"] + [f"    {i:>4}. {text(s)}" for i, s in enumerate(steps, 1)]
+        return live + [f"  steps ({len(steps)}):"] + [f"    {i:>4}. {text(s)}" for i, s in enumerate(steps, 1)]
     groups: dict[tuple[str, str, str], list[Any]] = {}
     for s in steps:
         folder = s.path.rsplit("/", 1)[0] if "/" in s.path else ""
         groups.setdefault((s.action, s.root, folder), []).append(s)
-    lines = [f"  steps ({len(steps)}, summarized by kind and folder; every step: --verbose or --json):"]
+    lines = live + [f"  steps ({len(steps)}, summarized by kind and folder; every step: --verbose or --json):"]
     for (action, root, folder), items in groups.items():
         where = f"{root}:{folder + '/' if folder else ''}"
         verb = {"move": f"move to the {backup_word}", "write": "write", "delete": "delete",

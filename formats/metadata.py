@@ -3,6 +3,7 @@ docs/formats/checkpoint.md#metadata)."""
 from __future__ import annotations
 
 import json
+import re
 
 from streamctl.formats.errors import LogParseError
 from streamctl.formats.reader import decode_text, json_object
@@ -14,7 +15,14 @@ def parse_query_metadata(data: bytes, path: str) -> str:
     qid = obj.get("id")
     if not isinstance(qid, str) or not qid:
         raise LogParseError(path, 'metadata has no string "id"')
+    if not _UUID.match(qid):
+        # the restart parses it with java.util.UUID.fromString and fails ("Invalid UUID string")
+        raise LogParseError(path, f"metadata's id {qid[:40]!r} is not a UUID (the restart fails: Invalid UUID string)")
     return qid
+
+
+# java.util.UUID.fromString: five dash-separated groups of hex digits, at most 36 characters
+_UUID = re.compile(r"\A[0-9a-fA-F]{1,8}-[0-9a-fA-F]{1,4}-[0-9a-fA-F]{1,4}-[0-9a-fA-F]{1,4}-[0-9a-fA-F]{1,12}\Z")
 
 
 def serialize_query_metadata(query_id: str) -> bytes:

@@ -537,7 +537,7 @@ class _Inspector:
         if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
                 and any(s.kind == "file" and s.source_id not in moved for s in sources):
             self._replay_finding([s for s in sources if s.source_id not in moved], committed_offsets, latest_offsets)
-        for s in sources:
+        for s in self._sources_behind_offsets(sources, latest_offsets):
             if s.file_log_missing:
                 gaps = list(s.file_log_missing)
                 self.findings.append(Finding(
@@ -625,6 +625,33 @@ class _Inspector:
                 details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
                          "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
         return {m.source_id for m in found}
+
+    @staticmethod
+    def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry]) -> list[SourceInfo]:
+        """`sources` with the file-source log files the newest offsets name and the log lacks
+        added to their missing ones: the restart reads its log up to the newest batch's
+        `logOffset` (`getBatch` of that batch), so a lost newest `sources/<n>/N` fails it as a
+        lost middle one does. A file source whose log folder is gone counts from batch 0."""
+        from streamctl.inspectors.replay import log_offset
+
+        if latest is None:
+            return sources
+        by_id = {s.source_id: s for s in sources}
+        out = []
+        for src in latest.sources:
+            hi = log_offset(latest, src.source_id)
+            info = by_id.pop(src.source_id, None)
+            if hi is None or hi < 0 or (info is not None and info.kind not in ("file", "empty")):
+                if info is not None:
+                    out.append(info)
+                continue
+            have = info.file_log_latest if info is not None and info.file_log_latest is not None else -1
+            missing = list(info.file_log_missing) if info is not None else []
+            if have < hi:
+                missing.append((have + 1, hi))
+            out.append(replace(info, file_log_missing=tuple(missing)) if info is not None
+                       else SourceInfo(src.source_id, "file", file_log_missing=tuple(missing)))
+        return out + list(by_id.values())
 
     def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
         """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input

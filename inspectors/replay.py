@@ -277,8 +277,9 @@ def _local_paths(uris: list[str]) -> Optional[list[str]]:
 
 def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry],
                 end: Optional[OffsetEntry]) -> list[MovedInput]:
-    """For each file source of a local checkpoint, the input folder of the newest batch (offsets
-    `start` -> `end`) when it no longer exists and the very files the log names are at the same
+    """For each file source of a local checkpoint, the input folder of the newest batch that read
+    files (offsets `start` -> `end`, or the source log's newest entry when `end` read none) when it
+    no longer exists and the very files the log names are at the same
     place relative to one of the checkpoint's ancestors: the evidence of a tree moved as a whole
     (docs/model.md#moved-input). On restart Spark calls `getBatch` for that batch even when it is
     committed (MicroBatchExecution.populateStartOffsets) and its file index refuses logged files
@@ -298,9 +299,11 @@ def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[Offs
             continue
         hi = log_offset(end, s.source_id)
         lo = log_offset(start, s.source_id) if start is not None else -1
-        if hi is None or lo is None or hi <= lo:
+        if hi is None or lo is None or hi < 0:
             continue
-        paths = _local_paths(listed_files(st, s.source_id, lo, hi))
+        # a no-data batch (the end of a watermarked query) read nothing: the source log's newest
+        # entry, the files of the newest batch that read some, are the ones the restart knows
+        paths = _local_paths(listed_files(st, s.source_id, min(lo, hi - 1), hi))
         if not paths or not all(p.startswith("/") for p in paths):
             continue
         folder = posixpath.commonpath([posixpath.dirname(p) for p in paths])

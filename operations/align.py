@@ -49,6 +49,7 @@ from streamctl.operations.plan import (
     Refused,
     Step,
     epochs_text,
+    liveness_evidence,
     refuse_corrupt_state,
     refuse_unsafe,
 )
@@ -805,6 +806,7 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     )
     if chosen.why and chosen.classification != EXACTLY_ONCE:
         plan.notes.append(chosen.why)
+    plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
     return plan, q
 
 

@@ -293,3 +293,20 @@ def refuse_unsafe(q: Any) -> None:
     if live:
         raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")
     refuse_layout_conflict(q)
+
+
+def liveness_evidence(q: Any, quiet_period_s: float) -> str:
+    """What a mutation's plan relied on to believe the query is not running (the plan names it:
+    an idle query writes nothing, so quiet files alone prove little)."""
+    lease = getattr(q, "lease", None) or {}
+    status = lease.get("status")
+    if status == "released":
+        return "the streamctl agent's lease is released: the query stopped"
+    if status == "stale":
+        return "the streamctl agent's lease expired without being released (the driver died)"
+    if quiet_period_s:
+        period = "the derived quiet period" if quiet_period_s < 0 else f"the quiet period ({quiet_period_s:g} s)"
+        return (f"no streamctl agent lease; no offsets/ or commits/ file changed within {period}, which an idle "
+                "query does not change either: stop the query before --execute")
+    return ("none: no streamctl agent lease and the quiet-period check is off (--quiet-period 0); "
+            "stop the query before --execute")

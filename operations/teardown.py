@@ -127,7 +127,9 @@ def execute_request(req: TeardownRequest, ck: Root, sink: Root, break_lock: bool
         opening.extend([{"event": Event.WRITER_STOPPED, **stopped},
                         {"event": Event.DRAINED, "planned": q.planned, "committed": q.committed,
                          "sink_epoch": q.sink.epoch if q.sink else None, "discarded_epoch": discarded}])
-        return plan_teardown(req, q, ck, sink, archive_root, op_id, discarded, _detail(req, sink))
+        plan = plan_teardown(req, q, ck, sink, archive_root, op_id, discarded, _detail(req, sink))
+        plan.before["liveness"] = stopped.get("evidence", "")
+        return plan
 
     return runner.Request(ck.location, planner, req.archive, break_lock, opening)
 
@@ -142,15 +144,21 @@ def preview(req: TeardownRequest, ck: Root, sink: Root) -> Plan:
     archive_root = runner.check_backup_target(
         req.archive or ck.uri(f"{RETIRED_DIR}/{runner.new_op_id('drop-sink')}"), "--archive", "archive")
     lease = _lease(ck.location)
-    live = lease is not None and lease_status(lease, now_ms()) == "live"
+    status = lease_status(lease, now_ms()) if lease is not None else None
+    live = status == "live"
     if live and not req.safe:
         raise Refused(f"{ck.location}: the query is running (live agent lease); use --safe")
+    if status is None and not req.assume_stopped:
+        raise Refused(f"{ck.location}: {NO_PROOF}")
     q = _inspect(req, ck, sink)
     discarded = None if live else check_drained(q, req.discard_in_flight)
     plan = plan_teardown(req, q, ck, sink, archive_root, "(assigned by --execute)", discarded, _detail(req, sink))
     if live:
         plan.notes.insert(0, "the query is running: --execute first asks the agent to stop it, then checks it "
                              "drained; the steps below are as of now")
+        plan.before["liveness"] = "the streamctl agent's live lease: --execute asks it to stop the query and waits"
+    else:
+        plan.before["liveness"] = _evidence(status, req.assume_stopped)
     return plan
 
 
@@ -208,15 +216,35 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
                           f"{lease.state}, last batch {lease.last_batch}"
                           + (f"; {stop.describe_expired(lease, out.driver)}" if out.driver else "")
                           + "); the stop request was withdrawn")
-        record.update(lease="released", stopped_after_s=out.waited_s, last_batch=lease.last_batch)
+        record.update(lease="released", stopped_after_s=out.waited_s, last_batch=lease.last_batch,
+                      evidence="the streamctl agent released its lease after the stop request")
         say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {lease.last_batch}")
         _wait_quiet(location, quiet_period_s, quiet_period_s + stop_timeout_s, say)
         return record
+    if status is None and not assume_stopped:
+        # quiet files are no proof: an idle query writes nothing for as long as its input is quiet
+        raise Refused(f"{location}: {NO_PROOF}")
     quiet = _quiet_finding(location, quiet_period_s)
     if quiet is not None:
         raise Refused(f"{location}: {quiet}")
     record["quiet_period_s"] = quiet_period_s
+    record["evidence"] = _evidence(status, assume_stopped)
     return record
+
+
+NO_PROOF = ("no proof that the query stopped: it has no streamctl agent lease (_streamctl/lease.json), and files "
+            "that do not change prove nothing (an idle query writes none); attach the agent "
+            "(streamctl.pipeline.agent) so that --safe stops it, or stop the query yourself and rerun with "
+            "--assume-stopped")
+
+
+def _evidence(status: Optional[str], assume_stopped: bool) -> str:
+    """The liveness evidence a teardown rests on (its plan and journal name it)."""
+    if status == "released":
+        return "the streamctl agent's lease is released: the query stopped"
+    if status == "stale":
+        return "the agent's lease expired and its driver is gone" + (" (--assume-stopped)" if assume_stopped else "")
+    return "the operator's word (--assume-stopped): no agent lease, nothing changed within the quiet period"
 
 
 def _quiet_finding(location: str, quiet_period_s: float) -> Optional[str]:

@@ -32,6 +32,7 @@ from streamctl.operations.plan import (
     Plan,
     Refused,
     Step,
+    liveness_evidence,
     refuse_corrupt_state,
     refuse_unsafe,
 )
@@ -119,6 +120,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         notes=[f"keeps every restart and rollback point {low}..{C}"] + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
         settings={"sink_kind": q.sink.kind if q.sink else None, "app_id": req.app_id or (q.sink.app_id if q.sink else None)},
     )
+    plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
     return plan, sizes
 
 

@@ -365,7 +365,7 @@ def test_drop_sink_never_retires_under_a_driver_it_cannot_prove_gone(tmp_path: P
     host = "elsewhere.example" if driver == "elsewhere" else socket.gethostname()
     for d in ("offsets", "commits", "out/_spark_metadata"):
         (ck / d if not d.startswith("out") else tmp_path / d).mkdir(parents=True)
-    (ck / "metadata").write_text('{"id":"q"}')
+    (ck / "metadata").write_text('{"id":"5f8a62a4-6c6e-4a1f-9d2b-0e6f3c1e7d11"}')
     _put_lease(ck, _lease(state="stopping", host=host, pid=os.getpid() if driver == "alive" else 4242,
                           heartbeat_ms=t - 60_000, expires_at_ms=t - 30_000))
     for flags in (("--safe",), ("--assume-stopped",)):

@@ -88,10 +88,18 @@ def test_commit_bad_input(data):
 
 
 def test_query_metadata_compact_and_pretty():
-    assert parse_query_metadata(b'{"id":"abc"}', "metadata") == "abc"
-    assert parse_query_metadata(b'{\n  "id": "abc"\n}\n', "metadata") == "abc"
+    qid = "5f8a62a4-6c6e-4a1f-9d2b-0e6f3c1e7d11"
+    assert parse_query_metadata(b'{"id":"%s"}' % qid.encode(), "metadata") == qid
+    assert parse_query_metadata(b'{\n  "id": "%s"\n}\n' % qid.encode(), "metadata") == qid
     with pytest.raises(LogParseError):
         parse_query_metadata(b'{"ident":"abc"}', "metadata")
+
+
+@pytest.mark.parametrize("qid", ["abc", "ed766059-91ab-4cc<wbnim-b34b904e351c", "5f8a62a4-6c6e-4a1f-9d2b", ""])
+def test_query_metadata_id_that_is_no_uuid_is_refused(qid):
+    """Spark's restart parses the id with UUID.fromString and fails on anything else."""
+    with pytest.raises(LogParseError, match="UUID|no string"):
+        parse_query_metadata(b'{"id":"%s"}' % qid.encode(), "metadata")
 
 
 def test_log_listing_ignores_crc_and_temp_files():

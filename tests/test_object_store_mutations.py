@@ -197,10 +197,10 @@ def test_drop_sink_retires_in_order_and_the_old_query_cannot_restart(cli, spark,
     before_ck, before_out = _objects(fs, "drop/checkpoint"), _objects(fs, "drop/output")
     ck, out = store.uri("drop/checkpoint"), store.uri("drop/output")
 
-    plan = cli("drop-sink", out, "--checkpoint", ck, "--safe", "--quiet-period", "0", "--json")
+    plan = cli("drop-sink", out, "--checkpoint", ck, "--assume-stopped", "--quiet-period", "0", "--json")
     assert plan.code == 0, plan.stderr
     assert _objects(fs, "drop/checkpoint") == before_ck and _objects(fs, "drop/output") == before_out
-    done = cli("drop-sink", out, "--checkpoint", ck, "--safe", "--execute", "--quiet-period", "0", "--json")
+    done = cli("drop-sink", out, "--checkpoint", ck, "--assume-stopped", "--execute", "--quiet-period", "0", "--json")
     assert done.code == 0, done.stderr
     doc = done.json()
     assert doc["verified"] is True and doc["final_epoch"] == 2

@@ -35,8 +35,22 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from helpers.align_pipeline import settle
-from helpers.oracle_damage import (CRCS, HOWS, LOGS, MOVES, SCENES, WHICH, Action, NoTarget, damage, fifos, log_files,
-                                   move, pick, unblock)
+from helpers.oracle_damage import (
+    CRCS,
+    HOWS,
+    LOGS,
+    MOVES,
+    SCENES,
+    WHICH,
+    Action,
+    NoTarget,
+    damage,
+    fifos,
+    log_files,
+    move,
+    pick,
+    unblock,
+)
 from helpers.oracle_shapes import SHAPES, Layout, Shape
 
 FILES = 5  # the clean pipeline's input files (one batch each)
@@ -99,6 +113,12 @@ class Result:
         parts.append("AGREES" if self.agrees else "DISAGREES: " + "; ".join(self.disagreements))
         return " | ".join(parts)
 
+    def detail(self) -> str:
+        """The line with what streamctl said (findings' messages) and the notes."""
+        said = self.inspect.text if self.inspect else ""
+        return "\n".join([self.line()] + [f"    {ln}" for ln in said.splitlines() if ln.strip()]
+                         + [f"    note: {n}" for n in self.notes])
+
 
 def streamctl(*args: str, home: Path, timeout: float = 120.0) -> tuple[int, str, str]:
     """streamctl as a real process (the venv's console script), with no user config."""
@@ -134,6 +154,19 @@ def tree(root: Path) -> dict[str, tuple]:
     return out
 
 
+def copy_tree(src: Path, dest: Path) -> None:
+    """copytree that copies links as links and named pipes as new named pipes (never opened)."""
+    import stat
+
+    def copy(a: str, b: str) -> None:
+        if stat.S_ISFIFO(os.lstat(a).st_mode):
+            os.mkfifo(b)
+        else:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dest, symlinks=True, copy_function=copy)
+
+
 def quiet_copy(src: Path, dest: Path) -> None:
     """Copy a tree a Spark session wrote once it is quiet: the state store maintenance thread may
     still write a snapshot (or rename its temp file away) for a moment after the query stopped."""
@@ -142,7 +175,7 @@ def quiet_copy(src: Path, dest: Path) -> None:
         if dest.exists():
             shutil.rmtree(dest)
         try:
-            shutil.copytree(src, dest, symlinks=True)
+            copy_tree(src, dest)
             return
         except shutil.Error:
             if attempt == 5:
@@ -198,49 +231,56 @@ class Harness:
         quiet_copy(base, saved)
         self.clean[shape.name] = saved
         out = self._restart(shape, lay)
-        if out.kind != "exact" and not isinstance(out.detail, str):
+        if out.kind != "exact":
             raise AssertionError(f"{shape.name}: the undisturbed restart: {out}")
         self.reference[shape.name] = self._last_rows
         quiet_remove(self.work(shape))
 
     def fresh(self, shape: Shape) -> Layout:
         quiet_remove(self.work(shape))
-        shutil.copytree(self.clean[shape.name], self.base(shape), symlinks=True)
+        copy_tree(self.clean[shape.name], self.base(shape))
         return Layout.under(self.base(shape))
 
     # -- the restart --------------------------------------------------------------------------------
     _last_rows: Any = None
 
-    def _restart(self, shape: Shape, lay: Layout) -> Outcome:
-        """Restart the query on `lay` with NEW_FILES more input files; its outcome against the
-        undisturbed run (the first call per shape makes that run)."""
-        shape.add_input(lay, FILES, NEW_FILES)
+    def _restart(self, shape: Shape, lay: Layout, add: bool = True) -> Outcome:
+        """Restart the query on `lay` with NEW_FILES more input files (`add`: else they are there);
+        its outcome against the undisturbed run (the first call per shape makes that run)."""
+        if add:
+            shape.add_input(lay, FILES, NEW_FILES)
+        # the query runs in this thread (a Python data source is looked up by the starting thread's
+        # session); a watchdog opens any named pipe the restart blocks on once the time is up
+        done = threading.Event()
+        hung: list[bool] = []
+
+        def watchdog() -> None:
+            if done.wait(RESTART_TIMEOUT_S):
+                return
+            hung.append(True)
+            while not done.wait(0.5):
+                for q in self.spark.streams.active:
+                    try:
+                        q.stop()
+                    except Exception:  # noqa: BLE001 - the oracle records the hang, not the stop's error
+                        pass
+                for f in fifos(lay.checkpoint) + fifos(lay.output):
+                    unblock(f)
+
+        threading.Thread(target=watchdog, daemon=True).start()
         error: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                shape.run(self.spark, lay)
-            except BaseException as exc:  # noqa: B036 - Spark's Py4J errors included
-                error.append(exc)
-
-        t = threading.Thread(target=run, daemon=True)
-        t.start()
-        t.join(RESTART_TIMEOUT_S)
-        if t.is_alive():
-            for q in self.spark.streams.active:
-                try:
-                    q.stop()
-                except Exception:  # noqa: BLE001 - the oracle records the hang, not the stop's error
-                    pass
-            for f in fifos(lay.checkpoint) + fifos(lay.output):
-                unblock(f)
-            t.join(30)
+        try:
+            shape.run(self.spark, lay)
+        except Exception as exc:  # noqa: BLE001 - Spark's Py4J errors included
+            error.append(exc)
+        finally:
+            done.set()
+        if hung:
             settle(lay.checkpoint.parent)
             return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")
         settle(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
         if error:
-            first = str(error[0]).strip().splitlines()
-            return Outcome("fails", (first[0] if first else type(error[0]).__name__)[:300])
+            return Outcome("fails", _spark_error(error[0]))
         try:
             rows = shape.rows(lay)
         except Exception as exc:  # noqa: BLE001 - an unreadable sink is the outcome
@@ -264,7 +304,7 @@ class Harness:
             return self._restart(shape, lay)
         finally:
             quiet_remove(work)
-            shutil.copytree(saved, work, symlinks=True)
+            copy_tree(saved, work)
             shutil.rmtree(saved)
 
     # -- one case -------------------------------------------------------------------------------------
@@ -280,6 +320,8 @@ class Harness:
             return res
         if action.kind == "scene" and action.what == "retired":
             return self._judge_retired(shape, lay, res)
+        if action.kind == "scene" and action.what.startswith("live_"):
+            return self._judge_live(shape, lay, res, action.what)
         outside = self._outside(shape, lay)
         before = tree(self.work(shape))
         args = [str(lay.checkpoint), "--sink", str(lay.output)]
@@ -304,9 +346,10 @@ class Harness:
     def _judge_repair(self, shape: Shape, lay: Layout, res: Result, args: list[str], outside: dict) -> None:
         code, out, err = streamctl("align", *args, "--json", "--quiet-period", "0", home=self.home)
         res.align = _verdict(code, out, err)
-        if code == 4:
+        if code in (3, 4):  # refused, or a file it needs is unreadable: the message must name why
             if not (err.strip() or out.strip()):
                 res.disagreements.append("align refused without saying why")
+            res.notes.append(f"align exit {code}: {(err or out).strip()[-300:]}")
             return
         if code != 0:
             res.disagreements.append(f"align plan exit {code}: {(err or out).strip()[-300:]}")
@@ -347,6 +390,57 @@ class Harness:
             res.disagreements.append("the retired query restarted and delivered")
         return res
 
+    def _judge_live(self, shape: Shape, lay: Layout, res: Result, how: str) -> Result:
+        """A running query without the agent (busy: input arrives while streamctl runs; idle: none
+        for longer than the quiet period; stopping: stopped while streamctl runs): no mutation may
+        act on it (drop-sink --safe has no proof it stopped; align and trim see it change or have
+        nothing to do), and once it is stopped its restart delivers as the undisturbed run does."""
+        confs = shape.all_confs()
+        saved = {k: self.spark.conf.get(k, None) for k in confs}
+        for k, v in confs.items():
+            self.spark.conf.set(k, v)
+        q = shape.writer(self.spark, lay, "oracle_live").trigger(processingTime="300 milliseconds").start()
+        try:
+            _wait(lambda: _newest_commit(lay) >= FILES - 1, 120)
+            if how == "live_idle":
+                time.sleep(2.5)  # idle for longer than the quiet period below
+            feeder = None
+            if how == "live_busy":
+                feeder = threading.Thread(target=lambda: [shape.add_input(lay, FILES + i, 1) or time.sleep(0.4)
+                                                          for i in range(NEW_FILES)], daemon=True)
+                feeder.start()
+            if how == "live_stopping":
+                threading.Thread(target=q.stop, daemon=True).start()
+            args = [str(lay.checkpoint), "--sink", str(lay.output), "--quiet-period", "1", "--json"]
+            code, out, err = streamctl("inspect", "epochs", *args, home=self.home)
+            res.inspect = _verdict(code, out, err)
+            for cmd in (["drop-sink", str(lay.output), "--checkpoint", str(lay.checkpoint), "--safe", "--execute",
+                         "--quiet-period", "1", "--stop-timeout", "5", "--json"],
+                        ["align", *args, "--execute"], ["trim", *args[:1], "--keep-epochs", "2", "--execute",
+                                                        "--quiet-period", "1", "--json"]):
+                code, out, err = streamctl(*cmd, home=self.home)
+                if cmd[0] == "drop-sink" and code != 4:
+                    res.disagreements.append(f"drop-sink --safe --execute on a query without the agent: exit {code}")
+                elif code == 0 and _json(out).get("kind", "").endswith("Result") and (_json(out).get("plan") or {}).get("steps"):
+                    res.disagreements.append(f"{cmd[0]} --execute acted on a running query")
+                if "Traceback" in err:
+                    res.disagreements.append(f"{cmd[0]}: a traceback")
+            if feeder is not None:
+                feeder.join(30)
+        finally:
+            if q.isActive:
+                q.stop()
+            for k, v in saved.items():
+                self.spark.conf.unset(k) if v is None else self.spark.conf.set(k, v)
+        settle(lay.checkpoint.parent)
+        have = max((int(p.stem[5:]) for p in (lay.input / "a").glob("part-*.json")), default=-1) + 1
+        if have < FILES + NEW_FILES:
+            shape.add_input(lay, have, FILES + NEW_FILES - have)
+        res.restart = self._restart(shape, lay, add=False)
+        if res.restart.kind != "exact":
+            res.disagreements.append(f"after streamctl ran beside the live query, the restart {res.restart}")
+        return res
+
     # -- the actions ----------------------------------------------------------------------------------
     def apply(self, shape: Shape, action: Action, lay: Layout) -> Layout:
         if action.kind == "none":
@@ -381,6 +475,32 @@ class Harness:
         raise ValueError(what)
 
 
+def _spark_error(exc: BaseException) -> str:
+    """Spark's own message: a Py4J error's first Java exception line, else the first line."""
+    import re
+
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    for ln in lines:
+        m = re.match(r"^:?\s*(?:[\w.$]+(?:Exception|Error)):\s*(.*)", ln)
+        if m and m.group(1):
+            return re.sub(r"Query \[id = [^]]*\] ", "", m.group(1))[:300]
+    text = lines[0] if lines else type(exc).__name__
+    return re.sub(r"Query \[id = [^]]*\] ", "", text)[:300]
+
+
+def _newest_commit(lay: Layout) -> int:
+    folder = lay.checkpoint / "commits"
+    return max((int(n) for n in os.listdir(folder) if n.isdigit()), default=-1) if folder.is_dir() else -1
+
+
+def _wait(pred: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s")
+        time.sleep(0.1)
+
+
 def _json(text: str) -> dict:
     try:
         doc = json.loads(text)
@@ -393,9 +513,9 @@ def _verdict(code: int, out: str, err: str) -> Verdict:
     doc = _json(out)
     queries = doc.get("queries") or []
     q = queries[0] if queries else {}
-    return Verdict(code, str(q.get("verdict") or doc.get("verdict") or ""),
-                   [f["code"] for f in q.get("findings", []) if f.get("severity") != "info" or f["code"] == "IN_FLIGHT"],
-                   err.strip()[-400:])
+    shown = [f for f in q.get("findings", []) if f.get("severity") != "info" or f["code"] == "IN_FLIGHT"]
+    return Verdict(code, str(q.get("verdict") or doc.get("verdict") or ""), [f["code"] for f in shown],
+                   "\n".join([f"{f['code']}: {f.get('message', '')[:300]}" for f in shown] + [err.strip()[-400:]]))
 
 
 # -- the grammar -----------------------------------------------------------------------------------------
@@ -445,7 +565,7 @@ def sample(spark4: bool = True, size: int = 0) -> list[tuple[str, Action]]:
     return out
 
 
-def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print) -> list[Result]:
+def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print, verbose: bool = False) -> list[Result]:
     results = []
     for shape, action in cases:
         started = time.monotonic()
@@ -454,7 +574,7 @@ def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print)
         except Exception as exc:  # noqa: BLE001 - a harness error is reported with its case
             r = Result(shape, action.id(), disagreements=[f"harness error: {type(exc).__name__}: {exc}"[:400]])
         results.append(r)
-        say(f"[{time.monotonic() - started:5.1f}s] {r.line()}")
+        say(f"[{time.monotonic() - started:5.1f}s] {r.detail() if verbose else r.line()}")
     return results
 
 
@@ -471,10 +591,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--shape", action="append", help="only these shapes")
     ap.add_argument("--case", action="append", help="only these actions (ids as printed)")
     ap.add_argument("--report", type=Path, help="write the results as JSON lines here")
+    ap.add_argument("-v", "--verbose", action="store_true", help="every finding's message and align's answer")
     ns = ap.parse_args(argv)
-    from streamctl.pipeline.session import get_spark
-
     import pyspark
+
+    from streamctl.pipeline.session import get_spark
 
     spark4 = int(pyspark.__version__.split(".")[0]) >= 4
     if ns.all:
@@ -494,7 +615,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="streamctl-oracle-") as tmp:
         h = Harness(spark, Path(tmp))
         print(f"oracle: {len(cases)} case(s) on PySpark {pyspark.__version__}", flush=True)
-        results = run_cases(h, cases, lambda m: print(m, flush=True))
+        results = run_cases(h, cases, lambda m: print(m, flush=True), ns.verbose)
     spark.stop()
     judged = [r for r in results if not r.skipped]
     bad = [r for r in judged if not r.agrees]

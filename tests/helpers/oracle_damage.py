@@ -15,7 +15,8 @@ Dimensions:
 * ``move``: the ``checkpoint``, the ``output``, the ``input`` or ``all`` three (the pipeline's
   folder renamed) to another place;
 * ``scene``: ``new_checkpoint`` (a new query over the old sink), ``retired`` (drop-sink with
-  --assume-stopped), ``reprocess`` (offsets/ and commits/ deleted to reprocess, state left).
+  --assume-stopped), ``reprocess`` (offsets/ and commits/ deleted to reprocess, state left),
+  ``live_busy``, ``live_idle``, ``live_stopping`` (the query runs without the agent).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ WHICH = ("newest", "oldest", "middle")
 HOWS = ("delete", "truncate", "empty", "corrupt", "number", "fifo", "folder")
 CRCS = ("keep", "drop")
 MOVES = ("checkpoint", "output", "input", "all")
-SCENES = ("new_checkpoint", "retired", "reprocess")
+SCENES = ("new_checkpoint", "retired", "reprocess", "live_busy", "live_idle", "live_stopping")
 OUT_OF_RANGE = ("-7", "9223372036854775808")  # below every id, above a Java long
 
 

@@ -1,0 +1,86 @@
+"""The restart oracle (tests/helpers/oracle.py) on CI's fixed sample: every query shape, log,
+position, kind of damage, checksum companion, move and scene at least once, each judged by a real
+restart of the real query. A disagreement fails the case with the harness's line: what streamctl
+said, what the restart did, and what align's repair led to.
+
+The named cases after the sample are the incidents that made the oracle: each is one step from a
+case an older test covered, and each was judged wrong before.
+
+One Spark session for the whole module (the conftest's), the clean pipeline of each shape built
+once. On PySpark 3.5 (the `spark_lines` leg) the shapes that need Spark 4 are left out.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from helpers import oracle
+from helpers.oracle_damage import Action
+from helpers.oracle_shapes import SHAPES
+
+pytestmark = [pytest.mark.spark]
+
+
+def _spark4() -> bool:
+    try:
+        import pyspark
+    except ImportError:
+        return True
+    return int(pyspark.__version__.split(".")[0]) >= 4
+
+
+def _param(shape: str, action: Action) -> Any:
+    marks = [pytest.mark.spark4] if SHAPES[shape].spark4 else [pytest.mark.spark_lines]
+    return pytest.param(shape, action, marks=marks, id=f"{shape}-{action.id()}")
+
+
+@pytest.fixture(scope="module")
+def harness(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return oracle.Harness(spark, tmp_path_factory.mktemp("oracle"))
+
+
+@pytest.mark.parametrize(("shape", "action"), [_param(s, a) for s, a in oracle.sample(_spark4())])
+def test_sample(harness: Any, shape: str, action: Action) -> None:
+    r = harness.judge(shape, action)
+    assert r.agrees, r.detail()
+
+
+# -- the incidents that made the oracle ----------------------------------------------------------
+
+@pytest.mark.spark_lines
+def test_moved_windowed_pipeline_ending_on_a_no_data_batch(harness: Any) -> None:
+    """A windowed count with a watermark ends on a no-data batch; the whole pipeline folder is
+    moved. The newest batch read no input, so only the source log's older entries show the move:
+    SOURCE_MOVED, and align's rewrite of the source log makes the restart on the new paths count
+    every window once (before, the restart read every input file again)."""
+    r = harness.judge("window_nodata", Action("move", what="all"))
+    assert r.agrees, r.detail()
+    assert "SOURCE_MOVED" in r.inspect.findings and r.repaired is not None and r.repaired.kind == "exact", r.line()
+
+
+@pytest.mark.spark_lines
+def test_lost_newest_source_log_file(harness: Any) -> None:
+    """A stateless file query whose newest `sources/0/N` is lost: the restart fails reading the
+    newest batch's input from the log, so the verdict is not aligned (LOG_GAP)."""
+    r = harness.judge("stateless", Action("damage", "sources", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code != 0 and "LOG_GAP" in r.inspect.findings and r.restart.kind == "fails", r.line()
+
+
+@pytest.mark.spark_lines
+def test_safe_drop_sink_refuses_an_idle_query_without_the_agent(harness: Any) -> None:
+    """A running query without the agent, idle for longer than the quiet period: quiet files are
+    no proof that it stopped, so drop-sink --safe --execute refuses (it retired the running query
+    before); the query, stopped afterwards, restarts and delivers every record once."""
+    r = harness.judge("stateless", Action("scene", what="live_idle"))
+    assert r.agrees, r.detail()
+
+
+@pytest.mark.spark_lines
+def test_diagnose_never_advises_restarting_a_retired_query(harness: Any) -> None:
+    """After drop-sink retired the query, diagnose says so and gives the undo command, never
+    "restart the query as is"; the real restart of the old query fails."""
+    r = harness.judge("dedup_hdfs", Action("scene", what="retired"))
+    assert r.agrees, r.detail()
+    assert "retired" in r.inspect.text and "drop-sink" in r.inspect.text and r.restart.kind == "fails", r.line()
