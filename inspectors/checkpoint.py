@@ -612,19 +612,23 @@ class _Inspector:
     def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:
         """SOURCE_MOVED: the newest batch's input folder moved with the checkpoint (docs/model.md#moved-input);
         returns the sources it names (their replay is judged at the new place, after align's rewrite)."""
-        from streamctl.inspectors.replay import moved_input
+        from streamctl.inspectors.replay import GoneInput, moved_input
 
+        gone: list[GoneInput] = []
         try:
-            found = moved_input(self.st, sources, start, end)
+            found = moved_input(self.st, sources, start, end, gone)
         except StreamctlError as exc:
             self.unreadable(exc)
             return set()
+        for g in gone:
+            self.findings.append(Finding(
+                "SOURCE_GONE", g.text(), details={"source": g.source_id, "epochs": [g.batch], "folder": g.folder}))
         for m in found:
             self.findings.append(Finding(
                 "SOURCE_MOVED", f"{m.text()}; align rewrites the source's log to {m.new_base}",
                 details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
                          "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
-        return {m.source_id for m in found}
+        return {m.source_id for m in found} | {g.source_id for g in gone}
 
     @staticmethod
     def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry]) -> list[SourceInfo]:

@@ -47,6 +47,7 @@ CODES: dict[str, str] = {
     "SOURCE_NOT_REPLAYABLE": ERROR,
     # the newest batch's input folder moved with the checkpoint: the restart fails `Wrong basePath`
     "SOURCE_MOVED": ERROR,
+    "SOURCE_GONE": ERROR,
     # --target-spark: the named Spark line refuses a file a restart reads (a log version it does not read)
     "SPARK_LINE_REFUSES": ERROR,
     # --target-spark: the named Spark line reads what a restart reads

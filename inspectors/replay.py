@@ -275,16 +275,34 @@ def _local_paths(uris: list[str]) -> Optional[list[str]]:
     return out
 
 
+@dataclass(frozen=True)
+class GoneInput:
+    """A file source whose newest logged input folder no longer exists and is found nowhere
+    beside the checkpoint (SOURCE_GONE)."""
+
+    source_id: SourceId
+    folder: str
+    batch: int
+
+    def text(self) -> str:
+        return (f"sources/{self.source_id}/ names the input of batch {self.batch} under {self.folder}, which no longer "
+                "exists: a restart whose query reads another folder fails (`Wrong basePath`: Spark checks the newest "
+                "batch's logged files lie under the query's path) or, after a no-data batch, reads every file there "
+                "again, and one reading this path sees no new file until it exists again; put the folder back (or "
+                "move it with the whole pipeline folder, which align then follows)")
+
+
 def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[OffsetEntry],
-                end: Optional[OffsetEntry]) -> list[MovedInput]:
+                end: Optional[OffsetEntry], gone: Optional[list[GoneInput]] = None) -> list[MovedInput]:
     """For each file source of a local checkpoint, the input folder of the newest batch that read
     files (offsets `start` -> `end`, or the source log's newest entry when `end` read none) when it
     no longer exists and the very files the log names are at the same
     place relative to one of the checkpoint's ancestors: the evidence of a tree moved as a whole
     (docs/model.md#moved-input). On restart Spark calls `getBatch` for that batch even when it is
     committed (MicroBatchExecution.populateStartOffsets) and its file index refuses logged files
-    outside the query's path. A folder that merely is gone (a retention job, the fixtures of this
-    repository) is no evidence of a move and gives nothing here."""
+    outside the query's path. A folder that is gone and found nowhere beside the checkpoint is
+    added to `gone` (SOURCE_GONE)."""
+    gone = gone if gone is not None else []
     if end is None or not st.is_local:
         return []
     ck = os.path.abspath(st.uri(""))
@@ -326,4 +344,6 @@ def moved_input(st: Storage, sources: Iterable[SourceInfo], start: Optional[Offs
                 break
         if found:
             out.append(found)
+        else:
+            gone.append(GoneInput(s.source_id, folder, end.batch_id))
     return out

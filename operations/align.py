@@ -267,6 +267,9 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     foreign = [f for f in q.findings if f.code == "SINK_FOREIGN_BATCHES"]
     if foreign:  # never roll another query's batches back as this one's (docs/model.md#sink-ownership)
         raise Refused(f"{q.checkpoint}: SINK_FOREIGN_BATCHES: {foreign[0].message}")
+    gone = [f for f in q.findings if f.code == "SOURCE_GONE"]
+    if gone:  # where the input went is not on disk: no plan can point the source's log at it
+        raise Refused(f"{q.checkpoint}: SOURCE_GONE: {gone[0].message}")
     lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith("sources/")]
     if lost:  # every restart reads the source's log: no choice of epoch brings its files back
         raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "
