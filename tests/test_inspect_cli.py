@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.golden import check_golden_text
 from helpers.layouts import META, QID, build, deltas, healthy_state  # noqa: F401
 from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35
 
@@ -382,11 +383,7 @@ def _normalise(text: str) -> str:
 def test_golden_json(cli, command, folder):
     r = cli("inspect", command, str(CORPUS / folder), "--json")
     got = _normalise(r.stdout)
-    path = GOLDEN / f"inspect_{command}__{folder.replace('/', '_')}.json"
-    if os.environ.get("STREAMCTL_UPDATE_GOLDEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(got)
-    assert got == path.read_text(), "JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
+    check_golden_text(GOLDEN / f"inspect_{command}__{folder.replace('/', '_')}.json", got, f"inspect {command}")
 
 
 def test_file_uri_and_unsupported_scheme(cli, tmp_path):
