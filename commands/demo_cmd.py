@@ -12,8 +12,8 @@ from typing import Any, Optional
 import typer
 
 from streamctl.console import render
-from streamctl.console.errors import fail
-from streamctl.console.exit_codes import ExitCode
+from streamctl.console.exit_codes import exit_for_verdict
+from streamctl.formats.errors import StreamctlError
 from streamctl.pipeline.demo import FAULTS  # names and descriptions only: the module imports no PySpark
 
 
@@ -119,15 +119,14 @@ def demo(
     running = orchestration.Running()
     try:
         ok = orchestration.run(request, _Say(), running, restore_sigint=lambda: signal.signal(signal.SIGINT, on_int))
-    except orchestration.BrokerUnavailable as exc:
-        raise fail(str(exc), ExitCode.UNREADABLE) from None
+    except orchestration.BrokerUnavailable as exc:  # exit 3 through console/errors.py's table
+        raise StreamctlError(str(exc)) from None
     except Exception:
-        if interrupted["yes"]:
-            raise fail("interrupted; every process the demo started was stopped", ExitCode.INTERRUPTED) from None
+        if interrupted["yes"]:  # exit 130 through the same table
+            raise KeyboardInterrupt("interrupted; every process the demo started was stopped") from None
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGINT, previous_int)
         running.stop(keep_broker, _Say())
-    if not ok:
-        raise typer.Exit(int(ExitCode.MISALIGNED))
+    raise exit_for_verdict("aligned" if ok else "misaligned")  # the delivery check's verdict

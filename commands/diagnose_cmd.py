@@ -8,6 +8,7 @@ import typer
 
 from streamctl.commands.options import APP_ID_OPT, ONE_SINK_OPT, QUIET_OPT, SINK_KIND_OPT, TARGET_SPARK_OPT, SinkKind
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 from streamctl.inspectors.documents import document
 
 _STRATEGY = {"rollback": "roll back to epoch {x}", "roll_forward": "roll forward to epoch {x}",
@@ -120,4 +121,4 @@ def diagnose(
         if step.get("command"):
             lines.append(f"  {step['command']}")
         render.emit_lines(lines, "plain")
-    raise typer.Exit({"aligned": 0, "recoverable": 0, "misaligned": 1}.get(q.verdict, 3))
+    raise exit_for_verdict(q.verdict)

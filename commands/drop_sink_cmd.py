@@ -35,10 +35,6 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes] + plan_view.step_lines(plan, "archive")
 
 
-def _refused(exc: Any, as_json: bool) -> typer.Exit:
-    return plan_view.refused(exc, as_json, "DropSinkRefusal")
-
-
 def _show(outcome: Any, as_json: bool) -> None:
     """An executed or resumed teardown: the result document, then exit 5 when not verified."""
     from streamctl.operations import teardown
@@ -146,6 +142,6 @@ def drop_sink(
             return
         plan = teardown.preview(req, ck_root, sink_root)
     except teardown.Refused as exc:
-        raise _refused(exc, as_json) from None
+        raise plan_view.refused(exc, as_json, "DropSinkRefusal") from None
     plan_view.emit(document("DropSinkPlan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)}),
                   as_json, plan_lines(plan))

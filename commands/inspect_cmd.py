@@ -1,6 +1,6 @@
 """`streamctl inspect ...`: read-only inspections, one module per subcommand
 (commands/inspect_<name>_cmd.py); each resolves its inputs, calls the inspectors, renders and
-returns the exit code the verdict implies (console/inspect_view.py)."""
+exits with the code its verdict implies (console/exit_codes.py `exit_for_verdict`)."""
 from __future__ import annotations
 
 import typer

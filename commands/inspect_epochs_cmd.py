@@ -20,6 +20,7 @@ from streamctl.commands.options import (
 )
 from streamctl.console import inspect_view as view
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 
 ENGINE_HELP = ("local (default): inspect in this process (checkpoints on object stores on a thread pool); spark: "
                "one Spark task per checkpoint (needs the spark extra; reuses an active SparkSession).")
@@ -94,23 +95,14 @@ def inspect_epochs(
     """
     import time
 
-    from streamctl.formats.errors import UsageError
     from streamctl.inspectors import fleet
     from streamctl.inspectors.report import epoch_report_of_records
 
     config = options.settings()
     output = options.output_format(fmt, as_json, config)
-    if engine not in fleet.ENGINES:
-        raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(fleet.ENGINES)})")
-    if workers is not None and workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if not 0 < interval < float("inf") or (watch_count is not None and watch_count < 1):
-        raise UsageError("--interval must be a positive finite number of seconds and --watch-count at least 1")
-    view.check_output_paths(output_jsonl, output_parquet, metrics_file)
     with_kafka = bool(bootstrap or kafka_config or kafka_timeout is not None or os.environ.get("STREAMCTL_KAFKA_BOOTSTRAP"))
-    if engine == "spark" and with_kafka:
-        raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
-                         "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
+    view.check_epochs_options(engine, workers, interval, watch_count, with_kafka)
+    view.check_output_paths(output_jsonl, output_parquet, metrics_file)
     args = fleet.expand(checkpoints)
     lines = [options.target_spark(target_spark, config, config.pipelines.get(a)) for a in args]
     targets = [fleet.Target(*t, deep=deep, target_spark=line)
@@ -149,4 +141,4 @@ def inspect_epochs(
     finally:
         if runner is not None:
             runner.close()
-    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
+    raise exit_for_verdict(doc["verdict"])

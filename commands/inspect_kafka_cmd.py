@@ -9,6 +9,7 @@ from streamctl.commands import kafka_options, options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import inspect_view as view
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 
 
 def inspect_kafka(
@@ -65,4 +66,4 @@ def inspect_kafka(
         render.emit_lines([f"{t}: {v['partitions']} partitions, lag {v['lag']}, lost {v['lost']}, at risk {v['at_risk']}"
                            for t, v in doc["topics"].items()] or ["no Kafka source in this checkpoint"], output, title="Totals")
         render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
+    raise exit_for_verdict(doc["verdict"])

@@ -9,6 +9,7 @@ from streamctl.commands import options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.console import inspect_view as view
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 
 
 def inspect_sink(
@@ -60,4 +61,4 @@ def inspect_sink(
                               [[w["writer"], w["partition"], w["first"], w["last"], w["epochs"],
                                 ", ".join(map(str, w["missing_in"])) or "-"] for w in rec["writers"]], output)
         render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
+    raise exit_for_verdict(doc["verdict"])

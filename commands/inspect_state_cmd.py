@@ -9,6 +9,7 @@ from streamctl.commands import options
 from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import context, render
 from streamctl.console import inspect_view as view
+from streamctl.console.exit_codes import exit_for_verdict
 
 
 def inspect_state(
@@ -77,4 +78,4 @@ def inspect_state(
             render.emit_lines(["no state: the query is stateless"], output, title=title)
         render.emit_lines(summary, output, title="Operators" if summary else None)
         render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")
-    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
+    raise exit_for_verdict(doc["verdict"])

@@ -9,6 +9,7 @@ from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_OPT, SINK_KIND_OPT, SINK_OPT, SinkKind
 from streamctl.console import inspect_view as view
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 
 
 def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,
@@ -72,4 +73,4 @@ def inspect_writers(
             render.emit_lines(lines, output)
             render.emit_lines([view.finding_line(f) for f in q["findings"]] or ["none"], output, title="Findings")
         render.emit_lines([view.finding_line(f) for f in doc["findings"]], output)
-    raise typer.Exit(int(view.exit_for_verdict(doc["verdict"])))
+    raise exit_for_verdict(doc["verdict"])

@@ -146,4 +146,3 @@ def commit_offsets(
             except Refused as exc:
                 refusal = str(exc)
     _show_commit(group_offsets.commit_document(plan, q.checkpoint, outcome, refusal), output)
-    raise typer.Exit(0)

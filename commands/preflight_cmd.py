@@ -4,6 +4,7 @@ from __future__ import annotations
 import typer
 
 from streamctl.console import render
+from streamctl.console.exit_codes import exit_for_verdict
 from streamctl.inspectors.documents import document
 
 _DOC = "docs/model.md#preflight"
@@ -32,8 +33,6 @@ def preflight(
       streamctl preflight /data/chk/orders --query orders_job:build
       PYTHONPATH=deploy/v2 streamctl preflight /data/chk/orders --query orders_job:build --json
     """
-    from streamctl.console.errors import fail
-    from streamctl.console.exit_codes import ExitCode
     from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.findings import finding_records, verdict_of
@@ -57,18 +56,18 @@ def preflight(
         new = stateful_operators(df)
         keys = state_keys(df)
     except Exception as exc:  # the user's code: its own error, one line
-        raise fail(f"--query {query}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                   ExitCode(2)) from None
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        raise UsageError(f"--query {query}: {type(exc).__name__}: {first_line}") from None
     old = {op.operator_id: op.name for op in q.operators}
     findings = compare_operators(q.committed, old, new, VERIFIED)
     if not findings and q.committed is not None:
         findings = compare_keys(q.checkpoint, old, new, keys)
-    verdict = "misaligned" if findings else "aligned"
+    verdict = verdict_of(findings)  # the findings are errors: misaligned when there are any
     doc = document("Preflight", {"checkpoint": q.checkpoint, "query": query,
            "committed": q.committed,
            "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
            "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],
-           "findings": finding_records(findings), "verdict": verdict_of(findings) if findings else verdict})
+           "findings": finding_records(findings), "verdict": verdict})
     if as_json:
         render.emit_json(doc)
     else:
@@ -79,4 +78,4 @@ def preflight(
         lines += [f"{f.severity}  {f.code}  {f.message}" for f in findings]
         lines.append(f"verdict: {'the restart fails' if findings else 'fits: the operators and their state keys match'}")
         render.emit_lines(lines, "plain")
-    raise typer.Exit(1 if findings else 0)
+    raise exit_for_verdict(verdict)

@@ -6,8 +6,6 @@ from typing import Any, NoReturn, Optional
 import typer
 
 from streamctl.console import context, render
-from streamctl.console.errors import fail
-from streamctl.console.exit_codes import ExitCode
 from streamctl.inspectors.documents import document
 
 
@@ -48,6 +46,7 @@ def stop(
     from streamctl.console.config import load_config, resolve_checkpoint
     from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.lease import lease_status, read_lease
+    from streamctl.operations.plan import Refused
     from streamctl.operations.stop import (
         describe_expired,
         driver_state,
@@ -70,7 +69,8 @@ def stop(
         if not as_json:
             render.emit_lines([line], "plain")
 
-    def finish(stopped: bool, lease: Any, why: Optional[str], code: int, waited_s: float = 0.0) -> NoReturn:
+    def finish(stopped: bool, lease: Any, why: Optional[str], waited_s: float = 0.0) -> NoReturn:
+        """The StopResult; `why` the query is not stopped is a refusal: exit 4 through console/errors.py's table."""
         now = now_ms()
         doc = document("StopResult", {"checkpoint": st.display,
                "query_id": lease.query_id if lease is not None else None, "stopped": stopped,
@@ -78,36 +78,36 @@ def stop(
                "waited_s": waited_s, "reason_not_stopped": why})
         if as_json:
             render.emit_json(doc)
-        if why is not None and code != 0:
-            raise fail(f"{st.display}: not stopped: {why}", ExitCode(code))
-        raise typer.Exit(code)
+        if why is not None:
+            raise Refused(f"{st.display}: not stopped: {why}")
+        raise typer.Exit()
 
     lease = read_lease(st)  # a malformed lease: exit 3 before anything is written
     if lease is None:
-        finish(False, None, "no agent lease: the query is not running under the streamctl agent (or never started it)", 4)
+        finish(False, None, "no agent lease: the query is not running under the streamctl agent (or never started it)")
     status = lease_status(lease, now_ms())
     driver = driver_state(lease) if status == "stale" else ""
     if status == "stale" and driver != "alive":  # an alive driver's agent still honours a request
         finish(False, lease, f"{describe_expired(lease, driver)}"
                + ("; nothing to stop" if driver == "dead" else "")
-               + f" (last heartbeat {_age(lease.heartbeat_ms, now_ms())})", 4)
+               + f" (last heartbeat {_age(lease.heartbeat_ms, now_ms())})")
     if status == "released":
         say(f"{st.display}: already stopped: " + _describe(lease, status, now_ms()))
-        finish(True, lease, None, 0)
+        finish(True, lease, None)
 
     stop_path = request_stop(st, reason)
     say(f"{st.display}: stop requested ({stop_path})")
     say(_describe(lease, status, now_ms()))
     if not wait:
-        finish(False, lease, None, 0)
+        finish(False, lease, None)
     out = wait_released(st, lease, timeout, lambda ls, s: say(_describe(ls, s, now_ms())))
     lease = out.lease
     if out.status == "released":
         say(f"stopped after {out.waited_s:.1f}s; last batch {'none' if lease.last_batch is None else lease.last_batch}")
-        finish(True, lease, None, 0, out.waited_s)
+        finish(True, lease, None, out.waited_s)
     if out.status in ("stale", "unknown"):
-        finish(False, lease, f"{describe_expired(lease, out.driver)}; the stop request was withdrawn", 4, out.waited_s)
+        finish(False, lease, f"{describe_expired(lease, out.driver)}; the stop request was withdrawn", out.waited_s)
     finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
            f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now_ms())}"
            + (f"; {describe_expired(lease, out.driver)}" if out.driver else "")
-           + "); the stop request was withdrawn", 4, out.waited_s)
+           + "); the stop request was withdrawn", out.waited_s)

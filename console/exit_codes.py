@@ -1,7 +1,10 @@
-"""Exit codes: the one place their numbers live (documented in README and --help)."""
+"""Exit codes: the one place their numbers live (documented in README and --help), and the one
+function that turns a verdict into the exit of the command that reached it."""
 from __future__ import annotations
 
 from enum import IntEnum
+
+import typer
 
 
 class ExitCode(IntEnum):
@@ -22,3 +25,21 @@ EXIT_CODES_HELP = (
     "4 refused (mutating commands); 5 not verified (mutating commands); "
     "70 internal error; 130 interrupted; 141 output pipe closed."
 )
+
+
+# A verdict (inspectors/findings.py VERDICTS) and the exit code it implies.
+VERDICT_CODES = {
+    "aligned": ExitCode.OK,
+    "recoverable": ExitCode.OK,  # a restart replays the planned batch exactly as Spark does
+    "misaligned": ExitCode.MISALIGNED,
+    "unreadable": ExitCode.UNREADABLE,
+}
+
+
+def exit_for_verdict(verdict: str) -> typer.Exit:
+    """The exit of a command whose run ended in `verdict`: 0 aligned or recoverable, 1
+    misaligned, 3 unreadable. Every command that judges something (the inspections, diagnose,
+    preflight, the demo's delivery check) raises it; failures and refusals reach their codes
+    through console/errors.py's table of exceptions instead. A verdict not in VERDICT_CODES is a
+    bug (KeyError: exit 70), never a silent 0."""
+    return typer.Exit(int(VERDICT_CODES[verdict]))

@@ -12,10 +12,6 @@ from streamctl.console.exit_codes import ExitCode
 from streamctl.inspectors.findings import human_bytes
 
 
-def exit_for_verdict(verdict: str) -> ExitCode:
-    return {"unreadable": ExitCode.UNREADABLE, "misaligned": ExitCode.MISALIGNED}.get(verdict, ExitCode.OK)
-
-
 def finding_line(f: dict[str, Any], where: Optional[str] = None) -> str:
     prefix = f"{f['severity']:<7} {f['code']}"
     return f"{prefix}  {where + ': ' if where else ''}{f['message']}"
@@ -23,6 +19,24 @@ def finding_line(f: dict[str, Any], where: Optional[str] = None) -> str:
 
 def window(w: Optional[list[int]]) -> str:
     return "-" if not w else f"{w[0]}..{w[1]}"
+
+
+def check_epochs_options(engine: str, workers: Optional[int], interval: float, watch_count: Optional[int],
+                         with_kafka: bool) -> None:
+    """UsageError for the options of `inspect epochs` out of range or not working together (before
+    any inspection); `with_kafka`: a broker is asked (a Kafka flag or STREAMCTL_KAFKA_BOOTSTRAP)."""
+    from streamctl.formats.errors import UsageError
+    from streamctl.inspectors.fleet import ENGINES
+
+    if engine not in ENGINES:
+        raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(ENGINES)})")
+    if workers is not None and workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if not 0 < interval < float("inf") or (watch_count is not None and watch_count < 1):
+        raise UsageError("--interval must be a positive finite number of seconds and --watch-count at least 1")
+    if engine == "spark" and with_kafka:
+        raise UsageError("--engine spark does not ask Kafka brokers: drop --bootstrap/--kafka-config "
+                         "(and STREAMCTL_KAFKA_BOOTSTRAP), or use --engine local")
 
 
 def check_output_paths(jsonl: Optional[str], parquet: Optional[str], metrics: Optional[str]) -> None:

@@ -1,5 +1,5 @@
-"""A command group whose commands load when first used (issue 23: start-up is part of every
-run). cli/app.py's root group and `inspect` are such groups; console/errors.py's StreamctlGroup
+"""A command group whose commands load when first used (start-up is part of every run, and
+most runs use one command). cli/app.py's root group and `inspect` are such groups; console/errors.py's StreamctlGroup
 adds the error boundary to the root."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ class LazyGroup(TyperGroup):
     """A command group whose commands load when first used: `LAZY_COMMANDS` maps each name to
     the module and attribute of a Typer app (a group) or a command function. `streamctl inspect
     epochs` imports and builds the inspect group and its epochs command only, not the other
-    commands' modules and click objects (issue 23: start-up is part of every run). Reading
+    commands' modules and click objects (start-up is part of every run). Reading
     `commands` loads them all (help, completion scripts, the docs' reference)."""
 
     LAZY_COMMANDS: dict[str, tuple[str, str]] = {}

@@ -55,7 +55,7 @@ def emit_json(doc: Any) -> None:
         sys.stdout.flush()
         return
     # a large document's UTF-8 bytes as they are, after what the text layer holds: not decoded,
-    # joined and encoded again (7 MB of a 66,000-step plan, three copies; issue 23)
+    # joined and encoded again (a plan of many steps would be held three times over)
     sys.stdout.flush()
     out = getattr(sys.stdout, "buffer", None)
     if out is None or (getattr(sys.stdout, "encoding", "") or "").lower().replace("-", "") != "utf8":

@@ -300,9 +300,8 @@ def _dead_pid() -> int:
 
 @pytest.mark.parametrize("driver", ["alive", "dead", "elsewhere"])
 def test_lease_stuck_stopping_is_judged_from_evidence(tmp_path: Path, cli: Any, driver: str) -> None:
-    """The issue's incident: the lease left in "stopping" and expired (its driver stopped
-    heartbeating during a long query.stop()). drop-sink --safe and stop once said the driver had
-    died. Now the evidence decides: on this host the pid answers (alive: wait, then time out
+    """A lease left in "stopping" and expired (its driver stopped heartbeating during a long
+    query.stop()) does not prove the driver died: the evidence decides: on this host the pid answers (alive: wait, then time out
     saying so), does not (dead), or the driver runs elsewhere (unknown: refuse, saying what to check)."""
     import socket
 

@@ -1,5 +1,5 @@
-"""The delivery check of `streamctl align` (docs/model.md#the-delivery-check) for every fault family of
-issue #6: each test runs a real PySpark query (tests/helpers/align_pipeline.py), damages its checkpoint or
+"""The delivery check of `streamctl align` (docs/model.md#the-delivery-check) for every fault family
+(numbered below): each test runs a real PySpark query (tests/helpers/align_pipeline.py), damages its checkpoint or
 sink the way the fault happens in production, checks that `inspect epochs` names the fault, that
 the plan changes nothing and is exactly-once, executes it (verified), then restarts the same query
 with more input and checks that the sink holds every id exactly once (for the dedup kinds that is
@@ -218,14 +218,18 @@ CLEANUP = {"spark.sql.streaming.fileSink.log.cleanupDelay": "0",
            "spark.sql.streaming.minBatchesToRetain": "3"}
 
 
-@pytest.mark.parametrize("first,second", [(5, 4), (4, 5)], ids=["restored-at-4", "restored-at-3"])
-def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path, tree_snapshot, first, second):
+@pytest.mark.parametrize("first,second,targets", [(5, 4, [1, 2, 3, 4]), (4, 5, [0, 1, 2, 3])],
+                         ids=["restored-at-4", "restored-at-3"])
+def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path, tree_snapshot, first, second, targets):
     """cleanupDelay=0, minBatchesToRetain=3: compaction 8 deletes the sink log files of batches
     below 5 (2.compact, 3, 4). Left are 5.compact (batches 0..5 merged), 6, 7 and 8.compact.
-    Restored at 4 the checkpoint needs 2.compact + 3 + 4 (all gone; only batch 5's files would have
-    to be told apart inside 5.compact); restored at 3 it needs 2.compact + 3 while batch 4's log is
-    gone too. The planner may rebuild the needed log files by attribution (then the log must be
-    right and the delivery check must pass) or refuse (exit 4, a reason, nothing changed)."""
+    Restored at 4 the checkpoint needs 2.compact + 3 + 4; restored at 3, 2.compact + 3. Inside
+    5.compact the files of the batches to keep cannot be told apart from those of the batches to
+    roll back (nothing on disk says which batch wrote a file), and the restored checkpoint holds
+    no batch after the restore to roll forward to. So align refuses (exit 4), with and without
+    --execute, nothing changes, and it offers every roll back in `targets` as not possible, naming
+    what is missing: the sink log files Spark deleted, or (restored at 4, to batch 1) offsets/0,
+    which Spark's WAL retention removed."""
     restored = first - 1
     p = build(tmp_path, "file", spark, first, extra_confs=CLEANUP)  # batches 0..first-1
     restore_older_checkpoint(p, tmp_path, second)  # the sink went on to batch 8
@@ -235,32 +239,24 @@ def test_file_sink_ahead_with_compacted_batch_files_deleted(cli, spark, tmp_path
     before = tree_snapshot(p.base)
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json")
     assert "Traceback" not in r.stderr, r
-    assert tree_snapshot(p.base) == before
-    if r.code == 4:  # refused: says why, nothing changed
-        doc = r.json()
-        assert doc["kind"] == "AlignRefusal" and doc["reason"], doc
-        assert "_spark_metadata" in doc["reason"] or any("_spark_metadata" in o["why"] for o in doc["options"]), doc
-        r2 = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
-        assert r2.code == 4 and tree_snapshot(p.base) == before, r2
-        print(f"5d restored at {restored}: the planner refused:", doc["reason"])
-        return
-    assert r.code == 0, r
-    pl = r.json()["plan"]
-    print(f"5d restored at {restored}: the planner planned:", json.dumps(pl["steps"], indent=1)[:6000])
-    assert pl["classification"] == "exactly-once", pl
-    execute(cli, p)
-    names = sink_log_names(p)
-    print(f"5d restored at {restored}: sink log after align:", names)
-    # Spark replays restored+1..: the log must name exactly the files of batches 0..restored, in
-    # the layout Spark reads (batch 2 is a compaction batch: 2.compact)
-    plain_compactions = [n for n in names if n.isdigit() and (int(n) + 1) % ap.COMPACT_INTERVAL == 0]
-    want = sorted(n for i in range(restored + 1) for n in p.ids_of(i))
-    got = sorted(p.sink_ids())
-    problems = {"compaction batches written as plain files (Spark reads <b>.compact)": plain_compactions,
-                "ids of rolled-back batches still named by the log": sorted(set(got) - set(want)),
-                "ids of kept batches missing": sorted(set(want) - set(got))}
-    assert not any(problems.values()), (names, problems)
-    restart(p, 1)
+    assert tree_snapshot(p.base) == before, "a refused plan changed files"
+    doc = r.json()
+    assert r.code == 4 and doc["kind"] == "AlignRefusal", doc
+    assert "no exactly-once realignment exists" in doc["reason"], doc
+    options = doc["options"]
+    assert [(o["strategy"], o["target"], o["feasible"]) for o in options] == [("rollback", t, False) for t in targets], options
+    for o in options:
+        if o["target"] >= 2:  # the log from 2.compact up to the target, deleted after 5.compact
+            lacking = ", ".join(["2.compact"] + [str(b) for b in range(3, o["target"] + 1)])
+            assert o["why"].startswith(f"_spark_metadata/ lacks {lacking} needed to stop at batch {o['target']}: "
+                                       "Spark deleted them after _spark_metadata/5.compact"), o
+        else:  # restored at 4 Spark kept offsets/1.. only; restored at 3 the log of 0 and 1 is gone too
+            early = {4: {1: "offsets/0 is missing"},
+                     3: {0: "_spark_metadata/ lacks 0 needed", 1: "_spark_metadata/ lacks 0, 1 needed"}}[restored]
+            assert o["why"].startswith(early[o["target"]]), o
+    r2 = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute", "--json")
+    assert r2.code == 4 and r2.json()["kind"] == "AlignRefusal", r2
+    assert tree_snapshot(p.base) == before, "a refused --execute changed files"
 
 
 # -- 6. sink behind (restored from an older backup) -------------------------------------------------

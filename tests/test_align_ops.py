@@ -1,4 +1,4 @@
-"""Execution guarantees of `streamctl align` (issue #6): crash at every journal step then
+"""Execution guarantees of `streamctl align`: crash at every journal step then
 `--resume` / `--undo`, the lock (concurrent runs, a stale lock, `--break-lock`), refusal under a
 live query, `--undo` refusing after Spark ran again, bad input, plan-only changing nothing.
 

@@ -1,4 +1,4 @@
-"""`streamctl backups` (issue 31): the backup folders align and trim leave in a checkpoint, their
+"""`streamctl backups`: the backup folders align and trim leave in a checkpoint, their
 size and state, and the removal of old finished ones; never an unfinished one (what --resume and
 --undo need) and never drop-sink's archives."""
 from __future__ import annotations

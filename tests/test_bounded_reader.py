@@ -1,5 +1,5 @@
-"""The bounded reader (issue 26, docs/formats/README.md#the-reader): the hostile inputs the issue
-found, each in a copy of a checkpoint PySpark 3.5 wrote (tests/fixtures/spark-3.5/agg_hdfs, a file
+"""The bounded reader (docs/formats/README.md#the-reader): the hostile inputs it
+bounds, each in a copy of a checkpoint PySpark 3.5 wrote (tests/fixtures/spark-3.5/agg_hdfs, a file
 source and HDFS state): an integer of 100,000 digits in `commits/N`, in the file source's log and
 as the `logOffset` of `offsets/N`, `1e400` as `batchTimestampMs`, a FIFO where `offsets/N`, a
 commit or a sink-log entry belongs. Each is UNREADABLE naming the file, exit 3, exactly one JSON

@@ -1,4 +1,4 @@
-"""`streamctl diagnose` (issue 31): the findings in plain words and the exact next command, which
+"""`streamctl diagnose`: the findings in plain words and the exact next command, which
 then works as given. Hand-written checkpoints in Spark's layout (no Spark run: the repairs these
 lead to are proven against real restarts in tests/test_log_damage.py)."""
 from __future__ import annotations

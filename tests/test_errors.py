@@ -1,4 +1,4 @@
-"""Exit codes and errors under hostile input (issue 14, class 7), on copies of a checkpoint PySpark
+"""Exit codes and errors under hostile input, on copies of a checkpoint PySpark
 3.5 wrote (tests/fixtures/spark-3.5/agg_hdfs: an HDFS-state aggregation, batches 0..3).
 
 Every case asserts the exact outcome: the documented exit code (README "Exit codes": usage 2,

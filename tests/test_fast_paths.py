@@ -1,4 +1,4 @@
-"""The fast paths of issue 23 give the plain answers.
+"""The fast paths give the plain answers.
 
 The state inspector classifies a folder's names with a few regex calls over the joined listing,
 and judges a store whose versions run without a hole without a loop per version. Storage reads
@@ -118,7 +118,7 @@ def _fields(store: StoreFiles) -> dict[str, object]:
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """add_names and store_status remember their answers by the listing (issue 23: the
+    """add_names and store_status remember their answers by the listing (the
     partitions of an operator list the same names). A store classified from the memo has the
     fields of a store classified with empty memos, in the same order, as its own copies; its
     status is the computed one with its own operator, partition, store and path; a store that
@@ -254,7 +254,7 @@ def test_local_reads_are_sized_by_the_file_and_keep_the_limit(tmp_path: Path) ->
 
 
 def _os_walk_sizes(base: str) -> list[tuple[str, int]]:
-    """What Root.walk_sizes answered before issue 23: os.walk (links to folders not followed)."""
+    """The plain statement of what Root.walk_sizes answers: os.walk (links to folders not followed)."""
     out = []
     for dirpath, _dirs, files in os.walk(base):
         for f in files:

@@ -1,5 +1,5 @@
 """formats/: each module's serializer and parser agree, and each reads what Spark (or streamctl's
-own writers) write, byte for byte where streamctl writes (issue 30). The readers' hostile cases
+own writers) write, byte for byte where streamctl writes. The readers' hostile cases
 are tests/test_fuzz_readers.py's and tests/test_logs.py's; these are the round trips."""
 from __future__ import annotations
 

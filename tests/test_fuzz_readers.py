@@ -1,4 +1,4 @@
-"""Fuzzing the readers (issue 26): real files mutated the hostile ways (truncation, byte flips,
+"""Fuzzing the readers: real files mutated the hostile ways (truncation, byte flips,
 inserted huge numbers, deep nesting, NUL and non-UTF-8 bytes, duplicate keys, wrong types), and
 for each, `inspect epochs`, `align` and `trim` (plans only) must end with a documented exit code,
 no internal error (exit 70), no traceback, exactly one JSON document under --json, and nothing

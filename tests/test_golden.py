@@ -6,7 +6,8 @@ folder, operation ids, wall-clock times, durations, sizes of files that hold tem
 are replaced by placeholders before the
 comparison. The real-Spark behaviour behind these documents is tested elsewhere (test_align_*,
 test_trim, test_drop_sink, test_kafka_*); these files pin the contract: a changed key or value
-fails here, and is reviewed, then accepted with `STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden`.
+fails here, and is reviewed, then accepted with `STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden`
+(tests/helpers/golden.py: never where CI is set).
 
 The Kafka documents come from the real broker of tests/helpers/kafka_fixtures.py (topics named here, one
 record per produce request), since `inspect kafka`, `retention-floor` and `commit-offsets` ask it.
@@ -14,13 +15,13 @@ record per produce request), since `inspect kafka`, `retention-floor` and `commi
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers.golden import UPDATE_ENV, check_golden_text
 from helpers.paths import GOLDEN
 
 _OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
@@ -47,13 +48,35 @@ def check_golden(name: str, stdout: str, tmp: Path) -> dict[str, Any]:
     """Compare one printed JSON document with tests/golden/NAME.json (after scrubbing)."""
     doc = json.loads(stdout)
     got = json.dumps(_scrub(doc, str(tmp)), indent=2, sort_keys=True) + "\n"
-    path = GOLDEN / f"{name}.json"
-    if os.environ.get("STREAMCTL_UPDATE_GOLDEN") or not path.exists() and os.environ.get("STREAMCTL_NEW_GOLDEN"):
-        path.write_text(got)
-    assert path.exists(), f"{path} missing: create it with STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
-    assert got == path.read_text(), (f"JSON contract of {name} changed: review the diff, then "
-                                     "STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden")
+    check_golden_text(GOLDEN / f"{name}.json", got, name)
     return doc
+
+
+def test_updating_golden_files_is_opt_in_and_refused_in_ci(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The expected file is written from the actual output only with STREAMCTL_UPDATE_GOLDEN=1,
+    and that fails where CI is set (a CI run always compares)."""
+    path = tmp_path / "golden" / "Doc.json"
+    monkeypatch.delenv("CI", raising=False)
+    for value in (None, "", "0", "yes"):  # not asked: a missing file fails, nothing is written
+        if value is None:
+            monkeypatch.delenv(UPDATE_ENV, raising=False)
+        else:
+            monkeypatch.setenv(UPDATE_ENV, value)
+        with pytest.raises(AssertionError, match="missing"):
+            check_golden_text(path, "{}\n", "Doc")
+        assert not path.exists()
+    path.parent.mkdir()
+    path.write_text('{"a": 1}\n')
+    with pytest.raises(AssertionError, match="JSON contract of Doc changed"):
+        check_golden_text(path, '{"a": 2}\n', "Doc")
+    monkeypatch.setenv(UPDATE_ENV, "1")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="refused where CI is set"):
+        check_golden_text(path, '{"a": 2}\n', "Doc")
+    assert path.read_text() == '{"a": 1}\n'
+    monkeypatch.delenv("CI")
+    check_golden_text(path, '{"a": 2}\n', "Doc")  # asked, outside CI: rewritten
+    assert path.read_text() == '{"a": 2}\n'
 
 
 def _scene(layouts: Any, tmp: Path) -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""The guarantees of every mutation under hostile input (issue 14), one test per class on a real
+"""The guarantees of every mutation under hostile input, one test per class on a real
 PySpark checkpoint (tests/helpers/align_pipeline.py, kind "file", the "sink ahead" fault of
 test_align_ops: align rolls the sink back to batch 3), restored IN PLACE before each test (the
 file sink's log holds absolute paths). Each test asserts the exact outcome: exit code, JSON, and

@@ -1,4 +1,4 @@
-"""Property-style checks of the mutation invariants (issue 14) on generated hostile trees: nested
+"""Property-style checks of the mutation invariants on generated hostile trees: nested
 steps, symlinks out of the root, paths through them, huge ids, files where folders are expected.
 Seeded generators (deterministic, no Spark: the planners are covered by tests/test_hostile.py);
 every case goes through the runner's checks (operations.runner.check_plan) and the executor:
@@ -254,7 +254,7 @@ def _run_then_forget_done(tmp_path: Path, refill: dict[str, bytes]) -> tuple[Pat
 
 def test_resume_removes_an_empty_folder_made_again_after_its_move(tmp_path: Path) -> None:
     """A restart attempt of a retired file sink's query makes `_spark_metadata` again, empty,
-    before it fails on the tombstone (CI found this through a real restart): resume removes the
+    before it fails on the tombstone (as a real restart does): resume removes the
     empty folder (left there, it would hide the sink's files from readers of its log)."""
     sink, bdir, plan = _run_then_forget_done(tmp_path, {})
     Executor(plan, {"sink": Root("sink", str(sink))}, Root("backup", str(bdir))).run()

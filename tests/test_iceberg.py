@@ -1,10 +1,10 @@
-"""Iceberg tables as streaming sinks (issue 32; docs/formats/sinks.md#iceberg), read from the table
+"""Iceberg tables as streaming sinks (docs/formats/sinks.md#iceberg), read from the table
 metadata alone.
 
 The tables are written by a real Iceberg writer, `pyiceberg` (a SQL catalog on SQLite, a local
 warehouse), whose appends carry the snapshot summary properties Iceberg's Spark streaming sink
 writes (`spark.sql.streaming.queryId`, `spark.sql.streaming.epochId`). Iceberg's Spark runtime is
-not on PyPI for this machine's lines (issue 32 records how to build one for PySpark 3.5); the
+not on PyPI for this machine's lines (tests/helpers/iceberg_runtime.py builds one for PySpark 3.5); the
 restart outcomes these verdicts predict are Iceberg's own rule (the streaming commit skips an
 epoch its query already committed along the current ancestry), the same rule as Delta's `txn`,
 whose real restarts tests/test_spark_sinks.py proves. The checkpoints are synthetic

@@ -1,7 +1,7 @@
-"""Iceberg sinks with the real Iceberg writer and real restarts (issue 32): PySpark 3.5 with
+"""Iceberg sinks with the real Iceberg writer and real restarts: PySpark 3.5 with
 iceberg-spark-runtime 1.10 (tests/helpers/iceberg_runtime.py builds it from PyPI; the shared session of
 the 3.5 leg carries it), a Hadoop catalog in a temp folder, a file source, one input file per
-epoch. For each incident of the issue the checkpoint (or the table) is damaged the way it
+epoch. For each incident the checkpoint (or the table) is damaged the way it
 happens, `inspect epochs` gives its verdict, and the real restart of the same state is the
 oracle: the ids in the table counted after two more input files."""
 from __future__ import annotations

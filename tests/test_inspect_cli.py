@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.golden import check_golden_text
 from helpers.layouts import META, QID, build, deltas, healthy_state  # noqa: F401
 from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35
 
@@ -382,11 +383,7 @@ def _normalise(text: str) -> str:
 def test_golden_json(cli, command, folder):
     r = cli("inspect", command, str(CORPUS / folder), "--json")
     got = _normalise(r.stdout)
-    path = GOLDEN / f"inspect_{command}__{folder.replace('/', '_')}.json"
-    if os.environ.get("STREAMCTL_UPDATE_GOLDEN"):
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(got)
-    assert got == path.read_text(), "JSON contract changed: review, then STREAMCTL_UPDATE_GOLDEN=1 ./dev test -k golden"
+    check_golden_text(GOLDEN / f"inspect_{command}__{folder.replace('/', '_')}.json", got, f"inspect {command}")
 
 
 def test_file_uri_and_unsupported_scheme(cli, tmp_path):
@@ -452,7 +449,7 @@ def test_live_and_stale_leases(cli, tmp_path):
 
 
 def test_no_headers_prints_the_rows_alone(cli) -> None:
-    """--no-headers (issue 31, as kubectl's): a table's rows without title or header, one per line."""
+    """--no-headers (as kubectl's): a table's rows without title or header, one per line."""
     ck = SPARK35 / "agg_hdfs" / "checkpoint"
     r = cli("--no-headers", "inspect", "epochs", str(ck), "-o", "plain", "--quiet-period", "0")
     first = r.stdout.splitlines()[0].split()
@@ -465,7 +462,7 @@ FIXTURE_STATEFUL = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 @pytest.mark.parametrize("no_color", [False, True])
 def test_output_on_a_terminal_fits_its_width(tmp_path, no_color, terminal):
-    """Issue 31: a table and its findings on an 80-column terminal (colours or NO_COLOR) keep
+    """A table and its findings on an 80-column terminal (colours or NO_COLOR) keep
     every line within the width: rich folds cells and wraps finding lines; only piped output is
     plain text. -o wide adds its columns and still fits."""
     term = terminal

@@ -1,4 +1,4 @@
-"""Lint in ./dev test (issue 30): ruff's pyflakes, bugbear, import-order and pyupgrade rules
+"""Lint in ./dev test: ruff's pyflakes, bugbear, import-order and pyupgrade rules
 ([tool.ruff] in pyproject.toml) over every room of the package, bench/ and tests/; a
 finding fails the suite with ruff's own report. mypy over the typed rooms."""
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_ruff_passes_on_every_room() -> None:
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-TYPED_ROOMS = ["formats", "inspectors", "operations", "console", "commands", "cli", "pipeline"]  # the rooms mypy checks (issue 30)
+TYPED_ROOMS = ["formats", "inspectors", "operations", "console", "commands", "cli", "pipeline"]  # the rooms mypy checks
 
 
 def test_mypy_passes_on_the_core_rooms(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Physical damage to the logs (issue 22), judged by a real restart (docs/model.md#physical-damage).
+"""Physical damage to the logs, judged by a real restart (docs/model.md#physical-damage).
 
 One real PySpark query (tests/helpers/align_pipeline.py, kind ``file``: a file source, a JSON file sink
 with its ``_spark_metadata`` log) runs over four input files (batches 0..3). Each test puts that

@@ -865,7 +865,7 @@ def test_what_a_paused_mutation_allocated_is_not_walked_when_the_collector_is_ba
                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The objects a mutation allocated while the collector was paused go to the oldest
     generation when `execute` returns: no collection walks them on the first allocation after
-    (54 ms of a 66,000-step roll back, issue 23); a cycle made during the run is still freed by
+    (a long pause on a plan of many steps); a cycle made during the run is still freed by
     the next full collection; objects something else froze stay frozen."""
     import gc
     import weakref

@@ -587,7 +587,7 @@ def test_no_test_reads_outside_the_repository() -> None:
 def test_tests_are_a_package_and_load_nothing_by_path() -> None:
     """What tests share lives in tests/helpers/ and is imported (`helpers.<module>`, pytest's
     `pythonpath`); no test builds a module from a file path or imports another test module, so
-    each helper exists once in sys.modules (issue 30)."""
+    each helper exists once in sys.modules."""
     import re
 
     loaders = re.compile(r"spec_from_file_location|module_from_spec|SourceFileLoader|runpy\.|"
@@ -603,7 +603,7 @@ def test_tests_are_a_package_and_load_nothing_by_path() -> None:
 
 
 def test_api_version_is_defined_once() -> None:
-    """Every JSON document's api_version comes from inspectors/findings.py (issue 30)."""
+    """Every JSON document's api_version comes from inspectors/findings.py."""
     import re
 
     rooms = sorted({d.split("/")[0] for d in PACKAGE_DIR.values() if d})
@@ -612,7 +612,7 @@ def test_api_version_is_defined_once() -> None:
     assert hits == ["inspectors/findings.py:7"], hits
 
 
-COMMAND_MODULE_LINES = 160  # issue 30: "no command module exceeds ~150 lines"
+COMMAND_MODULE_LINES = 150
 
 
 def test_command_modules_stay_thin() -> None:
@@ -623,12 +623,33 @@ def test_command_modules_stay_thin() -> None:
     assert {n: s for n, s in sizes.items() if s > COMMAND_MODULE_LINES} == {}, sizes
 
 
+def test_commands_exit_through_the_verdict_function_or_the_error_table() -> None:
+    """A command's exit code comes from its verdict (console/exit_codes.py `exit_for_verdict`) or
+    from an exception through console/errors.py's table: no command module names a code itself
+    (`typer.Exit(N)`, `ExitCode`, `fail(message, code)`), and every verdict has its code."""
+    import re
+
+    from streamctl.console.exit_codes import VERDICT_CODES
+    from streamctl.inspectors.findings import VERDICTS
+
+    assert set(VERDICT_CODES) == set(VERDICTS), VERDICT_CODES
+    assert {v: int(c) for v, c in VERDICT_CODES.items()} == {
+        "aligned": 0, "recoverable": 0, "misaligned": 1, "unreadable": 3}  # README "Exit codes"
+    named = re.compile(r"typer\.Exit\([^)]|\bExitCode\b|\bfail\(")
+    hits = [f"{p.relative_to(REPO)}:{i}" for p in sorted((REPO / "commands").glob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if named.search(line)]
+    assert hits == [], hits
+    callers = sorted(p.name for p in (REPO / "commands").glob("*.py") if "exit_for_verdict(" in p.read_text())
+    assert callers == ["demo_cmd.py", "diagnose_cmd.py", "inspect_epochs_cmd.py", "inspect_kafka_cmd.py",
+                       "inspect_sink_cmd.py", "inspect_state_cmd.py", "inspect_writers_cmd.py", "preflight_cmd.py"]
+
+
 OUTPUT_LAYER = ("console/render.py", "console/errors.py")  # stdout and stderr are written here only
 
 
 def test_every_write_goes_through_the_output_layer() -> None:
     """The CLI side writes to stdout and stderr through console/render.py (and the error
-    messages of console/errors.py): no command prints or writes a stream itself (issue 30)."""
+    messages of console/errors.py): no command prints or writes a stream itself."""
     import re
 
     direct = re.compile(r"\bsys\.(stdout|stderr)\.write\(|(?<![\w.])print\(")
@@ -639,7 +660,7 @@ def test_every_write_goes_through_the_output_layer() -> None:
 
 
 def test_journal_events_are_named_in_the_journal_module_only() -> None:
-    """One journal (issue 30): its event kinds are formats/journal.py's `Event`; every writer
+    """One journal: its event kinds are formats/journal.py's `Event`; every writer
     names them through it, and no other module spells an event out."""
     import re
 
@@ -655,7 +676,7 @@ def test_journal_events_are_named_in_the_journal_module_only() -> None:
 
 
 def test_every_document_gets_its_envelope_from_one_module() -> None:
-    """One module owns the JSON envelope (issue 30): inspectors/documents.py `document(kind,
+    """One module owns the JSON envelope: inspectors/documents.py `document(kind,
     body)`; no other module spells `"api_version":` or `"kind":` at the head of a document."""
     import re
 
@@ -672,7 +693,7 @@ def test_every_document_gets_its_envelope_from_one_module() -> None:
     assert document("X", {})["api_version"] == API_VERSION
 
 
-# Each on-disk format's markers (issue 30): its JSON keys, magic bytes, file-name suffixes and folder
+# Each on-disk format's markers: its JSON keys, magic bytes, file-name suffixes and folder
 # names, which only its owner in formats/ may spell (docs/formats/README.md#owners-in-streamctl). A
 # marker counts in a string constant that is data, not prose: docstrings and strings with a space
 # (messages, help texts) may name a format; a marker must end at a non-letter (`.changelog` in a
@@ -743,7 +764,7 @@ def test_the_format_check_sees_what_it_should() -> None:
 
 
 def test_a_command_loads_its_own_command_module_only(tmp_path: Path) -> None:
-    """The command tree loads lazily (issue 23, console/lazy_group.py): `inspect epochs`
+    """The command tree loads lazily (console/lazy_group.py): `inspect epochs`
     imports its own command module and no other command's; the error boundary still wraps it (a
     missing checkpoint is exit 3, one line). `--help` lists every command (tests/test_docs.py)."""
     from helpers.layouts import checkpoint
@@ -761,7 +782,7 @@ def test_a_command_loads_its_own_command_module_only(tmp_path: Path) -> None:
 
 
 def test_a_plain_inspection_does_not_load_the_write_side(tmp_path: Path) -> None:
-    """Read-only commands stay read-only in what they load (issue 30): `inspect epochs` without
+    """Read-only commands stay read-only in what they load: `inspect epochs` without
     `--reclaimable` imports nothing of operations/ (the trim planner is loaded for that flag only),
     nor PySpark or Kafka; with the flag it does, and says what trim would reclaim."""
     from helpers.layouts import checkpoint

@@ -1,4 +1,4 @@
-"""`streamctl preflight` (issue 29, item 6): before a deploy, does a new version of a query fit its
+"""`streamctl preflight`: before a deploy, does a new version of a query fit its
 checkpoint? One real PySpark query (tests/helpers/align_pipeline.py, kind ``dedup_file``) writes the
 checkpoint; three new versions of it (the same query, one with a stateful operator added, one
 with it removed) are judged by preflight and then by the oracle, a real restart of each version

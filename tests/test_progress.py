@@ -1,4 +1,4 @@
-"""Progress on a terminal for every long mutation (issue 16 item 4): align, trim and drop-sink,
+"""Progress on a terminal for every long mutation: align, trim and drop-sink,
 their --resume and --undo, trim --purge and drop-sink --purge, on a local file system and on the
 real S3 server (moto), each a real `streamctl` process whose stderr is a pseudo-terminal: the
 status line shows files done, bytes, rate and eta. Piped, or with --json, nothing of it is

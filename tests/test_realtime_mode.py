@@ -1,4 +1,4 @@
-"""Real-time mode (`writeStream.trigger(realTime=...)`, PySpark 4.1+) on the newest PySpark (issue 13).
+"""Real-time mode (`writeStream.trigger(realTime=...)`, PySpark 4.1+) on the newest PySpark.
 
 What a real-time query can run here: Spark 4.3's real-time mode reads only sources that implement
 `SupportsRealTimeMode` — the Kafka connector (`spark-sql-kafka-0-10`, not shipped in PySpark's jars)

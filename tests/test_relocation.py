@@ -1,4 +1,4 @@
-"""Moved and copied sink folders (issue 22), judged by real reads and a real restart
+"""Moved and copied sink folders, judged by real reads and a real restart
 (docs/model.md#moved-and-copied-sinks).
 
 A file sink's log names its data files by absolute path. A real PySpark query (kind

@@ -1,12 +1,12 @@
 """Spark's own offline state repartition (PySpark 4.2+, `spark._streamingCheckpointManager.repartition`)
-and "never repair what a restart reads" (issue 13, items 2 and 3).
+and "never repair what a restart reads".
 
 Each test runs a real PySpark 4.3 query (tests/helpers/align_pipeline.py), runs Spark's repartition on its
-checkpoint, and reproduces the issue's symptom first (the finding streamctl gave before, the plan
-that moved state a restart reads, the SINK_BEHIND that align refused, the IN_FLIGHT verdict of a
+checkpoint, and checks first what a repartitioned checkpoint must not lead to (a wrong finding, a
+plan that moves state a restart reads, align refusing a SINK_BEHIND, an IN_FLIGHT verdict for a
 checkpoint Spark refuses to start from). Then `align` repairs it and the same query restarts
 through the file sink's next compaction (compactInterval 3) with the delivery check: every id
-exactly once. The standing test of item 3 runs align and trim on every clean example checkpoint
+exactly once. The standing test of that rule runs align and trim on every clean example checkpoint
 the suite builds and checks that neither plans to move anything a restart reads; its second half
 does the same on every pipeline shape of tests/helpers/align_pipeline.py and restarts the query after
 both, with the delivery check.

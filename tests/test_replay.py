@@ -1,4 +1,4 @@
-"""Replayable or refused (issue 29): a roll back makes the restart replay batches, and a replayed
+"""Replayable or refused: a roll back makes the restart replay batches, and a replayed
 batch of a file source reads the input files its log lists, where the log says. With
 `cleanSource=archive` Spark has moved those files to the archive after their batches committed.
 One real PySpark query (tests/helpers/align_pipeline.py, kind ``dedup_file`` with ``cleanSource=archive``)

@@ -1,4 +1,4 @@
-"""The SST files a RocksDB zip names must be there with the size its metadata records (issue 29):
+"""The SST files a RocksDB zip names must be there with the size its metadata records:
 a checkpoint PySpark 3.5 wrote (tests/fixtures/spark-3.5/agg_rocksdb), its newest zip's SST cut
 short or gone. The real restarts behind the verdicts: tests/test_state_damage.py."""
 from __future__ import annotations

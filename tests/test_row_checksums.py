@@ -1,5 +1,5 @@
 """State row checksums (`spark.sql.streaming.stateStore.rowChecksum.enabled`, Spark 4.1+) and
-corrupt state files, on the newest PySpark (issue 13).
+corrupt state files, on the newest PySpark.
 
 Row checksums change no file name and no folder: each value in a delta, snapshot, changelog or
 RocksDB row carries a CRC32C of its key and value bytes (`StateStoreRowChecksum.scala`,

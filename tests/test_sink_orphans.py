@@ -1,4 +1,4 @@
-"""Orphan files of a file sink (issue 31): data files a failed or aborted batch wrote into the sink
+"""Orphan files of a file sink: data files a failed or aborted batch wrote into the sink
 folder that `_spark_metadata` never listed (docs/formats/sinks.md#orphan-files).
 
 A real PySpark query (tests/helpers/align_pipeline.py, kind ``file``) runs over four input files; then a

@@ -1,7 +1,7 @@
-"""A sink belongs to its query (issue 29): a query restarted on a new checkpoint over an old file
+"""A sink belongs to its query: a query restarted on a new checkpoint over an old file
 sink (the Databricks knowledge base's case). Spark's file sink skips every batch id its log
-already holds, so the new query's first batches vanish; align once rolled the old query's batches
-back as if they were the new one's and lost more (docs/model.md#sink-ownership).
+already holds, so the new query's first batches vanish; align must not roll the old query's
+batches back as if they were the new one's, which loses more (docs/model.md#sink-ownership).
 
 Two real PySpark queries (tests/helpers/align_pipeline.py, kind ``file``) write one JSON file sink: the
 old one three batches, then the new one, on its own checkpoint, two. The oracle is the sink's own

@@ -244,7 +244,7 @@ def test_undo_of_drop_sink_says_what_blocks_it(cli, tmp_path):
 def test_a_running_query_has_one_stable_verdict(cli, tmp_path):
     """Between its offsets and its commit a running query is in flight half of the time: with
     LIVE_QUERY its verdict stays aligned (exit 0) whether a batch is in flight or not; stopped,
-    the in-flight batch is `recoverable` (issue 31)."""
+    the in-flight batch is `recoverable`."""
     import os
 
     chk = checkpoint(tmp_path / "chk", 3, 3)

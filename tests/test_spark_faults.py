@@ -215,7 +215,7 @@ def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_cop
     assert epochs(cli, chk)[1]["verdict"] == "recoverable"
     rerun_agg(spark, chk, spark_checkpoints["agg_rocksdb"].parent / "input", "agg_rocksdb")
     # the state store maintenance thread may still upload a zip and its SSTs (or clean old ones)
-    # right after the query stopped: judge the checkpoint once it is quiet (CI once saw it midway)
+    # right after the query stopped: judge the checkpoint once it is quiet, not midway
     align_pipeline.settle(chk.parent)
     code, doc = epochs(cli, chk)
     assert code == 0 and doc["verdict"] == "aligned" and doc["queries"][0]["committed"] == 7, doc["queries"][0]["findings"]

