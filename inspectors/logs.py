@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 from streamctl.formats.checksum import is_hadoop_crc
-from streamctl.formats.errors import StorageError
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.inspectors.findings import ids_of, missing_ranges
 
@@ -79,12 +78,10 @@ def classify_log_names(names: list[tuple[str, bool]], exists: bool = True) -> Lo
 
 
 def list_log(storage: Storage, rel: str) -> LogListing:
-    """One listing of the log folder `rel` (`offsets`, `commits`); StorageError for a folder
-    named like a batch file (Spark cannot read that batch: never a gap or a stray)."""
+    """One listing of the log folder `rel` (`offsets`, `commits`). A folder named like a batch
+    file counts as that batch, as Spark's listing counts it (HDFSMetadataLog.listBatches filters
+    by name): a restart that reads it fails ("is a folder"), one that does not never sees it."""
     entries = storage.list_dir(rel)
     if entries is None:
         return LogListing(exists=False)
-    folders = [e.name for e in entries if e.is_dir and batch_id_of(e.name) is not None]
-    if folders:
-        raise StorageError(storage.uri(f"{rel}/{min(folders, key=int)}"), "is a folder, expected a file")
-    return classify_log_names([(e.name, e.is_dir) for e in entries])
+    return classify_log_names([(e.name, e.is_dir and batch_id_of(e.name) is None) for e in entries])

@@ -76,12 +76,14 @@ def rel_of(uri: str, base: str) -> Optional[str]:
 
 
 def _torn(st: Storage, rel: str, parse: Callable[[bytes, str], Any]) -> Optional[str]:
-    """Why `rel` is torn: it reads, but its format refuses it. None when it cannot be read at all
-    (a permission, a FIFO, an I/O error: not damage streamctl can judge) or parses."""
+    """Why `rel` is torn: it reads, but its format refuses it, or something other than a file (a
+    folder, a named pipe) stands where the file belongs. None when it cannot be read for another
+    reason (a permission, an I/O error: not damage streamctl can judge) or parses."""
     try:
         data = st.read(rel)
-    except StorageError:
-        return None
+    except StorageError as exc:
+        reason = str(getattr(exc, "reason", exc))
+        return reason if "is a folder" in reason or "not a regular file" in reason else None
     try:
         parse(data, st.uri(rel))
     except StorageError:
