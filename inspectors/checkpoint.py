@@ -386,6 +386,16 @@ class _Inspector:
             self.unreadable(exc)
             return None
 
+    def read_quietly(self, rel: str, parse: Callable[[bytes, str], Any]) -> Any:
+        """`read` for a file no restart reads: None when it cannot be read, and no finding."""
+        try:
+            data = self.fetched.get(rel)
+            if isinstance(data, StreamctlError):
+                return None
+            return parse(data if data is not None else self.st.read(rel), self.st.uri(rel))
+        except StreamctlError:
+            return None
+
     def _try_read(self, rel: str) -> Any:
         try:
             return self.st.read(rel)
@@ -488,7 +498,9 @@ class _Inspector:
 
         before_prev: Optional[OffsetEntry] = None
         if prev is not None and planned is not None and planned - 2 in offsets.batch_ids:
-            before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
+            # only to tell whether batch P-1 was a repartition: no restart reads it, so damage here
+            # is no finding (a roll back that needs it reads it then)
+            before_prev = self.read_quietly(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
         if self.target_spark is not None:
             self._line_findings(self.target_spark, latest_offsets, commit_entries.get(committed) if committed is not None else None)
@@ -523,6 +535,7 @@ class _Inspector:
             e.state_unique_ids is not None or e.version >= 2 for e in commit_entries.values()) else 1
 
         sources = []
+        unread: set[SourceId] = set()
         if "sources" in root:
             for e in sorted(st.list_dir("sources") or [], key=lambda x: x.name):
                 sid = source_id_of(e.name) if e.is_dir else None
@@ -531,13 +544,14 @@ class _Inspector:
                         sources.append(read_source(st, sid))
                     except StreamctlError as exc:
                         self.unreadable(exc)
+                        unread.add(sid)
         moved: set[SourceId] = set()
         if latest_offsets is not None and any(s.kind == "file" for s in sources):
             moved = self._moved_input_finding(sources, prev, latest_offsets)
         if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
                 and any(s.kind == "file" and s.source_id not in moved for s in sources):
             self._replay_finding([s for s in sources if s.source_id not in moved], committed_offsets, latest_offsets)
-        for s in self._sources_behind_offsets(sources, latest_offsets):
+        for s in self._sources_behind_offsets(sources, latest_offsets, unread):
             if s.file_log_missing:
                 gaps = list(s.file_log_missing)
                 self.findings.append(Finding(
@@ -554,6 +568,8 @@ class _Inspector:
             self._liveness(planned, committed, latest_offsets, prev)
         required = required_version(planned, committed)
         operators = self._state_findings(state, state_conf, required, planned, commit_entries)
+        if planned is None and committed is None and state.operators:
+            self._state_without_logs(sorted(state.operators))
 
         stores = [s for op in operators for s in op.stores]
         state_epoch = None
@@ -631,11 +647,13 @@ class _Inspector:
         return {m.source_id for m in found} | {g.source_id for g in gone}
 
     @staticmethod
-    def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry]) -> list[SourceInfo]:
+    def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry],
+                                unread: set[SourceId]) -> list[SourceInfo]:
         """`sources` with the file-source log files the newest offsets name and the log lacks
         added to their missing ones: the restart reads its log up to the newest batch's
         `logOffset` (`getBatch` of that batch), so a lost newest `sources/<n>/N` fails it as a
-        lost middle one does. A file source whose log folder is gone counts from batch 0."""
+        lost middle one does. A file source whose log folder is gone counts from batch 0; one whose
+        log could not be read (`unread`) is UNREADABLE already."""
         from streamctl.inspectors.replay import log_offset
 
         if latest is None:
@@ -645,6 +663,8 @@ class _Inspector:
         for src in latest.sources:
             hi = log_offset(latest, src.source_id)
             info = by_id.pop(src.source_id, None)
+            if src.source_id in unread:  # UNREADABLE already names its log
+                continue
             if hi is None or hi < 0 or (info is not None and info.kind not in ("file", "empty")):
                 if info is not None:
                     out.append(info)
@@ -656,6 +676,17 @@ class _Inspector:
             out.append(replace(info, file_log_missing=tuple(missing)) if info is not None
                        else SourceInfo(src.source_id, "file", file_log_missing=tuple(missing)))
         return out + list(by_id.values())
+
+    def _state_without_logs(self, operators: list[int]) -> None:
+        """STATE_WITHOUT_LOGS: state files of earlier batches but no offsets/ or commits/ batch (the
+        logs deleted to reprocess from the start, state left behind)."""
+        self.findings.append(Finding(
+            "STATE_WITHOUT_LOGS",
+            f"state/ holds files of operator(s) {', '.join(map(str, operators))} but offsets/ and commits/ hold no "
+            "batch: a restart starts from batch 0 over the old state (Spark 4.1+ refuses to start: "
+            "STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY); put offsets/ and commits/ back from a copy, or reprocess "
+            "on a new checkpoint and a new sink path (this sink skips the batch ids it holds)",
+            details={"operators": operators}))
 
     def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
         """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input

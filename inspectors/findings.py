@@ -48,6 +48,7 @@ CODES: dict[str, str] = {
     # the newest batch's input folder moved with the checkpoint: the restart fails `Wrong basePath`
     "SOURCE_MOVED": ERROR,
     "SOURCE_GONE": ERROR,
+    "STATE_WITHOUT_LOGS": ERROR,
     # --target-spark: the named Spark line refuses a file a restart reads (a log version it does not read)
     "SPARK_LINE_REFUSES": ERROR,
     # --target-spark: the named Spark line reads what a restart reads

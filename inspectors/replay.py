@@ -288,7 +288,7 @@ class GoneInput:
         return (f"sources/{self.source_id}/ names the input of batch {self.batch} under {self.folder}, which no longer "
                 "exists: a restart whose query reads another folder fails (`Wrong basePath`: Spark checks the newest "
                 "batch's logged files lie under the query's path) or, after a no-data batch, reads every file there "
-                "again, and one reading this path sees no new file until it exists again; put the folder back (or "
+                "again, and one reading this path fails to start (`Path does not exist`); put the folder back (or "
                 "move it with the whole pipeline folder, which align then follows)")
 
 

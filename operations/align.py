@@ -267,6 +267,9 @@ def _evidence(pl: _Planner, req: AlignRequest) -> _Evidence:
     foreign = [f for f in q.findings if f.code == "SINK_FOREIGN_BATCHES"]
     if foreign:  # never roll another query's batches back as this one's (docs/model.md#sink-ownership)
         raise Refused(f"{q.checkpoint}: SINK_FOREIGN_BATCHES: {foreign[0].message}")
+    left = [f for f in q.findings if f.code == "STATE_WITHOUT_LOGS"]
+    if left:  # no batch of the logs says which state version is whose: nothing to align to
+        raise Refused(f"{q.checkpoint}: STATE_WITHOUT_LOGS: {left[0].message}")
     gone = [f for f in q.findings if f.code == "SOURCE_GONE"]
     if gone:  # where the input went is not on disk: no plan can point the source's log at it
         raise Refused(f"{q.checkpoint}: SOURCE_GONE: {gone[0].message}")

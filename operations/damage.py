@@ -187,10 +187,16 @@ def _metadata(dmg: Damage, st: Storage, q: Any, given: Optional[str], why: str) 
         qid, source = given, "--query-id"
     elif len(ids) == 1:
         qid, source = ids.pop(), next(iter(evidence))
+    elif q.sink is not None and q.sink.kind == "file" and not any(f.code == "UNREADABLE" for f in q.sink.findings):
+        # a file sink skips a batch by its id, never by the query's: a new id changes no delivery
+        import uuid
+
+        qid, source = str(uuid.uuid4()), "a fresh id (the file sink keys its batches by batch id, not query id)"
     else:
-        raise Refused(f"{where}: {why}: the query id is lost and nothing in the checkpoint proves it; pass "
-                      "--query-id ID (the id of the query's earlier runs, from its logs or StreamingQueryListener) "
-                      "to write it, or start the query on a new checkpoint")
+        raise Refused(f"{where}: {why}: the query id is lost and nothing in the checkpoint proves it"
+                      + ("" if q.sink is not None else " (a file sink, named with --sink, would take a fresh id)")
+                      + "; pass --query-id ID (the id of the query's earlier runs, from its logs or "
+                      "StreamingQueryListener) to write it, or start the query on a new checkpoint")
     content = serialize_query_metadata(qid)
     dmg.query_id = qid
     dmg.torn.append("metadata")
@@ -198,4 +204,5 @@ def _metadata(dmg: Damage, st: Storage, q: Any, given: Optional[str], why: str) 
                     Step("write", "checkpoint", crc_name("metadata"), "its checksum", hadoop_crc(content))]
     dmg.notes.append(f"metadata is {why}: written with query id {qid} from {source}"
                      + ("; a sink keyed on the query id (Delta's txn app id) treats a different id as a new query"
-                        if source == "--query-id" else ""))
+                        if source == "--query-id" else "")
+                     + ("; exactly-once: the sink skips what it holds by batch id" if source.startswith("a fresh") else ""))

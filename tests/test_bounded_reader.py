@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Callable
 
 import pytest
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 HUGE = "9" * 100_000
@@ -72,8 +71,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("case", list(DAMAGE))
 def test_hostile_input_is_unreadable_exit_3_without_a_hang(tmp_path: Path, case: str) -> None:
-    ckpt = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE, ckpt)
+    ckpt = copy_spark35(FIXTURE, tmp_path / "checkpoint")
     sink = _sink(tmp_path)
     rel, damage = DAMAGE[case]
     damage(ckpt, sink)

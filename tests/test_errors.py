@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from helpers.paths import TESTS
+from helpers.paths import TESTS, copy_spark35
 
 FIXTURE = TESTS / "fixtures" / "spark-3.5" / "agg_hdfs" / "checkpoint"
 PROGRAM = Path(sys.executable).with_name("streamctl")
@@ -43,7 +43,7 @@ def digests(base: Path) -> dict[str, str]:
 @pytest.fixture
 def ck(tmp_path: Path) -> Path:
     dest = tmp_path / "chk" / "orders"
-    shutil.copytree(FIXTURE, dest)
+    copy_spark35(FIXTURE, dest)
     return dest
 
 
@@ -92,13 +92,15 @@ def _file_for(rel: str) -> Callable[[Path], str]:
 DAMAGE: dict[str, Callable[[Path], str]] = {
     "nested-json-in-offsets": _nested,
     "offsets-file-is-a-folder": _folder_for("offsets/2"),
-    "commits-file-is-a-folder": _folder_for("commits/1"),
+    "commits-file-is-a-folder": _folder_for("commits/3"),  # the newest: the one a restart reads
     "source-log-file-is-a-folder": _folder_for("sources/0/0"),
     "state-is-a-file": _file_for("state"),
     "offsets-is-a-file": _file_for("offsets"),
     "state-file-is-a-folder": _folder_for("state/0/0/4.delta"),  # the version a restart loads
 }
 REASONS = {"nested-json-in-offsets": "not valid JSON (nested too deeply)",
+           "offsets-file-is-a-folder": "is a folder, not a regular file",
+           "commits-file-is-a-folder": "is a folder, not a regular file",
            "state-file-is-a-folder": "is a folder, expected a state file"}
 
 
@@ -116,11 +118,16 @@ def test_unreadable_input_is_exit_3_naming_the_file_for_every_command(cli: Calla
         errors = [f for f in found if f["severity"] == "error"]
         assert [f["code"] for f in errors] == ["UNREADABLE"], found  # never skipped into other findings
         assert errors[0]["path"] == path and reason in errors[0]["message"], found
-    for args in (["align"], ["align", "--execute"], ["trim"], ["trim", "--execute"]):
+    repairs = damage == "commits-file-is-a-folder"  # align moves it aside as a torn newest commit
+    for args in ([] if repairs else [["align"], ["align", "--execute"]]) + [["trim"], ["trim", "--execute"]]:
         r = cli(*args, str(ck), "--json")
         doc = error_doc(r, 3)
         assert doc["message"].startswith(path) and reason in doc["message"], (args, doc)
     assert digests(ck.parent) == before  # nothing written: no backup, no lock
+    if repairs:  # taken as missing, so the plan replays batch 3, whose input files the fixture lacks
+        r = cli("align", str(ck), "--json")
+        assert r.code == 4 and "SOURCE_NOT_REPLAYABLE" in r.stderr and "is a folder" not in r.stderr, r
+        assert digests(ck.parent) == before
 
 
 # ------------------------------------------------------------------ usage errors: exit 2
@@ -232,7 +239,7 @@ def test_a_closed_pipe_stops_quietly_with_141(ck: Path, fmt: str) -> None:
 
 def test_output_is_valid_utf8_for_a_path_that_is_not(tmp_path: Path) -> None:
     folder = os.fsencode(tmp_path) + b"/chk-\xff\xfe"
-    shutil.copytree(FIXTURE, os.fsdecode(folder))
+    copy_spark35(FIXTURE, Path(os.fsdecode(folder)))
     shown = os.fsdecode(folder)  # what Python makes of it: lone surrogates
     r = run("inspect", "epochs", shown, "--json")
     assert r.returncode == 0, r
@@ -258,7 +265,7 @@ def ck_outside_pytest_tmp() -> Any:
     base = Path(tempfile.mkdtemp(prefix="streamctl-perm-"))
     base.chmod(0o755)
     dest = base / "chk" / "orders"
-    shutil.copytree(FIXTURE, dest)
+    copy_spark35(FIXTURE, dest)
     try:
         yield dest
     finally:

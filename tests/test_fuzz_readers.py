@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings  # the test extra installs it
 from hypothesis import strategies as st
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 ENTRY = ('{"path":"file://SINK/part-%d","size":10,"isDir":false,"modificationTime":1,"blockReplication":1,'
@@ -37,7 +37,7 @@ EXIT_CODES = {"inspect": {0, 1, 3}, "align": {0, 3, 4}, "trim": {0, 3, 4}}
 
 
 def _base(root: Path) -> None:
-    shutil.copytree(FIXTURE, root / "checkpoint")
+    copy_spark35(FIXTURE, root / "checkpoint")
     log = root / "sink" / "_spark_metadata"
     log.mkdir(parents=True)
     entry = ENTRY.replace("SINK", str(root / "sink"))
@@ -234,6 +234,7 @@ def own_template(tmp_path_factory: pytest.TempPathFactory, layouts: Any) -> Path
     (root / "backup").symlink_to(backup.relative_to(root), target_is_directory=True)
     layouts.coordinated(root / "coordinated", 2)  # helpers/layouts.py: three epochs, two writers
     _stateless(root / "coordinated-ck", lambda b: '{"logOffset":%d}' % b)
+    layouts.source_log(root / "coordinated-ck", 0, 2)  # the file source's log its offsets name
     return root
 
 

@@ -172,7 +172,7 @@ def test_golden_kafka_documents(cli, layouts: Any, tmp_path: Path, kafka_broker:
     topic = kafka_topic(2)
     kafka_broker.produce(topic, ["a", "b", "c"], partition=0)
     kafka_broker.produce(topic, ["d", "e"], partition=1)
-    chk = layouts.checkpoint(tmp_path / "chk", 1, 1)
+    chk = layouts.checkpoint(tmp_path / "chk", 1, 1, file_source=False)
     for b, ends in enumerate(({"0": 1, "1": 1}, {"0": 3, "1": 2})):
         (chk / "offsets" / str(b)).write_text(
             f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{{}}}}\n{json.dumps({topic: ends})}')

@@ -13,7 +13,7 @@ import pytest
 
 from helpers.golden import check_golden_text
 from helpers.layouts import META, QID, build, deltas, healthy_state  # noqa: F401
-from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35
+from helpers.paths import CORPUS, GOLDEN, REPO, SPARK35, copy_spark35
 
 
 def codes(doc: dict) -> list[str]:
@@ -448,9 +448,9 @@ def test_live_and_stale_leases(cli, tmp_path):
     assert r.code == 3 and "lease.json" in r.json()["queries"][0]["findings"][0]["path"]
 
 
-def test_no_headers_prints_the_rows_alone(cli) -> None:
+def test_no_headers_prints_the_rows_alone(cli, tmp_path) -> None:
     """--no-headers (as kubectl's): a table's rows without title or header, one per line."""
-    ck = SPARK35 / "agg_hdfs" / "checkpoint"
+    ck = copy_spark35(SPARK35 / "agg_hdfs" / "checkpoint", tmp_path / "agg" / "checkpoint")
     r = cli("--no-headers", "inspect", "epochs", str(ck), "-o", "plain", "--quiet-period", "0")
     first = r.stdout.splitlines()[0].split()
     assert r.code == 0 and first[1] == str(ck) and first[-1] == "aligned", r.stdout

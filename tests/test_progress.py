@@ -10,7 +10,6 @@ by Spark), the sink a coordinated sink written here in its documented layout
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +17,7 @@ import pytest
 
 from helpers import s3_fixtures as _s3f
 from helpers import terminal as term
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 
 s3 = _s3f.s3
 FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
@@ -28,7 +27,7 @@ def _pipeline(base: Path, sink_epochs: int) -> tuple[Path, Path]:
     """A copy of the fixture checkpoint (epochs 0..3 committed) and a coordinated sink holding
     epochs 0..sink_epochs-1 (5: one epoch ahead of the checkpoint, SINK_AHEAD)."""
     ck, out = base / "chk", base / "out"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     query_id = json.loads((ck / "metadata").read_text())["id"]
     for e in range(sink_epochs):
         data = f"data/epoch={e}/part-00000-0-{e:08d}.jsonl"

@@ -3,13 +3,12 @@ a checkpoint PySpark 3.5 wrote (tests/fixtures/spark-3.5/agg_rocksdb), its newes
 short or gone. The real restarts behind the verdicts: tests/test_state_damage.py."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 
 FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
@@ -20,7 +19,7 @@ def test_a_cut_or_lost_sst_of_the_restored_zip_is_found(cli: Any, tmp_path: Path
     from streamctl.inspectors.storage import Storage
 
     ck = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     store = ck / "state/0/0"
     sizes = zip_sst_sizes(Storage.open(str(store)), "3.zip")
     sst, size = sorted(sizes.items())[-1]

@@ -12,10 +12,26 @@ QID = "11111111-2222-3333-4444-555555555555"
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
 
 
-def checkpoint(root: Path, planned: int, committed: int | None, qid: str = QID) -> Path:
+def source_log(root: Path, first: int, last: int) -> None:
+    """`sources/0/<b>` for b in first..last: the file source's own log, one input file per batch
+    (in `<root>-input/`, beside the checkpoint), which Spark writes before the offsets naming its
+    `logOffset` (a restart reads it, and the input folder it names)."""
+    log = root / "sources" / "0"
+    log.mkdir(parents=True, exist_ok=True)
+    inp = root.with_name(root.name + "-input")
+    inp.mkdir(parents=True, exist_ok=True)
+    for b in range(first, last + 1):
+        (inp / f"part-{b:05d}.json").write_text('{"id": %d}\n' % b)
+        (log / str(b)).write_text('v1\n{"path":"file://%s/part-%05d.json","timestamp":1700000000000,'
+                                  '"batchId":%d}' % (inp, b, b))
+
+
+def checkpoint(root: Path, planned: int, committed: int | None, qid: str = QID, file_source: bool = True) -> Path:
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
     (root / "metadata").write_text(json.dumps({"id": qid}))
+    if file_source:
+        source_log(root, 0, planned)
     for b in range(planned + 1):
         (root / "offsets" / str(b)).write_text(f'v1\n{META}\n{{"logOffset":{b}}}')
     for b in range((committed if committed is not None else -1) + 1):
@@ -96,6 +112,7 @@ def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 
     (root / "offsets").mkdir(parents=True)
     (root / "commits").mkdir()
     (root / "metadata").write_text(json.dumps({"id": qid}, separators=(",", ":")))
+    source_log(root, 0, planned)
     for b in range(first, planned + 1):
         if b not in offsets_missing:
             (root / "offsets" / str(b)).write_text(f'v1\n{meta}\n{{"logOffset":{b}}}')
