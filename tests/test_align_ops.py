@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 from helpers import align_pipeline
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 from streamctl.operations.journal import CRASH_EXIT
 
 STREAMCTL = Path(sys.executable).parent / "streamctl"
@@ -457,7 +456,7 @@ def test_undo_refuses_after_spark_ran_again(lab: Lab, run_cli: Cli, tree_snapsho
 @pytest.fixture
 def fixture_ckpt(tmp_path: Path) -> Path:
     dest = tmp_path / "agg_hdfs" / "checkpoint"
-    shutil.copytree(FIXTURE_CKPT, dest, symlinks=True)
+    copy_spark35(FIXTURE_CKPT, dest)
     return dest
 
 

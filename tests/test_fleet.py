@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import s3_fixtures as _os
-from helpers.paths import CORPUS, SPARK35
+from helpers.paths import CORPUS, SPARK35, copy_spark35
 from streamctl.inspectors import fleet
 from streamctl.inspectors.metrics import format_metrics
 
@@ -34,7 +34,7 @@ def fleet_dir(tmp_path: Path) -> Path:
     for rel in CORPUS_CHECKPOINTS:
         shutil.copytree(CORPUS / rel, root / rel.replace("/", "-"))
     for name in ("agg_hdfs", "agg_rocksdb"):
-        shutil.copytree(SPARK35 / name / "checkpoint", root / name)
+        copy_spark35(SPARK35 / name / "checkpoint", root / name, root.parent / f"{root.name}-input")
     (root / "README").write_text("not a checkpoint\n")
     return root
 

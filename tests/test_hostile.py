@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from helpers import align_pipeline
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 from helpers.trees import tree  # relative path -> sha256 (symlinks as their target)
 
 INPUT_FILES = 5
@@ -213,7 +213,7 @@ def test_a_huge_batch_id_costs_the_files_that_exist(cli: Callable, tmp_path: Pat
     import time
 
     ck = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     shutil.copy(ck / log / "1", ck / log / "9223372036854775807")
     t0 = time.monotonic()
     r = cli("inspect", "epochs", str(ck), "--json")
@@ -229,7 +229,7 @@ def test_absurd_num_partitions_is_bounded(cli: Callable, tmp_path: Path) -> None
     import time
 
     ck = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     for f in (ck / "offsets").iterdir():
         if f.name.isdigit():
             f.write_bytes(f.read_bytes().replace(b'"spark.sql.shuffle.partitions":"2"',
@@ -383,7 +383,7 @@ def test_align_and_trim_refuse_an_absurd_gap_in_bounded_time(cli: Callable, tmp_
     import time
 
     ck = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     for log in ("offsets", "commits"):
         shutil.copy(ck / log / "3", ck / log / str(10**15))
     before = tree(ck)

@@ -4,13 +4,12 @@ tests/test_spark_upgrade.py): flag, environment, config file and `installed` nam
 a bad value is a one-line usage error (exit 2) that changes nothing."""
 from __future__ import annotations
 
-import shutil
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 from streamctl.formats.errors import UsageError
 from streamctl.inspectors.lines import parse_line
 
@@ -19,7 +18,7 @@ FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 
 def _format2(tmp_path: Path) -> Path:
     ck = tmp_path / "ck"
-    shutil.copytree(FIXTURE, ck)
+    copy_spark35(FIXTURE, ck)
     (ck / "commits" / "3").write_text('v2\n{"nextBatchWatermarkMs":0}')
     (ck / "commits" / ".3.crc").unlink()
     return ck

@@ -2,12 +2,11 @@
 stands in for S3, and streamctl reads it through pyarrow.fs with s3:// URIs."""
 from __future__ import annotations
 
-import shutil
 import time
 
 import pytest
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 from helpers.s3_fixtures import CountingProxy, free_port, moto_server, s3, upload  # noqa: F401, F811  (s3: a fixture)
 
 pytestmark = pytest.mark.skipif(moto_server is None, reason="moto[server] is installed by ./dev test")
@@ -15,18 +14,19 @@ pytestmark = pytest.mark.skipif(moto_server is None, reason="moto[server] is ins
 FIXTURE = SPARK35 / "agg_hdfs" / "checkpoint"
 
 
-def test_inspect_epochs_and_state_on_s3_match_local(cli, s3):
+def test_inspect_epochs_and_state_on_s3_match_local(cli, s3, tmp_path):
     fs, port = s3
-    upload(fs, FIXTURE, "agg")
+    ck = copy_spark35(FIXTURE, tmp_path / "checkpoint")  # its input folder beside it, as on S3 nothing is checked
+    upload(fs, ck, "agg")
     uri = f"s3://chk/agg?endpoint_override=127.0.0.1:{port}&scheme=http"
     remote = cli("inspect", "epochs", uri, "--json")
-    local = cli("inspect", "epochs", str(FIXTURE), "--json")
+    local = cli("inspect", "epochs", str(ck), "--json")
     assert remote.code == local.code == 0, remote
     rq, lq = remote.json()["queries"][0], local.json()["queries"][0]
     for key in ("query_id", "planned", "committed", "state_epoch", "common_window", "verdict", "retained"):
         assert rq[key] == lq[key], key
     rs = cli("inspect", "state", uri, "--json").json()
-    ls = cli("inspect", "state", str(FIXTURE), "--json").json()
+    ls = cli("inspect", "state", str(ck), "--json").json()
     assert [s["durable_version"] for s in rs["operators"][0]["stores"]] == \
         [s["durable_version"] for s in ls["operators"][0]["stores"]]
 
@@ -67,6 +67,7 @@ def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, 
     for b in range(versions):
         files[f"offsets/{b}"] = f'v1\n{meta}\n{{"logOffset":{b}}}'
         files[f"commits/{b}"] = 'v1\n{"nextBatchWatermarkMs":0}'
+        files[f"sources/0/{b}"] = 'v1\n{"path":"s3://in/part-%d.json","timestamp":1,"batchId":%d}' % (b, b)
     for p in range(parts):
         for v in range(1, versions + 1):
             files[f"state/0/{p}/{v}.delta"] = "x"
@@ -88,12 +89,13 @@ def test_state_listing_is_one_recursive_listing_not_one_request_per_folder(cli, 
     assert isinstance(fs, pafs.S3FileSystem)
 
 
-def test_small_files_are_read_concurrently_within_the_request_bound(cli, s3):
+def test_small_files_are_read_concurrently_within_the_request_bound(cli, s3, tmp_path):
     """The few small files of a checkpoint (metadata, offsets/P and P-1, commits/C) are read at
     once on object stores: with a 100 ms round trip, requests overlap, their number does not
     grow, and the findings are those of the local copy."""
     fs, port = s3
-    upload(fs, FIXTURE, "overlap")
+    ck = copy_spark35(FIXTURE, tmp_path / "checkpoint")
+    upload(fs, ck, "overlap")
     proxy = CountingProxy(port, delay=0.1)
     try:
         uri = f"s3://chk/overlap?endpoint_override=127.0.0.1:{proxy.port}&scheme=http"
@@ -104,7 +106,7 @@ def test_small_files_are_read_concurrently_within_the_request_bound(cli, s3):
               f"{proxy.max_in_flight} at once, {len(reads)} reads")
     finally:
         proxy.close()
-    local = cli("inspect", "epochs", str(FIXTURE), "--json", "--quiet-period", "0")
+    local = cli("inspect", "epochs", str(ck), "--json", "--quiet-period", "0")
     assert remote.code == local.code == 0, remote
     rq, lq = remote.json()["queries"][0], local.json()["queries"][0]
     assert [(f["code"], f["severity"]) for f in rq["findings"]] == [(f["code"], f["severity"]) for f in lq["findings"]]
@@ -124,7 +126,7 @@ def test_torn_state_file_is_found_on_s3_as_locally(cli, s3, tmp_path, scenario, 
     --deep (and in every mutation's inspection) as on the local file system."""
     fs, port = s3
     ck = tmp_path / "checkpoint"
-    shutil.copytree(FIXTURE.parent.parent / scenario / "checkpoint", ck)
+    copy_spark35(FIXTURE.parent.parent / scenario / "checkpoint", ck)
     store = ck / "state/0/0"
     whole = (store / victim).read_bytes()
     (store / victim).write_bytes(whole[: len(whole) // 2])

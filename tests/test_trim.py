@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.paths import SPARK35
+from helpers.paths import SPARK35, copy_spark35
 from streamctl.operations.journal import CRASH_EXIT
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
@@ -129,13 +129,12 @@ def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path
     """Crash injection (the test-only hook) after every journal record, then --resume: the
     checkpoint ends byte-identical to an uninterrupted trim, and verified."""
     import os
-    import shutil
     import subprocess
 
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0")
     ref = tmp_path / "ref"
-    shutil.copytree(FIXTURE, ref)
+    copy_spark35(FIXTURE, ref)
     out = subprocess.run([exe, "trim", str(ref), "--keep-epochs", "1", "--execute", "--json"], env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -144,7 +143,7 @@ def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path
     assert records > 6
     for n in sorted({1, 2, 3, records // 2, records - 2, records - 1} | set(range(1, records, 6))):
         ck = tmp_path / f"crash-{n}"
-        shutil.copytree(FIXTURE, ck)
+        copy_spark35(FIXTURE, ck)
         crashed = subprocess.run([exe, "trim", str(ck), "--keep-epochs", "1", "--execute"],
                                  env=dict(env, STREAMCTL_TEST_CRASH_AFTER=str(n)), capture_output=True, text=True)
         assert crashed.returncode == CRASH_EXIT, (n, crashed.stderr)
@@ -165,7 +164,6 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
     """The throttled meter (files done, bytes, rate, eta) goes to stderr when it is a terminal;
     piped or with --json nothing is shown."""
     import os
-    import shutil
     import subprocess
 
     exe = str(Path(sys.executable).with_name("streamctl"))
@@ -176,7 +174,7 @@ def test_a_long_trim_shows_files_bytes_rate_and_eta_on_a_terminal_only(tmp_path)
     seen = {}
     for mode in ("tty", "pipe", "tty-json"):
         ck = tmp_path / mode
-        shutil.copytree(FIXTURE, ck)
+        copy_spark35(FIXTURE, ck)
         argv = [exe, "trim", str(ck), "--keep-epochs", "1", "--execute"] + (["--json"] if mode == "tty-json" else [])
         if mode == "pipe":
             p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)

@@ -10,9 +10,9 @@ SPARK35 = TESTS / "fixtures" / "spark-3.5"  # checkpoints PySpark 3.5 wrote (tes
 GOLDEN = TESTS / "golden"  # the golden JSON documents
 
 
-def copy_spark35(fixture: Path, dest: Path) -> Path:
+def copy_spark35(fixture: Path, dest: Path, inp: Path | None = None) -> Path:
     """A copy of a PySpark 3.5 fixture checkpoint at `dest`, its file source's log naming an input
-    folder beside the copy (`<dest>/../input`, made here, empty: the fixture's input files were
+    folder (`inp`, by default `<dest>/../input`; made here, empty: the fixture's input files were
     deleted after the run): the log names the folder the fixture was produced in, which exists on
     no other machine, and a restart fails when its input folder is gone (SOURCE_GONE)."""
     import re
@@ -21,7 +21,7 @@ def copy_spark35(fixture: Path, dest: Path) -> Path:
     from streamctl.formats.checksum import hadoop_crc
 
     shutil.copytree(fixture, dest, symlinks=True)
-    inp = dest.parent / "input"
+    inp = inp or dest.parent / "input"
     inp.mkdir(parents=True, exist_ok=True)
     for log in (dest / "sources").glob("*/*"):
         if log.name.startswith(".") or not log.is_file():
