@@ -722,14 +722,18 @@ def _restore_files(store: StoreFiles, required: int, full_at: Any, incr_at: Any,
 def _ends(storage: Storage, rel: str, head: int, tail: int,
           data: Optional[bytes] = None) -> Optional[tuple[bytes, bytes, int] | str]:
     """A file's head and tail for the torn checks (from `data`, its bytes, when read already);
-    "empty file" for an empty one; None when it cannot be judged (unreadable, not a regular file)."""
+    "empty file" for an empty one, "not a regular file" for a named pipe or a device where the
+    file belongs (the restart blocks or fails opening it); None when it cannot be judged
+    (unreadable)."""
     if data is not None:
         return (data[:head], data[max(len(data) - tail, 0):], len(data)) if data else "empty file"
     try:
         ends = storage.read_ends(rel, head, tail)
     except StorageError:
         return None
-    if ends is not None and ends[2] == 0:
+    if ends is None:
+        return "not a regular file"
+    if ends[2] == 0:
         return "empty file"
     return ends
 
