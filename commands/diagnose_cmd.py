@@ -34,6 +34,11 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
                 "why": "the query was retired by streamctl drop-sink: do not restart it (its restart fails); start a "
                        "successor from the hand-off in the archive, or undo the retirement"
                        + (" with the command below" if undo else "")}
+    not_a_checkpoint = [f for f in q.findings if f.code == "UNREADABLE" and f.details.get("not_a_checkpoint")]
+    if not_a_checkpoint:
+        return {"action": "manual", "command": None,
+                "why": "nothing to repair here: the path is not a checkpoint; diagnose the folder the query's "
+                       "checkpointLocation names (or the pipeline's name)"}
     if "LIVE_QUERY" in codes:
         return {"action": "stop", "command": _command("streamctl", "stop", checkpoint),
                 "why": "the query is running: streamctl repairs nothing under a live query; if it is stuck, stop it "
@@ -98,7 +103,7 @@ def diagnose(
     from streamctl.console import context
     from streamctl.console.config import load_config, resolve_target
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.findings import Finding, finding_records
+    from streamctl.inspectors.findings import Finding, finding_records, positions_text
 
     config = load_config(context.CONFIG_PATH)
     t = resolve_target(checkpoint, sink, str(sink_kind), app_id, config)
@@ -113,8 +118,10 @@ def diagnose(
     if as_json:
         render.emit_json(doc)
     else:
-        lines = [f"{q.checkpoint}: {q.verdict} (planned {q.planned}, committed {q.committed}"
-                 + (f", sink epoch {q.sink.epoch}" if q.sink is not None else "") + ")"]
+        known = step["action"] != "manual" or not any(f.details.get("not_a_checkpoint") for f in q.findings)
+        where = positions_text({"planned": q.planned, "committed": q.committed,
+                                "sink_epoch": q.sink.epoch if q.sink is not None else None}, q.sink is not None)
+        lines = [f"{q.checkpoint}: {q.verdict}" + (f" ({where})" if known else "")]
         for f in sorted(q.findings, key=Finding.sort_key):
             lines.append(f"  {f.severity} {f.code}: {f.message}")
         lines.append(f"next: {step['why']}")

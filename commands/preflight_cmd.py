@@ -37,7 +37,7 @@ def preflight(
     """
     from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.findings import finding_records, verdict_of
+    from streamctl.inspectors.findings import finding_records, shown, verdict_of
     from streamctl.inspectors.preflight import compare_keys, compare_operators, compare_source_paths
     from streamctl.pipeline.preflight import VERIFIED, file_sources, load_query, state_keys, stateful_operators
 
@@ -76,7 +76,7 @@ def preflight(
     if as_json:
         render.emit_json(doc)
     else:
-        lines = [f"checkpoint {q.checkpoint} (committed {'none' if q.committed is None else q.committed})",
+        lines = [f"checkpoint {q.checkpoint} (committed {shown(q.committed)})",
                  "  checkpoint operators: " + (", ".join(f"{i}: {n}" for i, n in sorted(old.items())) or "none"),
                  "  query operators:      " + (", ".join(f"{i}: {name} ({node})" for i, (node, name) in sorted(new.items()))
                                                or "none")]

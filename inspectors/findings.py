@@ -172,6 +172,19 @@ def ranges_text(ranges: list[tuple[int, int]], limit: int = 5) -> str:
     return summarize([str(a) if a == b else f"{a}..{b}" for a, b in ranges], limit)
 
 
+def shown(value: Any) -> str:
+    """A value as an operator reads it: "none" for a position (or anything) that does not exist,
+    never Python's `None`."""
+    return "none" if value is None else str(value)
+
+
+def positions_text(pos: Mapping[str, Any], sink: bool) -> str:
+    """`planned 3, committed 3, sink epoch 3` from a plan's before/after record; the sink part
+    only where a sink was inspected."""
+    out = f"planned {shown(pos.get('planned'))}, committed {shown(pos.get('committed'))}"
+    return out + (f", sink epoch {shown(pos.get('sink_epoch'))}" if sink else "")
+
+
 def human_bytes(n: int) -> str:
     """1536 -> `1.5 KiB` (B, KiB, MiB, GiB)."""
     size = float(n)
