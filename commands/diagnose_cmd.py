@@ -26,7 +26,6 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
     from streamctl.operations.align import AlignRequest, plan_align
     from streamctl.operations.plan import Refused
 
-    codes = {f.code for f in q.findings}
     retired = [f for f in q.findings if f.code == "RETIRED"]
     if retired:
         undo = retired[0].details.get("undo")
@@ -39,7 +38,13 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
         return {"action": "manual", "command": None,
                 "why": "nothing to repair here: the path is not a checkpoint; diagnose the folder the query's "
                        "checkpointLocation names (or the pipeline's name)"}
-    if "LIVE_QUERY" in codes:
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    if live and live[0].details.get("lease") is None:  # the quiet period's evidence: no agent to ask
+        return {"action": "stop", "command": None,
+                "why": "the query looks alive (its newest log file changed within the quiet period): streamctl repairs "
+                       "nothing under a live query; stop it and diagnose again, or if it is already stopped (a run "
+                       "that just ended, a hand edit) diagnose again with --quiet-period 0"}
+    if live:
         return {"action": "stop", "command": _command("streamctl", "stop", checkpoint),
                 "why": "the query is running: streamctl repairs nothing under a live query; if it is stuck, stop it "
                        "first and diagnose again"}

@@ -764,11 +764,12 @@ class _Inspector:
             entries = {rel: e for rel, e in entries.items() if own.get(rel) != [int(e.size or 0), int(e.mtime_ns or 0)]}
             age = age_of(entries)
         if age is not None and age < quiet:
-            newest = max(entries, key=lambda rel: entries[rel].mtime_ns or 0)
+            # on a tie the commit, written after its offsets
+            newest = max(entries, key=lambda rel: (entries[rel].mtime_ns or 0, rel.startswith("commits")))
             self.findings.append(Finding(
                 "LIVE_QUERY",
                 f"the query looks alive: its newest log file {newest} changed {age:.1f} s ago, within the quiet period "
-                f"of {quiet:g} s{basis}, and no agent lease says otherwise; mutating commands refuse. This also follows a "
+                f"of {quiet:g} s{basis}, and no agent lease is live; mutating commands refuse. This also follows a "
                 "run that just ended or a hand edit: if the query is stopped, rerun with "
                 "--quiet-period 0 or --assume-stopped where the command has it",
                 details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None,

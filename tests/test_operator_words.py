@@ -25,6 +25,8 @@ def _old(root: Path) -> Path:
 
 def _source_log(chk: Path) -> Path:
     """`sources/0/<b>` for every offsets file's logOffset: the file source's log a restart reads."""
+    if (chk / "sources").exists():  # the layout wrote it already
+        return chk
     (chk / "sources" / "0").mkdir(parents=True)
     folder = chk.parent / f"{chk.name}-input"
     folder.mkdir()
@@ -117,6 +119,9 @@ def test_live_query_from_the_quiet_period_says_what_it_is_based_on(cli, tmp_path
     msg = f["message"]
     assert "commits/2" in msg and "quiet period of 120 s" in msg, msg
     assert "a run that just ended or a hand edit" in msg and "--quiet-period 0" in msg and "--assume-stopped" in msg, msg
+    r = cli("diagnose", str(chk), "--quiet-period", "120", "--json")
+    step = r.json()["next"]
+    assert step["action"] == "stop" and step["command"] is None and "--quiet-period 0" in step["why"], step
     r = cli("align", str(chk), "--quiet-period", "120")
     assert r.code == 4 and "--quiet-period 0" in r.stderr and "None" not in r.stderr, r
     r = cli("align", str(chk), "--quiet-period", "0")
