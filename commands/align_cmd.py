@@ -12,16 +12,18 @@ from streamctl.commands import options
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
+    from streamctl.inspectors.findings import positions_text, shown
     from streamctl.operations.plan import epochs_text
 
     b, a = plan.before, plan.after
+    sink = "sink" in plan.roots
     head = "Executed" if executed else "Plan (nothing changed; add --execute to carry it out)"
     lines = [
         f"{head}: align {plan.roots['checkpoint']}" + (f" with sink {plan.roots['sink']}" if "sink" in plan.roots else ""),
-        f"  before: planned {b.get('planned')}, committed {b.get('committed')}, sink epoch {b.get('sink_epoch')}, "
-        f"verdict {b.get('verdict')} ({', '.join(b.get('findings') or []) or 'no findings'})",
-        f"  strategy: {plan.strategy}, target epoch {plan.target} -> planned {a.get('planned')}, committed "
-        f"{a.get('committed')}, sink epoch {a.get('sink_epoch')}; expected verdict {plan.expected_verdict}",
+        f"  before: {positions_text(b, sink)}, verdict {b.get('verdict')} "
+        f"({', '.join(b.get('findings') or []) or 'no findings'})",
+        f"  strategy: {plan.strategy}, target epoch {shown(plan.target)} -> {positions_text(a, sink)}; expected verdict "
+        f"{plan.expected_verdict}",
         f"  delivery: {plan.classification}"
         + (f" (duplicates: epochs {epochs_text(plan.duplicates)})" if plan.duplicates else "")
         + (f" (loss: epochs {epochs_text(plan.loss)})" if plan.loss else ""),
@@ -82,6 +84,7 @@ def align(
     """
     from streamctl.commands import mutation
     from streamctl.formats.errors import UsageError
+    from streamctl.inspectors.findings import positions_text, shown
     from streamctl.operations.align import AlignRequest, operation, plan_align
 
     if to not in ("auto", "max") and not to.isdigit():
@@ -105,5 +108,5 @@ def align(
     # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
     mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json, lambda plan: (
-                                 f"Nothing to do: {location} is {plan.before.get('verdict')} at epoch {plan.target}"
-                                 f" (planned {plan.after.get('planned')}, sink epoch {plan.after.get('sink_epoch')})"))
+                                 f"Nothing to do: {location} is {plan.before.get('verdict')} at epoch "
+                                 f"{shown(plan.target)} ({positions_text(plan.after, sink is not None)})"))

@@ -26,7 +26,6 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
     from streamctl.operations.align import AlignRequest, plan_align
     from streamctl.operations.plan import Refused
 
-    codes = {f.code for f in q.findings}
     retired = [f for f in q.findings if f.code == "RETIRED"]
     if retired:
         undo = retired[0].details.get("undo")
@@ -34,7 +33,18 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
                 "why": "the query was retired by streamctl drop-sink: do not restart it (its restart fails); start a "
                        "successor from the hand-off in the archive, or undo the retirement"
                        + (" with the command below" if undo else "")}
-    if "LIVE_QUERY" in codes:
+    not_a_checkpoint = [f for f in q.findings if f.code == "UNREADABLE" and f.details.get("not_a_checkpoint")]
+    if not_a_checkpoint:
+        return {"action": "manual", "command": None,
+                "why": "nothing to repair here: the path is not a checkpoint; diagnose the folder the query's "
+                       "checkpointLocation names (or the pipeline's name)"}
+    live = [f for f in q.findings if f.code == "LIVE_QUERY"]
+    if live and live[0].details.get("lease") is None:  # the quiet period's evidence: no agent to ask
+        return {"action": "stop", "command": None,
+                "why": "the query looks alive (its newest log file changed within the quiet period): streamctl repairs "
+                       "nothing under a live query; stop it and diagnose again, or if it is already stopped (a run "
+                       "that just ended, a hand edit) diagnose again with --quiet-period 0"}
+    if live:
         return {"action": "stop", "command": _command("streamctl", "stop", checkpoint),
                 "why": "the query is running: streamctl repairs nothing under a live query; if it is stuck, stop it "
                        "first and diagnose again"}
@@ -98,7 +108,7 @@ def diagnose(
     from streamctl.console import context
     from streamctl.console.config import load_config, resolve_target
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.findings import Finding, finding_records
+    from streamctl.inspectors.findings import Finding, finding_records, positions_text
 
     config = load_config(context.CONFIG_PATH)
     t = resolve_target(checkpoint, sink, str(sink_kind), app_id, config)
@@ -113,8 +123,10 @@ def diagnose(
     if as_json:
         render.emit_json(doc)
     else:
-        lines = [f"{q.checkpoint}: {q.verdict} (planned {q.planned}, committed {q.committed}"
-                 + (f", sink epoch {q.sink.epoch}" if q.sink is not None else "") + ")"]
+        known = step["action"] != "manual" or not any(f.details.get("not_a_checkpoint") for f in q.findings)
+        where = positions_text({"planned": q.planned, "committed": q.committed,
+                                "sink_epoch": q.sink.epoch if q.sink is not None else None}, q.sink is not None)
+        lines = [f"{q.checkpoint}: {q.verdict}" + (f" ({where})" if known else "")]
         for f in sorted(q.findings, key=Finding.sort_key):
             lines.append(f"  {f.severity} {f.code}: {f.message}")
         lines.append(f"next: {step['why']}")

@@ -12,6 +12,7 @@ from streamctl.commands import options
 from streamctl.commands.options import APP_ID_OPT, BREAK_LOCK_OPT, EXECUTE_OPT, QUIET_OPT, SINK_KIND_OPT, SinkKind
 from streamctl.console import plan_view, render
 from streamctl.inspectors.documents import document
+from streamctl.inspectors.findings import positions_text, shown
 
 
 def _say(as_json: bool) -> Any:
@@ -26,9 +27,8 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     head = "Executed" if executed else "Plan (nothing changed; add --execute to carry it out)"
     lines = [
         f"{head}: drop-sink {plan.roots['sink']} of {plan.roots['checkpoint']}",
-        f"  before: planned {b.get('planned')}, committed {b.get('committed')}, sink epoch {b.get('sink_epoch')}, "
-        f"query {b.get('query_id')}",
-        f"  final epoch {plan.target}" + (f", in-flight epoch {plan.after.get('discarded_epoch')} discarded"
+        f"  before: {positions_text(b, True)}, query {shown(b.get('query_id'))}",
+        f"  final epoch {shown(plan.target)}" + (f", in-flight epoch {plan.after.get('discarded_epoch')} discarded"
                                           if plan.after.get("discarded_epoch") is not None else "")
         + f"; archive {plan.roots['archive']}" + (" (copies purged at the end)" if plan.settings.get("purge") else ""),
     ]
@@ -46,7 +46,7 @@ def _show(outcome: Any, as_json: bool) -> None:
            "final_epoch": plan.target, "plan": plan.output_record(render.PRETTY_LIMIT), "verified": ok, "after": got})
     lines = plan_lines(plan, executed=True) + [
         f"archive and journal: {archive.location} (undo: streamctl drop-sink --undo {archive.location})",
-        f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {plan.target})",
+        f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {shown(plan.target)})",
         f"verified: {'yes' if ok else 'NO'}" + ("" if ok else " — " + "; ".join(got["problems"][:3]))]
     plan_view.emit(doc, as_json, lines)
     if not ok:

@@ -10,6 +10,7 @@ from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import inspect_view as view
 from streamctl.console import render
 from streamctl.console.exit_codes import exit_for_verdict
+from streamctl.inspectors.findings import shown
 
 
 def inspect_kafka(
@@ -62,7 +63,7 @@ def inspect_kafka(
             row = [r["topic"], r["partition"], r["committed"], r["planned"], r["earliest"], r["latest"], r["lag"], r["status"]]
             rows_out.append(row + [r["group_offset"]] if group else row)
         render.emit_table(head + (["group offset"] if group else []), rows_out, output,
-                          title=f"{q.checkpoint}  (committed {q.committed}, planned {q.planned}) on {ks.bootstrap}")
+                          title=f"{q.checkpoint}  (committed {shown(q.committed)}, planned {shown(q.planned)}) on {ks.bootstrap}")
         render.emit_lines([f"{t}: {v['partitions']} partitions, lag {v['lag']}, lost {v['lost']}, at risk {v['at_risk']}"
                            for t, v in doc["topics"].items()] or ["no Kafka source in this checkpoint"], output, title="Totals")
         render.emit_lines([view.finding_line(f) for f in doc["findings"]] or ["none"], output, title="Findings")

@@ -10,6 +10,7 @@ from streamctl.commands.options import FORMAT_OPT, JSON_OPT, QUIET_OPT
 from streamctl.console import context, render
 from streamctl.console import inspect_view as view
 from streamctl.console.exit_codes import exit_for_verdict
+from streamctl.inspectors.findings import shown
 
 
 def inspect_state(
@@ -68,8 +69,10 @@ def inspect_state(
             summary.append(
                 f"operator {op['operator']} ({op['name'] or 'unnamed'}, {op['provider']}): "
                 f"{op['partitions_found']}/{op['num_partitions'] if op['num_partitions'] is not None else '?'} partitions, "
-                f"{sm['stores']} stores, durable versions {sm['min_durable_version']}..{sm['max_durable_version']}; {chains or 'no stores'}")
-        title = f"{doc['checkpoint']}  (committed {doc['committed']}, next run restores version {doc['required_version']})"
+                f"{sm['stores']} stores, durable versions {shown(sm['min_durable_version'])}..{shown(sm['max_durable_version'])}; "
+                f"{chains or 'no stores'}")
+        title = f"{doc['checkpoint']}  (committed {shown(doc['committed'])}" + (
+            f", next run restores version {doc['required_version']})" if doc["required_version"] is not None else ")")
         if rows:
             render.emit_table(["op", "partition", "store", "provider", "versions", "newest snapshot", "durable", "chain"]
                               + (["path", "restores", "first restorable", "orphans", "unique ids"] if context.WIDE else []),

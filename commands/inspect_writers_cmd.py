@@ -10,6 +10,7 @@ from streamctl.commands.options import APP_ID_OPT, FORMAT_OPT, JSON_OPT, QUIET_O
 from streamctl.console import inspect_view as view
 from streamctl.console import render
 from streamctl.console.exit_codes import exit_for_verdict
+from streamctl.inspectors.findings import shown
 
 
 def _inspect_all(targets: list[tuple[str, Optional[str], str, Optional[str]]], output: str,
@@ -62,10 +63,10 @@ def inspect_writers(
     else:
         for q in doc["queries"]:
             if output == "table":  # on a terminal: the picture first, the table below it
-                render.emit_chart(q, f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
+                render.emit_chart(q, f"{q['checkpoint']}  (query {shown(q['query_id'])}, committed {shown(q['committed'])})")
             rows = [[w["writer"], w["kind"], w["first"], w["last"], w["status"]] for w in q["writers"]]
             render.emit_table(["writer", "kind", "first", "last", "status"], rows, output,
-                              title=f"{q['checkpoint']}  (query {q['query_id']}, committed {q['committed']})")
+                              title=f"{q['checkpoint']}  (query {shown(q['query_id'])}, committed {shown(q['committed'])})")
             lines = [f"common window: {view.window(q['common_window'])}"]
             for status in ("ahead", "behind", "broken", "empty"):
                 if q[status]:

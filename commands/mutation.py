@@ -87,6 +87,10 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
     from streamctl.operations.runner import Request
 
     if execute_it:
+        from streamctl.inspectors.checkpoint import require_checkpoint
+        from streamctl.inspectors.storage import Storage
+
+        require_checkpoint(Storage.open(location))  # before the lock: nothing is created where no checkpoint is
         execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock, step_back=own_process()),
                 operation, lines, as_json)
         return

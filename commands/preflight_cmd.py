@@ -23,9 +23,11 @@ def preflight(
     compares its stateful operators (ids and names, as Spark numbers them) with the checkpoint's
     operator metadata, as Spark's restart does, then the state key types of the deduplication and
     aggregation operators it keeps with the checkpoint's state schema files, as Spark's first batch
-    does. Exit 0 when they fit, 1 when the restart would fail (STATEFUL_OPERATORS_CHANGED,
-    STATE_KEY_SCHEMA_CHANGED, naming Spark's error), 2 for a bad --query, 3 for an unreadable
-    checkpoint. Value schemas, joins and transformWithState keys are not compared.
+    does, and the path each file source reads with the folder the checkpoint's source log names
+    for its newest files (SOURCE_PATH_CHANGED: the restart fails or reads every file again). Exit 0
+    when they fit, 1 when the restart would fail or read input again (STATEFUL_OPERATORS_CHANGED,
+    STATE_KEY_SCHEMA_CHANGED, naming Spark's error; SOURCE_PATH_CHANGED), 2 for a bad --query, 3
+    for an unreadable checkpoint. Value schemas, joins and transformWithState keys are not compared.
 
     Examples:
 
@@ -35,9 +37,9 @@ def preflight(
     """
     from streamctl.formats.errors import StorageError, UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
-    from streamctl.inspectors.findings import finding_records, verdict_of
-    from streamctl.inspectors.preflight import compare_keys, compare_operators
-    from streamctl.pipeline.preflight import VERIFIED, load_query, state_keys, stateful_operators
+    from streamctl.inspectors.findings import finding_records, shown, verdict_of
+    from streamctl.inspectors.preflight import compare_keys, compare_operators, compare_source_paths
+    from streamctl.pipeline.preflight import VERIFIED, file_sources, load_query, state_keys, stateful_operators
 
     try:
         build = load_query(query)
@@ -55,6 +57,7 @@ def preflight(
         df = build(spark)
         new = stateful_operators(df)
         keys = state_keys(df)
+        paths = file_sources(df)
     except Exception as exc:  # the user's code: its own error, one line
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         raise UsageError(f"--query {query}: {type(exc).__name__}: {first_line}") from None
@@ -62,20 +65,24 @@ def preflight(
     findings = compare_operators(q.committed, old, new, VERIFIED)
     if not findings and q.committed is not None:
         findings = compare_keys(q.checkpoint, old, new, keys)
+    findings += compare_source_paths(q.checkpoint, q.planned, q.sources, paths)
     verdict = verdict_of(findings)  # the findings are errors: misaligned when there are any
     doc = document("Preflight", {"checkpoint": q.checkpoint, "query": query,
            "committed": q.committed,
            "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
            "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],
+           "query_file_sources": [{"source": name if name is not None else i, "path": path} for i, name, path, _ in paths],
            "findings": finding_records(findings), "verdict": verdict})
     if as_json:
         render.emit_json(doc)
     else:
-        lines = [f"checkpoint {q.checkpoint} (committed {q.committed})",
+        lines = [f"checkpoint {q.checkpoint} (committed {shown(q.committed)})",
                  "  checkpoint operators: " + (", ".join(f"{i}: {n}" for i, n in sorted(old.items())) or "none"),
                  "  query operators:      " + (", ".join(f"{i}: {name} ({node})" for i, (node, name) in sorted(new.items()))
                                                or "none")]
         lines += [f"{f.severity}  {f.code}  {f.message}" for f in findings]
-        lines.append(f"verdict: {'the restart fails' if findings else 'fits: the operators and their state keys match'}")
+        fails = any(f.details.get("restart_error") for f in findings)
+        lines.append("verdict: " + ("the restart fails" if fails else "the restart reads input again" if findings
+                                    else "fits: the operators, their state keys and the file sources' paths match"))
         render.emit_lines(lines, "plain")
     raise exit_for_verdict(verdict)

@@ -7,6 +7,7 @@ import typer
 
 from streamctl.console import context, render
 from streamctl.inspectors.documents import document
+from streamctl.inspectors.findings import shown
 
 
 def _age(ms: Optional[int], now: int) -> str:
@@ -103,11 +104,11 @@ def stop(
     out = wait_released(st, lease, timeout, lambda ls, s: say(_describe(ls, s, now_ms())))
     lease = out.lease
     if out.status == "released":
-        say(f"stopped after {out.waited_s:.1f}s; last batch {'none' if lease.last_batch is None else lease.last_batch}")
+        say(f"stopped after {out.waited_s:.1f}s; last batch {shown(lease.last_batch)}")
         finish(True, lease, None, out.waited_s)
     if out.status in ("stale", "unknown"):
         finish(False, lease, f"{describe_expired(lease, out.driver)}; the stop request was withdrawn", out.waited_s)
     finish(False, lease, f"timed out after {timeout:g}s; the lease is still {lease.state} "
-           f"(last batch {lease.last_batch}, heartbeat {_age(lease.heartbeat_ms, now_ms())}"
+           f"(last batch {shown(lease.last_batch)}, heartbeat {_age(lease.heartbeat_ms, now_ms())}"
            + (f"; {describe_expired(lease, out.driver)}" if out.driver else "")
            + "); the stop request was withdrawn", out.waited_s)

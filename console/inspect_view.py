@@ -77,8 +77,9 @@ def epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[s
     with_kafka = any(q["kafka"] for q in doc["queries"])
     with_reclaim = any(q.get("reclaimable") for q in doc["queries"])
     for q in doc["queries"]:
+        not_a_checkpoint = any(f.get("not_a_checkpoint") for f in q["findings"])  # nothing known, not even "stateless"
         row = [q["query_id"], q["checkpoint"], q["planned"], q["committed"],
-               q["state_epoch"] if q["stateful"] else "stateless"]
+               q["state_epoch"] if q["stateful"] else None if not_a_checkpoint else "stateless"]
         if with_sink:
             row += [f"{q['sink']['kind']} {q['sink']['epoch'] if q['sink']['epoch'] is not None else '-'}"
                     if q["sink"] else "-"]

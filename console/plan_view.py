@@ -10,6 +10,7 @@ import typer
 from streamctl.console import render
 from streamctl.console.errors import exit_code_for, fail
 from streamctl.inspectors.documents import document
+from streamctl.inspectors.findings import positions_text
 
 Lines = Callable[..., list[str]]  # (plan, executed=False) -> the plan's lines
 
@@ -79,8 +80,8 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
     out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
         f"backup and journal: {outcome.backup.location} ({_backup_size(outcome.backup)}; undo: streamctl {name} --undo "
         f"{outcome.backup.location}; elsewhere next time: --backup-dir)",
-        f"verified: {'yes' if ok else 'NO'} — now planned {got.get('planned')}, committed {got.get('committed')}, "
-        f"sink epoch {got.get('sink_epoch')}, verdict {got.get('verdict')} (expected {plan.expected_verdict})"]
+        f"verified: {'yes' if ok else 'NO'} — now {positions_text(got, 'sink' in plan.roots)}, verdict "
+        f"{got.get('verdict')} (expected {plan.expected_verdict})"]
     emit(doc, as_json, out)
     if not ok:
         raise NotVerified(f"{plan.roots['checkpoint']}: {name} ran but the checkpoint is {got.get('verdict')} "
@@ -107,8 +108,7 @@ def show_undo(name: str, done: Any, as_json: bool) -> None:
     doc = document(f"{title(name)}Undo", {"backup": done.backup.location,
            "restored": len(done.restored), "after": after, "before_operation": done.plan.before, "verified": done.verified})
     emit(doc, as_json, [f"Undone: {len(done.restored)} file(s) restored from {done.backup.location}",
-                        f"now planned {after.get('planned')}, committed {after.get('committed')}, sink epoch "
-                        f"{after.get('sink_epoch')}, verdict {after.get('verdict')} (as before the operation: "
-                        f"{'yes' if done.verified else 'NO'})"])
+                        f"now {positions_text(after, 'sink' in done.plan.roots)}, verdict {after.get('verdict')} "
+                        f"(as before the operation: {'yes' if done.verified else 'NO'})"])
     if not done.verified:
         raise NotVerified(f"{done.plan.roots['checkpoint']}: undo ran but the positions differ from before the operation")

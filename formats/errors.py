@@ -23,7 +23,8 @@ class StorageError(PathError):
 
 
 class NotACheckpoint(StorageError):
-    """The folder exists but holds nothing a Spark checkpoint would."""
+    """The path given as a checkpoint is none: it does not exist, is a file, or holds nothing a
+    Spark checkpoint would."""
 
 
 class UsageError(StreamctlError):

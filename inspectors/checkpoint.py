@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from streamctl.formats.checksum import crc_name
 from streamctl.formats.commits import CommitEntry, parse_commit
-from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.errors import NotACheckpoint, StorageError, StreamctlError
 from streamctl.formats.metadata import parse_query_metadata
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets, source_id_of
 from streamctl.formats.reader import load_json
@@ -29,6 +29,7 @@ from streamctl.inspectors.findings import (
     ids_of,
     missing_ranges,
     ranges_text,
+    shown,
     summarize,
     verdict_of,
 )
@@ -181,8 +182,31 @@ def _source_record(s: SourceInfo) -> dict[str, Any]:
     return rec
 
 
-def _unreadable(checkpoint: str, path: str, reason: str) -> QueryInspection:
-    finding = Finding("UNREADABLE", f"{path}: {reason}", details={"path": path, "reason": reason})
+# what a checkpoint folder holds: the advice for a path that is none
+CHECKPOINT_HOLDS = ("a checkpoint is the folder a query's checkpointLocation names: it holds metadata, offsets/ and "
+                    "commits/, and state/ for a stateful query")
+
+
+def require_checkpoint(st: Storage) -> dict[str, Any]:
+    """The checkpoint folder's entries by name; NotACheckpoint when `st` does not exist, is a
+    file, or holds none of a checkpoint's parts (nothing is created or changed)."""
+    kind = st.kind("")
+    if kind == "missing":
+        raise NotACheckpoint(st.display, f"does not exist: not a checkpoint ({CHECKPOINT_HOLDS})")
+    if kind == "file":
+        raise NotACheckpoint(st.display, f"is a file, not a checkpoint ({CHECKPOINT_HOLDS})")
+    root = {e.name: e for e in st.list_dir("") or []}
+    if not ({"metadata", "offsets", "commits", "state"} & set(root)):
+        raise NotACheckpoint(st.display, f"not a Spark checkpoint: no metadata, offsets/, commits/ or state/ "
+                                         f"({CHECKPOINT_HOLDS}; a query that has not run yet wrote none)")
+    return root
+
+
+def _unreadable(checkpoint: str, path: str, reason: str, not_a_checkpoint: bool = False) -> QueryInspection:
+    details: dict[str, Any] = {"path": path, "reason": reason}
+    if not_a_checkpoint:
+        details["not_a_checkpoint"] = True
+    finding = Finding("UNREADABLE", f"{path}: {reason}", details=details)
     empty = LogListing(exists=False)
     return QueryInspection(checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None, None, (finding,))
 
@@ -221,10 +245,10 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
         storage = masked(Storage.open(location), absent)
         q = _Inspector(storage, progress, quiet_period_s, now_ms, deep, target_spark).run()
     except StorageError as exc:
-        q = _unreadable(location, exc.path, exc.reason)
+        q = _unreadable(location, exc.path, exc.reason, isinstance(exc, NotACheckpoint))
         known = False  # the positions are unknown, not absent: no sink finding is derived from them
-        missing = storage is not None and exc.path == storage.display and (
-            exc.reason == "does not exist" or exc.reason.startswith("not a Spark checkpoint"))
+        missing = storage is not None and exc.path == storage.display and isinstance(exc, NotACheckpoint) \
+            and exc.reason.startswith(("does not exist", "not a Spark checkpoint"))
     if sink is None or any(f.code == "RETIRED" for f in q.findings):  # a retired query's sink log is archived too
         return q
     from streamctl.inspectors.sinks import compare_sink, read_sink
@@ -430,14 +454,7 @@ class _Inspector:
     # -----------------------------------------------------------------------------------
     def run(self) -> QueryInspection:
         st = self.st
-        kind = st.kind("")
-        if kind == "missing":
-            raise StorageError(st.display, "does not exist")
-        if kind == "file":
-            raise StorageError(st.display, "is a file, expected a checkpoint folder")
-        root = {e.name: e for e in st.list_dir("") or []}
-        if not ({"metadata", "offsets", "commits", "state"} & set(root)):
-            raise StorageError(st.display, "not a Spark checkpoint (no metadata, offsets/, commits/ or state/)")
+        root = require_checkpoint(st)
         for name in ("offsets", "commits", "state", "sources"):
             if name in root and not root[name].is_dir:
                 raise StorageError(st.uri(name), "is a file, expected a folder")
@@ -731,13 +748,13 @@ class _Inspector:
             self.findings.append(Finding(
                 "LIVE_QUERY",
                 f"the query is running: {LEASE_FILE} is held by {where}, heartbeat {record['heartbeat_age_s']:g} s ago, "
-                f"last batch {lease.last_batch}; mutating commands refuse",
+                f"last batch {shown(lease.last_batch)}; mutating commands refuse",
                 details={"lease": record, "last_change_age_s": None, "quiet_period_s": None}))
         elif status == "stale":
             self.findings.append(Finding(
                 "STALE_LEASE",
                 f"{LEASE_FILE} of {where} expired {-record['expires_in_s']:g} s ago without being released: "
-                f"the driver died (last batch {lease.last_batch}); nothing holds the query",
+                f"the driver died (last batch {shown(lease.last_batch)}); nothing holds the query",
                 details={"lease": record}))
         return record
 
@@ -749,6 +766,7 @@ class _Inspector:
         import time
 
         quiet = float(self.quiet_period_s or 0)
+        basis = ""  # how the quiet period was set, when not given
         if quiet < 0:
             interval = None
             if latest is not None and prev is not None:
@@ -756,6 +774,8 @@ class _Inspector:
                 if a is not None and b is not None and a > b:
                     interval = (a - b) / 1000.0
             quiet = 60.0 if interval is None else min(max(3 * interval, 10.0), 600.0)
+            basis = (" (the default: the trigger interval is unknown)" if interval is None
+                     else f" (three trigger intervals of {interval:g} s, within 10 s..10 min)")
         now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
         entries = {}
         for rel in ([f"offsets/{planned}"] if planned is not None else []) + \
@@ -775,11 +795,16 @@ class _Inspector:
             entries = {rel: e for rel, e in entries.items() if own.get(rel) != [int(e.size or 0), int(e.mtime_ns or 0)]}
             age = age_of(entries)
         if age is not None and age < quiet:
+            # on a tie the commit, written after its offsets
+            newest = max(entries, key=lambda rel: (entries[rel].mtime_ns or 0, rel.startswith("commits")))
             self.findings.append(Finding(
                 "LIVE_QUERY",
-                f"the query looks alive: its newest log file changed {age:.1f} s ago, within the quiet period of "
-                f"{quiet:g} s; mutating commands refuse",
-                details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None}))
+                f"the query looks alive: its newest log file {newest} changed {age:.1f} s ago, within the quiet period "
+                f"of {quiet:g} s{basis}, and no agent lease is live; mutating commands refuse. This also follows a "
+                "run that just ended or a hand edit: if the query is stopped, rerun with "
+                "--quiet-period 0 or --assume-stopped where the command has it",
+                details={"last_change_age_s": round(age, 3), "quiet_period_s": quiet, "lease": None,
+                         "newest_file": newest}))
 
     def _own_writes(self) -> dict[str, list[int]]:
         """The checkpoint log files the last streamctl operation wrote: rel -> [size, mtime_ns]
@@ -973,7 +998,8 @@ class _Inspector:
                 self.findings.append(Finding(
                     "STATE_ORPHANS",
                     f"operator {op_id}: {len(orphan_files)} state file(s) no restart will use "
-                    f"(versions above {None if planned is None else planned + 1}, temp files, unnamed ids): "
+                    f"({'versions above ' + str(planned + 1) if planned is not None else 'any version: nothing is planned'}, "
+                    "temp files, unnamed ids): "
                     f"{summarize(orphan_files, 3)}",
                     details={"operator": op_id, "files": [st.uri(f) for f in orphan_files]}))
         return reports

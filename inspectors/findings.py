@@ -59,6 +59,8 @@ CODES: dict[str, str] = {
     "STATEFUL_OPERATORS_CHANGED": ERROR,
     # `streamctl preflight`: a kept operator keys its state by other types than the checkpoint's schema file
     "STATE_KEY_SCHEMA_CHANGED": ERROR,
+    # `streamctl preflight`: a file source reads another path than the one its checkpoint's log names
+    "SOURCE_PATH_CHANGED": ERROR,
     # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)
     "SINK_FILES_MISSING": ERROR,
     # a checkpoint streamctl drop-sink retired (its tombstone `metadata`): a state, not damage
@@ -169,6 +171,19 @@ def count_of(ranges: list[tuple[int, int]]) -> int:
 def ranges_text(ranges: list[tuple[int, int]], limit: int = 5) -> str:
     """[(3, 5), (9, 9)] -> '3..5, 9'."""
     return summarize([str(a) if a == b else f"{a}..{b}" for a, b in ranges], limit)
+
+
+def shown(value: Any) -> str:
+    """A value as an operator reads it: "none" for a position (or anything) that does not exist,
+    never Python's `None`."""
+    return "none" if value is None else str(value)
+
+
+def positions_text(pos: Mapping[str, Any], sink: bool) -> str:
+    """`planned 3, committed 3, sink epoch 3` from a plan's before/after record; the sink part
+    only where a sink was inspected."""
+    out = f"planned {shown(pos.get('planned'))}, committed {shown(pos.get('committed'))}"
+    return out + (f", sink epoch {shown(pos.get('sink_epoch'))}" if sink else "")
 
 
 def human_bytes(n: int) -> str:

@@ -3,11 +3,15 @@ preflight` (docs/model.md#preflight) over what the checkpoint holds and what the
 plan says (pipeline/preflight.py reads the plan with PySpark; these need none)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+import posixpath
+from typing import Any, Iterable, Optional
+from urllib.parse import unquote, urlparse
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets
 from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_field_types
 from streamctl.inspectors.findings import Finding
+from streamctl.inspectors.sources import SourceInfo
 from streamctl.inspectors.storage import Storage
 
 
@@ -78,3 +82,110 @@ def compare_keys(checkpoint: str, old: dict[int, Optional[str]], new: dict[int, 
                 details={"operator": op, "checkpoint_key_types": have, "query_key_types": want,
                          "path": st.uri(rel), "restart_error": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"}))
     return out
+
+
+# -- the path a file source reads ------------------------------------------------------------
+
+GLOB_CHARS = set("{}[]*?\\")  # Hadoop's glob characters (`SparkHadoopUtil.isGlobPath`)
+
+
+def _split_uri(uri: str) -> tuple[str, str, str]:
+    """(scheme, authority, decoded path without a trailing slash) of a logged file's URI or a
+    qualified path; `file:///p`, `file:/p` and `/p` are the same."""
+    parsed = urlparse(uri)
+    netloc = "" if parsed.netloc == "localhost" else parsed.netloc
+    path = unquote(parsed.path)
+    return parsed.scheme or "file", netloc, path.rstrip("/") or "/"
+
+
+def _hadoop_text(parts: tuple[str, str, str]) -> str:
+    """As Hadoop's `Path.toString` spells a qualified path (`file:/p`, `s3a://bucket/p`)."""
+    scheme, netloc, path = parts
+    return f"{scheme}:{'//' + netloc if netloc else ''}{path}"
+
+
+def _under(parts: tuple[str, str, str], root: tuple[str, str, str]) -> bool:
+    return parts[:2] == root[:2] and (root[2] == "/" or parts[2] == root[2] or parts[2].startswith(root[2] + "/"))
+
+
+def _shown(parts: tuple[str, str, str]) -> str:
+    return parts[2] if parts[0] == "file" and not parts[1] else _hadoop_text(parts)
+
+
+def compare_source_paths(checkpoint: str, planned: Optional[int], sources: Iterable[SourceInfo],
+                         query: Iterable[tuple[int, Optional[str], str, str]]) -> list[Any]:
+    """SOURCE_PATH_CHANGED when a file source of the new query reads a path that does not hold
+    the files the checkpoint's source log (`sources/<n>/`) names in its newest entry
+    (docs/model.md#preflight). The restart decides by the newest batch `P`: Spark's `getBatch`
+    of `P` reads the files it logged again with the query's path as `basePath` and refuses
+    files outside it (`Wrong basePath`); when `P` read none (a no-data batch), nothing refuses
+    the new path and its listing takes every file there for a new one (the log knows files by
+    their full path). `query`: `pipeline/preflight.py` `file_sources` (a source matched by its
+    `DataStreamReader.name` where the checkpoint has a folder of that name, else by ordinal);
+    a glob path is not judged."""
+    from streamctl.inspectors.replay import listed_files, log_offset
+
+    if planned is None:  # nothing planned: the new query starts fresh
+        return []
+    st = Storage.open(checkpoint)
+    files = {s.source_id: s for s in sources if s.kind == "file"}
+
+    def offsets_at(batch: int) -> Optional[OffsetEntry]:
+        try:
+            return parse_offsets(st.read(f"offsets/{batch}"), st.uri(f"offsets/{batch}"), batch)
+        except StreamctlError:
+            return None
+
+    newest = offsets_at(planned)
+    before = offsets_at(planned - 1) if planned > 0 else None
+    out = []
+    for ordinal, name, given, qualified in query:
+        sid: SourceId = name if name is not None and name in files else ordinal
+        if sid not in files:
+            continue
+        if GLOB_CHARS & set(given):
+            continue  # a glob: Spark passes no basePath and matches each file itself
+        hi = log_offset(newest, sid)
+        if hi is None or hi < 0:
+            continue  # the source read no file yet
+        lo = log_offset(before, sid)
+        try:
+            logged = [_split_uri(u) for u in listed_files(st, sid, hi - 1, hi)]  # the log's newest entry
+            batch = [_split_uri(u) for u in listed_files(st, sid, -1 if lo is None else lo, hi)]
+        except StreamctlError:
+            continue  # the log itself is judged by inspect (LOG_GAP, UNREADABLE)
+        root = _split_uri(qualified)
+        outside = [p for p in logged if not _under(p, root)]
+        if not outside:
+            continue
+        folder = _common_folder(logged)
+        prefix = _hadoop_text(root)
+        refused = [p for p in batch if not _hadoop_text(p).startswith(prefix)]
+        where = f"sources/{sid}/: the new query reads {given}, but the checkpoint's source log names its files under {folder}"
+        if refused:
+            restart, error = "fails", "Wrong basePath"
+            what = (f"its restart fails (`Wrong basePath {given} for the root path: {_hadoop_text(refused[0])}`: Spark "
+                    f"reads the files batch {planned} logged again, with the query's path as their base, and refuses "
+                    "files outside it)")
+        else:
+            restart, error = "reads_again", None
+            what = (f"its restart takes every file in {given} for a new one and reads it (batch {planned} read no file, "
+                    "so nothing refuses the new path, and the log knows the files it read by their full path only): "
+                    f"the rows of copies of files it read in {folder} are delivered again")
+        out.append(Finding(
+            "SOURCE_PATH_CHANGED",
+            f"{where}: {what}. Keep the path the checkpoint's log names, or start the changed query on a new checkpoint "
+            "(it reads every file of the new path from the start)",
+            details={"source": sid, "epochs": [planned], "checkpoint_folder": folder, "query_path": given,
+                     "restart": restart, "restart_error": error}))
+    return out
+
+
+def _common_folder(files: list[tuple[str, str, str]]) -> str:
+    """The folder the logged files share, shown as a local path or a URI."""
+    heads = {p[:2] for p in files}
+    if len(heads) != 1:
+        return ", ".join(sorted({_shown((p[0], p[1], posixpath.dirname(p[2]))) for p in files}))
+    scheme, netloc = heads.pop()
+    folder = posixpath.commonpath([posixpath.dirname(p[2]) for p in files])
+    return _shown((scheme, netloc, folder))

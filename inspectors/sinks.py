@@ -467,15 +467,16 @@ def compare_sink(sink: SinkLog, planned: Optional[int], committed: Optional[int]
     if s > c and not (s == planned and planned == c + 1):
         out.append(Finding(
             "SINK_AHEAD",
-            f"the {sink.kind} sink has committed epoch {s} but the checkpoint's newest commit is "
-            f"{committed}: an idempotent sink will silently skip the next {s - c} batch(es) ({c + 1}..{s})",
+            f"the {sink.kind} sink has committed epoch {s} but the checkpoint's "
+            + (f"newest commit is {committed}" if committed is not None else "commit log holds none")
+            + f": an idempotent sink will silently skip the next {s - c} batch(es) ({c + 1}..{s})",
             details={"sink_epoch": sink.epoch, "committed": committed, "planned": planned,
                      "skipped": ids_of([(c + 1, s)]), "skipped_range": [c + 1, s], "skipped_count": s - c}))
     elif s < c:
         out.append(Finding(
             "SINK_BEHIND",
             f"epochs {s + 1}..{c} are committed in the checkpoint but missing from the {sink.kind} sink "
-            f"(its newest epoch is {sink.epoch})",
+            + (f"(its newest epoch is {sink.epoch})" if sink.epoch is not None else "(it holds no epoch)"),
             details={"sink_epoch": sink.epoch, "committed": committed, "missing": ids_of([(s + 1, c)]),
                      "missing_range": [s + 1, c], "missing_count": c - s}))
     return out

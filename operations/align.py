@@ -396,7 +396,8 @@ def _classified(ev: _Evidence, x: int, keep_next: bool, strategy: str) -> Option
     else:
         loss = _span(s_ + 1, x)
         if loss:
-            why.append(f"the sink's newest epoch is {ev.S}: epochs {epochs_text(loss)} would be marked done without reaching it")
+            held = f"the sink's newest epoch is {ev.S}" if ev.S is not None else "the sink holds no epoch"
+            why.append(f"{held}: epochs {epochs_text(loss)} would be marked done without reaching it")
         loss += [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
         if not ev.rollbackable and s_ > x and not (keep_next and s_ == x + 1):
             back, text, _after = _table_rollback(ev, x) if sink.kind == "iceberg" else (None, "", None)

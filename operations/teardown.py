@@ -49,6 +49,7 @@ from streamctl.formats.errors import StorageError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.journal import Event
 from streamctl.inspectors.documents import document
+from streamctl.inspectors.findings import positions_text, shown
 from streamctl.inspectors.lease import TOMBSTONE_KIND
 from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
@@ -213,12 +214,12 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
                              else "then rerun with --assume-stopped"))
         if out.status == "timeout":
             raise Refused(f"{location}: not stopped within --stop-timeout {stop_timeout_s:g}s (lease "
-                          f"{lease.state}, last batch {lease.last_batch}"
+                          f"{lease.state}, last batch {shown(lease.last_batch)}"
                           + (f"; {stop.describe_expired(lease, out.driver)}" if out.driver else "")
                           + "); the stop request was withdrawn")
         record.update(lease="released", stopped_after_s=out.waited_s, last_batch=lease.last_batch,
                       evidence="the streamctl agent released its lease after the stop request")
-        say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {lease.last_batch}")
+        say(f"stopped after {record['stopped_after_s']:.1f}s; last batch {shown(lease.last_batch)}")
         _wait_quiet(location, quiet_period_s, quiet_period_s + stop_timeout_s, say)
         return record
     if status is None and not assume_stopped:
@@ -291,7 +292,7 @@ def check_drained(q: Any, discard_in_flight: bool) -> Optional[int]:
     if P != C:
         in_flight = P is not None and P == (C if C is not None else -1) + 1
         if not in_flight:
-            raise Refused(f"{where}: the logs disagree (planned {P}, committed {C}): not a drained query; "
+            raise Refused(f"{where}: the logs disagree (planned {shown(P)}, committed {shown(C)}): not a drained query; "
                           "run streamctl align first")
         if not discard_in_flight:
             raise Refused(f"{where}: epoch {P} is in flight (planned, not committed): restart the query to finish "
@@ -302,7 +303,7 @@ def check_drained(q: Any, discard_in_flight: bool) -> Optional[int]:
                           "streamctl align")
         discard = P
     if S != C:
-        raise Refused(f"{where}: the sink epoch {S} differs from the committed epoch {C} (run streamctl inspect "
+        raise Refused(f"{where}: the sink epoch {shown(S)} differs from the committed epoch {shown(C)} (run streamctl inspect "
                       "epochs --sink, then streamctl align)")
     return discard
 
@@ -440,8 +441,8 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
                      "entries stay (a successor has a new query id)")
     if kind == "iceberg":
         snap = q.sink.table_version if q.sink is not None else None
-        notes.append(f"an Iceberg table's metadata is the table itself and is not touched (current snapshot {snap}, the "
-                     f"query's last epoch {q.sink.epoch if q.sink is not None else None}); streamctl never expires its "
+        notes.append(f"an Iceberg table's metadata is the table itself and is not touched (current snapshot {shown(snap)}, "
+                     f"the query's last epoch {shown(q.sink.epoch if q.sink is not None else None)}); streamctl never expires its "
                      "snapshots")
     if req.purge_data:
         if kind in ("delta", "iceberg"):
@@ -571,9 +572,9 @@ def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
     if live:
         return f"{plan.roots['checkpoint']}: the old query was restarted after the crash: {live[0].message}"
     if (q.planned, q.committed) != (plan.before.get("planned"), plan.before.get("committed")):
-        return (f"{plan.roots['checkpoint']}: the query ran again after the crash (now planned {q.planned}, committed "
-                f"{q.committed}; the plan was made at planned {plan.before.get('planned')}, committed "
-                f"{plan.before.get('committed')}); the checkpoint was not retired: run drop-sink again (the "
+        now = positions_text({"planned": q.planned, "committed": q.committed}, False)
+        return (f"{plan.roots['checkpoint']}: the query ran again after the crash (now {now}; the plan was made at "
+                f"{positions_text(plan.before, False)}); the checkpoint was not retired: run drop-sink again (the "
                 f"interrupted operation's archive {plan.roots['archive']} may hold .metadata.crc)")
     return None
 

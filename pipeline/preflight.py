@@ -140,3 +140,49 @@ def state_keys(df: Any) -> dict[int, Optional[list[str]]]:
     spark = df.sparkSession
     text = spark._jvm.PythonSQLUtils.explainString(df._jdf.queryExecution(), "simple")
     return keys_in_plan(text, _attribute_types(df._jdf.queryExecution().analyzed().toJSON()))
+
+
+
+def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
+    """The file sources of a streaming DataFrame's plan, numbered as a restart numbers its
+    sources (`MicroBatchExecution` replaces each streaming relation top-down, left to right, one
+    id per distinct relation): (ordinal, the name `DataStreamReader.name` gave or None, the path
+    as given, the path qualified as `FileStreamSource` qualifies it; a glob is left as given)."""
+    spark = df.sparkSession
+    jvm = spark._jvm
+    hadoop_conf = spark._jsc.hadoopConfiguration()
+    found: list[Any] = []
+    stack = [df._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.getClass().getSimpleName() in ("StreamingRelation", "StreamingRelationV2"):
+            if not any(node.equals(seen) for seen in found):
+                found.append(node)
+        children = node.children()
+        stack.extend(children.apply(i) for i in reversed(range(children.size())))
+    out = []
+    for ordinal, node in enumerate(found):
+        source_name = str(node.sourceName())
+        if not (source_name.startswith("FileSource[") and source_name.endswith("]")):
+            continue
+        path = source_name[len("FileSource["):-1]  # `DataSource.sourceSchema`: s"FileSource[$path]"
+        out.append((ordinal, _given_name(node), path, _qualified(jvm, hadoop_conf, path)))
+    return out
+
+
+def _given_name(node: Any) -> Optional[str]:
+    """The name `DataStreamReader.name` gave the source (PySpark 4.2+), else None."""
+    try:
+        opt = node.sourceIdentifyingName().nameOpt()
+        return str(opt.get()) if opt.isDefined() else None
+    except Exception:  # noqa: BLE001 - a line without source names (3.5): py4j raises its own errors
+        return None
+
+
+def _qualified(jvm: Any, hadoop_conf: Any, path: str) -> str:
+    """`path` as `fs.makeQualified(new Path(path))` spells it (`file:/abs/path`), as a URI."""
+    try:
+        p = jvm.org.apache.hadoop.fs.Path(path)
+        return str(p.getFileSystem(hadoop_conf).makeQualified(p).toUri().toString())
+    except Exception:  # noqa: BLE001 - no file system for the scheme here: the path as given
+        return path

@@ -3,23 +3,14 @@ then works as given. Hand-written checkpoints in Spark's layout (no Spark run: t
 lead to are proven against real restarts in tests/test_log_damage.py)."""
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
-QID = "11111111-2222-3333-4444-555555555555"
-META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
+from helpers.layouts import checkpoint
 
 
 def _checkpoint(root: Path, planned: int, committed: int) -> Path:
-    (root / "offsets").mkdir(parents=True)
-    (root / "commits").mkdir()
-    (root / "metadata").write_text(json.dumps({"id": QID}))
-    for b in range(planned + 1):
-        (root / "offsets" / str(b)).write_text(f'v1\n{META}\n{{"logOffset":{b}}}')
-    for b in range(committed + 1):
-        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-    return root
+    return checkpoint(root, planned, committed)  # a checkpoint in Spark's layout (tests/helpers/layouts.py)
 
 
 def _diagnose(cli, ckpt: Path) -> tuple[int, dict]:

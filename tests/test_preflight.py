@@ -2,17 +2,18 @@
 checkpoint? One real PySpark query (tests/helpers/align_pipeline.py, kind ``dedup_file``) writes the
 checkpoint; three new versions of it (the same query, one with a stateful operator added, one
 with it removed) are judged by preflight and then by the oracle, a real restart of each version
-on a copy of the checkpoint (docs/model.md#preflight)."""
+on a copy of the checkpoint (docs/model.md#preflight). A file source reading another folder is
+judged the same way: a stateless query and a watermarked window (ending on a no-data batch),
+each restarted on a copy of its input folder; the comparison itself on hand-built logs."""
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytestmark = [pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,7 @@ def _restart(spark: Any, df: Any, ckpt: Path, complete: bool) -> None:
     q.awaitTermination()
 
 
+@pytest.mark.spark
 def test_preflight_predicts_the_restart_of_a_changed_query(ap, spark, cli, tmp_path, monkeypatch):
     p = ap.build(tmp_path, "dedup_file", spark, 2)
     p.add_input(p.files, 1)  # new input: the restart runs a batch
@@ -90,3 +92,144 @@ def test_preflight_predicts_the_restart_of_a_changed_query(ap, spark, cli, tmp_p
 
     r = cli("preflight", str(p.checkpoint), "--query", "orders_v2:missing")
     assert r.code == 2 and "orders_v2:missing" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+PATHS = '''
+from pyspark.sql import functions as F
+
+
+def _read(spark, path):
+    return spark.readStream.schema("id BIGINT, ts BIGINT").option("maxFilesPerTrigger", 1).json(path)
+
+
+def _windowed(df):  # a windowed count with a watermark: its last batch is a no-data batch
+    return (df.withColumn("t", F.col("ts").cast("timestamp")).withWatermark("t", "2 seconds")
+            .groupBy(F.window("t", "10 seconds")).count().select(F.col("window.start").cast("long").alias("start"), "count"))
+
+
+def stateless_a(spark):
+    return _read(spark, {a!r}).select("id")
+
+
+def stateless_b(spark):  # the same query reading a copy of the input folder
+    return _read(spark, {b!r}).select("id")
+
+
+def window_a(spark):
+    return _windowed(_read(spark, {a!r}))
+
+
+def window_b(spark):
+    return _windowed(_read(spark, {b!r}))
+'''
+
+
+def _run(df: Any, ckpt: Path, out: Path) -> Any:
+    q = (df.writeStream.format("json").option("path", str(out)).option("checkpointLocation", str(ckpt))
+         .outputMode("append").trigger(availableNow=True).start())
+    q.awaitTermination()
+    return q
+
+
+@pytest.mark.spark
+def test_preflight_predicts_the_restart_of_a_query_reading_another_path(spark, cli, tmp_path, monkeypatch):
+    """A checkpoint written reading folder A, a new version reading folder B that holds copies of
+    A's files: when the newest batch read files, the restart fails (`Wrong basePath`); after a
+    no-data batch (a watermarked window's last batch) it reads every file of B again. The same
+    query reading A gets no finding and reads nothing again."""
+    import json
+
+    a, b = tmp_path / "in" / "a", tmp_path / "copy" / "b"
+    a.mkdir(parents=True)
+    for i in range(3):  # one event-time window per file, read in that order (by modification time)
+        f = a / f"part-{i}.json"
+        f.write_text("".join(json.dumps({"id": i * 4 + j, "ts": 1_700_000_000 + 10 * i + j}) + "\n" for j in range(4)))
+        os.utime(f, (1_700_000_000 + i, 1_700_000_000 + i))
+    shutil.copytree(a, b)
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "paths_v2.py").write_text(PATHS.format(a=str(a), b=str(b)))
+    monkeypatch.syspath_prepend(str(mods))
+    import paths_v2  # noqa: E402
+
+    for shape in ("stateless", "window"):
+        _run(getattr(paths_v2, f"{shape}_a")(spark), tmp_path / shape / "checkpoint", tmp_path / shape / "out")
+    offsets = sorted(int(f.name) for f in (tmp_path / "window" / "checkpoint" / "offsets").iterdir() if f.name.isdigit())
+    assert offsets == [0, 1, 2, 3], offsets  # batch 3 read no file: the window's no-data batch
+
+    expected = {("stateless", "a"): None, ("window", "a"): None,
+                ("stateless", "b"): "fails", ("window", "b"): "reads_again"}
+    for (shape, side), restart in expected.items():
+        ckpt = tmp_path / shape / "checkpoint"
+        r = cli("preflight", str(ckpt), "--query", f"paths_v2:{shape}_{side}", "--json")
+        assert "Traceback" not in r.stderr, r.stderr
+        doc = r.json()
+        assert doc["query_file_sources"] == [{"source": 0, "path": str(a if side == "a" else b)}], doc
+        if restart is None:
+            assert r.code == 0 and doc["findings"] == [], doc
+        else:
+            (f,) = doc["findings"]
+            assert r.code == 1 and f["code"] == "SOURCE_PATH_CHANGED" and f["restart"] == restart, doc
+            assert f["checkpoint_folder"] == str(a) and f["query_path"] == str(b) and f["source"] == 0, f
+            text = cli("preflight", str(ckpt), "--query", f"paths_v2:{shape}_{side}")
+            assert "SOURCE_PATH_CHANGED" in text.stdout and "None" not in text.stdout, text
+        # the oracle: the real restart of that version on a copy of the checkpoint
+        copy = tmp_path / f"restart-{shape}-{side}"
+        shutil.copytree(ckpt, copy / "checkpoint")
+        shutil.copytree(tmp_path / shape / "out", copy / "out")
+        df = getattr(paths_v2, f"{shape}_{side}")(spark)
+        if restart == "fails":
+            with pytest.raises(Exception, match="Wrong basePath"):
+                _run(df, copy / "checkpoint", copy / "out")
+            continue
+        q = _run(df, copy / "checkpoint", copy / "out")
+        read = sum(p["numInputRows"] for p in q.recentProgress)
+        assert read == (12 if restart == "reads_again" else 0), (shape, side, q.recentProgress)
+
+
+def _file_source_checkpoint(root: Path, files: list[list[str]], offsets: list[int]) -> Path:
+    """offsets/<b> with logOffset `offsets[b]`, commits through the newest, `sources/0/<n>` naming `files[n]`."""
+    import json
+
+    for d in ("offsets", "commits", "sources/0"):
+        (root / d).mkdir(parents=True)
+    (root / "metadata").write_text('{"id":"11111111-2222-3333-4444-555555555555"}')
+    for n, names in enumerate(files):
+        (root / "sources" / "0" / str(n)).write_text("v1\n" + "\n".join(
+            json.dumps({"path": p, "timestamp": 1, "batchId": n}) for p in names))
+    for b, lo in enumerate(offsets):
+        (root / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{{}}}}\n{{"logOffset":{lo}}}')
+        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return root
+
+
+@pytest.mark.parametrize(("query_path", "restart"), [
+    ("file:/data/in", None),  # the same folder, as Hadoop qualifies it
+    ("file:/data/in/", None),
+    ("file:/data", None),  # a parent: the logged files are under it, Spark's base check passes
+    ("file:/data/in/*", "glob"),  # a glob: Spark passes no basePath, not judged
+    ("file:/data/other", "fails"),
+    ("file:/data/in2", "fails"),
+    ("file:/data/i", "reads_again"),  # not its folder, yet a string prefix of its files: Spark's check passes
+    ("s3a://bucket/data/in", "fails"),
+])
+def test_source_path_compared_with_the_newest_log_entry(tmp_path, query_path, restart):
+    from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.preflight import compare_source_paths
+
+    chk = _file_source_checkpoint(tmp_path / "chk", [["file:///data/in/key=a/f0.json"],
+                                                     ["file:///data/in/key=b/f%201.json"]], [0, 1])
+    q = inspect_checkpoint(str(chk), quiet_period_s=0)
+    given = query_path.replace("file:", "")
+    found = compare_source_paths(str(chk), q.planned, q.sources, [(0, None, given, query_path)])
+    if restart in (None, "glob"):
+        assert found == [], found
+    else:
+        (f,) = found
+        assert f.code == "SOURCE_PATH_CHANGED" and f.details["restart"] == restart, f
+        assert f.details["checkpoint_folder"] == "/data/in/key=b" and f.details["epochs"] == [1], f
+    # the newest batch read no file (a no-data batch): nothing refuses the path, every file there is new
+    nodata = _file_source_checkpoint(tmp_path / "nodata", [["file:///data/in/f0.json"]], [0, 0])
+    q = inspect_checkpoint(str(nodata), quiet_period_s=0)
+    found = compare_source_paths(str(nodata), q.planned, q.sources, [(0, None, given, query_path)])
+    assert [f.details["restart"] for f in found] == ([] if restart in (None, "glob") else ["reads_again"]), found
