@@ -814,6 +814,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     if chosen.why and chosen.classification != EXACTLY_ONCE:
         plan.notes.append(chosen.why)
     plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
+    if pl.damage.torn:  # the positions an undo puts back: the files as they are, torn ones included
+        plan.before.update(pl.damage.on_disk)
     return plan, q
 
 

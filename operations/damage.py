@@ -45,6 +45,8 @@ class Damage:
     # with no damage: the inspection that found none, as the plan's own would be (the same
     # arguments, nothing masked): the plan takes it instead of inspecting again (issue 23)
     inspection: Optional[Any] = None
+    # the positions as the files on disk stand, torn files included (what an undo puts back)
+    on_disk: dict[str, Any] = field(default_factory=dict)
 
     def first_steps(self, later: list[Step]) -> list[Step]:
         """The steps that go before the plan's own: `metadata` written, then every torn file
@@ -117,7 +119,8 @@ def assess(req: Any) -> Damage:
     sink_st = Storage.open(req.sink) if req.sink else None
     absent: set[str] = set()
     sink_absent: set[str] = set()
-    dmg = Damage()
+    dmg = Damage(on_disk={"planned": q.offsets.latest, "committed": q.commits.latest,
+                          "sink_epoch": q.sink.epoch if q.sink is not None else None})
     for f in bad:
         path, reason = str(f.details.get("path", "")), str(f.details.get("reason", ""))
         rel = rel_of(path, st.display)

@@ -594,3 +594,20 @@ def test_plan_only_changes_nothing_and_lists_every_step(lab: Lab, run_cli: Cli, 
     # the text plan shows the same steps, one line each
     for s in plan["steps"]:
         assert f"{s['root']}:{s['path']}" in r.stdout, s
+
+
+def test_undo_of_a_torn_file_repair_puts_the_torn_file_back_verified(cli: Any, tmp_path: Path, layouts: Any) -> None:
+    """align moves a torn (empty) uncommitted offsets/4 aside; its undo puts the very bytes back
+    and verifies the positions as they stood on disk (the torn file counted), not as the plan saw
+    them with the file set aside."""
+    from helpers.trees import tree
+
+    ck = layouts.build(tmp_path / "ck", planned=4, committed=3)
+    (ck / "offsets" / "4").write_bytes(b"")
+    before = tree(ck)
+    done = cli("align", str(ck), "--execute", "--json")
+    assert done.code == 0 and done.json()["verified"] is True, done
+    assert not (ck / "offsets" / "4").exists()
+    undo = cli("align", "--undo", done.json()["backup"], "--json")
+    assert undo.code == 0 and undo.json()["verified"] is True, undo
+    assert {k: v for k, v in tree(ck).items() if not k.startswith("_streamctl/")} == before
