@@ -54,7 +54,7 @@ from helpers.oracle_damage import (
 from helpers.oracle_shapes import SHAPES, Layout, Shape
 
 FILES = 5  # the clean pipeline's input files (one batch each)
-NEW_FILES = 2  # input added before every restart
+NEW_FILES = 1  # input added before every restart
 RESTART_TIMEOUT_S = 45.0  # a restart here takes seconds; one blocked on a named pipe waits forever
 # Findings whose harm a restart of the query does not show, by code and a piece of the message:
 # the operator must hear about them even when the query restarts and delivers (docs/oracle.md).
@@ -558,23 +558,24 @@ def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
     return [(s.name, a) for s in SHAPES.values() if spark4 or not s.spark4 for a in actions]
 
 
-def sample(spark4: bool = True, size: int = 0) -> list[tuple[str, Action]]:
+def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tuple[str, Action]]:
     """CI's fixed sample: every value of every dimension (shape, log, position, damage, checksum
     companion, move, scene) at least once, the other dimensions turned with it so that no two
-    cases share more than they must. `size` adds cases from a fixed draw."""
+    cases share more than they must: every log with every kind of damage, or (`small`, the
+    second Spark leg's) every log and every kind of damage once. `size` adds cases from a fixed
+    draw."""
     import random
 
     shapes = [s.name for s in SHAPES.values() if spark4 or not s.spark4]
     out: list[tuple[str, Action]] = []
     # damage: walk the logs, positions and kinds of damage together, shapes turning with them
     stateful = [s for s in shapes if SHAPES[s].stateful]
-    i = 0
-    for log in LOGS:
-        for k, how in enumerate(HOWS):
-            which = WHICH[(k + i) % len(WHICH)] if log != "metadata" else "newest"
-            pool = stateful if log == "state" else shapes
-            out.append((pool[i % len(pool)], Action("damage", log, which, how, CRCS[i % 2])))
-            i += 1
+    pairs = ([(LOGS[k % len(LOGS)], k, how) for k, how in enumerate(HOWS)] if small
+             else [(log, k, how) for log in LOGS for k, how in enumerate(HOWS)])
+    for i, (log, k, how) in enumerate(pairs):
+        which = WHICH[(k + i) % len(WHICH)] if log != "metadata" else "newest"
+        pool = stateful if log == "state" else shapes
+        out.append((pool[i % len(pool)], Action("damage", log, which, how, CRCS[i % 2])))
     for j, m in enumerate(MOVES):
         out.append((shapes[(j * 3 + 1) % len(shapes)], Action("move", what=m)))
     for j, s in enumerate(SCENES):
