@@ -85,3 +85,21 @@ def test_diagnose_never_advises_restarting_a_retired_query(harness: Any) -> None
     r = harness.judge("dedup_hdfs", Action("scene", what="retired"))
     assert r.agrees, r.detail()
     assert "retired" in r.inspect.text and "drop-sink" in r.inspect.text and r.restart.kind == "fails", r.line()
+
+
+@pytest.mark.spark_lines
+def test_lost_metadata_of_a_file_sink_query_gets_a_fresh_id(harness: Any) -> None:
+    """`metadata` lost, the sink a file sink (it skips a batch by its id, not by the query's): align
+    writes a fresh query id instead of refusing, and the restart delivers every record once."""
+    r = harness.judge("stateless", Action("damage", "metadata", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+@pytest.mark.spark_lines
+def test_state_left_after_the_logs_were_deleted_to_reprocess(harness: Any) -> None:
+    """offsets/ and commits/ deleted to reprocess from the start, state/ left behind: not a mere
+    SINK_AHEAD but STATE_WITHOUT_LOGS, which align refuses naming what to do."""
+    r = harness.judge("dedup_hdfs", Action("scene", what="reprocess"))
+    assert r.agrees, r.detail()
+    assert "STATE_WITHOUT_LOGS" in r.inspect.findings and r.align is not None and r.align.code == 4, r.detail()
