@@ -18,18 +18,19 @@ TMP = ".{n}.snapshot.3f1e2d4c-0000-1111-2222-333344445555.tmp"
 
 
 def _snapshots(folder: Path, first: int, count: int, started: threading.Event) -> None:
-    """Snapshots first..first+count-1, each a temp file written in pieces, then renamed into place
-    (as Hadoop's atomic create does); about 0.1 s each."""
+    """Snapshots first..first+count-1, each a temp file written in two pieces, then renamed into
+    place (as Hadoop's atomic create does), then a pause: about 0.1 s each, most of it with no temp
+    file there (so a copy taken without waiting mostly catches none, and only the wait holds it)."""
     for n in range(first, first + count):
         tmp = folder / TMP.format(n=n)
         with open(tmp, "wb") as fh:
-            for _ in range(3):
+            for _ in range(2):
                 fh.write(b"s" * 100)
                 fh.flush()
                 started.set()
-                time.sleep(0.02)
+                time.sleep(0.01)
         os.rename(tmp, folder / f"{n}.snapshot")
-        time.sleep(0.04)
+        time.sleep(0.08)
 
 
 def test_a_copy_waits_until_the_writer_is_done_and_holds_no_temp_file(tmp_path: Path) -> None:
