@@ -5,12 +5,13 @@ with it removed) are judged by preflight and then by the oracle, a real restart 
 on a copy of the checkpoint (docs/model.md#preflight)."""
 from __future__ import annotations
 
-import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.trees import copy_tree
 
 pytestmark = [pytest.mark.spark]
 
@@ -79,7 +80,7 @@ def test_preflight_predicts_the_restart_of_a_changed_query(ap, spark, cli, tmp_p
             assert r.code == 1 and f["code"] == codes[error] and f["restart_error"] == error, doc
         # the oracle: the real restart of that version on a copy of the checkpoint
         copy = tmp_path / f"copy-{version}"
-        shutil.copytree(p.checkpoint, copy)
+        copy_tree(p.checkpoint, copy)
         df = getattr(orders_v2, version)(spark)
         if error is None:
             _restart(spark, df, copy, complete=False)

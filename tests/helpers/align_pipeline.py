@@ -277,7 +277,7 @@ class Lab:
 
 
 def build(root: Path, kind: str, spark: Any, files: int, **kw: Any) -> Pipeline:
-    """A pipeline run over input files 0..files-1 (one batch each), settled, and checked: every id
+    """A pipeline run over input files 0..files-1 (one batch each), quiet, and checked: every id
     delivered exactly once (what a test then damages or acts on)."""
     p = Pipeline(root, kind, spark, **kw)
     p.add_input(0, files)
