@@ -112,7 +112,8 @@ def _temps(root: Path) -> list[str]:
 
 
 def copy_tree(src: Path, dest: Path, *, replace: bool = False,
-              ignore: Callable[[str, list[str]], Iterable[str]] | None = None, quiet_s: float = QUIET_S, timeout_s: float = TIMEOUT_S, attempts: int = ATTEMPTS) -> Path:
+              ignore: Callable[[str, list[str]], Iterable[str]] | None = None,
+              quiet_s: float = QUIET_S, timeout_s: float = TIMEOUT_S, attempts: int = ATTEMPTS) -> Path:
     """Copy the tree at `src` to `dest` once `src` is quiet; returns `dest`. Links are copied as
     links (never followed), named pipes made anew (never opened), everything else with its times;
     `ignore` as shutil.copytree's. `dest` must not exist, unless `replace`: then it is removed
@@ -157,7 +158,8 @@ def _copy_quiet(src: Path, dest: Path, ignore: Any, quiet_s: float, timeout_s: f
     raise AssertionError(f"{src}: still being written after {attempts} copies: {why}")
 
 
-def remove_tree(path: Path, *, quiet_s: float = QUIET_S, timeout_s: float = TIMEOUT_S, attempts: int = ATTEMPTS) -> None:
+def remove_tree(path: Path, *, quiet_s: float = QUIET_S, timeout_s: float = TIMEOUT_S,
+                attempts: int = ATTEMPTS) -> None:
     """Remove the tree at `path` (or the file, link or named pipe; nothing there is fine) once it
     is quiet. Removed again while a writer still races it ("directory not empty", an entry gone
     mid-removal, the tree made again); when one did, it must then stay gone for `quiet_s`.
