@@ -42,7 +42,7 @@ def test_a_copy_waits_until_the_writer_is_done_and_holds_no_temp_file(tmp_path: 
     writer = threading.Thread(target=_snapshots, args=(part, 2, 10, started))
     writer.start()
     assert started.wait(5)
-    copy_tree(src, tmp_path / "copy", quiet_s=0.3)
+    copy_tree(src, tmp_path / "copy", quiet_s=0.5)  # the writer pauses at most 0.08 s
     copied_after_the_writer = not writer.is_alive()
     writer.join()
     assert copied_after_the_writer  # a copy taken while it wrote would miss the later snapshots
@@ -72,7 +72,7 @@ def test_a_temp_file_renamed_just_after_the_copy_is_not_kept(tmp_path: Path, mon
         return out
 
     monkeypatch.setattr(shutil, "copytree", copytree)
-    copy_tree(src, tmp_path / "copy", quiet_s=0.4)
+    copy_tree(src, tmp_path / "copy", quiet_s=0.6)
     timers[0].join()
     assert os.listdir(tmp_path / "copy/state/0/0") == ["4.snapshot"]
 
