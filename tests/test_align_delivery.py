@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from helpers import align_pipeline
+from helpers.trees import copy_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -83,12 +84,10 @@ def steps(pl: dict, action: str | None = None, root: str | None = None) -> list[
 def restore_older_checkpoint(p: Any, tmp_path: Path, second_run_files: int) -> None:
     """Copy the checkpoint aside, let the query go on (the sink advances), put the old copy back."""
     aside = tmp_path / f"{p.kind}-checkpoint-copy"
-    shutil.copytree(p.checkpoint, aside)
+    copy_tree(p.checkpoint, aside)
     p.add_input(p.files, second_run_files)
     p.run()
-    ap.settle(p.base)
-    shutil.rmtree(p.checkpoint)
-    shutil.copytree(aside, p.checkpoint)
+    copy_tree(aside, p.checkpoint, replace=True)
 
 
 def assert_sink_holds(p: Any, last_epoch: int) -> None:

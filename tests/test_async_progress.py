@@ -19,12 +19,13 @@ batch per second, so Spark persists only some batches: `offsets/` and `commits/`
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+from helpers.trees import copy_tree, wait_quiet
 
 ROWS_PER_SECOND = 4
 INTERVAL_MS = "1500"  # longer than a rate batch (one per second): some batches are never persisted
@@ -103,7 +104,7 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
         return len(o) >= 2 and o[-1] - o[0] + 1 > len(o) and bool(k) and k[-1] > min(set(range(o[0], o[-1])) - set(o))
 
     _run_until(_start(spark, ckpt, out), gap_committed)
-    time.sleep(0.5)  # the async writer thread finishes its last write after stop()
+    wait_quiet(ckpt)  # the async writer thread finishes its last write after stop()
 
     r = cli("inspect", "epochs", str(ckpt), "--json")
     assert "Traceback" not in r.stderr, r
@@ -125,7 +126,7 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
 
     # what the finding says a restart without the option does, a real restart does
     plain = tmp_path / "plain"
-    shutil.copytree(ckpt, plain / "checkpoint")
+    copy_tree(ckpt, plain / "checkpoint")
     assert found["restart_needs_async"] == (P - 1 not in _ids(ckpt / "offsets"))
     if found["restart_needs_async"]:
         assert f"batch {P - 1} doesn't exist" in found["message"]
@@ -151,7 +152,7 @@ def test_async_progress_gaps_read_as_spark_restarts_them(spark: Any, cli: Any, t
     # the restart with the option resumes after C: nothing lost, only values after C twice
     before_end = _rate_end(ckpt, C)
     _run_until(_start(spark, ckpt, out), lambda: bool(_ids(ckpt / "commits")) and _ids(ckpt / "commits")[-1] >= C + 2)
-    time.sleep(0.5)
+    wait_quiet(ckpt)
     r = cli("inspect", "epochs", str(ckpt), "--json")
     q = r.json()["queries"][0]
     assert r.code in (0, 1) and "LOG_GAP" not in {f["code"] for f in q["findings"]}, q["findings"]

@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 
 from helpers import align_pipeline
+from helpers.trees import copy_tree, remove_tree, wait_quiet
 from streamctl.operations.journal import CRASH_EXIT
 from streamctl.pipeline.agent import now_ms, write_json_atomic
 
@@ -203,14 +204,13 @@ def _run_cli(*args: str, crash: int | None = None) -> subprocess.CompletedProces
 def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: Any, tmp_path: Path) -> None:
     p = ap.build(tmp_path, "dedup_file", spark, 3)
     template = tmp_path / "template"
-    shutil.copytree(p.base, template, symlinks=True)
+    copy_tree(p.base, template)
     outside = tmp_path / "outside.txt"
     outside.write_text("not streamctl's")
     args = ("drop-sink", str(p.output), "--checkpoint", str(p.checkpoint), "--assume-stopped", "--execute")
 
     def restore() -> None:
-        shutil.rmtree(p.base)
-        shutil.copytree(template, p.base, symlinks=True)
+        copy_tree(template, p.base, replace=True)
         p.files = 3
 
     def archive_dir() -> Path:
@@ -239,7 +239,7 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
             restarted = True
             # STREAMCTL_QUIET_PERIOD=0 turns the tool's own wait off, so the test waits: the state
             # maintenance thread can write a snapshot after the query stopped (a flake at n=3)
-            ap.settle(p.base)
+            wait_quiet(p.base)
         except Exception as exc:  # noqa: BLE001 - Spark's own error: it must fail loudly, before writing
             restarted = False
             assert "metadata" in str(exc).lower() or "id" in str(exc), (n, str(exc)[:500])
@@ -248,7 +248,7 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
             assert d["ok"], (n, last, d)
             r = _run_cli("drop-sink", "--resume", str(arch))
             assert r.returncode == 4 and "ran again" in r.stderr, (n, r.returncode, r.stderr)
-            shutil.rmtree(arch)
+            remove_tree(arch)
             assert not (p.checkpoint / "_streamctl" / "lock.json").exists()  # the refusal released it
             r = _run_cli(*args)
             assert r.returncode == 0, (n, r.stderr)
@@ -430,7 +430,7 @@ def test_undo_restores_checkpoint_and_sink_byte_for_byte_and_the_old_query_conti
     # the old query restarts from its restored checkpoint: delivery exactly once
     p.add_input(3, 2)
     p.run()
-    ap.settle(p.base)  # a snapshot the state maintenance writes after the stop (the quiet period is off)
+    wait_quiet(p.base)  # a snapshot the state maintenance writes after the stop (the quiet period is off)
     d = p.delivery()
     assert d["ok"], d
     # after --purge the archived copies are gone: undo refuses, nothing changed

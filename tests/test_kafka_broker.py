@@ -4,11 +4,12 @@ recreation, untracked partitions, and every way the broker can be unreachable.""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 import time
 
 import pytest
+
+from helpers.trees import copy_tree
 
 pytestmark = pytest.mark.spark
 
@@ -229,7 +230,7 @@ def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_a
     """Runs last in this module: it deletes the scenario's topic."""
     chk, topic = kafka_agg
     copy = tmp_path / "checkpoint"
-    shutil.copytree(chk, copy)
+    copy_tree(chk, copy)
     kafka_broker.delete_topic(topic)
     code, doc = kafka(cli, "inspect", "kafka", str(copy), "--bootstrap", kafka_broker.bootstrap)
     assert code == 1 and {r["status"] for r in doc["partitions"]} == {"unknown topic"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ from helpers import cloud_fixtures as _cf
 from helpers import s3_fixtures as _s3f
 from helpers.paths import SPARK35
 from helpers.s3_fixtures import CountingProxy
+from helpers.trees import copy_tree, remove_tree
 from streamctl.operations.journal import CRASH_EXIT
 
 ap = align_pipeline
@@ -158,11 +158,10 @@ def test_align_delivers_exactly_once_after_the_restart(cli, spark, store, tmp_pa
     fs = store.fs
     p = ap.build(tmp_path, "coordinated", spark, 3)
     saved = tmp_path / "saved-checkpoint"
-    shutil.copytree(p.checkpoint, saved)
+    copy_tree(p.checkpoint, saved)
     p.add_input(3, 2)
     p.run()
-    shutil.rmtree(p.checkpoint)
-    shutil.copytree(saved, p.checkpoint)  # a checkpoint restored from an older copy: the sink is ahead
+    copy_tree(saved, p.checkpoint, replace=True)  # a checkpoint restored from an older copy: the sink is ahead
     _upload(store, p.checkpoint, "coord/checkpoint")
     _upload(store, p.output, "coord/output")
     ck, out = store.uri("coord/checkpoint"), store.uri("coord/output")
@@ -179,7 +178,7 @@ def test_align_delivers_exactly_once_after_the_restart(cli, spark, store, tmp_pa
 
     _s3f.download(fs, "coord/checkpoint", p.checkpoint)
     _s3f.download(fs, "coord/output", p.output)
-    shutil.rmtree(p.checkpoint / "_streamctl")  # the backup stays on the store; Spark ignores the folder anyway
+    remove_tree(p.checkpoint / "_streamctl")  # the backup stays on the store; Spark ignores the folder anyway
     p.add_input(5, 2)
     p.run()
     report = p.delivery()
@@ -222,7 +221,7 @@ def test_drop_sink_retires_in_order_and_the_old_query_cannot_restart(cli, spark,
     assert all(len(m["sha256"]) == 64 for m in manifest["files"] if m["action"] == "moved")
 
     _s3f.download(fs, "drop/checkpoint", p.checkpoint)
-    shutil.rmtree(p.checkpoint / "_streamctl")
+    remove_tree(p.checkpoint / "_streamctl")
     with pytest.raises(Exception):  # noqa: B017 - Spark's own error classes; the tombstoned checkpoint: a restart of the old query fails loudly
         p.add_input(3, 1)
         p.run()

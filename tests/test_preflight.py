@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from helpers.trees import copy_tree
+
 
 @pytest.fixture(scope="module")
 def ap(align_pipeline: Any) -> Any:
@@ -81,7 +83,7 @@ def test_preflight_predicts_the_restart_of_a_changed_query(ap, spark, cli, tmp_p
             assert r.code == 1 and f["code"] == codes[error] and f["restart_error"] == error, doc
         # the oracle: the real restart of that version on a copy of the checkpoint
         copy = tmp_path / f"copy-{version}"
-        shutil.copytree(p.checkpoint, copy)
+        copy_tree(p.checkpoint, copy)
         df = getattr(orders_v2, version)(spark)
         if error is None:
             _restart(spark, df, copy, complete=False)
@@ -175,8 +177,8 @@ def test_preflight_predicts_the_restart_of_a_query_reading_another_path(spark, c
             assert "SOURCE_PATH_CHANGED" in text.stdout and "None" not in text.stdout, text
         # the oracle: the real restart of that version on a copy of the checkpoint
         copy = tmp_path / f"restart-{shape}-{side}"
-        shutil.copytree(ckpt, copy / "checkpoint")
-        shutil.copytree(tmp_path / shape / "out", copy / "out")
+        copy_tree(ckpt, copy / "checkpoint")
+        copy_tree(tmp_path / shape / "out", copy / "out")
         df = getattr(paths_v2, f"{shape}_{side}")(spark)
         if restart == "fails":
             with pytest.raises(Exception, match="Wrong basePath"):

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from helpers.trees import copy_tree, move_tree, remove_tree
+
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 FILES = 4  # batches 0..3, ids 0..19
@@ -49,9 +51,9 @@ def _relocated(ap: Any, spark: Any, tmp_path: Path, how: str) -> tuple[Any, Any]
     new_base.mkdir(parents=True)
     for sub in ("checkpoint", "output"):
         if how == "move":
-            shutil.move(str(p.base / sub), str(new_base / sub))
+            move_tree(p.base / sub, new_base / sub)
         else:
-            shutil.copytree(p.base / sub, new_base / sub, symlinks=True)
+            copy_tree(p.base / sub, new_base / sub)
     q = ap.Pipeline(tmp_path / "new", "dedup_file", spark)
     q.input, q.files = p.input, p.files
     return p, q
@@ -110,7 +112,7 @@ def test_copied_sink_is_found_and_undo_puts_the_log_back(ap, spark, cli, tmp_pat
     before = _digests(q.output)
     done = cli("align", str(q.checkpoint), "--sink", str(q.output), "--execute", "--json")
     assert done.code == 0 and done.json()["verified"], done
-    shutil.rmtree(p.base / "output")  # the original goes: the copy does not need it
+    remove_tree(p.base / "output")  # the original goes: the copy does not need it
     assert _read_ids(spark, q.output) == Counter(range(20))
 
     undone = cli("align", "--undo", done.json()["backup"], "--json")
@@ -130,7 +132,7 @@ def test_moved_partitioned_parquet_sink(spark, cli, tmp_path):
      .writeStream.format("parquet").partitionBy("key").option("path", str(out)).option("checkpointLocation", str(ck))
      .trigger(availableNow=True).start().awaitTermination())
     dest = tmp_path / "b"
-    shutil.move(str(tmp_path / "a"), str(dest))
+    move_tree(tmp_path / "a", dest)
     out2, ck2 = dest / "out", dest / "ck"
     with pytest.raises(Exception, match="does not exist"):  # the oracle: partition inference keeps the old paths
         spark.read.parquet(str(out2)).count()
@@ -170,13 +172,13 @@ def test_input_moved_with_the_checkpoint_fails_the_restart_until_align_rewrites_
     (docs/model.md#moved-input)."""
     p = ap.build(tmp_path / "old", "dedup_file", spark, FILES)
     (tmp_path / "new").mkdir()
-    shutil.move(str(p.base), str(tmp_path / "new" / p.base.name))
+    move_tree(p.base, tmp_path / "new" / p.base.name)
     q = ap.Pipeline(tmp_path / "new", "dedup_file", spark)
     q.files = p.files
     ap.remove_with_companions(q.checkpoint / "commits", "3")  # and a crash before batch 3's commit: it is replayed
 
     trial = ap.Pipeline(tmp_path / "trial", "dedup_file", spark)  # the restart, as the operator would try it
-    shutil.copytree(q.base, trial.base, symlinks=True)
+    copy_tree(q.base, trial.base)
     trial.files = q.files
     with pytest.raises(Exception, match="Wrong basePath"):
         trial.run()

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from helpers.trees import wait_quiet
+
 pytestmark = [pytest.mark.spark]
 
 
@@ -150,7 +152,7 @@ def test_repartition_hole_below_the_newest_batches_on_checkpoint_format_2(spark:
     assert _partitions(p, 5) == new and (p.checkpoint / "commits/5").exists()
     p.add_input(p.files, 3)  # batches 6, 7, 8: the query runs on past the hole at 5
     p.run()
-    ap.settle(p.base)  # the state maintenance thread may still upload a snapshot
+    wait_quiet(p.base)  # the state maintenance thread may still upload a snapshot
     assert not (p.output / "_spark_metadata/5").exists() and (p.output / "_spark_metadata/8").exists()
 
     code, q, codes = _inspect(cli, p, sink=True)
@@ -198,7 +200,7 @@ def test_unfinished_repartition(spark: Any, cli: Any, tmp_path: Path, align_pipe
     p = ap.Pipeline(tmp_path, kind, spark)  # HDFS provider: Spark's repartition fails
     p.add_input(0, 2)
     p.run()
-    ap.settle(p.base)
+    wait_quiet(p.base)
     with pytest.raises(Exception, match="STATE_REPARTITION_INVALID_CHECKPOINT"):
         spark._streamingCheckpointManager.repartition(str(p.checkpoint), 2 * _partitions(p, 1))
     assert (p.checkpoint / "offsets/2").exists() and not (p.checkpoint / "commits/2").exists()

@@ -7,11 +7,12 @@ exactly-once while the replayed input is gone (docs/model.md#replayable-batches)
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.trees import copy_tree, remove_tree, wait_quiet
 
 pytestmark = [pytest.mark.spark]
 
@@ -32,7 +33,7 @@ def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(ap, s
                     reader_options={"cleanSource": "archive", "sourceArchiveDir": str(archive)})
     p.add_input(0, 5)  # batches 0..4
     p.run()
-    ap.settle(p.base)
+    wait_quiet(p.base)
     moved = _archived(archive)
     assert moved and all(str(m).startswith(str(archive) + str(p.input)) for m in moved), moved
     # Spark archives a batch's input once the next batch starts: part-00003 is there, part-00004 not yet
@@ -40,7 +41,7 @@ def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(ap, s
     assert (p.input / "part-00004.json").exists(), moved
     # batch 3 in flight (its commit and batch 4 lost): the restart replays it from input that is gone
     inflight = tmp_path / "inflight"
-    shutil.copytree(p.checkpoint, inflight)
+    copy_tree(p.checkpoint, inflight)
     ap.remove_with_companions(inflight / "commits", "4")
     ap.remove_with_companions(inflight / "offsets", "4")
     ap.remove_with_companions(inflight / "commits", "3")
@@ -56,7 +57,7 @@ def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(ap, s
     plan = r.json()["plan"]
     assert r.code == 0 and plan["classification"] == "exactly-once" and plan["target"] == 2, r.stdout + r.stderr
     assert [s["path"] for s in plan["steps"] if s["action"] == "put_back"] == ["part-00003.json"], plan["steps"]
-    shutil.rmtree(inflight)
+    remove_tree(inflight)
 
     # lose state versions 4 and 5 of one partition: only a roll back to epoch 2 restores
     store = p.checkpoint / "state/0/1"
@@ -100,6 +101,6 @@ def test_roll_back_over_archived_input_is_refused_until_the_files_are_back(ap, s
     p.run()
     d = p.delivery()
     assert d["ok"], d
-    ap.settle(p.base)
+    wait_quiet(p.base)
     # Spark archived the put-back file again once its replayed batch committed
     assert all(f.exists() for f in replayed) and not (p.input / "part-00003.json").exists()

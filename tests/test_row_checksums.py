@@ -22,12 +22,13 @@ changelogs only (`minDeltasForSnapshot` chooses which).
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+
+from helpers.trees import copy_tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark4]  # row checksums, auto snapshot repair: Spark 4.1+
 
@@ -65,8 +66,7 @@ def built(spark: Any, align_pipeline: Any, tmp_path_factory: pytest.TempPathFact
         p.add_input(0, FILES)
         p.run()
         _victim(p.checkpoint / "state/0/0", victim)
-        ap.settle(p.base)
-        shutil.copytree(p.base, root / "pristine" / name, symlinks=True)
+        copy_tree(p.base, root / "pristine" / name)
     return root
 
 
@@ -80,8 +80,7 @@ def shape(spark: Any, align_pipeline: Any, built: Path) -> Callable[[str], Any]:
     def restore(name: str) -> Any:
         kind, min_deltas, _, _ = SHAPES[name]
         p = align_pipeline.Pipeline(built / "work", kind, spark, name=name, extra_confs=_confs(min_deltas))
-        shutil.rmtree(p.base)
-        shutil.copytree(built / "pristine" / name, p.base, symlinks=True)
+        copy_tree(built / "pristine" / name, p.base, replace=True)
         p.files = FILES
         return p
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from helpers.trees import wait_quiet
+
 pytestmark = [pytest.mark.spark]
 
 
@@ -45,7 +47,7 @@ def test_new_checkpoint_over_an_old_sink(ap, spark, cli, tmp_path, tree_snapshot
     # the oracle: the new query's two batches (ids 0..2 of its own) never reach the sink
     new.add_input(0, 2)
     new.run()
-    ap.settle(new.base)
+    wait_quiet(new.base)
     assert sorted(old.sink_ids()) == before_rows, "the file sink wrote batches it should have skipped"
     assert ap.newest(new.checkpoint / "commits") == 1
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import SPARK35
+from helpers.trees import copy_tree, wait_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -163,7 +164,7 @@ def test_missing_partition_folder(cli, fresh_copy):
 def test_copied_checkpoint_shares_the_query_id(cli, spark_checkpoints, tmp_path):
     src = spark_checkpoints["agg_hdfs"]
     copy = tmp_path / "copied-checkpoint"
-    shutil.copytree(src, copy)
+    copy_tree(src, copy)
     code, doc = epochs(cli, src, copy)
     assert code == 1 and [f["code"] for f in doc["findings"]] == ["QUERY_ID_CLASH"]
 
@@ -196,7 +197,7 @@ def test_pyspark_3_5_checkpoints(cli, name):
     assert len(op["stores"]) == 2 and all(s["durable_version"] == 4 for s in op["stores"])
 
 
-def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_copy, align_pipeline):
+def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_copy):
     """What inspect says is what a restart of the real query does: an in-flight checkpoint
     (recoverable) replays its batch and is aligned again; one whose replay needs a deleted state
     file (unrestorable) fails."""
@@ -216,7 +217,7 @@ def test_spark_agrees_with_the_verdicts(cli, spark, spark_checkpoints, fresh_cop
     rerun_agg(spark, chk, spark_checkpoints["agg_rocksdb"].parent / "input", "agg_rocksdb")
     # the state store maintenance thread may still upload a zip and its SSTs (or clean old ones)
     # right after the query stopped: judge the checkpoint once it is quiet, not midway
-    align_pipeline.settle(chk.parent)
+    wait_quiet(chk.parent)
     code, doc = epochs(cli, chk)
     assert code == 0 and doc["verdict"] == "aligned" and doc["queries"][0]["committed"] == 7, doc["queries"][0]["findings"]
 

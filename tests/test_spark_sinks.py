@@ -3,10 +3,11 @@ lost sink log entries (sink behind), a compaction point between them, copied pip
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+
+from helpers.trees import copy_tree
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +34,7 @@ def test_file_sink_ahead_behind_and_in_flight(cli, fresh_copy):
 
     # an older copy of the checkpoint restored while the sink went on
     restored = chk.parent / "restored"
-    shutil.copytree(chk, restored)
+    copy_tree(chk, restored)
     drop_batches(restored / "offsets", 3)
     drop_batches(restored / "commits", 3)
     code, q = inspect(cli, restored, out)
@@ -85,7 +86,7 @@ def test_compaction_point_between_checkpoint_and_sink(cli, spark, tmp_path):
 def test_checkpoint_and_sink_copied_into_a_second_pipeline(cli, spark_checkpoints, tmp_path):
     src = spark_checkpoints["stateless_file_sink"]
     second = tmp_path / "second"
-    shutil.copytree(src.parent, second)
+    copy_tree(src.parent, second)
     r = cli("inspect", "epochs", str(src), str(second / "checkpoint"),
             "--sink", str(src.parent / "output"), "--sink", str(second / "output"), "--json")
     doc = r.json()

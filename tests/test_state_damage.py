@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from helpers.trees import wait_quiet
+
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
@@ -85,7 +87,7 @@ def test_torn_newest_snapshot_is_judged_by_the_line_and_moved_aside(ap, spark, c
     deadline = time.monotonic() + 20
     while not list(store.glob(f"*.{ext}")) and time.monotonic() < deadline:  # the maintenance thread writes them
         time.sleep(0.2)
-    ap.settle(p.base)
+    wait_quiet(p.base)
     full = sorted(store.glob(f"*.{ext}"), key=lambda f: int(f.name.split(".")[0]))
     assert full, sorted(x.name for x in store.iterdir())
     victim = full[-1]  # the newest: the restart of version 3 starts from it
@@ -120,7 +122,7 @@ def test_sst_file_a_zip_names_is_gone(ap, spark, cli, tmp_path):
     deadline = time.monotonic() + 20
     while not list(store.glob("*.zip")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    ap.settle(p.base)
+    wait_quiet(p.base)
     zips = sorted(store.glob("*.zip"), key=lambda f: int(f.name.split(".")[0]))
     named = sorted(zip_ssts(Storage.open(str(store)), zips[-1].name))
     assert zips and named, sorted(x.name for x in store.iterdir())

@@ -8,25 +8,15 @@ from pathlib import Path
 import pytest
 
 from helpers.paths import SPARK35, copy_spark35
+from helpers.trees import copy_tree, remove_tree, wait_quiet
 from streamctl.operations.journal import CRASH_EXIT
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
 
-def _settle(tree_snapshot, root: Path, quiet_s: float = 1.5) -> None:
-    """Wait until Spark's state maintenance thread (it outlives the query in this driver and
-    writes HDFS snapshots shortly after) has stopped changing the tree."""
-    import time
-
-    last, since = tree_snapshot(root), time.monotonic()
-    deadline = since + 30
-    while time.monotonic() < deadline:
-        time.sleep(0.3)
-        now = tree_snapshot(root)
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
+# Spark's state maintenance thread outlives the query in this driver and writes HDFS snapshots
+# shortly after it: a test that proves a plan changes nothing first waits this long without a change
+SETTLE_S = 1.5
 
 
 def _backup_bytes(backup: Path) -> tuple[int, int]:
@@ -42,7 +32,7 @@ def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, 
                     extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"} if v2 else None)
     p.add_input(0, 8)
     p.run()
-    _settle(tree_snapshot, tmp_path)
+    wait_quiet(tmp_path, SETTLE_S, 30)
     args = [str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "3"]
     before = tree_snapshot(tmp_path)
     plan = cli("trim", *args, "--json")
@@ -77,20 +67,17 @@ def test_trim_then_restart_and_a_kept_rollback_deliver_exactly_once(cli, spark, 
 
     # every kept rollback point still works: from the trimmed state (restored in place: the logs
     # hold absolute paths), roll back to X, restart with more input, check delivery
-    import shutil
-
     trimmed = tmp_path.parent / f"{tmp_path.name}-trimmed"
-    shutil.copytree(p.base, trimmed, symlinks=True)
+    copy_tree(p.base, trimmed)
     for x in (5, 6, 7):
-        shutil.rmtree(p.base)
-        shutil.copytree(trimmed, p.base, symlinks=True)
+        copy_tree(trimmed, p.base, replace=True)
         p.files = 8
         back = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", str(x), "--execute", "--json")
         assert back.code == 0, (x, back.stderr)
         assert back.json()["plan"]["classification"] == "exactly-once"
         p.add_input(8, 2)
         p.run()
-        _settle(tree_snapshot, tmp_path)  # Spark's maintenance thread must be done before the next restore
+        wait_quiet(tmp_path, SETTLE_S, 30)  # Spark's maintenance thread must be done before the next restore
         report = p.delivery()
         assert report["ok"], (x, report)
         assert cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output)).code == 0
@@ -101,7 +88,7 @@ def test_trim_refuses_a_misaligned_checkpoint_and_undo_restores(cli, spark, tmp_
     p = ap.Pipeline(tmp_path, "dedup_file", spark)
     p.add_input(0, 5)
     p.run()
-    _settle(tree_snapshot, tmp_path)
+    wait_quiet(tmp_path, SETTLE_S, 30)
     done = cli("trim", str(p.checkpoint), "--keep-epochs", "2", "--execute", "--json")
     assert done.code == 0, done.stderr
     backup = done.json()["backup"]
@@ -194,19 +181,17 @@ def test_trim_purge_never_deletes_through_a_staging_symlink(cli, spark, tmp_path
     the plan refuses (exit 4) naming the path that leaves the sink, and nothing changes."""
     ap = align_pipeline
     import os
-    import shutil
 
     p = ap.Pipeline(tmp_path, "coordinated", spark)
     p.add_input(0, 4)
     p.run()
-    _settle(tree_snapshot, tmp_path)
+    wait_quiet(tmp_path, SETTLE_S, 30)
     outside = tmp_path / "not-the-sink"
     for epoch in (0, 1):
         (outside / str(epoch)).mkdir(parents=True)
         (outside / str(epoch) / "keep.txt").write_text("not streamctl's")
     staging = p.output / "_staging"
-    if staging.exists():
-        shutil.rmtree(staging)
+    remove_tree(staging)
     os.symlink(outside, staging)
     before = tree_snapshot(tmp_path)
     r = cli("trim", str(p.checkpoint), "--sink", str(p.output), "--keep-epochs", "1", "--execute", "--purge", "--json")

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from helpers.trees import copy_tree, wait_quiet
 
 ROWS = 5
 COMPACT_INTERVAL = 3
@@ -159,7 +160,7 @@ class Pipeline:
         try:
             self._run()
         except BaseException:
-            settle(self.base)
+            wait_quiet(self.base)
             raise
 
     def _run(self) -> None:
@@ -264,63 +265,26 @@ class Lab:
         return self.p.output
 
     def save(self, name: str) -> None:
-        dest = self.snaps / name
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(self.base, dest, symlinks=True)
+        copy_tree(self.base, self.snaps / name, replace=True)
 
     def put_back(self, name: str) -> None:
         """After a failed run, a task of the aborted stage or the state store maintenance thread
-        may still write below the base for a moment (`checkpoint` can be made again between
-        the removal and the copy): wait until the tree is quiet, then retry what raced."""
-        for attempt in range(4):
-            if self.base.exists():
-                settle(self.base)
-                shutil.rmtree(self.base, ignore_errors=attempt < 3)
-            try:
-                shutil.copytree(self.snaps / name, self.base, symlinks=True)
-                return
-            except (shutil.Error, FileExistsError):
-                if attempt == 3:
-                    raise
+        may still write below the base for a moment: copy_tree waits until it is quiet."""
+        copy_tree(self.snaps / name, self.base, replace=True)
 
     def align_args(self, *extra: str) -> list[str]:
         return ["align", str(self.ckpt), "--sink", str(self.out), *extra]
 
 
 def build(root: Path, kind: str, spark: Any, files: int, **kw: Any) -> Pipeline:
-    """A pipeline run over input files 0..files-1 (one batch each), settled, and checked: every id
+    """A pipeline run over input files 0..files-1 (one batch each), quiet, and checked: every id
     delivered exactly once (what a test then damages or acts on)."""
     p = Pipeline(root, kind, spark, **kw)
     p.add_input(0, files)
     p.run()
-    settle(p.base)
+    wait_quiet(p.base)
     assert p.delivery()["ok"], p.delivery()
     return p
-
-
-def settle(folder: Path, quiet_s: float = 0.6, timeout_s: float = 6.0) -> None:
-    """Wait until nothing below `folder` changes for `quiet_s` (the state store maintenance
-    thread, every 200 ms, may still write a snapshot right after the query stopped)."""
-    def listing() -> dict[str, tuple[int, int]]:
-        out = {}
-        for dirpath, _dirs, files in os.walk(folder):
-            for f in files:
-                try:
-                    st = os.lstat(os.path.join(dirpath, f))
-                except OSError:
-                    continue
-                out[os.path.join(dirpath, f)] = (st.st_size, st.st_mtime_ns)
-        return out
-
-    deadline = time.monotonic() + timeout_s
-    last = listing()
-    while time.monotonic() < deadline:
-        time.sleep(quiet_s)
-        now = listing()
-        if now == last:
-            return
-        last = now
 
 
 def remove_with_companions(folder: Path, name: str) -> list[str]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -34,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from helpers.align_pipeline import settle
 from helpers.oracle_damage import (
     CRCS,
     HOWS,
@@ -52,6 +50,7 @@ from helpers.oracle_damage import (
     unblock,
 )
 from helpers.oracle_shapes import SHAPES, Layout, Shape
+from helpers.trees import copy_tree, remove_tree, wait_quiet
 
 FILES = 5  # the clean pipeline's input files (one batch each)
 NEW_FILES = 1  # input added before every restart
@@ -170,51 +169,6 @@ def tree(root: Path) -> dict[str, tuple]:
     return out
 
 
-def copy_tree(src: Path, dest: Path) -> None:
-    """copytree that copies links as links and named pipes as new named pipes (never opened)."""
-    import stat
-
-    def copy(a: str, b: str) -> None:
-        if stat.S_ISFIFO(os.lstat(a).st_mode):
-            os.mkfifo(b)
-        else:
-            shutil.copy2(a, b)
-
-    shutil.copytree(src, dest, symlinks=True, copy_function=copy)
-
-
-def quiet_copy(src: Path, dest: Path) -> None:
-    """Copy a tree a Spark session wrote once it is quiet: the state store maintenance thread may
-    still write a snapshot (or rename its temp file away) for a moment after the query stopped."""
-    for attempt in range(6):
-        settle(src, quiet_s=0.3, timeout_s=4.0)
-        if dest.exists():
-            shutil.rmtree(dest)
-        try:
-            copy_tree(src, dest)
-            return
-        except shutil.Error:
-            if attempt == 5:
-                raise
-
-
-def quiet_remove(path: Path) -> None:
-    """Remove a tree a Spark session wrote, once it is quiet (RocksDB maintenance may still write)."""
-    for attempt in range(6):
-        if not path.exists():
-            return
-        settle(path, quiet_s=0.3, timeout_s=4.0)
-        for f in fifos(path):
-            f.unlink()
-        try:
-            shutil.rmtree(path)
-            return
-        except OSError:
-            if attempt == 5:
-                raise
-            time.sleep(0.3)
-
-
 class Harness:
     """One Spark session, the clean pipeline and undisturbed result of each shape (built on first
     use), and the cases judged against them. `root` is a scratch folder the harness owns."""
@@ -238,22 +192,21 @@ class Harness:
         if shape.name in self.clean:
             return
         base = self.base(shape)
-        quiet_remove(self.work(shape))
+        remove_tree(self.work(shape))
         lay = Layout.under(base)
         shape.add_input(lay, 0, FILES)
         shape.run(self.spark, lay)
-        settle(base)
         saved = self.root / "clean" / shape.name
-        quiet_copy(base, saved)
+        copy_tree(base, saved, replace=True)
         self.clean[shape.name] = saved
         out = self._restart(shape, lay)
         if out.kind != "exact":
             raise AssertionError(f"{shape.name}: the undisturbed restart: {out}")
         self.reference[shape.name] = self._last_rows
-        quiet_remove(self.work(shape))
+        remove_tree(self.work(shape))
 
     def fresh(self, shape: Shape) -> Layout:
-        quiet_remove(self.work(shape))
+        remove_tree(self.work(shape))
         copy_tree(self.clean[shape.name], self.base(shape))
         return Layout.under(self.base(shape))
 
@@ -292,9 +245,9 @@ class Harness:
         finally:
             done.set()
         if hung:
-            settle(lay.checkpoint.parent)
+            wait_quiet(lay.checkpoint.parent)
             return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")
-        settle(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
+        wait_quiet(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
         if error:
             return Outcome("fails", _spark_error(error[0]))
         try:
@@ -315,13 +268,12 @@ class Harness:
         """The restart of the damaged folders as they are, then the damage put back in place."""
         work = self.work(shape)
         saved = self.root / "damaged" / shape.name
-        quiet_copy(work, saved)
+        copy_tree(work, saved, replace=True)
         try:
             return self._restart(shape, lay)
         finally:
-            quiet_remove(work)
-            copy_tree(saved, work)
-            shutil.rmtree(saved)
+            copy_tree(saved, work, replace=True)
+            remove_tree(saved)
 
     # -- one case -------------------------------------------------------------------------------------
     def judge(self, shape_name: str, action: Action) -> Result:
@@ -454,7 +406,7 @@ class Harness:
                 q.stop()
             for k, v in saved.items():
                 self.spark.conf.unset(k) if v is None else self.spark.conf.set(k, v)
-        settle(lay.checkpoint.parent)
+        wait_quiet(lay.checkpoint.parent)
         have = max((int(p.stem[5:]) for p in (lay.input / "a").glob("part-*.json")), default=-1) + 1
         if have < FILES + NEW_FILES:
             shape.add_input(lay, have, FILES + NEW_FILES - have)
@@ -488,7 +440,7 @@ class Harness:
             if not shape.stateful:
                 raise NoTarget("a stateless query has no state to leave behind")
             for log in ("offsets", "commits"):
-                shutil.rmtree(lay.checkpoint / log)
+                remove_tree(lay.checkpoint / log)
             return lay
         if what == "retired":
             code, out, err = streamctl("drop-sink", str(lay.output), "--checkpoint", str(lay.checkpoint),

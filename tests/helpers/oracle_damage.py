@@ -21,12 +21,12 @@ Dimensions:
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from helpers.oracle_shapes import Layout
+from helpers.trees import move_tree
 
 LOGS = ("offsets", "commits", "sources", "sink", "state", "metadata")
 WHICH = ("newest", "oldest", "middle")
@@ -211,11 +211,11 @@ def move(lay: Layout, what: str, work: Path) -> Layout:
     if what == "all":
         base = lay.checkpoint.parent
         new = work / "moved-pipeline"
-        os.rename(base, new)
+        move_tree(base, new)
         return Layout(new / lay.input.name, new / lay.checkpoint.name, new / lay.output.name)
     dest = work / "moved" / what
     dest.parent.mkdir(parents=True, exist_ok=True)
     src = {"checkpoint": lay.checkpoint, "output": lay.output, "input": lay.input}[what]
-    shutil.move(str(src), str(dest))
+    move_tree(src, dest)
     return Layout(dest if what == "input" else lay.input, dest if what == "checkpoint" else lay.checkpoint,
                   dest if what == "output" else lay.output)

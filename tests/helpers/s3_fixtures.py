@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.trees import remove_tree
+
 moto_server = shutil.which("moto_server", path=str(Path(sys.executable).parent))
 
 
@@ -66,10 +68,11 @@ def upload(fs, src: Path, prefix: str) -> str:
 
 
 def download(fs, prefix: str, dest: Path) -> None:
-    """Replace `dest` with the objects under chk/<prefix>/ (what a mutation on S3 left)."""
+    """Replace `dest` (a folder a Spark session may have written) with the objects under
+    chk/<prefix>/ (what a mutation on S3 left)."""
     import pyarrow.fs as pafs
 
-    shutil.rmtree(dest, ignore_errors=True)
+    remove_tree(dest)
     base = f"chk/{prefix}"
     for info in fs.get_file_info(pafs.FileSelector(base, recursive=True)):
         if info.type == pafs.FileType.File:

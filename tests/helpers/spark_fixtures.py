@@ -26,13 +26,13 @@ on PySpark 3.5 ``@pytest.mark.spark_lines`` (and ``spark4`` on the cases that ne
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+
+from helpers.trees import copy_tree
 
 __all__ = ["spark", "spark_checkpoints", "fresh_copy", "SPARK35_SCENARIOS", "spark_major"]
 
@@ -84,23 +84,9 @@ def fresh_copy(spark_checkpoints: dict[str, Path], tmp_path_factory: pytest.Temp
         except KeyError:
             raise KeyError(f"no example checkpoint named {name!r}; known: {sorted(spark_checkpoints)}") from None
         dest_root = tmp_path_factory.mktemp(f"copy-{name}")
-        # symlinks=True: copy links as links; the example trees contain none, but never follow one out.
-        # The shared session's state-store maintenance (every 200 ms) may still write a snapshot of
-        # a stopped example query: a copy taken then holds its `.N.zip.<uuid>.tmp` (a file the
-        # example's restart never reads; align would plan to move it) or fails when it is renamed
-        # away mid-copy (both happen, on the 3.5 leg). Copy again until the copy caught none.
-        for attempt in range(10):
-            try:
-                shutil.copytree(src_ckpt.parent, dest_root / name, symlinks=True)
-            except shutil.Error:  # a temp file renamed away mid-copy
-                pass
-            else:
-                if not any((dest_root / name / src_ckpt.name / "state").rglob("*.tmp")):
-                    break
-            shutil.rmtree(dest_root / name, ignore_errors=True)
-            if attempt == 9:
-                raise AssertionError(f"{src_ckpt}: still being written (temp files) after 10 copies")
-            time.sleep(0.5)
+        # the shared session's state store maintenance may still write a snapshot of a stopped
+        # example query: copy_tree copies what the tree holds once quiet, never a temp file it caught
+        copy_tree(src_ckpt.parent, dest_root / name)
         _as_if_written_here(src_ckpt.parent, dest_root / name)
         return dest_root / name / src_ckpt.name
 
