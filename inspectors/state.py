@@ -18,7 +18,6 @@ Restoring v needs a full file at some s <= v and every incremental file s+1..v.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -200,9 +199,8 @@ class StoreFiles:
         self.orphan_crc, self.other_files = list(orphan_crc), list(other_files)
 
     def __getstate__(self) -> tuple[Any, ...]:
-        """Pickled by read_state's forked child (inspectors/split.py). A store with a shape: its
-        place and the shape, one object for every store of that shape (the child's pickler sends
-        it once, then refers to it). Any other: the listing as one NUL-joined string (no file name
+        """Pickled compactly. A store with a shape: its place and the shape, one object for every
+        store of that shape (a pickler sends it once, then refers to it). Any other: the listing as one NUL-joined string (no file name
         holds NUL), not as hundreds of strings; a run of versions as its ends (`pack_ints`)."""
         if self.shape is not None:
             return self.shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema
@@ -304,9 +302,6 @@ def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple
     return subdirs
 
 
-#: Partition folders from which `read_state` splits its work over two processes (inspectors/split.py).
-SPLIT_MIN_PARTITIONS = 64
-
 Prepare = Callable[[StoreFiles], Any]
 
 
@@ -326,50 +321,23 @@ def _scan_partition(storage: Storage, op_id: int, part: int,
     return stores, ({name: prepare(store) for name, store in stores.items()} if prepare is not None else {})
 
 
-def _scan_unit(storage: Storage, prepare: Optional[Prepare],
-               unit: tuple[int, int]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
-    return _scan_partition(storage, unit[0], unit[1], prepare)
-
-
-def read_state(storage: Storage, prepare: Optional[Prepare] = None, split_key: Any = None) -> StateFiles:
+def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFiles:
     """List `state/` one folder at a time (SSTs/ and logs/ folders are noted, not listed).
 
     `prepare(store)`, when given, is run on every store as it is listed; its results are in
-    `StateFiles.prepared` by (operator, partition, store). With SPLIT_MIN_PARTITIONS partition
-    folders or more on a local file system, the folders are listed and prepared on two cores
-    (inspectors/split.py): the result is the serial one. `split_key` names what `prepare`
-    judges against; with it, a child started early for the same work (`state_split`) is joined.
+    `StateFiles.prepared` by (operator, partition, store).
 
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
     """
     storage.prefetch("state")  # object stores: one recursive listing instead of one per folder
     result = StateFiles(exists=False)
-    units = _list_operators(storage, result)
-    scan = functools.partial(_scan_unit, storage, prepare)
-
-    if storage.is_local:
-        from streamctl.inspectors.split import fork_map
-
-        key = None if split_key is None else (storage.display, tuple(units), split_key)
-        scanned = fork_map(scan, units, SPLIT_MIN_PARTITIONS, key)
-    else:
-        scanned = [scan(u) for u in units]
-    for (op_id, part), (stores, prepared) in zip(units, scanned, strict=True):
+    for op_id, part in _list_operators(storage, result):
+        stores, prepared = _scan_partition(storage, op_id, part, prepare)
         result.operators[op_id].partitions[part] = stores
         for name, value in prepared.items():
             result.prepared[(op_id, part, name)] = value
     return result
-
-
-def state_split(storage: Storage, prepare: Prepare, split_key: Any) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
-    """The work `read_state(storage, prepare, split_key)` shares with a child, for a child
-    started before read_state runs (split.start_early): (the key read_state gives fork_map,
-    the function of a partition folder, the folders); None when it would not split."""
-    units = _list_operators(storage, StateFiles(exists=False))
-    if not storage.is_local or len(units) < SPLIT_MIN_PARTITIONS:
-        return None
-    return (storage.display, tuple(units), split_key), functools.partial(_scan_unit, storage, prepare), units
 
 
 def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int]]:

@@ -8,7 +8,6 @@ other file systems go through `pyarrow.fs` (moves are copy -> verify -> delete).
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
 import json
 import os
@@ -17,12 +16,11 @@ import shutil
 import stat
 import threading
 import uuid
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
 from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
-from streamctl.operations.coprocess import CHUNK, hash_file, rename_all, renameat2
 
 S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
 AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
@@ -41,25 +39,6 @@ def is_normal_rel(rel: str) -> bool:
                                   or "/./" in rel or "/../" in rel)
 
 
-_NOT_NORMAL_LINES = ("\\", "//", "\n/", "/\n", "\n\n")
-# a "." or ".." part: each of these holds "./" or ".\n", which plans rarely hold at all
-_DOT_PARTS = ("\n./", "\n../", "/.\n", "/..\n", "\n.\n", "\n..\n", "/./", "/../")
-
-
-def all_normal_rels(rels: list[str]) -> bool:
-    """all(map(is_normal_rel, rels)), by substring tests of the paths joined one per line (a
-    100,000-step plan in a few C calls): each test of is_normal_rel is a substring of a line or of
-    a line and its ends. Paths with a line break are tested one by one."""
-    if not rels:
-        return True
-    text = "\n" + "\n".join(rels) + "\n"
-    if text.count("\n") != len(rels) + 1:
-        return all(map(is_normal_rel, rels))
-    if any(bad in text for bad in _NOT_NORMAL_LINES):
-        return False
-    return not (("./" in text or ".\n" in text) and any(bad in text for bad in _DOT_PARTS))
-
-
 def check_rel(rel: str, where: str) -> str:
     """A relative, normalised path that cannot leave its root."""
     if is_normal_rel(rel):  # already normal: the usual case, fast
@@ -70,27 +49,13 @@ def check_rel(rel: str, where: str) -> str:
     return "/".join(parts)
 
 
-DIGEST_CHUNK = 512  # files per unit of a folder's digest shared with a forked child (Root.tree_digest)
+CHUNK = 1 << 20  # bytes per read when hashing
 
 
-def _digest_lines(base: str, subs: list[str]) -> Optional[tuple[int, bytes]]:
-    """(total size, the lines Root.tree_digest hashes) of the files `base + sub`; None when one
-    did not read (the general path then reports it)."""
-    total = 0
-    lines = []
-    for sub in subs:
-        try:
-            size, digest = hash_file(base + sub)
-        except OSError:
-            return None
-        total += size
-        lines.append(_digest_line(sub, size, digest))
-    return total, "".join(lines).encode()
-
-
-def _digest_line(sub: str, size: int, digest: str) -> str:
-    """One file's line of a folder's digest (Root.tree_digest): its relative name, size, sha256."""
-    return f"{sub}\0{size}\0{digest}\n"
+def hash_file(path: str) -> tuple[int, str]:
+    """(size, sha256 hex) of a local file; a folder raises IsADirectoryError."""
+    with open(path, "rb", buffering=0) as fh:
+        return _hash_stream(fh)
 
 
 class Pending:
@@ -305,18 +270,8 @@ class Root:
         fsync_dirs(self._with_ancestors(walk))
         self.synced(parents)
 
-    def folders_to_sync(self, rels: list[str] | set[str]) -> Optional[tuple[set[str], list[str]]]:
-        """What `sync_parents(rels)` fsyncs, to be fsynced elsewhere (the executor's syncing
-        co-process): (the parents to pass to `synced` once every folder is fsynced, the folders in
-        order); None when not local. A folder that cannot be opened (gone) changes its parent:
-        the caller then runs `sync_parents` itself, which walks up from it."""
-        if not self.is_local:
-            return None
-        parents, known, walk = self._sync_split(rels)
-        return parents, known + self._with_ancestors(walk)
-
     def synced(self, parents: set[str]) -> None:
-        """These parent folders (of `folders_to_sync`) and their ancestors are fsynced."""
+        """These parent folders and their ancestors are fsynced."""
         self._synced |= parents
         self._unsynced -= parents
 
@@ -358,37 +313,23 @@ class Root:
 
     def tree_digest(self, rel: str) -> tuple[int, str]:
         """(total size, sha256 over sorted relative names and file digests) of the files below `rel`;
-        an empty or absent folder gives the digest of nothing (object stores keep no empty folders).
-        A local folder's files are read on two cores (inspectors/split.py: drop-sink reads the
-        132,000 files of the folders it retires before it moves them, and again before an undo)."""
+        an empty or absent folder gives the digest of nothing (object stores keep no empty folders)."""
         h = hashlib.sha256()
         total = 0
         subs = self.walk_files(rel)
-        head = self._head()
-        if head is not None and is_normal_rel(rel) and len(subs) >= DIGEST_CHUNK * 2:
-            from streamctl.inspectors.split import fork_map
-
-            chunks = [subs[k:k + DIGEST_CHUNK] for k in range(0, len(subs), DIGEST_CHUNK)]
-            read = fork_map(functools.partial(_digest_lines, f"{head}{rel}/"), chunks, 2)
-            if all(part is not None for part in read):
-                for size, lines in read:  # type: ignore[misc]
-                    total += size
-                    h.update(lines)
-                return total, h.hexdigest()
-            # a file did not read: the general path below names it
         for sub in subs:
             try:
                 size, digest = self.digest(f"{rel}/{sub}")
             except StorageError:
                 if self.kind(f"{rel}/{sub}") != "missing":
                     raise
-                # listed, then gone before it was read: the folder is being written (issue 23 note:
-                # Spark's state maintenance writes a snapshot after the query stopped)
+                # listed, then gone before it was read: the folder is being written (Spark's state
+                # maintenance writes a snapshot after the query stopped)
                 raise StorageError(self.uri(f"{rel}/{sub}"), "vanished while streamctl read its folder: something still "
                                    "writes to the checkpoint (the query, or its Spark session's state maintenance after "
                                    "the query stopped); wait until it is quiet") from None
             total += size
-            h.update(_digest_line(sub, size, digest).encode())
+            h.update(f"{sub}\0{size}\0{digest}\n".encode())
         return total, h.hexdigest()
 
     def walk_files(self, rel: str) -> list[str]:
@@ -408,9 +349,8 @@ class Root:
     def _walk(self, rel: str, sizes: bool, ordered: bool = True) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
         if self.is_local:
-            # os.walk's answer (symlinks to folders are not followed and not files; a folder that
-            # cannot be listed is skipped), without its path joins, relpath and a second lstat
-            # path walk per file: a trim's result line sums a 100,000-file backup (issue 23)
+            # os.walk's answer: symlinks to folders are not followed and not files; a folder that
+            # cannot be listed is skipped
             folders = [(self.local(rel), "")]
             while folders:
                 path, prefix = folders.pop()
@@ -445,31 +385,26 @@ class Root:
         self._made.add(path)
         self._unsynced.add(path)
 
-    def write_atomic(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> None:
-        """Write a whole file so that readers see the old or the new content, never a part.
-        `data`: its bytes, or consecutive parts of them (written one after the other locally,
-        never joined into one copy: manifest.json's 18 MB, issue 23)."""
-        parts: Sequence[bytes | bytearray] = [data] if isinstance(data, bytes) else data
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Write a whole file so that readers see the old or the new content, never a part."""
         if self.is_local:
             path = self.local(rel)
             self._makedirs(os.path.dirname(path))
             tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.streamctl.tmp")
-            with open(tmp, "wb", buffering=0) as fh:
-                for part in parts:
-                    view = memoryview(part)
-                    while view:
-                        view = view[fh.write(view) or 0:]
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
             fsync_dir(os.path.dirname(path))
             return
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-            fh.write(b"".join(parts))
+            fh.write(data)
 
-    def write_atomic_started(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> Pending:
+    def write_atomic_started(self, rel: str, data: bytes) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
-        GIL; issue 23: plan.json and manifest.json, 7-13 MB, are written while the executor goes
-        on); object stores here and now. Durable once the result's `wait()` returned."""
+        GIL: plan.json and manifest.json are written while the executor goes on); object stores
+        here and now. Durable once the result's `wait()` returned."""
         if not self.is_local:
             self.write_atomic(rel, data)
             return Pending()
@@ -699,35 +634,24 @@ class Root:
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
     def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
-        """Rename a local file or folder into another local root, never over anything there (Linux
-        renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
-        renamed; False when that cannot be done here and now (nothing at `rel`, something at
-        `dest_rel`, another file system, no renameat2): the caller takes the general path."""
-        pairs = self.rename_pairs([rel], dest, [dest_rel])
-        return pairs is not None and _RENAME.run(pairs)[0]
-
-    def rename_pairs(self, rels: list[str], dest: Root, dest_rels: list[str],
-                     normal: bool = False) -> Optional[list[tuple[str, str]]]:
-        """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
-        made (once per folder); None when they cannot be renames (not both local, no
-        renameat2). `normal`: the caller found every path of both lists normal already."""
-        if not (self.is_local and dest.is_local) or not _RENAME.usable():
-            return None
-        made, out = dest._made, []
-        head, dest_head = self._head(), dest._head()
-        if head is not None and dest_head is not None and (normal or all_normal_rels(rels) and all_normal_rels(dest_rels)):
-            targets = [dest_head + dest_rel for dest_rel in dest_rels]
-            for parent in dict.fromkeys([t.rpartition("/")[0] for t in targets]):
-                if parent not in made:
-                    dest._makedirs(parent)
-            return list(zip([head + rel for rel in rels], targets, strict=True))
-        for rel, dest_rel in zip(rels, dest_rels, strict=True):
-            dst = dest_head + dest_rel if dest_head is not None and is_normal_rel(dest_rel) else dest.local(dest_rel)
-            parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
-            if parent not in made:
-                dest._makedirs(parent)
-            out.append((head + rel if head is not None and is_normal_rel(rel) else self.local(rel), dst))
-        return out
+        """Rename a local file or folder into another local root, never over anything there: True
+        when it was renamed; False when that cannot be done here and now (not both local, nothing
+        at `rel`, something at `dest_rel`, another file system): the caller takes the general
+        path. The check of `dest_rel` and the rename are two calls: the lock keeps every other
+        streamctl out of the roots in between."""
+        if not (self.is_local and dest.is_local):
+            return False
+        src, dst = self.local(rel), dest.local(dest_rel)
+        if os.path.lexists(dst):
+            return False
+        parent = os.path.dirname(dst)
+        if parent not in dest._made:  # one makedirs per folder, not per file
+            dest._makedirs(parent)
+        try:
+            os.rename(src, dst)
+        except OSError:  # gone (renamed by a crashed run), another file system: the general path
+            return False
+        return True
 
     def move_to(self, rel: str, dest: Root, dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file
@@ -791,123 +715,6 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
-
-
-SIZES_ASIDE_CHUNK = 8192  # files per request of SizesAside while the caller finds them
-SIZES_FINISH_CHUNK = 1024  # files per request once it has found them all (finish)
-SIZES_FINISH_BLOCK = 256  # files the caller stats itself between looks at the co-process (finish)
-
-
-class SizesAside:
-    """The sizes of many files of one storage, asked as the caller finds them (`add`) and read in
-    order by `finish`: on a local file system a co-process stats them (operations/coprocess.py, `s`
-    requests of at most SIZES_ASIDE_CHUNK files, the next one sent once the last is answered)
-    while the caller goes on finding the next ones; then `finish` shares what is left: the
-    co-process takes small requests from the front, the caller stats blocks from the end, until
-    they meet. Elsewhere, Storage.sizes. A file the co-process could not stat (missing, a
-    dangling symlink, no permission) is asked of Storage.sizes, which says what it always said
-    (0, or StorageError)."""
-
-    def __init__(self, storage: Storage) -> None:
-        from streamctl.operations.coprocess import CoProcess
-
-        self.storage = storage
-        self.rels: list[str] = []
-        self.out: list[int] = []  # the sizes of rels[:len(out)]
-        self.sent = 0  # files of the request in flight, rels[len(out):len(out) + sent]
-        self._prefix = storage.local_prefix()
-        self._co: Optional[CoProcess] = CoProcess() if self._prefix is not None else None
-
-    def add(self, rel: str) -> None:
-        self.add_many([rel])
-
-    def add_many(self, rels: list[str]) -> None:
-        self.rels += rels
-        co = self._co
-        if co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK and co.answered():
-            self._collect()
-            self._send(len(self.out) + SIZES_ASIDE_CHUNK)
-
-    def _send(self, upto: int) -> None:
-        """Ask the co-process for rels[len(out):upto]."""
-        assert self._co is not None and self._prefix is not None
-        todo = self.rels[len(self.out):upto]
-        prefix = self._prefix
-        if self._co.submit_sizes([prefix + rel.strip("/") for rel in todo]):
-            self.sent = len(todo)
-
-    def _collect(self) -> None:
-        if not self.sent:
-            return
-        start, n, self.sent = len(self.out), self.sent, 0
-        answers = self._co.sizes() if self._co is not None else None
-        if answers is None:  # the co-process failed: these are asked here
-            self.out.extend(self.storage.sizes(self.rels[start:start + n]))
-            return
-        for rel, size in zip(self.rels[start:start + n], answers, strict=True):
-            self.out.append(size if size >= 0 else self.storage.sizes([rel])[0])
-
-    def finish(self) -> list[int]:
-        """The size of every file added, in order (0 for a missing one)."""
-        try:
-            end = len(self.rels)  # rels[end:] are stat'ed here, in `tail` (blocks, last first)
-            tail: list[list[int]] = []
-            while self._co is not None and len(self.out) + self.sent < end:
-                if self._co.answered():
-                    self._collect()
-                    if len(self.out) < end:
-                        self._send(min(end, len(self.out) + SIZES_FINISH_CHUNK))
-                        if not self.sent:
-                            break  # the co-process failed: the rest is asked below
-                else:
-                    start = max(end - SIZES_FINISH_BLOCK, len(self.out) + self.sent)
-                    tail.append(self.storage.sizes(self.rels[start:end]))
-                    end = start
-            rest = self.storage.sizes(self.rels[len(self.out) + self.sent:end])
-            self._collect()
-            self.out.extend(rest)
-            for block in reversed(tail):
-                self.out.extend(block)
-        finally:
-            self.close()
-        return self.out
-
-    def close(self) -> None:
-        """End the co-process (killed when an answer is left unread)."""
-        if self._co is not None:
-            self._co.close()
-            self._co = None
-
-
-class _Renamer:
-    """renameat2(..., RENAME_NOREPLACE) through the C library, looked up on first use; not used
-    where it does not exist (not Linux, an old C library) or where a file system refuses it."""
-
-    def __init__(self) -> None:
-        self._fn: Any = False  # not looked up yet
-
-    def usable(self) -> bool:
-        if self._fn is False:
-            self._fn = renameat2()
-        return self._fn is not None
-
-    def run(self, pairs: list[tuple[str, str]]) -> list[bool]:
-        """Each rename in order, in this process: True when done."""
-        if not self.usable():
-            return [False] * len(pairs)
-        return self.outcomes(rename_all(self._fn, [(os.fsencode(s), os.fsencode(d)) for s, d in pairs]))
-
-    def outcomes(self, errnos: list[int]) -> list[bool]:
-        """True for each rename done (errno 0); a file system (or kernel) without RENAME_NOREPLACE
-        (EINVAL, ENOSYS) ends its use in this process."""
-        if errno.EINVAL in errnos or errno.ENOSYS in errnos:
-            self._fn = None
-        return [e == 0 for e in errnos]
-
-
-_RENAME = _Renamer()
-run_renames = _RENAME.run  # renames (rename_pairs) in this process
-rename_outcomes = _RENAME.outcomes  # the errnos of renames run elsewhere (the co-process), as done or not
 
 
 def _gcs_token(where: str) -> str:
