@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
-import re
 import shutil
 import stat
 import threading
@@ -20,42 +18,15 @@ from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
-from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
-
-S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
-AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
-DELETE_THREADS = 8
-S3_COPY_LIMIT = 5 << 30  # CopyObject copies objects up to 5 GiB in one request
-_S3_LOCK = threading.Lock()
-_NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
-
-
-def is_normal_rel(rel: str) -> bool:
-    """What `_NOT_NORMAL` finds nothing in, by substring tests (a check per path of a
-    100,000-step plan, several times: a regex search costs more)."""
-    if not rel or "\\" in rel or "//" in rel or rel[0] == "/" or rel[-1] == "/":
-        return False
-    return "." not in rel or not (rel in (".", "..") or rel.startswith(("./", "../")) or rel.endswith(("/.", "/.."))
-                                  or "/./" in rel or "/../" in rel)
-
-
-def check_rel(rel: str, where: str) -> str:
-    """A relative, normalised path that cannot leave its root."""
-    if is_normal_rel(rel):  # already normal: the usual case, fast
-        return rel
-    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or any(p == ".." for p in parts) or rel.startswith("/"):
-        raise StorageError(f"{where}/{rel}", "refusing a path outside the root")
-    return "/".join(parts)
-
-
-CHUNK = 1 << 20  # bytes per read when hashing
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.object_store import S3_COPY_LIMIT, ObjectStore, hash_stream
+from streamctl.operations.paths import _NOT_NORMAL, check_rel, is_normal_rel  # noqa: F401 - re-exported
 
 
 def hash_file(path: str) -> tuple[int, str]:
     """(size, sha256 hex) of a local file; a folder raises IsADirectoryError."""
     with open(path, "rb", buffering=0) as fh:
-        return _hash_stream(fh)
+        return hash_stream(fh)
 
 
 class Pending:
@@ -103,6 +74,7 @@ class Root:
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
         self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
         self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
+        self._store = ObjectStore(self)  # used only when not local
         if not self.storage.is_local:
             self._fs = self.storage._fs  # noqa: SLF001 - same package family, one opener
             self._fs_root = self.storage._fs_root  # noqa: SLF001
@@ -195,55 +167,21 @@ class Root:
                 return hash_file(self.local(rel))
             except OSError:
                 return None
-        if self._is_s3:
-            return self._s3_file_digest(rel)
+        if self._store.is_s3:
+            return self._store.file_digest(rel)
         try:
             with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-                return _hash_stream(fh)
+                return hash_stream(fh)
         except OSError:  # FileNotFoundError, or a folder on stores that say so differently
             return None
-
-    @property
-    def _is_s3(self) -> bool:
-        return self.location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n")
-
-    def _s3(self) -> Any:
-        """This root's boto3 client, made once (clients are thread-safe; making them is not)."""
-        with _S3_LOCK:
-            if self._s3_cached is None:
-                self._s3_cached = self._s3_client("")
-        return self._s3_cached
-
-    def _s3_file_digest(self, rel: str) -> Optional[tuple[int, str]]:
-        """One GetObject (pyarrow's stream asks HeadObject first): None when no such key."""
-        from botocore.exceptions import ClientError
-
-        bucket, key = self._key(rel)
-        try:
-            body = self._s3().get_object(Bucket=bucket, Key=key)["Body"]
-        except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return None
-            raise StorageError(self.uri(rel), f"cannot read: {exc.response.get('Error', {}).get('Code')}") from None
-        try:
-            return _hash_stream(body)
-        finally:
-            body.close()
 
     def copy_checked(self, rel: str, dest: Root, dest_rel: str, want: tuple[int, str]) -> None:
         """Copy one file into another root and read the copy back: it must hold exactly `want`
         (size, sha256) or StorageError (the source is kept). Within one object store the copy is
         the store's own (S3 CopyObject: no bytes through this process)."""
-        if self._is_s3 and dest._is_s3 and self._fs.equals(dest._fs) and want[0] < S3_COPY_LIMIT:  # type: ignore[union-attr]
-            src_bucket, src_key = self._key(rel)
-            bucket, key = dest._key(dest_rel)
-            from botocore.exceptions import ClientError
-
-            try:
-                self._s3().copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key})
-            except ClientError as exc:
-                raise StorageError(self.uri(rel), f"copy to {dest.uri(dest_rel)} failed: "
-                                                  f"{exc.response.get('Error', {}).get('Code')}") from None
+        if (not self.is_local and not dest.is_local and self._store.is_s3 and dest._store.is_s3
+                and self._fs.equals(dest._fs) and want[0] < S3_COPY_LIMIT):  # type: ignore[union-attr]
+            self._store.s3_copy(rel, dest._store, dest_rel)
         elif not self.is_local and not dest.is_local and self._fs.equals(dest._fs):  # type: ignore[union-attr]
             try:
                 self._fs.copy_file(self._remote(rel), dest._remote(dest_rel))  # type: ignore[union-attr]
@@ -309,7 +247,7 @@ class Root:
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-            return _hash_stream(fh)
+            return hash_stream(fh)
 
     def tree_digest(self, rel: str) -> tuple[int, str]:
         """(total size, sha256 over sorted relative names and file digests) of the files below `rel`;
@@ -434,126 +372,7 @@ class Root:
                 os.unlink(tmp)
             fsync_dir(os.path.dirname(path))
             return True
-        scheme = self.location.split("://", 1)[0].lower()
-        if scheme in ("s3", "s3a", "s3n"):
-            return self._s3_create_exclusive(rel, data)
-        if scheme in ("gs", "gcs"):
-            return self._gcs_create_exclusive(rel, data)
-        if scheme in AZURE_SCHEMES:
-            return self._azure_create_exclusive(rel, data)
-        raise StorageError(self.uri(rel), "exclusive create (the lock) is supported on local file systems, S3, GCS "
-                                          "and Azure Blob only")
-
-    def _key(self, rel: str) -> tuple[str, str]:
-        """(bucket or container, object key) of `rel` on an object store."""
-        head, _, prefix = self._fs_root.partition("/")
-        rel = check_rel(rel, self.location)
-        return head, f"{prefix}/{rel}" if prefix else rel
-
-    def _gcs_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """GCS conditional create: a multipart upload with ifGenerationMatch=0 (412 when the object
-        exists), over plain HTTP. The endpoint comes from the URI's `endpoint_override`/`scheme`
-        options; `gs://anonymous@bucket/...` sends no credentials (an emulator), else the token
-        of Google's default credentials (needs google-auth: `pip install 'streamctl[gcs]'`)."""
-        import urllib.error
-        import urllib.request
-        from urllib.parse import parse_qsl, quote, urlparse
-
-        parsed = urlparse(self.location)
-        opts = dict(parse_qsl(parsed.query))
-        base = (f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}" if "endpoint_override" in opts
-                else "https://storage.googleapis.com")
-        bucket, key = self._key(rel)
-        url = f"{base}/upload/storage/v1/b/{quote(bucket, safe='')}/o?uploadType=multipart&ifGenerationMatch=0"
-        boundary = f"streamctl-{os.urandom(8).hex()}"
-        body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}\r\n"
-                f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
-        headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
-        if parsed.username != "anonymous":
-            headers["Authorization"] = f"Bearer {_gcs_token(self.uri(rel))}"
-        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 412:
-                return False
-            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.code}") from None
-        except OSError as exc:
-            raise StorageError(self.uri(rel), f"conditional create failed: {exc}") from None
-        return True
-
-    def _azure_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Azure Blob conditional create: Put Blob with If-None-Match: * (409/412 when the blob
-        exists). Needs azure-storage-blob (`pip install 'streamctl[azure]'`); the account key comes
-        from AZURE_STORAGE_ACCOUNT_KEY, else azure-identity's default credential."""
-        try:
-            from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError
-            from azure.storage.blob import BlobClient
-        except ImportError:
-            raise StorageError(self.uri(rel), "changing files on Azure needs azure-storage-blob for the lock's "
-                                              "conditional create (pip install 'streamctl[azure]')") from None
-        account_url, credential = self._azure_service(rel)
-        container, blob = self._key(rel)
-        client = BlobClient(account_url, container, blob, credential=credential)
-        try:
-            client.upload_blob(data, overwrite=False)  # Put Blob with If-None-Match: *
-        except (ResourceExistsError, ResourceModifiedError):
-            return False
-        except HttpResponseError as exc:
-            if exc.status_code in (409, 412):
-                return False
-            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.status_code}") from None
-        return True
-
-    def _azure_service(self, rel: str) -> tuple[str, Any]:
-        """The blob service URL and credential of this Azure root (key from AZURE_STORAGE_ACCOUNT_KEY,
-        else azure-identity's default credential)."""
-        loc = azure_location(self.location)
-        account_url = (f"{loc['scheme']}://{loc['blob_authority']}/{loc['account']}" if loc["blob_authority"]
-                       else f"{loc['scheme']}://{loc['account']}.blob.core.windows.net")
-        key = os.environ.get(AZURE_KEY_ENV)
-        if key:
-            return account_url, {"account_name": loc["account"], "account_key": key}
-        try:
-            from azure.identity import DefaultAzureCredential
-        except ImportError:
-            raise StorageError(self.uri(rel), f"no Azure credential: set {AZURE_KEY_ENV} or install "
-                                              "azure-identity") from None
-        return account_url, DefaultAzureCredential()
-
-    def _s3_client(self, rel: str) -> Any:
-        """A boto3 S3 client for this root; endpoint and region come from the URI's
-        `endpoint_override`/`scheme`/`region` options or the usual AWS environment."""
-        from urllib.parse import parse_qsl, urlparse
-
-        try:
-            import boto3
-        except ImportError:
-            raise StorageError(self.uri(rel), "changing files on S3 needs boto3 for the lock's conditional write "
-                                              "(pip install 'streamctl[s3]')") from None
-        opts = dict(parse_qsl(urlparse(self.location).query))
-        endpoint = None
-        if "endpoint_override" in opts:
-            endpoint = f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}"
-        return boto3.client("s3", endpoint_url=endpoint, region_name=opts.get("region") or None)
-
-    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """S3 conditional write: PutObject with If-None-Match: * (412 when the key exists).
-        Needs boto3 (`pip install 'streamctl[s3]'`)."""
-        from botocore.exceptions import ClientError
-
-        client = self._s3_client(rel)
-        bucket, key = self._key(rel)
-        try:
-            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
-                return False
-            raise StorageError(self.uri(rel), f"conditional write failed: {code or status}") from None
-        return True
+        return self._store.create_exclusive(rel, data)
 
     def listed_sizes(self, rels: list[str]) -> dict[str, Optional[int]]:
         """Size of each file (None when it is not there) from one listing per distinct folder:
@@ -579,43 +398,7 @@ class Root:
             for rel in rels:
                 self.delete(rel)
             return
-        scheme = self.location.split("://", 1)[0].lower()
-        if scheme in ("s3", "s3a", "s3n"):
-            self._s3_delete_many(rels)
-        elif scheme in AZURE_SCHEMES:
-            self._azure_delete_many(rels)
-        else:
-            parallel_map(self._delete_file, rels, DELETE_THREADS)
-
-    def _delete_file(self, rel: str) -> None:
-        try:
-            self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
-        except FileNotFoundError:
-            pass
-
-    def _s3_delete_many(self, rels: list[str]) -> None:
-        client = self._s3()
-        keys = [self._key(rel) for rel in rels]
-        for i in range(0, len(keys), S3_DELETE_BATCH):
-            chunk = keys[i:i + S3_DELETE_BATCH]
-            resp = client.delete_objects(Bucket=chunk[0][0], Delete={"Objects": [{"Key": k} for _b, k in chunk],
-                                                                    "Quiet": True})
-            errors = [e for e in resp.get("Errors") or [] if e.get("Code") != "NoSuchKey"]
-            if errors:
-                raise StorageError(self.uri(rels[0]), f"DeleteObjects failed for {len(errors)} key(s): "
-                                                      f"{errors[0].get('Key')}: {errors[0].get('Code')}")
-
-    def _azure_delete_many(self, rels: list[str]) -> None:
-        from azure.storage.blob import ContainerClient
-
-        account_url, credential = self._azure_service(rels[0])
-        keys = [self._key(rel) for rel in rels]
-        client = ContainerClient(account_url, keys[0][0], credential=credential)
-        for i in range(0, len(keys), AZURE_DELETE_BATCH):
-            chunk = [k for _c, k in keys[i:i + AZURE_DELETE_BATCH]]
-            for resp in client.delete_blobs(*chunk, raise_on_any_failure=False):
-                if resp.status_code not in (200, 202, 404):
-                    raise StorageError(self.uri(rels[0]), f"batch delete failed: HTTP {resp.status_code}")
+        self._store.delete_many(rels)
 
     def delete(self, rel: str) -> None:
         if self.is_local:
@@ -715,32 +498,6 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
-
-
-def _gcs_token(where: str) -> str:
-    try:
-        import google.auth
-        import google.auth.transport.requests
-    except ImportError:
-        raise StorageError(where, "changing files on GCS needs google-auth for the lock's conditional create "
-                                  "(pip install 'streamctl[gcs]'), or gs://anonymous@... for an emulator") from None
-    try:
-        creds, _project = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
-        creds.refresh(google.auth.transport.requests.Request())
-    except Exception as exc:  # noqa: BLE001 - google-auth raises several kinds
-        raise StorageError(where, f"no Google credentials for the lock's conditional create ({type(exc).__name__})") from None
-    return str(creds.token)
-
-
-def _hash_stream(fh: Any) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    while True:
-        block = fh.read(CHUNK)
-        if not block:
-            return size, h.hexdigest()
-        size += len(block)
-        h.update(block)
 
 
 def _create_exclusive_unlinked(path: str, data: bytes) -> bool:
