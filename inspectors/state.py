@@ -125,7 +125,7 @@ class StoreFiles:
         """Classify one folder's file names. Bulk regex over the joined names: a 200-file store
         folder costs one C call instead of 200 Python ones. The version patterns run over the
         visible names only: the hidden `.<name>.crc` companions are half the names and most of
-        the text (issue 23).
+        the text.
 
         A new store's classification is a function of its listing alone, and the partitions of
         one operator mostly list the same names in the same order (each batch writes a version
@@ -237,7 +237,7 @@ _STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "li
 _SHAPED = 6  # the length of a shaped store's pickled state (StoreFiles.__getstate__)
 assert len(_STORE_FIELDS) != _SHAPED
 
-#: Memos of pure functions of a listing (issue 23): add_names' classification by the joined
+#: Memos of pure functions of a listing: add_names' classification by the joined
 #: listing, store_status's answer by (shape, required, planned). Bounded: emptied when full.
 MEMO_SIZE = 4096
 _CLASSIFIED: dict[str, tuple[Any, ...]] = {}
