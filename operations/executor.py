@@ -34,6 +34,8 @@ def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
 
 
 class Executor:
+    """Runs a plan's file steps (`run`), or undoes them (`undo`), journaled into the backup folder."""
+
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
                  meter: Optional[Callable[[str], None]] = None, manifest_ahead: bool = False) -> None:
@@ -47,7 +49,6 @@ class Executor:
         self.backup = backup
         self.journal = Journal(backup)
         self.applier = StepApplier(roots, backup)
-        self.progress = progress or (lambda _m: None)
         self.say = progress  # None: the per-step lines are not even formatted
         self.meter = Meter(len(plan.steps), meter)
         self.delay = float(os.environ.get(DELAY_ENV) or 0)

@@ -81,12 +81,6 @@ class GroupOffsets:
     def write_plan(self) -> None:
         write_plan(self.backup, self.plan)
 
-    def start(self) -> None:
-        """Nothing begins before the plan is written (the Steps protocol)."""
-
-    def close(self) -> None:
-        """Nothing to stop (the Steps protocol)."""
-
     def read_journal(self) -> Any:
         """The journal's state (the Steps protocol)."""
         return self.journal.read()
