@@ -95,10 +95,9 @@ class Chains:
     def prepare(self, required: Optional[int], planned: Optional[int],
                  files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
         """read_state's `prepare`: ((required, planned), the store's status (its `files` the
-        listed store itself, one object in the child's answer), its judged chain) for a store
-        without commit-log ids; None for the others (their status needs the commit log's ids,
-        read after the listing). Runs in read_state's forked child too, for the stores it takes
-        of a large checkpoint: no findings, no state on self."""
+        listed store itself), its judged chain) for a store without commit-log ids; None for the
+        others (their status needs the commit log's ids, read after the listing). No findings,
+        no state on self."""
         if files.uses_unique_ids:
             return None
         status = self.status_of(files, required, planned, {})

@@ -6,10 +6,7 @@ folder fsyncs. Never a checkpoint's or a sink's files: those are written by oper
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # typing for the type checker only: the executor's co-processes import this module
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Callable
+from typing import Callable
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:

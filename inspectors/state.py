@@ -78,21 +78,18 @@ class StoreFiles:
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
-    # the folder's file names as listed, held in one of three forms (not compared: one listing)
+    # the folder's file names as listed, held in two forms (not compared: one listing)
     listed_names: tuple[str, ...] = field(default=(), compare=False, repr=False)  # read them as `names`
     listed: str = field(default="", compare=False, repr=False)  # "\n" + each name + "\n": `lists` makes it
-    sent: str = field(default="", compare=False, repr=False)  # NUL-joined, as read_state's forked child sent them
     # when nothing but one listing went into the fields (`add_names` on a new store): that
-    # listing's classification, its joined names first (`_CLASSIFIED`): store_status's memo key and
-    # what the forked child sends; a copy by `replace` has none. Classified fields are never
+    # listing's classification, its joined names first (`_CLASSIFIED`): store_status's memo key; a
+    # copy by `replace` has none. Classified fields are never
     # changed in place (without_file replaces them).
     shape: Optional[tuple[Any, ...]] = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The folder's file names as listed (trim plans from them: one listing)."""
-        if self.sent:
-            self.listed_names, self.sent = tuple(self.sent.split("\0")), ""
         return self.listed_names
 
     @property
@@ -134,7 +131,7 @@ class StoreFiles:
         and becomes the store's `shape`."""
         joined = "\n".join(names)
         fresh = bool(names) and joined.count("\n") == len(names) - 1 and not (
-            self.listed_names or self.sent or self.shape or self.providers or self.full or self.incr
+            self.listed_names or self.shape or self.providers or self.full or self.incr
             or self.full_ids or self.incr_ids or self.exts or self.temp_files or self.orphan_crc
             or self.has_crc or self.other_files)
         self.shape = None
@@ -198,44 +195,16 @@ class StoreFiles:
         self.exts, self.temp_files = dict(exts), list(temp_files)
         self.orphan_crc, self.other_files = list(orphan_crc), list(other_files)
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        """Pickled compactly. A store with a shape: its place and the shape, one object for every
-        store of that shape (a pickler sends it once, then refers to it). Any other: the listing as one NUL-joined string (no file name
-        holds NUL), not as hundreds of strings; a run of versions as its ends (`pack_ints`)."""
-        if self.shape is not None:
-            return self.shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema
-        return tuple("\0".join(self.names) if f == "sent" else pack_ints(self.full) if f == "full"
-                     else pack_ints(self.incr) if f == "incr" else getattr(self, f) for f in _STORE_FIELDS)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
-        if len(state) == _SHAPED:
-            shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema = state
-            self._copy_classified(shape)
-            self.sent = shape[0].replace("\n", "\0")  # the names, here too in a copy (`replace` keeps no shape)
-            if shape[0] not in _CLASSIFIED:  # the stores listed here after it hit the child's classification
-                _remember(_CLASSIFIED, shape[0], shape)
-            return
-        for f, value in zip(_STORE_FIELDS, state, strict=True):
-            object.__setattr__(self, f, set(value) if f in ("full", "incr") else value)
-        self.shape = None
-
     def lists(self, name: str) -> bool:
         """Whether the folder's listing holds file `name` (a substring search of the joined
         listing, made once: no set of hundreds of names per store)."""
         if not self.listed:
             if self.shape is not None:
                 self.listed = "\n" + self.shape[0] + "\n"
-            elif self.sent:
-                self.listed = "\n" + self.sent.replace("\0", "\n") + "\n"
             else:
                 self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
         return f"\n{name}\n" in self.listed
 
-
-_STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "listed_names", "shape"))  # type: ignore[attr-defined]
-_SHAPED = 6  # the length of a shaped store's pickled state (StoreFiles.__getstate__)
-assert len(_STORE_FIELDS) != _SHAPED
 
 #: Memos of pure functions of a listing: add_names' classification by the joined
 #: listing, store_status's answer by (shape, required, planned). Bounded: emptied when full.
@@ -428,16 +397,6 @@ class StoreStatus:
     files: Optional[StoreFiles] = field(default=None, compare=False, repr=False)  # what it was judged from
     fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled by read_state's forked child: the fields in order, rebuilt by `_status_of`
-        (the generic frozen-dataclass state asks `fields()` per object: a third of the
-        unpickling); the restorable versions as runs (`pack_ints`), or as they are for a store
-        with a shape: store_status's memo gives every store of that shape the same frozenset,
-        which the child's pickler sends once."""
-        shaped = self.files is not None and self.files.shape is not None
-        return _status_of, tuple(pack_ints(self.restorable_versions) if f == "restorable_versions" and not shaped
-                                 else getattr(self, f) for f in _STATUS_FIELDS)
-
     @property
     def listing(self) -> tuple[str, ...]:
         """The store folder's file names as listed."""
@@ -478,26 +437,8 @@ class StoreStatus:
 
 
 _STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
-_RESTORABLE = _STATUS_FIELDS.index("restorable_versions")
 _FILES = _STATUS_FIELDS.index("files")
 assert _STATUS_FIELDS[:4] == ("operator_id", "partition", "store", "path")  # store_status's memo sets them
-
-
-def _status_of(*fields: Any) -> StoreStatus:
-    """A StoreStatus from its pickled fields (StoreStatus.__reduce__)."""
-    args = list(fields)
-    args[_RESTORABLE] = frozenset(args[_RESTORABLE])
-    return StoreStatus(*args)
-
-
-def pack_ints(values: Any) -> Any:
-    """A set of ints for a pickle: a run lo..hi without a hole as the range(lo, hi + 1) it is
-    (three numbers instead of hundreds of int objects), anything else as a sorted tuple; either
-    is read back by set()."""
-    if values and max(values) - min(values) + 1 == len(values):
-        return range(min(values), max(values) + 1)
-    return tuple(sorted(values))
-
 
 
 def store_status(
