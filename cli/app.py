@@ -10,7 +10,6 @@ from typing import Optional
 import typer
 from typer.completion import completion_init
 
-from streamctl.cli.entry import GC_THRESHOLDS
 from streamctl.console import context
 from streamctl.console.errors import StreamctlGroup
 from streamctl.console.exit_codes import EXIT_CODES_HELP
@@ -89,18 +88,8 @@ def root(
     context.CONFIG_PATH = config
 
 
-
 def main() -> None:
-    import gc
-
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        app()
-    finally:
-        # The interpreter's exit runs one last full collection over every object still alive:
-        # 5-7 ms after an inspection of 132,000 files (issue 23), for memory the process hands
-        # back anyway. Frozen objects are not collected; exit handlers run as before.
-        gc.freeze()
+    app()
 
 
 if __name__ == "__main__":

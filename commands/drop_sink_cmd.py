@@ -43,7 +43,7 @@ def _show(outcome: Any, as_json: bool) -> None:
     plan, archive, got, ok = outcome.plan, outcome.backup, outcome.got, outcome.verified
     doc = document("DropSinkResult", {"executed": True, "resumed": outcome.resumed,
            "archive": archive.location, "journal": outcome.journal, "handoff": archive.uri(teardown.HANDOFF_FILE),
-           "final_epoch": plan.target, "plan": plan.output_record(render.PRETTY_LIMIT), "verified": ok, "after": got})
+           "final_epoch": plan.target, "plan": plan.to_record(), "verified": ok, "after": got})
     lines = plan_lines(plan, executed=True) + [
         f"archive and journal: {archive.location} (undo: streamctl drop-sink --undo {archive.location})",
         f"hand-off: {archive.uri(teardown.HANDOFF_FILE)} (final epoch {shown(plan.target)})",
@@ -143,5 +143,5 @@ def drop_sink(
         plan = teardown.preview(req, ck_root, sink_root)
     except teardown.Refused as exc:
         raise plan_view.refused(exc, as_json, "DropSinkRefusal") from None
-    plan_view.emit(document("DropSinkPlan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)}),
+    plan_view.emit(document("DropSinkPlan", {"executed": False, "plan": plan.to_record()}),
                   as_json, plan_lines(plan))

@@ -45,7 +45,7 @@ def _earlier_commit(resume: Optional[str], undo: Optional[str], bootstrap: Optio
     the environment or else the operation's plan name it."""
     from streamctl.inspectors.kafka import KafkaBroker
     from streamctl.operations import group_offsets, runner
-    from streamctl.operations.executor import load
+    from streamctl.operations.backup_folder import load
     from streamctl.operations.plan import NotVerified, Refused
 
     earlier, _backup = load(resume or undo)  # type: ignore[arg-type]

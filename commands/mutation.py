@@ -5,7 +5,6 @@ outcome (console/plan_view.py). Exit codes come from console/errors.py's table: 
 `Refused` (4), a failed verification `NotVerified` (5)."""
 from __future__ import annotations
 
-import sys
 from typing import Any, Callable, Optional
 
 from streamctl.console import render
@@ -41,14 +40,6 @@ def front(name: str, checkpoint: Optional[str], sink: Optional[str], sink_kind: 
     return t.checkpoint, t.sink, t.sink_kind, t.app_id, config
 
 
-def own_process() -> bool:
-    """Whether this process is streamctl's own (the console script's `main`), whose priority an
-    executed mutation may lower once its renames run (`Request.step_back`); not an app run
-    inside another program."""
-    entry = sys.modules.get("streamctl.cli.entry")
-    return bool(getattr(entry, "OWN_PROCESS", False))
-
-
 def runner() -> Any:
     from streamctl.operations import runner as module
 
@@ -72,7 +63,7 @@ def execute(name: str, request: Any, operation: Any, lines: Lines, as_json: bool
     outcome = call(name, as_json, lambda tick: runner().execute(operation, request, meter=tick))
     if not outcome.executed:
         plan = outcome.plan
-        emit(document(f"{title(name)}Plan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)}),
+        emit(document(f"{title(name)}Plan", {"executed": False, "plan": plan.to_record()}),
              as_json, [f"Nothing to do: {request.checkpoint} is {plan.before.get('verdict')}; no step is needed"])
         return
     show_result(name, outcome, as_json, lines)
@@ -91,14 +82,14 @@ def plan_or_execute(name: str, location: str, make_plan: Callable[[], Any], back
         from streamctl.inspectors.storage import Storage
 
         require_checkpoint(Storage.open(location))  # before the lock: nothing is created where no checkpoint is
-        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock, step_back=own_process()),
+        execute(name, Request(location, lambda _op, _backup: make_plan(), backup_dir, break_lock),
                 operation, lines, as_json)
         return
     try:
         plan = make_plan()
     except Refused as exc:
         raise refused(exc, as_json, f"{title(name)}Refusal") from None
-    doc = document(f"{title(name)}Plan", {"executed": False, "plan": plan.output_record(render.PRETTY_LIMIT)})
+    doc = document(f"{title(name)}Plan", {"executed": False, "plan": plan.to_record()})
     emit(doc, as_json, [] if as_json else [nothing_to_do(plan)] if nothing_to_do is not None and not plan.steps
          else lines(plan))  # every step described: not for --json
 

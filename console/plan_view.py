@@ -75,7 +75,7 @@ def show_result(name: str, outcome: Any, as_json: bool, lines: Lines) -> None:
 
     plan, got, ok = outcome.plan, outcome.got, outcome.verified
     doc = document(f"{title(name)}Result", {"executed": True, "resumed": outcome.resumed,
-           "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.output_record(render.PRETTY_LIMIT),
+           "backup": outcome.backup.location, "journal": outcome.journal, "plan": plan.to_record(),
            "verified": ok, "after": got})
     out = [] if as_json else lines(plan, True) + [  # every step, described: not for --json
         f"backup and journal: {outcome.backup.location} ({_backup_size(outcome.backup)}; undo: streamctl {name} --undo "

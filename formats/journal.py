@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from streamctl.formats.jsontext import dumps, dumps_joined
+from streamctl.formats.jsontext import dumps
 from streamctl.formats.reader import load_json
 
 JOURNAL_FILE = "journal.jsonl"
@@ -111,17 +111,12 @@ _EVENTS = frozenset(Event) | frozenset(e.value for e in Event)  # the members an
 def record_lines(records: list[dict[str, Any]], now: int) -> bytes:
     """The journal lines of these records, one JSON object per line, each record given its
     `time_ms` = now (set in the record itself, as it reads back). Each record's event is checked
-    against the closed set (`Event`: a writer naming another event is a bug, not a record). Lines
-    go into one growing buffer: 100,000 encoded lines kept apart cost more in their allocation
-    than in their encoding (BENCHMARKS.md)."""
+    against the closed set (`Event`: a writer naming another event is a bug, not a record)."""
     for rec in records:
         if rec["event"] not in _EVENTS:
             raise ValueError(f"{rec['event']!r} is not a journal event")
         rec["time_ms"] = now
-    buf = dumps_joined(records, b"\n")
-    if records:
-        buf += b"\n"
-    return bytes(buf)
+    return b"".join(dumps(rec) + b"\n" for rec in records)
 
 
 def record_line(rec: dict[str, Any], now: int) -> bytes:
@@ -129,58 +124,17 @@ def record_line(rec: dict[str, Any], now: int) -> bytes:
     return record_lines([rec], now)
 
 
-ITEM_FIRST, ITEM_SEP = b"\n    ", b",\n    "  # json_file: before a list's first item, between two items
-
-
-class EncodedItems(bytes):
-    """A list's items as `json_file` writes them, encoded already: each item's `dumps`, the first
-    after ITEM_FIRST, each next one after ITEM_SEP (never empty). `json_file` puts them between
-    the list's brackets."""
-
-
-class EncodedPieces(tuple):  # type: ignore[type-arg]
-    """A list's items as consecutive `EncodedItems` (each batch's, made while the next one ran):
-    `json_file` writes them one after the other, a comma between two, never joined into one
-    copy (manifest.json: 18 MB of a 66,000-step roll back copied four times cost 40 ms at the
-    end of the run, issue 23)."""
-
-
 def json_file(doc: dict[str, Any]) -> bytes:
     """plan.json / manifest.json: one key per line at the top (sorted), lists one item per line,
-    each value or item compact JSON with sorted keys (`dumps`), a trailing newline. A value that
-    is `EncodedItems` (or `EncodedPieces` of them) is a list whose items are encoded already."""
-    return b"".join(json_file_parts(doc))
-
-
-def json_file_parts(doc: dict[str, Any]) -> list[bytes | bytearray]:
-    """`json_file(doc)` as consecutive byte strings (written one after the other, never joined:
-    `Root.write_atomic` takes them so): the encoded pieces of a value are parts as they are."""
-    parts: list[bytes | bytearray] = []
-    buf = bytearray(b"{")
-    for n, key in enumerate(sorted(doc)):
+    each value or item compact JSON with sorted keys (`dumps`), a trailing newline."""
+    lines = []
+    for key in sorted(doc):
         value = doc[key]
-        if isinstance(value, EncodedPieces) and not value:
-            value = []  # no items: an empty list, as dumps writes it
-        buf += b"\n  " if n == 0 else b",\n  "
-        buf += dumps(key)
-        if isinstance(value, (EncodedItems, EncodedPieces)):
-            buf += b": ["
-            pieces = [value] if isinstance(value, EncodedItems) else list(value)
-            for k, piece in enumerate(pieces):
-                if k:
-                    buf += b","
-                parts.append(bytes(buf))
-                parts.append(piece)
-                buf = bytearray()
-            buf += b"\n  ]"
-        elif isinstance(value, list) and value:
-            buf += b": ["
-            # appended, not joined: 100,000 bytes objects kept for a join cost 5x the encoding (BENCHMARKS.md)
-            dumps_joined(value, ITEM_SEP, ITEM_FIRST, buf)
-            buf += b"\n  ]"
+        if isinstance(value, list) and value:
+            items = b",\n    ".join(dumps(item) for item in value)
+            lines.append(dumps(key) + b": [\n    " + items + b"\n  ]")
         else:
-            buf += b": "
-            buf += dumps(value)
-    buf += b"\n}\n"
-    parts.append(buf)  # a bytearray: written as it is, no copy
-    return parts
+            lines.append(dumps(key) + b": " + dumps(value))
+    if not lines:
+        return b"{\n}\n"
+    return b"{\n  " + b",\n  ".join(lines) + b"\n}\n"

@@ -2,14 +2,10 @@
 
 `Chains` decides a store's status (inspectors/state.py `store_status`, with the torn deltas and
 changelogs of its chain taken out) and judges the files of its chain (torn snapshots and zips,
-checksums) for the checkpoint inspection (inspectors/checkpoint.py). It is kept apart, with only
-the modules it needs, because the split inspection's early child (inspectors/split.py, started
-by cli/entry.py before the CLI's imports) runs it: the fewer modules it loads, the sooner it
-starts (docs/reading.md#the-split-inspection).
+checksums) for the checkpoint inspection (inspectors/checkpoint.py).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
@@ -17,12 +13,10 @@ from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import StorageError
 from streamctl.formats.state import is_full_file, is_zip_file, state_file
 from streamctl.inspectors.findings import summarize
-from streamctl.inspectors.logs import list_log
 from streamctl.inspectors.state import (
     StoreFiles,
     StoreStatus,
     checksum_mismatch,
-    state_split,
     store_status,
     torn_full_reason,
     torn_reason,
@@ -101,10 +95,9 @@ class Chains:
     def prepare(self, required: Optional[int], planned: Optional[int],
                  files: StoreFiles) -> Optional[tuple[tuple[Optional[int], Optional[int]], StoreStatus, Any]]:
         """read_state's `prepare`: ((required, planned), the store's status (its `files` the
-        listed store itself, one object in the child's answer), its judged chain) for a store
-        without commit-log ids; None for the others (their status needs the commit log's ids,
-        read after the listing). Runs in read_state's forked child too, for the stores it takes
-        of a large checkpoint: no findings, no state on self."""
+        listed store itself), its judged chain) for a store without commit-log ids; None for the
+        others (their status needs the commit log's ids, read after the listing). No findings,
+        no state on self."""
         if files.uses_unique_ids:
             return None
         status = self.status_of(files, required, planned, {})
@@ -165,22 +158,6 @@ class Chains:
             if why:
                 out.append((name, why))
         return out
-
-
-def early_split(location: str) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
-    """read_state's split work on the local checkpoint at `location`, worked out as `run` works
-    it out (the newest batches of offsets/ and commits/, the partition folders), for a child
-    started before the CLI has parsed its arguments (split.start_early, cli/entry.py): read_state
-    joins it when its own key is the same. None when there is nothing to split."""
-    storage = Storage.open(location)
-    if not storage.is_local or storage.lookup("state") is None:
-        return None
-    chains = Chains(storage)
-    offsets, commits = list_log(storage, "offsets"), list_log(storage, "commits")
-    planned, committed = offsets.latest, commits.latest
-    required = required_version(planned, committed)
-    return state_split(storage, functools.partial(chains.prepare, required, planned),
-                       (required, planned, chains.read_ends))
 
 
 def required_version(planned: Optional[int], committed: Optional[int]) -> Optional[int]:

@@ -530,12 +530,11 @@ class _Inspector:
 
         self.progress("listing state/")
         # what each store restores and whether a restart can read it, judged as the store is
-        # listed (on two cores for large checkpoints: read_state); _state_findings takes these
-        # for the stores whose inputs match (no commit-log ids), and judges the others itself
+        # listed (read_state); _state_findings takes these for the stores whose inputs match (no
+        # commit-log ids), and judges the others itself
         required_next = required_version(planned, committed)
         prepare = functools.partial(self.chains.prepare, required_next, planned) if st.is_local else None
-        split_key = (required_next, planned, self.read_ends) if type(st) is Storage else None  # as early_split's
-        state = read_state(st, prepare, split_key) if "state" in root else StateFiles(exists=False)
+        state = read_state(st, prepare) if "state" in root else StateFiles(exists=False)
         self.prepared = state.prepared
         # Spark refuses async progress tracking on stateful queries: state files rule it out
         async_by_logs = not state.operators and async_progress_pattern(offsets, commits)

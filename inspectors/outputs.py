@@ -6,10 +6,7 @@ folder fsyncs. Never a checkpoint's or a sink's files: those are written by oper
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # typing for the type checker only: the executor's co-processes import this module
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Callable
+from typing import Callable
 
 
 def atomic_write(path: str, write: Callable[[str], None]) -> None:
@@ -50,8 +47,7 @@ def fsync_dir(path: str | bytes) -> bool:
     """fsync a local folder, so the renames, creates and deletes in it are durable; False when it
     cannot be opened (gone). A folder the file system cannot fsync is not an error. For the two
     writers on the local file system, operations/files.py and the coordinated sink
-    (pipeline/coordinated_sink.py), and the executor's syncing co-process
-    (operations/coprocess.py); reading never calls it."""
+    (pipeline/coordinated_sink.py); reading never calls it."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -71,9 +67,7 @@ FSYNC_THREADS = 8  # folder fsyncs in flight at once
 def fsync_dirs(paths: list[str] | list[bytes]) -> list[bool]:
     """`fsync_dir` of each folder, in order, on FSYNC_THREADS threads: each fsync of a folder
     ends in a flush of the disk's cache even when the file system's journal holds it already,
-    and concurrent fsyncs share those flushes (one at a time, 1,200 state folders took 170 ms on
-    the benchmark's disk; BENCHMARKS.md). For the write side's `Root.sync_parents` and the
-    executor's syncing co-process (operations/coprocess.py)."""
+    and concurrent fsyncs share those flushes. For the write side's `Root.sync_parents`."""
     if len(paths) < 2:
         return [fsync_dir(p) for p in paths]
     from concurrent.futures import ThreadPoolExecutor

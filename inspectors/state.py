@@ -18,7 +18,6 @@ Restoring v needs a full file at some s <= v and every incremental file s+1..v.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -79,21 +78,18 @@ class StoreFiles:
     other_files: list[str] = field(default_factory=list)
     has_ssts: bool = False
     has_schema: bool = False
-    # the folder's file names as listed, held in one of three forms (not compared: one listing)
+    # the folder's file names as listed, held in two forms (not compared: one listing)
     listed_names: tuple[str, ...] = field(default=(), compare=False, repr=False)  # read them as `names`
     listed: str = field(default="", compare=False, repr=False)  # "\n" + each name + "\n": `lists` makes it
-    sent: str = field(default="", compare=False, repr=False)  # NUL-joined, as read_state's forked child sent them
     # when nothing but one listing went into the fields (`add_names` on a new store): that
-    # listing's classification, its joined names first (`_CLASSIFIED`): store_status's memo key and
-    # what the forked child sends; a copy by `replace` has none. Classified fields are never
+    # listing's classification, its joined names first (`_CLASSIFIED`): store_status's memo key; a
+    # copy by `replace` has none. Classified fields are never
     # changed in place (without_file replaces them).
     shape: Optional[tuple[Any, ...]] = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def names(self) -> tuple[str, ...]:
         """The folder's file names as listed (trim plans from them: one listing)."""
-        if self.sent:
-            self.listed_names, self.sent = tuple(self.sent.split("\0")), ""
         return self.listed_names
 
     @property
@@ -126,7 +122,7 @@ class StoreFiles:
         """Classify one folder's file names. Bulk regex over the joined names: a 200-file store
         folder costs one C call instead of 200 Python ones. The version patterns run over the
         visible names only: the hidden `.<name>.crc` companions are half the names and most of
-        the text (issue 23).
+        the text.
 
         A new store's classification is a function of its listing alone, and the partitions of
         one operator mostly list the same names in the same order (each batch writes a version
@@ -135,7 +131,7 @@ class StoreFiles:
         and becomes the store's `shape`."""
         joined = "\n".join(names)
         fresh = bool(names) and joined.count("\n") == len(names) - 1 and not (
-            self.listed_names or self.sent or self.shape or self.providers or self.full or self.incr
+            self.listed_names or self.shape or self.providers or self.full or self.incr
             or self.full_ids or self.incr_ids or self.exts or self.temp_files or self.orphan_crc
             or self.has_crc or self.other_files)
         self.shape = None
@@ -199,47 +195,18 @@ class StoreFiles:
         self.exts, self.temp_files = dict(exts), list(temp_files)
         self.orphan_crc, self.other_files = list(orphan_crc), list(other_files)
 
-    def __getstate__(self) -> tuple[Any, ...]:
-        """Pickled by read_state's forked child (inspectors/split.py). A store with a shape: its
-        place and the shape, one object for every store of that shape (the child's pickler sends
-        it once, then refers to it). Any other: the listing as one NUL-joined string (no file name
-        holds NUL), not as hundreds of strings; a run of versions as its ends (`pack_ints`)."""
-        if self.shape is not None:
-            return self.shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema
-        return tuple("\0".join(self.names) if f == "sent" else pack_ints(self.full) if f == "full"
-                     else pack_ints(self.incr) if f == "incr" else getattr(self, f) for f in _STORE_FIELDS)
-
-    def __setstate__(self, state: tuple[Any, ...]) -> None:
-        self.listed_names, self.listed = (), ""  # `names` splits `sent` when asked (an inspection never asks)
-        if len(state) == _SHAPED:
-            shape, self.operator_id, self.partition, self.store, self.has_ssts, self.has_schema = state
-            self._copy_classified(shape)
-            self.sent = shape[0].replace("\n", "\0")  # the names, here too in a copy (`replace` keeps no shape)
-            if shape[0] not in _CLASSIFIED:  # the stores listed here after it hit the child's classification
-                _remember(_CLASSIFIED, shape[0], shape)
-            return
-        for f, value in zip(_STORE_FIELDS, state, strict=True):
-            object.__setattr__(self, f, set(value) if f in ("full", "incr") else value)
-        self.shape = None
-
     def lists(self, name: str) -> bool:
         """Whether the folder's listing holds file `name` (a substring search of the joined
         listing, made once: no set of hundreds of names per store)."""
         if not self.listed:
             if self.shape is not None:
                 self.listed = "\n" + self.shape[0] + "\n"
-            elif self.sent:
-                self.listed = "\n" + self.sent.replace("\0", "\n") + "\n"
             else:
                 self.listed = "\n" + "\n".join(self.names) + "\n" if self.names else "\n"
         return f"\n{name}\n" in self.listed
 
 
-_STORE_FIELDS = tuple(f for f in StoreFiles.__slots__ if f not in ("listed", "listed_names", "shape"))  # type: ignore[attr-defined]
-_SHAPED = 6  # the length of a shaped store's pickled state (StoreFiles.__getstate__)
-assert len(_STORE_FIELDS) != _SHAPED
-
-#: Memos of pure functions of a listing (issue 23): add_names' classification by the joined
+#: Memos of pure functions of a listing: add_names' classification by the joined
 #: listing, store_status's answer by (shape, required, planned). Bounded: emptied when full.
 MEMO_SIZE = 4096
 _CLASSIFIED: dict[str, tuple[Any, ...]] = {}
@@ -304,9 +271,6 @@ def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple
     return subdirs
 
 
-#: Partition folders from which `read_state` splits its work over two processes (inspectors/split.py).
-SPLIT_MIN_PARTITIONS = 64
-
 Prepare = Callable[[StoreFiles], Any]
 
 
@@ -326,50 +290,23 @@ def _scan_partition(storage: Storage, op_id: int, part: int,
     return stores, ({name: prepare(store) for name, store in stores.items()} if prepare is not None else {})
 
 
-def _scan_unit(storage: Storage, prepare: Optional[Prepare],
-               unit: tuple[int, int]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
-    return _scan_partition(storage, unit[0], unit[1], prepare)
-
-
-def read_state(storage: Storage, prepare: Optional[Prepare] = None, split_key: Any = None) -> StateFiles:
+def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFiles:
     """List `state/` one folder at a time (SSTs/ and logs/ folders are noted, not listed).
 
     `prepare(store)`, when given, is run on every store as it is listed; its results are in
-    `StateFiles.prepared` by (operator, partition, store). With SPLIT_MIN_PARTITIONS partition
-    folders or more on a local file system, the folders are listed and prepared on two cores
-    (inspectors/split.py): the result is the serial one. `split_key` names what `prepare`
-    judges against; with it, a child started early for the same work (`state_split`) is joined.
+    `StateFiles.prepared` by (operator, partition, store).
 
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
     """
     storage.prefetch("state")  # object stores: one recursive listing instead of one per folder
     result = StateFiles(exists=False)
-    units = _list_operators(storage, result)
-    scan = functools.partial(_scan_unit, storage, prepare)
-
-    if storage.is_local:
-        from streamctl.inspectors.split import fork_map
-
-        key = None if split_key is None else (storage.display, tuple(units), split_key)
-        scanned = fork_map(scan, units, SPLIT_MIN_PARTITIONS, key)
-    else:
-        scanned = [scan(u) for u in units]
-    for (op_id, part), (stores, prepared) in zip(units, scanned, strict=True):
+    for op_id, part in _list_operators(storage, result):
+        stores, prepared = _scan_partition(storage, op_id, part, prepare)
         result.operators[op_id].partitions[part] = stores
         for name, value in prepared.items():
             result.prepared[(op_id, part, name)] = value
     return result
-
-
-def state_split(storage: Storage, prepare: Prepare, split_key: Any) -> Optional[tuple[Any, Callable[[Any], Any], list[tuple[int, int]]]]:
-    """The work `read_state(storage, prepare, split_key)` shares with a child, for a child
-    started before read_state runs (split.start_early): (the key read_state gives fork_map,
-    the function of a partition folder, the folders); None when it would not split."""
-    units = _list_operators(storage, StateFiles(exists=False))
-    if not storage.is_local or len(units) < SPLIT_MIN_PARTITIONS:
-        return None
-    return (storage.display, tuple(units), split_key), functools.partial(_scan_unit, storage, prepare), units
 
 
 def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int]]:
@@ -460,16 +397,6 @@ class StoreStatus:
     files: Optional[StoreFiles] = field(default=None, compare=False, repr=False)  # what it was judged from
     fallback_files: tuple[str, ...] = ()  # what Spark 4.1+'s auto snapshot repair reads instead (older snapshot)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled by read_state's forked child: the fields in order, rebuilt by `_status_of`
-        (the generic frozen-dataclass state asks `fields()` per object: a third of the
-        unpickling); the restorable versions as runs (`pack_ints`), or as they are for a store
-        with a shape: store_status's memo gives every store of that shape the same frozenset,
-        which the child's pickler sends once."""
-        shaped = self.files is not None and self.files.shape is not None
-        return _status_of, tuple(pack_ints(self.restorable_versions) if f == "restorable_versions" and not shaped
-                                 else getattr(self, f) for f in _STATUS_FIELDS)
-
     @property
     def listing(self) -> tuple[str, ...]:
         """The store folder's file names as listed."""
@@ -510,26 +437,8 @@ class StoreStatus:
 
 
 _STATUS_FIELDS = tuple(StoreStatus.__dataclass_fields__)
-_RESTORABLE = _STATUS_FIELDS.index("restorable_versions")
 _FILES = _STATUS_FIELDS.index("files")
 assert _STATUS_FIELDS[:4] == ("operator_id", "partition", "store", "path")  # store_status's memo sets them
-
-
-def _status_of(*fields: Any) -> StoreStatus:
-    """A StoreStatus from its pickled fields (StoreStatus.__reduce__)."""
-    args = list(fields)
-    args[_RESTORABLE] = frozenset(args[_RESTORABLE])
-    return StoreStatus(*args)
-
-
-def pack_ints(values: Any) -> Any:
-    """A set of ints for a pickle: a run lo..hi without a hole as the range(lo, hi + 1) it is
-    (three numbers instead of hundreds of int objects), anything else as a sorted tuple; either
-    is read back by set()."""
-    if values and max(values) - min(values) + 1 == len(values):
-        return range(min(values), max(values) + 1)
-    return tuple(sorted(values))
-
 
 
 def store_status(

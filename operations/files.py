@@ -8,89 +8,38 @@ other file systems go through `pyarrow.fs` (moves are copy -> verify -> delete).
 from __future__ import annotations
 
 import errno
-import functools
 import hashlib
-import json
 import os
-import re
 import shutil
 import stat
 import threading
 import uuid
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
-from streamctl.inspectors.storage import AZURE_KEY_ENV, AZURE_SCHEMES, Storage, azure_location, parallel_map
-from streamctl.operations.coprocess import CHUNK, hash_file, rename_all, renameat2
-
-S3_DELETE_BATCH = 1000  # keys per DeleteObjects request (the API's limit)
-AZURE_DELETE_BATCH = 256  # sub-requests per Blob batch request (the API's limit)
-DELETE_THREADS = 8
-S3_COPY_LIMIT = 5 << 30  # CopyObject copies objects up to 5 GiB in one request
-_S3_LOCK = threading.Lock()
-_NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or double "/", a "." or ".." part, a backslash
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.object_store import S3_COPY_LIMIT, ObjectStore, hash_stream
+from streamctl.operations.paths import _NOT_NORMAL, check_rel, is_normal_rel  # noqa: F401 - re-exported
 
 
-def is_normal_rel(rel: str) -> bool:
-    """What `_NOT_NORMAL` finds nothing in, by substring tests (a check per path of a
-    100,000-step plan, several times: a regex search costs more)."""
-    if not rel or "\\" in rel or "//" in rel or rel[0] == "/" or rel[-1] == "/":
-        return False
-    return "." not in rel or not (rel in (".", "..") or rel.startswith(("./", "../")) or rel.endswith(("/.", "/.."))
-                                  or "/./" in rel or "/../" in rel)
-
-
-_NOT_NORMAL_LINES = ("\\", "//", "\n/", "/\n", "\n\n")
-# a "." or ".." part: each of these holds "./" or ".\n", which plans rarely hold at all
-_DOT_PARTS = ("\n./", "\n../", "/.\n", "/..\n", "\n.\n", "\n..\n", "/./", "/../")
-
-
-def all_normal_rels(rels: list[str]) -> bool:
-    """all(map(is_normal_rel, rels)), by substring tests of the paths joined one per line (a
-    100,000-step plan in a few C calls): each test of is_normal_rel is a substring of a line or of
-    a line and its ends. Paths with a line break are tested one by one."""
-    if not rels:
-        return True
-    text = "\n" + "\n".join(rels) + "\n"
-    if text.count("\n") != len(rels) + 1:
-        return all(map(is_normal_rel, rels))
-    if any(bad in text for bad in _NOT_NORMAL_LINES):
-        return False
-    return not (("./" in text or ".\n" in text) and any(bad in text for bad in _DOT_PARTS))
-
-
-def check_rel(rel: str, where: str) -> str:
-    """A relative, normalised path that cannot leave its root."""
-    if is_normal_rel(rel):  # already normal: the usual case, fast
-        return rel
-    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or any(p == ".." for p in parts) or rel.startswith("/"):
-        raise StorageError(f"{where}/{rel}", "refusing a path outside the root")
-    return "/".join(parts)
-
-
-DIGEST_CHUNK = 512  # files per unit of a folder's digest shared with a forked child (Root.tree_digest)
-
-
-def _digest_lines(base: str, subs: list[str]) -> Optional[tuple[int, bytes]]:
-    """(total size, the lines Root.tree_digest hashes) of the files `base + sub`; None when one
-    did not read (the general path then reports it)."""
-    total = 0
-    lines = []
-    for sub in subs:
-        try:
-            size, digest = hash_file(base + sub)
-        except OSError:
-            return None
-        total += size
-        lines.append(_digest_line(sub, size, digest))
-    return total, "".join(lines).encode()
-
-
-def _digest_line(sub: str, size: int, digest: str) -> str:
-    """One file's line of a folder's digest (Root.tree_digest): its relative name, size, sha256."""
-    return f"{sub}\0{size}\0{digest}\n"
+def hash_file(path: str) -> tuple[int, str]:
+    """(size, sha256 hex) of a local file; a folder raises IsADirectoryError. A named pipe, socket
+    or device where a file belongs (damage align moves aside) is never read: its digest stands
+    for its kind, and it opens without waiting for a writer (O_NONBLOCK)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):
+            return 0, hashlib.sha256(b"not a regular file: " + stat.filemode(mode)[:1].encode()).hexdigest()
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            fd = -1  # the file object owns it now
+            return hash_stream(fh)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 class Pending:
@@ -138,6 +87,7 @@ class Root:
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
         self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
         self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
+        self._store = ObjectStore(self)  # used only when not local
         if not self.storage.is_local:
             self._fs = self.storage._fs  # noqa: SLF001 - same package family, one opener
             self._fs_root = self.storage._fs_root  # noqa: SLF001
@@ -230,55 +180,21 @@ class Root:
                 return hash_file(self.local(rel))
             except OSError:
                 return None
-        if self._is_s3:
-            return self._s3_file_digest(rel)
+        if self._store.is_s3:
+            return self._store.file_digest(rel)
         try:
             with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-                return _hash_stream(fh)
+                return hash_stream(fh)
         except OSError:  # FileNotFoundError, or a folder on stores that say so differently
             return None
-
-    @property
-    def _is_s3(self) -> bool:
-        return self.location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n")
-
-    def _s3(self) -> Any:
-        """This root's boto3 client, made once (clients are thread-safe; making them is not)."""
-        with _S3_LOCK:
-            if self._s3_cached is None:
-                self._s3_cached = self._s3_client("")
-        return self._s3_cached
-
-    def _s3_file_digest(self, rel: str) -> Optional[tuple[int, str]]:
-        """One GetObject (pyarrow's stream asks HeadObject first): None when no such key."""
-        from botocore.exceptions import ClientError
-
-        bucket, key = self._key(rel)
-        try:
-            body = self._s3().get_object(Bucket=bucket, Key=key)["Body"]
-        except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
-                return None
-            raise StorageError(self.uri(rel), f"cannot read: {exc.response.get('Error', {}).get('Code')}") from None
-        try:
-            return _hash_stream(body)
-        finally:
-            body.close()
 
     def copy_checked(self, rel: str, dest: Root, dest_rel: str, want: tuple[int, str]) -> None:
         """Copy one file into another root and read the copy back: it must hold exactly `want`
         (size, sha256) or StorageError (the source is kept). Within one object store the copy is
         the store's own (S3 CopyObject: no bytes through this process)."""
-        if self._is_s3 and dest._is_s3 and self._fs.equals(dest._fs) and want[0] < S3_COPY_LIMIT:  # type: ignore[union-attr]
-            src_bucket, src_key = self._key(rel)
-            bucket, key = dest._key(dest_rel)
-            from botocore.exceptions import ClientError
-
-            try:
-                self._s3().copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": src_bucket, "Key": src_key})
-            except ClientError as exc:
-                raise StorageError(self.uri(rel), f"copy to {dest.uri(dest_rel)} failed: "
-                                                  f"{exc.response.get('Error', {}).get('Code')}") from None
+        if (not self.is_local and not dest.is_local and self._store.is_s3 and dest._store.is_s3
+                and self._fs.equals(dest._fs) and want[0] < S3_COPY_LIMIT):  # type: ignore[union-attr]
+            self._store.s3_copy(rel, dest._store, dest_rel)
         elif not self.is_local and not dest.is_local and self._fs.equals(dest._fs):  # type: ignore[union-attr]
             try:
                 self._fs.copy_file(self._remote(rel), dest._remote(dest_rel))  # type: ignore[union-attr]
@@ -305,18 +221,8 @@ class Root:
         fsync_dirs(self._with_ancestors(walk))
         self.synced(parents)
 
-    def folders_to_sync(self, rels: list[str] | set[str]) -> Optional[tuple[set[str], list[str]]]:
-        """What `sync_parents(rels)` fsyncs, to be fsynced elsewhere (the executor's syncing
-        co-process): (the parents to pass to `synced` once every folder is fsynced, the folders in
-        order); None when not local. A folder that cannot be opened (gone) changes its parent:
-        the caller then runs `sync_parents` itself, which walks up from it."""
-        if not self.is_local:
-            return None
-        parents, known, walk = self._sync_split(rels)
-        return parents, known + self._with_ancestors(walk)
-
     def synced(self, parents: set[str]) -> None:
-        """These parent folders (of `folders_to_sync`) and their ancestors are fsynced."""
+        """These parent folders and their ancestors are fsynced."""
         self._synced |= parents
         self._unsynced -= parents
 
@@ -354,41 +260,27 @@ class Root:
             except OSError as exc:
                 raise StorageError(self.uri(rel), exc.strerror or str(exc)) from None
         with self._fs.open_input_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-            return _hash_stream(fh)
+            return hash_stream(fh)
 
     def tree_digest(self, rel: str) -> tuple[int, str]:
         """(total size, sha256 over sorted relative names and file digests) of the files below `rel`;
-        an empty or absent folder gives the digest of nothing (object stores keep no empty folders).
-        A local folder's files are read on two cores (inspectors/split.py: drop-sink reads the
-        132,000 files of the folders it retires before it moves them, and again before an undo)."""
+        an empty or absent folder gives the digest of nothing (object stores keep no empty folders)."""
         h = hashlib.sha256()
         total = 0
         subs = self.walk_files(rel)
-        head = self._head()
-        if head is not None and is_normal_rel(rel) and len(subs) >= DIGEST_CHUNK * 2:
-            from streamctl.inspectors.split import fork_map
-
-            chunks = [subs[k:k + DIGEST_CHUNK] for k in range(0, len(subs), DIGEST_CHUNK)]
-            read = fork_map(functools.partial(_digest_lines, f"{head}{rel}/"), chunks, 2)
-            if all(part is not None for part in read):
-                for size, lines in read:  # type: ignore[misc]
-                    total += size
-                    h.update(lines)
-                return total, h.hexdigest()
-            # a file did not read: the general path below names it
         for sub in subs:
             try:
                 size, digest = self.digest(f"{rel}/{sub}")
             except StorageError:
                 if self.kind(f"{rel}/{sub}") != "missing":
                     raise
-                # listed, then gone before it was read: the folder is being written (issue 23 note:
-                # Spark's state maintenance writes a snapshot after the query stopped)
+                # listed, then gone before it was read: the folder is being written (Spark's state
+                # maintenance writes a snapshot after the query stopped)
                 raise StorageError(self.uri(f"{rel}/{sub}"), "vanished while streamctl read its folder: something still "
                                    "writes to the checkpoint (the query, or its Spark session's state maintenance after "
                                    "the query stopped); wait until it is quiet") from None
             total += size
-            h.update(_digest_line(sub, size, digest).encode())
+            h.update(f"{sub}\0{size}\0{digest}\n".encode())
         return total, h.hexdigest()
 
     def walk_files(self, rel: str) -> list[str]:
@@ -408,9 +300,8 @@ class Root:
     def _walk(self, rel: str, sizes: bool, ordered: bool = True) -> list[tuple[str, int]]:
         out: list[tuple[str, int]] = []
         if self.is_local:
-            # os.walk's answer (symlinks to folders are not followed and not files; a folder that
-            # cannot be listed is skipped), without its path joins, relpath and a second lstat
-            # path walk per file: a trim's result line sums a 100,000-file backup (issue 23)
+            # os.walk's answer: symlinks to folders are not followed and not files; a folder that
+            # cannot be listed is skipped
             folders = [(self.local(rel), "")]
             while folders:
                 path, prefix = folders.pop()
@@ -445,31 +336,26 @@ class Root:
         self._made.add(path)
         self._unsynced.add(path)
 
-    def write_atomic(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> None:
-        """Write a whole file so that readers see the old or the new content, never a part.
-        `data`: its bytes, or consecutive parts of them (written one after the other locally,
-        never joined into one copy: manifest.json's 18 MB, issue 23)."""
-        parts: Sequence[bytes | bytearray] = [data] if isinstance(data, bytes) else data
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Write a whole file so that readers see the old or the new content, never a part."""
         if self.is_local:
             path = self.local(rel)
             self._makedirs(os.path.dirname(path))
             tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.streamctl.tmp")
-            with open(tmp, "wb", buffering=0) as fh:
-                for part in parts:
-                    view = memoryview(part)
-                    while view:
-                        view = view[fh.write(view) or 0:]
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
             fsync_dir(os.path.dirname(path))
             return
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
-            fh.write(b"".join(parts))
+            fh.write(data)
 
-    def write_atomic_started(self, rel: str, data: bytes | Sequence[bytes | bytearray]) -> Pending:
+    def write_atomic_started(self, rel: str, data: bytes) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
-        GIL; issue 23: plan.json and manifest.json, 7-13 MB, are written while the executor goes
-        on); object stores here and now. Durable once the result's `wait()` returned."""
+        GIL: plan.json and manifest.json are written while the executor goes on); object stores
+        here and now. Durable once the result's `wait()` returned."""
         if not self.is_local:
             self.write_atomic(rel, data)
             return Pending()
@@ -499,126 +385,7 @@ class Root:
                 os.unlink(tmp)
             fsync_dir(os.path.dirname(path))
             return True
-        scheme = self.location.split("://", 1)[0].lower()
-        if scheme in ("s3", "s3a", "s3n"):
-            return self._s3_create_exclusive(rel, data)
-        if scheme in ("gs", "gcs"):
-            return self._gcs_create_exclusive(rel, data)
-        if scheme in AZURE_SCHEMES:
-            return self._azure_create_exclusive(rel, data)
-        raise StorageError(self.uri(rel), "exclusive create (the lock) is supported on local file systems, S3, GCS "
-                                          "and Azure Blob only")
-
-    def _key(self, rel: str) -> tuple[str, str]:
-        """(bucket or container, object key) of `rel` on an object store."""
-        head, _, prefix = self._fs_root.partition("/")
-        rel = check_rel(rel, self.location)
-        return head, f"{prefix}/{rel}" if prefix else rel
-
-    def _gcs_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """GCS conditional create: a multipart upload with ifGenerationMatch=0 (412 when the object
-        exists), over plain HTTP. The endpoint comes from the URI's `endpoint_override`/`scheme`
-        options; `gs://anonymous@bucket/...` sends no credentials (an emulator), else the token
-        of Google's default credentials (needs google-auth: `pip install 'streamctl[gcs]'`)."""
-        import urllib.error
-        import urllib.request
-        from urllib.parse import parse_qsl, quote, urlparse
-
-        parsed = urlparse(self.location)
-        opts = dict(parse_qsl(parsed.query))
-        base = (f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}" if "endpoint_override" in opts
-                else "https://storage.googleapis.com")
-        bucket, key = self._key(rel)
-        url = f"{base}/upload/storage/v1/b/{quote(bucket, safe='')}/o?uploadType=multipart&ifGenerationMatch=0"
-        boundary = f"streamctl-{os.urandom(8).hex()}"
-        body = (f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n{json.dumps({'name': key})}\r\n"
-                f"--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
-        headers = {"Content-Type": f"multipart/related; boundary={boundary}"}
-        if parsed.username != "anonymous":
-            headers["Authorization"] = f"Bearer {_gcs_token(self.uri(rel))}"
-        req = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                resp.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 412:
-                return False
-            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.code}") from None
-        except OSError as exc:
-            raise StorageError(self.uri(rel), f"conditional create failed: {exc}") from None
-        return True
-
-    def _azure_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Azure Blob conditional create: Put Blob with If-None-Match: * (409/412 when the blob
-        exists). Needs azure-storage-blob (`pip install 'streamctl[azure]'`); the account key comes
-        from AZURE_STORAGE_ACCOUNT_KEY, else azure-identity's default credential."""
-        try:
-            from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError
-            from azure.storage.blob import BlobClient
-        except ImportError:
-            raise StorageError(self.uri(rel), "changing files on Azure needs azure-storage-blob for the lock's "
-                                              "conditional create (pip install 'streamctl[azure]')") from None
-        account_url, credential = self._azure_service(rel)
-        container, blob = self._key(rel)
-        client = BlobClient(account_url, container, blob, credential=credential)
-        try:
-            client.upload_blob(data, overwrite=False)  # Put Blob with If-None-Match: *
-        except (ResourceExistsError, ResourceModifiedError):
-            return False
-        except HttpResponseError as exc:
-            if exc.status_code in (409, 412):
-                return False
-            raise StorageError(self.uri(rel), f"conditional create failed: HTTP {exc.status_code}") from None
-        return True
-
-    def _azure_service(self, rel: str) -> tuple[str, Any]:
-        """The blob service URL and credential of this Azure root (key from AZURE_STORAGE_ACCOUNT_KEY,
-        else azure-identity's default credential)."""
-        loc = azure_location(self.location)
-        account_url = (f"{loc['scheme']}://{loc['blob_authority']}/{loc['account']}" if loc["blob_authority"]
-                       else f"{loc['scheme']}://{loc['account']}.blob.core.windows.net")
-        key = os.environ.get(AZURE_KEY_ENV)
-        if key:
-            return account_url, {"account_name": loc["account"], "account_key": key}
-        try:
-            from azure.identity import DefaultAzureCredential
-        except ImportError:
-            raise StorageError(self.uri(rel), f"no Azure credential: set {AZURE_KEY_ENV} or install "
-                                              "azure-identity") from None
-        return account_url, DefaultAzureCredential()
-
-    def _s3_client(self, rel: str) -> Any:
-        """A boto3 S3 client for this root; endpoint and region come from the URI's
-        `endpoint_override`/`scheme`/`region` options or the usual AWS environment."""
-        from urllib.parse import parse_qsl, urlparse
-
-        try:
-            import boto3
-        except ImportError:
-            raise StorageError(self.uri(rel), "changing files on S3 needs boto3 for the lock's conditional write "
-                                              "(pip install 'streamctl[s3]')") from None
-        opts = dict(parse_qsl(urlparse(self.location).query))
-        endpoint = None
-        if "endpoint_override" in opts:
-            endpoint = f"{opts.get('scheme', 'https')}://{opts['endpoint_override']}"
-        return boto3.client("s3", endpoint_url=endpoint, region_name=opts.get("region") or None)
-
-    def _s3_create_exclusive(self, rel: str, data: bytes) -> bool:
-        """S3 conditional write: PutObject with If-None-Match: * (412 when the key exists).
-        Needs boto3 (`pip install 'streamctl[s3]'`)."""
-        from botocore.exceptions import ClientError
-
-        client = self._s3_client(rel)
-        bucket, key = self._key(rel)
-        try:
-            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
-                return False
-            raise StorageError(self.uri(rel), f"conditional write failed: {code or status}") from None
-        return True
+        return self._store.create_exclusive(rel, data)
 
     def listed_sizes(self, rels: list[str]) -> dict[str, Optional[int]]:
         """Size of each file (None when it is not there) from one listing per distinct folder:
@@ -644,43 +411,7 @@ class Root:
             for rel in rels:
                 self.delete(rel)
             return
-        scheme = self.location.split("://", 1)[0].lower()
-        if scheme in ("s3", "s3a", "s3n"):
-            self._s3_delete_many(rels)
-        elif scheme in AZURE_SCHEMES:
-            self._azure_delete_many(rels)
-        else:
-            parallel_map(self._delete_file, rels, DELETE_THREADS)
-
-    def _delete_file(self, rel: str) -> None:
-        try:
-            self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
-        except FileNotFoundError:
-            pass
-
-    def _s3_delete_many(self, rels: list[str]) -> None:
-        client = self._s3()
-        keys = [self._key(rel) for rel in rels]
-        for i in range(0, len(keys), S3_DELETE_BATCH):
-            chunk = keys[i:i + S3_DELETE_BATCH]
-            resp = client.delete_objects(Bucket=chunk[0][0], Delete={"Objects": [{"Key": k} for _b, k in chunk],
-                                                                    "Quiet": True})
-            errors = [e for e in resp.get("Errors") or [] if e.get("Code") != "NoSuchKey"]
-            if errors:
-                raise StorageError(self.uri(rels[0]), f"DeleteObjects failed for {len(errors)} key(s): "
-                                                      f"{errors[0].get('Key')}: {errors[0].get('Code')}")
-
-    def _azure_delete_many(self, rels: list[str]) -> None:
-        from azure.storage.blob import ContainerClient
-
-        account_url, credential = self._azure_service(rels[0])
-        keys = [self._key(rel) for rel in rels]
-        client = ContainerClient(account_url, keys[0][0], credential=credential)
-        for i in range(0, len(keys), AZURE_DELETE_BATCH):
-            chunk = [k for _c, k in keys[i:i + AZURE_DELETE_BATCH]]
-            for resp in client.delete_blobs(*chunk, raise_on_any_failure=False):
-                if resp.status_code not in (200, 202, 404):
-                    raise StorageError(self.uri(rels[0]), f"batch delete failed: HTTP {resp.status_code}")
+        self._store.delete_many(rels)
 
     def delete(self, rel: str) -> None:
         if self.is_local:
@@ -699,35 +430,24 @@ class Root:
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
     def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
-        """Rename a local file or folder into another local root, never over anything there (Linux
-        renameat2 RENAME_NOREPLACE: the check and the rename are one atomic call). True when it was
-        renamed; False when that cannot be done here and now (nothing at `rel`, something at
-        `dest_rel`, another file system, no renameat2): the caller takes the general path."""
-        pairs = self.rename_pairs([rel], dest, [dest_rel])
-        return pairs is not None and _RENAME.run(pairs)[0]
-
-    def rename_pairs(self, rels: list[str], dest: Root, dest_rels: list[str],
-                     normal: bool = False) -> Optional[list[tuple[str, str]]]:
-        """The local (source, target) paths of renames of `rels` into `dest`, each target's folder
-        made (once per folder); None when they cannot be renames (not both local, no
-        renameat2). `normal`: the caller found every path of both lists normal already."""
-        if not (self.is_local and dest.is_local) or not _RENAME.usable():
-            return None
-        made, out = dest._made, []
-        head, dest_head = self._head(), dest._head()
-        if head is not None and dest_head is not None and (normal or all_normal_rels(rels) and all_normal_rels(dest_rels)):
-            targets = [dest_head + dest_rel for dest_rel in dest_rels]
-            for parent in dict.fromkeys([t.rpartition("/")[0] for t in targets]):
-                if parent not in made:
-                    dest._makedirs(parent)
-            return list(zip([head + rel for rel in rels], targets, strict=True))
-        for rel, dest_rel in zip(rels, dest_rels, strict=True):
-            dst = dest_head + dest_rel if dest_head is not None and is_normal_rel(dest_rel) else dest.local(dest_rel)
-            parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
-            if parent not in made:
-                dest._makedirs(parent)
-            out.append((head + rel if head is not None and is_normal_rel(rel) else self.local(rel), dst))
-        return out
+        """Rename a local file or folder into another local root, never over anything there: True
+        when it was renamed; False when that cannot be done here and now (not both local, nothing
+        at `rel`, something at `dest_rel`, another file system): the caller takes the general
+        path. The check of `dest_rel` and the rename are two calls: the lock keeps every other
+        streamctl out of the roots in between."""
+        if not (self.is_local and dest.is_local):
+            return False
+        src, dst = self.local(rel), dest.local(dest_rel)
+        if os.path.lexists(dst):
+            return False
+        parent = os.path.dirname(dst)
+        if parent not in dest._made:  # one makedirs per folder, not per file
+            dest._makedirs(parent)
+        try:
+            os.rename(src, dst)
+        except OSError:  # gone (renamed by a crashed run), another file system: the general path
+            return False
+        return True
 
     def move_to(self, rel: str, dest: Root, dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file
@@ -791,149 +511,6 @@ class Root:
             except OSError:
                 return
             path = os.path.dirname(path)
-
-
-SIZES_ASIDE_CHUNK = 8192  # files per request of SizesAside while the caller finds them
-SIZES_FINISH_CHUNK = 1024  # files per request once it has found them all (finish)
-SIZES_FINISH_BLOCK = 256  # files the caller stats itself between looks at the co-process (finish)
-
-
-class SizesAside:
-    """The sizes of many files of one storage, asked as the caller finds them (`add`) and read in
-    order by `finish`: on a local file system a co-process stats them (operations/coprocess.py, `s`
-    requests of at most SIZES_ASIDE_CHUNK files, the next one sent once the last is answered)
-    while the caller goes on finding the next ones; then `finish` shares what is left: the
-    co-process takes small requests from the front, the caller stats blocks from the end, until
-    they meet. Elsewhere, Storage.sizes. A file the co-process could not stat (missing, a
-    dangling symlink, no permission) is asked of Storage.sizes, which says what it always said
-    (0, or StorageError)."""
-
-    def __init__(self, storage: Storage) -> None:
-        from streamctl.operations.coprocess import CoProcess
-
-        self.storage = storage
-        self.rels: list[str] = []
-        self.out: list[int] = []  # the sizes of rels[:len(out)]
-        self.sent = 0  # files of the request in flight, rels[len(out):len(out) + sent]
-        self._prefix = storage.local_prefix()
-        self._co: Optional[CoProcess] = CoProcess() if self._prefix is not None else None
-
-    def add(self, rel: str) -> None:
-        self.add_many([rel])
-
-    def add_many(self, rels: list[str]) -> None:
-        self.rels += rels
-        co = self._co
-        if co is not None and len(self.rels) - len(self.out) - self.sent >= SIZES_ASIDE_CHUNK and co.answered():
-            self._collect()
-            self._send(len(self.out) + SIZES_ASIDE_CHUNK)
-
-    def _send(self, upto: int) -> None:
-        """Ask the co-process for rels[len(out):upto]."""
-        assert self._co is not None and self._prefix is not None
-        todo = self.rels[len(self.out):upto]
-        prefix = self._prefix
-        if self._co.submit_sizes([prefix + rel.strip("/") for rel in todo]):
-            self.sent = len(todo)
-
-    def _collect(self) -> None:
-        if not self.sent:
-            return
-        start, n, self.sent = len(self.out), self.sent, 0
-        answers = self._co.sizes() if self._co is not None else None
-        if answers is None:  # the co-process failed: these are asked here
-            self.out.extend(self.storage.sizes(self.rels[start:start + n]))
-            return
-        for rel, size in zip(self.rels[start:start + n], answers, strict=True):
-            self.out.append(size if size >= 0 else self.storage.sizes([rel])[0])
-
-    def finish(self) -> list[int]:
-        """The size of every file added, in order (0 for a missing one)."""
-        try:
-            end = len(self.rels)  # rels[end:] are stat'ed here, in `tail` (blocks, last first)
-            tail: list[list[int]] = []
-            while self._co is not None and len(self.out) + self.sent < end:
-                if self._co.answered():
-                    self._collect()
-                    if len(self.out) < end:
-                        self._send(min(end, len(self.out) + SIZES_FINISH_CHUNK))
-                        if not self.sent:
-                            break  # the co-process failed: the rest is asked below
-                else:
-                    start = max(end - SIZES_FINISH_BLOCK, len(self.out) + self.sent)
-                    tail.append(self.storage.sizes(self.rels[start:end]))
-                    end = start
-            rest = self.storage.sizes(self.rels[len(self.out) + self.sent:end])
-            self._collect()
-            self.out.extend(rest)
-            for block in reversed(tail):
-                self.out.extend(block)
-        finally:
-            self.close()
-        return self.out
-
-    def close(self) -> None:
-        """End the co-process (killed when an answer is left unread)."""
-        if self._co is not None:
-            self._co.close()
-            self._co = None
-
-
-class _Renamer:
-    """renameat2(..., RENAME_NOREPLACE) through the C library, looked up on first use; not used
-    where it does not exist (not Linux, an old C library) or where a file system refuses it."""
-
-    def __init__(self) -> None:
-        self._fn: Any = False  # not looked up yet
-
-    def usable(self) -> bool:
-        if self._fn is False:
-            self._fn = renameat2()
-        return self._fn is not None
-
-    def run(self, pairs: list[tuple[str, str]]) -> list[bool]:
-        """Each rename in order, in this process: True when done."""
-        if not self.usable():
-            return [False] * len(pairs)
-        return self.outcomes(rename_all(self._fn, [(os.fsencode(s), os.fsencode(d)) for s, d in pairs]))
-
-    def outcomes(self, errnos: list[int]) -> list[bool]:
-        """True for each rename done (errno 0); a file system (or kernel) without RENAME_NOREPLACE
-        (EINVAL, ENOSYS) ends its use in this process."""
-        if errno.EINVAL in errnos or errno.ENOSYS in errnos:
-            self._fn = None
-        return [e == 0 for e in errnos]
-
-
-_RENAME = _Renamer()
-run_renames = _RENAME.run  # renames (rename_pairs) in this process
-rename_outcomes = _RENAME.outcomes  # the errnos of renames run elsewhere (the co-process), as done or not
-
-
-def _gcs_token(where: str) -> str:
-    try:
-        import google.auth
-        import google.auth.transport.requests
-    except ImportError:
-        raise StorageError(where, "changing files on GCS needs google-auth for the lock's conditional create "
-                                  "(pip install 'streamctl[gcs]'), or gs://anonymous@... for an emulator") from None
-    try:
-        creds, _project = google.auth.default(scopes=["https://www.googleapis.com/auth/devstorage.read_write"])
-        creds.refresh(google.auth.transport.requests.Request())
-    except Exception as exc:  # noqa: BLE001 - google-auth raises several kinds
-        raise StorageError(where, f"no Google credentials for the lock's conditional create ({type(exc).__name__})") from None
-    return str(creds.token)
-
-
-def _hash_stream(fh: Any) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    while True:
-        block = fh.read(CHUNK)
-        if not block:
-            return size, h.hexdigest()
-        size += len(block)
-        h.update(block)
 
 
 def _create_exclusive_unlinked(path: str, data: bytes) -> bool:

@@ -16,9 +16,10 @@ from typing import Any, Callable, Mapping, Optional
 
 from streamctl.formats.journal import Event
 from streamctl.inspectors.documents import document
-from streamctl.operations.executor import MANIFEST_FILE, Meter, write_manifest, write_plan
+from streamctl.operations.backup_folder import MANIFEST_FILE, write_manifest, write_plan
 from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict, Journal
+from streamctl.operations.meter import Meter
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Step
 
 COMMAND = "kafka commit-offsets"
@@ -79,12 +80,6 @@ class GroupOffsets:
 
     def write_plan(self) -> None:
         write_plan(self.backup, self.plan)
-
-    def start(self) -> None:
-        """Nothing begins before the plan is written (the Steps protocol)."""
-
-    def close(self) -> None:
-        """Nothing to stop (the Steps protocol)."""
 
     def read_journal(self) -> Any:
         """The journal's state (the Steps protocol)."""

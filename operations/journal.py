@@ -75,7 +75,7 @@ class Journal:
 
     def append_started(self, records: list[dict[str, Any]]) -> Commit:
         """`append_many`, whose local write and fsync run on a thread while the caller goes on
-        (issue 23: the executor prepares a batch's renames meanwhile); the records are durable
+        (the executor writes the manifest meanwhile); the records are durable
         once `wait()` returned, which raises what the write raised. Encoded here, on the
         caller's thread; object stores write their segment here too."""
         if not records:

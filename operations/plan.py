@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from operator import attrgetter
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from streamctl.formats.errors import StreamctlError
 from streamctl.inspectors.errors import raise_unreadable
@@ -31,7 +30,6 @@ STEP_ACTIONS = ("move", "write", "put_back", "catalog_rollback", "delete")
 PUT_BACK_TO = "input"  # the root a `put_back` step moves its file to (align: archived input, docs/model.md#replayable-batches)
 
 
-_CONTENT = attrgetter("content")
 
 
 @dataclass(frozen=True)
@@ -112,11 +110,6 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)  # what verification needs (sink kind, app id)
     op_id: str = ""
-    _records: Optional[tuple[tuple[Step, ...], list[dict[str, Any]]]] = field(default=None, init=False, repr=False,
-                                                                             compare=False)
-    _normal: Optional[tuple[tuple[Step, ...], bool]] = field(default=None, init=False, repr=False, compare=False)
-    _text: Optional[tuple[tuple[Step, ...], Optional[list[str]]]] = field(default=None, init=False, repr=False,
-                                                                         compare=False)
 
     def to_record(self, steps: bool = True) -> dict[str, Any]:
         """The plan as a document; `steps=False` leaves the steps out."""
@@ -141,60 +134,9 @@ class Plan:
             rec["steps"] = self.step_records()
         return rec
 
-    def paths_normal(self, test: Callable[[list[str]], bool]) -> bool:
-        """`test` of every step's path (operations/files.py `all_normal_rels`), made once for the
-        steps as they are: the runner's check and the executor both ask (issue 23)."""
-        now = tuple(self.steps)
-        if self._normal is None or self._normal[0] != now:
-            self._normal = (now, test([s.path for s in self.steps]))
-        return self._normal[1]
-
-    def output_record(self, limit: int) -> dict[str, Any]:
-        """`to_record()` for a --json document: the steps' list encoded already (`steps_text`,
-        formats/jsontext.py `Encoded`) when its text is longer than `limit` (console/render.py's
-        PRETTY_LIMIT: such a document is printed compact, the list as it is), else as records."""
-        rec = self.to_record(steps=False)
-        # a step's text is at least 45 characters ({"action":"","path":"","reason":"","root":""})
-        text = self.steps_text(b",") if len(self.steps) * 45 > limit else None
-        if text is not None and len(text) > limit:
-            from streamctl.formats.jsontext import Encoded
-
-            rec["steps"] = Encoded(b"[" + text + b"]")
-        else:
-            rec["steps"] = self.step_records()
-        return rec
-
-    def steps_text(self, sep: bytes) -> Optional[bytes]:
-        """The steps' records as compact JSON (`dumps(step.to_record())` each, key for key), `sep`
-        between two (no quote, backslash or control character but line breaks), made by
-        one format per step rather than a dict each and its encoding (plan.json and the --json
-        result of a 66,000-step roll back: 0.1 s before its first rename and at its end, issue
-        23). None when there is no step, a step carries content or some text would need a JSON
-        escape (then the records are encoded as always). Made once for the steps as they are."""
-        now = tuple(self.steps)
-        if self._text is None or self._text[0] != now:
-            self._text = (now, self._formatted())
-        rows = self._text[1]
-        return None if rows is None else sep.decode().join(rows).encode()
-
-    def _formatted(self) -> Optional[list[str]]:
-        """Each step's row (`steps_text`), when every one is written as it is."""
-        steps = self.steps
-        if not steps or set(map(_CONTENT, steps)) != {None}:
-            return None
-        from streamctl.formats.jsontext import plain_rows
-
-        rows = [f'{{"action":"{s.action}","path":"{s.path}","reason":"{s.reason}","root":"{s.root}"}}' for s in steps]
-        return rows if plain_rows(rows, 16) is not None else None  # four keys, four texts: 16 quotes a row
-
     def step_records(self) -> list[dict[str, Any]]:
-        """Each step's record (a new list; the records themselves are shared, not to be changed),
-        made once for the steps as they are: plan.json and the --json result both hold 100,000 of
-        them (issue 23)."""
-        now = tuple(self.steps)
-        if self._records is None or self._records[0] != now:  # the same steps compare by identity, in C
-            self._records = (now, [s.to_record() for s in self.steps])
-        return list(self._records[1])
+        """Each step's record."""
+        return [s.to_record() for s in self.steps]
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Plan:

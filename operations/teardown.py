@@ -506,7 +506,7 @@ def purge(plan: Plan, archive: Root, journal: Any, meter: Optional[Callable[[str
     """--purge: delete the archived copies, journaled (idempotent: a resumed run deletes again):
     the files of one listing in batches (`meter` gets files done, bytes, rate and eta), then what
     is left of the folders."""
-    from streamctl.operations.executor import Meter
+    from streamctl.operations.meter import Meter
 
     for name in ("checkpoint", "sink"):
         rel = f"files/{name}"

@@ -25,7 +25,6 @@ from streamctl.inspectors.sinks import list_file_sink_log
 from streamctl.inspectors.state import StoreFiles, zip_ssts
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
-from streamctl.operations.files import SizesAside
 from streamctl.operations.plan import (
     EXACTLY_ONCE,
     CheckpointRequest,
@@ -76,12 +75,12 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     sizes: dict[str, dict[str, int]] = {c: {"files": 0, "bytes": 0} for c in CATEGORIES}
     action = "delete" if req.purge else "move"
 
-    # files whose listing gave no size, per storage: asked aside while the plan goes on, the category of each
-    unsized: dict[int, tuple[SizesAside, list[str]]] = {}
+    # files whose listing gave no size, per storage: asked once the steps are made, the category of each
+    unsized: dict[int, tuple[Storage, list[str], list[str]]] = {}
 
     def add(root: str, storage: Storage, rel: str, category: str, reason: str, size: Optional[int] = None) -> None:
         """A step; `size` from the folder listing when it has one (no request per file on object
-        stores), else asked aside (SizesAside: a co-process stats local files meanwhile)."""
+        stores), else asked once every step is made (Storage.sizes)."""
         add_many(root, storage, [rel], category, [reason], [size])
 
     def add_many(root: str, storage: Storage, rels: list[str], category: str, reasons: list[str],
@@ -93,21 +92,15 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         sizes[category]["bytes"] += sum(map(int, known))
         if len(known) == len(rels):
             return
-        aside = unsized.get(id(storage))
-        if aside is None:
-            aside = unsized[id(storage)] = (SizesAside(storage), [])
-        asked = [rel for rel, size in zip(rels, file_sizes, strict=True) if size is None]
-        aside[0].add_many(asked)
-        aside[1].extend(repeat(category, len(asked)))
+        _storage, asked, categories = unsized.setdefault(id(storage), (storage, [], []))
+        unknown = [rel for rel, size in zip(rels, file_sizes, strict=True) if size is None]
+        asked.extend(unknown)
+        categories.extend(repeat(category, len(unknown)))
 
-    try:
-        _add_steps(req, q, st, low, C, stores, add, add_many)
-        for aside, categories in unsized.values():
-            for category, size in zip(categories, aside.finish(), strict=True):
-                sizes[category]["bytes"] += size
-    finally:
-        for aside, _categories in unsized.values():
-            aside.close()
+    _add_steps(req, q, st, low, C, stores, add, add_many)
+    for storage, asked, categories in unsized.values():
+        for category, size in zip(categories, storage.sizes(asked), strict=True):
+            sizes[category]["bytes"] += size
 
     plan = Plan(
         command="trim",

@@ -1,8 +1,8 @@
-"""The fast paths give the plain answers.
+"""The fast paths of the inspection give the plain answers.
 
 The state inspector classifies a folder's names with a few regex calls over the joined listing,
 and judges a store whose versions run without a hole without a loop per version. Storage reads
-are sized by the file, and backups are walked without os.walk. Each test below checks the fast
+are sized by the file, and backups are walked with scandir. Each test below checks the fast
 code against a plain statement of what it computes, on seeded random inputs or a small real tree.
 No mocks: real files on the local file system.
 """
@@ -254,7 +254,7 @@ def test_local_reads_are_sized_by_the_file_and_keep_the_limit(tmp_path: Path) ->
 
 
 def _os_walk_sizes(base: str) -> list[tuple[str, int]]:
-    """The plain statement of what Root.walk_sizes answers: os.walk (links to folders not followed)."""
+    """What os.walk gives (links to folders not followed): what Root.walk_sizes must answer."""
     out = []
     for dirpath, _dirs, files in os.walk(base):
         for f in files:
@@ -283,70 +283,6 @@ def test_backup_walk_is_os_walk_s_answer(tmp_path: Path) -> None:
     assert root.walk_files("files") == [name for name, _ in want]
     assert root.tree_size("files") == (len(want), sum(size for _, size in want))
     assert root.walk_sizes("missing") == []
-
-
-def test_sizes_asked_aside_are_what_storage_sizes_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """trim's plan asks the sizes of the files it moves aside (operations/files.py SizesAside: a
-    co-process stats them while the plan goes on, and at the end it and the plan share what is
-    left from both ends): the same sizes, in the same order, as Storage.sizes (a missing file 0,
-    a symlink followed, a folder's own size), whoever stats them: a co-process that answers at
-    once stats them all; one that is never done before it is waited for stats the first request
-    only, and the rest are stat'ed here; and the same error for a dangling symlink."""
-    from streamctl.operations import coprocess, files
-
-    monkeypatch.setattr(files, "SIZES_ASIDE_CHUNK", 7)
-    monkeypatch.setattr(files, "SIZES_FINISH_CHUNK", 3)
-    monkeypatch.setattr(files, "SIZES_FINISH_BLOCK", 2)
-    asked: list[int] = []
-    answers = coprocess.CoProcess.sizes
-
-    def counted(self: coprocess.CoProcess) -> list[int] | None:
-        got = answers(self)
-        asked.append(len(got or []))
-        return got
-
-    monkeypatch.setattr(coprocess.CoProcess, "sizes", counted)
-    (tmp_path / "sub").mkdir()
-    rels = []
-    for i in range(40):
-        (tmp_path / "sub" / f"{i}.delta").write_bytes(b"x" * (i * 37 % 101))
-        rels.append(f"sub/{i}.delta")
-    os.symlink(tmp_path / "sub" / "3.delta", tmp_path / "link")
-    rels[5:5] = ["link", "gone", "sub", "/sub/9.delta"]
-    storage = Storage.open(str(tmp_path))
-    for answered, co_stated in ((lambda self: True, len(rels)), (lambda self: not self._waiting, 7)):
-        asked.clear()
-        monkeypatch.setattr(coprocess.CoProcess, "answered", answered)
-        aside = files.SizesAside(storage)
-        for rel in rels:
-            aside.add(rel)
-        assert aside.finish() == storage.sizes(rels)
-        assert sum(asked) == co_stated and asked[0] == 7, asked
-    monkeypatch.undo()
-
-    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
-    with pytest.raises(StorageError) as expected:
-        storage.sizes(["dangling"])
-    aside = files.SizesAside(storage)
-    with pytest.raises(StorageError) as got:  # when its chunk is answered, or at the end
-        for rel in ["dangling"] + rels:
-            aside.add(rel)
-        aside.finish()
-    aside.close()
-    assert str(got.value) == str(expected.value) and "dangling" in str(got.value)
-
-
-def test_all_normal_rels_says_what_is_normal_rel_says_of_each() -> None:
-    """The bulk test of a plan's paths (operations/files.py all_normal_rels, joined one per line)
-    against is_normal_rel of each, on 20,000 seeded random lists of paths made of "/", ".", "\\",
-    a line break and letters."""
-    from streamctl.operations.files import all_normal_rels, is_normal_rel
-
-    rng = random.Random(23)
-    parts = ["a", "b", ".", "..", "", "\\", "\n", "a.b", ".a", "a."]
-    for _ in range(20_000):
-        rels = ["/".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 4))]
-        assert all_normal_rels(rels) == all(map(is_normal_rel, rels)), rels
 
 
 def test_large_json_documents_print_compact_and_read_back(capsys: pytest.CaptureFixture[str],
@@ -378,73 +314,18 @@ def test_large_json_documents_print_compact_and_read_back(capsys: pytest.Capture
     assert out.startswith("before {") and json.loads(out[len("before "):]) == {"steps": steps}
 
 
-def test_a_json_file_of_encoded_pieces_is_the_file_of_their_items() -> None:
-    """formats/journal.py json_file_parts: a list given as `EncodedPieces` (manifest.json's items,
-    a batch's `EncodedItems` each, written one after the other, never joined) gives the bytes of
-    the list's items encoded as dicts; no pieces, an empty list; the parts join to json_file."""
-    from streamctl.formats.journal import EncodedItems, EncodedPieces, dumps, json_file, json_file_parts
-
-    items = [{"path": f"state/{i}", "size": i, "é": "x"} for i in range(7)]
-
-    def piece(chunk: list[dict[str, object]]) -> EncodedItems:
-        return EncodedItems(b"\n    " + b",\n    ".join(dumps(i) for i in chunk))
-
-    for cut in ([7], [1, 6], [2, 2, 3], [1, 1, 1, 1, 1, 1, 1]):
-        pieces, at = [], 0
-        for n in cut:
-            pieces.append(piece(items[at:at + n]))
-            at += n
-        doc = {"op_id": "t", "files": EncodedPieces(pieces), "command": "align", "z": [1]}
-        parts = json_file_parts(doc)
-        assert b"".join(parts) == json_file(doc) == json_file({**doc, "files": items})
-        assert all(any(p is q for q in parts) for p in pieces)  # each piece written as it is: no copy
-    assert json_file({"files": EncodedPieces([]), "a": 1}) == json_file({"files": [], "a": 1})
-    assert json.loads(json_file({"files": EncodedPieces([piece(items)])}))["files"] == items
-
-
-def test_joined_json_is_each_value_encoded_alone() -> None:
-    """jsontext.dumps_joined (the journal's lines, the lists of plan.json and manifest.json) gives
-    the bytes of `dumps` of each value with the separator between: also for what orjson refuses
-    (a lone surrogate of a file name that is not UTF-8, an int beyond 64 bits), which json.dumps
-    encodes; into a given buffer it appends."""
-    from streamctl.formats.jsontext import dumps, dumps_joined
-
-    values = [{"path": "state/0/1.delta", "b": 1, "a": None}, {"path": os.fsdecode(b"state/\xff.delta")}, 2 ** 70,
-              "é\u2028", [1, {"z": 0, "y": [True]}]]
-    for cut in range(len(values) + 1):
-        part = values[:cut]
-        assert bytes(dumps_joined(part, b",\n")) == b",\n".join(dumps(v) for v in part)
-        assert bytes(dumps_joined(part, b"|", b"[")) == b"[" + b"|".join(dumps(v) for v in part)
-    # lists of objects go in one call, split at `},{`: never inside a string or a nested list
-    objects = [{"path": "a},{b", "n": 1}, {}, {"in": [{"x": 1}, {"y": {}}]}, {"s": "},{\"},{"}, {"k": {"j": {}}},
-               {"path": os.fsdecode(b"\xff},{")}, {"b": 2 ** 70}, {"z": "\n},\n{"}]
-    rng = random.Random(3)
-    for _ in range(300):
-        part = [rng.choice(objects) for _ in range(rng.randint(0, 6))]
-        for sep in (b"\n", b",\n    ", b"},{"):
-            assert bytes(dumps_joined(part, sep)) == sep.join(dumps(v) for v in part), part
-    plain = [{"action": "move", "path": f"state/0/{v}.delta", "root": "checkpoint"} for v in range(1000)]
-    assert [json.loads(line) for line in bytes(dumps_joined(plain, b"\n")).split(b"\n")] == plain
-    buf = bytearray(b"head")
-    assert dumps_joined(values[:2], b";", b":", buf) is buf
-    assert bytes(buf) == b"head:" + dumps(values[0]) + b";" + dumps(values[1])
-    assert json.loads(dumps(values[1])) == values[1]
-
-
-@pytest.mark.parametrize(("odd", "escaped"), [
-    (None, False), ('a"b.delta', True), ("tab\tname.delta", True), ("line\nbreak.delta", True),
-    (os.fsdecode(b"\xff.delta"), True), ("\x7f\u2028\u00e9.delta", False)])
+@pytest.mark.parametrize("odd", [None, 'a"b.delta', "tab\tname.delta", "line\nbreak.delta", os.fsdecode(b"\xff.delta"),
+                                 "\x7f\u2028\u00e9.delta"])
 @pytest.mark.parametrize("batch", [8, None])
 def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                      odd: str | None, escaped: bool, batch: int | None) -> None:
-    """A run whose steps were all renames writes `renamed` done records and manifest.json's items
-    by one format each (`Executor._renamed_items`; in a pipelined run of several batches, each
-    batch's while the next renames): the bytes `json_file` writes for the entries as dicts
-    (`_renamed_entries`, what resume and undo read back from the journal), with names that need
-    a JSON escape too (then the dicts are encoded); the entries say what was moved."""
+                                                      odd: str | None, batch: int | None) -> None:
+    """A run whose steps were all renames writes `renamed` done records, and manifest.json holds
+    the bytes `json_file` writes for their entries (what resume and undo read back from the
+    journal), names that need a JSON escape included; the entries say what was moved."""
     from streamctl.formats.journal import json_file
     from streamctl.operations import executor
-    from streamctl.operations.executor import MANIFEST_FILE, RENAMED, Executor
+    from streamctl.operations.backup_folder import MANIFEST_FILE
+    from streamctl.operations.executor import RENAMED, Executor
     from streamctl.operations.plan import Plan, Step
 
     if batch is not None:
@@ -467,12 +348,6 @@ def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatc
     state = ex.run()
     ex.journal.settle()
     assert all(RENAMED in state.done[i] and "manifest" not in state.done[i] for i in range(len(steps)))
-    fast = ex._renamed_items(list(range(len(steps))), state)
-    assert (fast is None) == escaped
-    if escaped:  # the batch with the odd name: none of the run's items are formatted
-        assert ex._items is None
-    else:  # one piece a batch
-        assert ex._items is not None and len(ex._items) == (-(-len(steps) // batch) if batch else 1)
     read = ex.read_journal()  # the entries as resume and undo read them
     entries = [read.done[i]["manifest"] for i in range(len(steps))]
     written = (tmp_path / "backup" / MANIFEST_FILE).read_bytes()
@@ -481,90 +356,5 @@ def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatc
     assert json.loads(written)["files"] == [
         {"root": "sink", "path": rel, "uri": head.rstrip("/") + "/" + rel, "backup": f"files/sink/{rel}",
          "action": "moved", "size": len(data[rel]), "sha256": hashlib.sha256(data[rel]).hexdigest()} for rel in names]
-    for bad in ("\x00", "\\", '"'):  # what a root's location would need escaped: the dicts are encoded
-        ex._uri_heads["sink"] = f"{sink}/{bad}/"
-        assert ex._renamed_items(list(range(len(steps))), state) is None
 
 
-def test_a_file_written_from_parts_holds_them_in_order(tmp_path: Path) -> None:
-    """Root.write_atomic of consecutive parts (manifest.json's pieces, never joined): the file
-    holds them in order, written under a temporary name that is gone after; bytes as before."""
-    root = Root("backup", str(tmp_path))
-    parts = [b"{\n", bytearray(b"x" * 70_000), b"", b"\n}\n"]
-    root.write_atomic_started("m.json", parts).wait()
-    root.write_atomic("one.json", b"whole")
-    assert (tmp_path / "m.json").read_bytes() == b"".join(parts)
-    assert (tmp_path / "one.json").read_bytes() == b"whole"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "one.json"]
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_local_groups_are_the_steps_read_locally_by_root(tmp_path: Path, seed: int) -> None:
-    """Executor._local_groups (the hashing co-process's requests), which asks each step's kind
-    in C and groups a batch of one action and one root at once: per root, the steps whose
-    pre-image is read from a local file, with their paths, as step-by-step grouping gives (local
-    roots only: an object store's root would need its server, test_object_store_mutations.py)."""
-    from streamctl.operations.executor import Executor
-    from streamctl.operations.plan import Plan, Step
-
-    rng = random.Random(seed)
-    roots = {"checkpoint": Root("checkpoint", str(tmp_path / "ck")), "sink": Root("sink", str(tmp_path / "sink"))}
-    kinds = [("move", "checkpoint"), ("write", "checkpoint"), ("move", "sink"), ("delete", "sink"),
-             ("write", "sink")][:rng.choice([1, 2, 5])]
-    steps = [Step(*rng.choice(kinds), f"d{rng.randrange(3)}/f{i}", "test") for i in range(60)]
-    plan = Plan("align", {n: r.location for n, r in roots.items()}, "rollback", 0, "exactly-once", steps, "aligned")
-    ex = Executor(plan, roots, Root("backup", str(tmp_path / "backup")))
-    for indices in ([], [5], list(range(60)), sorted(rng.sample(range(60), 25))):
-        want: dict[str, list[int]] = {}
-        for i in indices:
-            if ex._local_pre(steps[i]):
-                want.setdefault(steps[i].root, []).append(i)
-        got = ex._local_groups(indices)
-        assert [(idx, rels) for _, idx, rels in got] == [(idx, [steps[i].path for i in idx]) for idx in want.values()]
-        assert [head for head, _, _ in got] == [roots[name]._head() for name in want]
-
-
-@pytest.mark.parametrize("case", ["one kind", "mixed", "content", "escaped", "backslash", "tab", "empty", "surrogate",
-                                  "path"])
-def test_steps_formatted_are_their_records_encoded(tmp_path: Path, case: str) -> None:
-    """Plan.steps_text (plan.json's steps, and a large --json document's, formatted rather than
-    encoded record by record): plan.json holds the bytes json_file writes for the plan's record,
-    and a document with `output_record` encodes (orjson, or json.dumps for what orjson refuses)
-    to the bytes of one with `to_record`; with content or a text that needs an escape, the
-    records are encoded as always."""
-    from streamctl.formats.journal import json_file
-    from streamctl.formats.jsontext import Encoded, dumps
-    from streamctl.operations.executor import PLAN_FILE, write_plan
-    from streamctl.operations.plan import Plan, Step
-
-    steps = [Step("move", "checkpoint", f"state/0/{i % 7}/{i}.delta", "above the target") for i in range(300)]
-    if case == "mixed":
-        steps += [Step("move", "sink", "part-0.parquet", "its epoch is rolled back"),
-                  Step("put_back", "archive", "in/\u2028é.json", "replayed")]
-    elif case == "content":
-        steps.append(Step("write", "checkpoint", "commits/5", "the commit", b"v1\n{}"))
-    elif case == "escaped":
-        steps.append(Step("move", "checkpoint", 'state/0/a"b.delta', "odd"))
-    elif case == "backslash":
-        steps.append(Step("move", "checkpoint", "state/0/ab.delta", "odd \\ reason"))
-    elif case == "tab":
-        steps.insert(3, Step("move", "checkpoint", "state/0/a\tb.delta", "odd"))
-    elif case == "empty":
-        steps = []
-    elif case == "path":  # not UTF-8
-        steps.append(Step("move", "checkpoint", os.fsdecode(b"state/0/\xff.delta"), "odd"))
-    plan = Plan("align", {"checkpoint": str(tmp_path / "ck")}, "rollback", 4, "duplicates", steps, "recoverable",
-                op_id="t", notes=["\udcff" if case == "surrogate" else "n"])
-    formatted = plan.steps_text(b",")
-    assert (formatted is None) == (case in ("content", "escaped", "backslash", "tab", "empty", "path"))
-    if formatted is not None:
-        assert formatted == b",".join(dumps(s.to_record()) for s in steps)
-        assert plan.steps_text(b",\n    ") == b",\n    ".join(dumps(s.to_record()) for s in steps)
-    backup = Root("backup", str(tmp_path / "backup"))
-    write_plan(backup, plan)
-    assert (tmp_path / "backup" / PLAN_FILE).read_bytes() == json_file(plan.to_record())
-    for limit in (0, 10, 1 << 20):
-        out = plan.output_record(limit)
-        assert isinstance(out["steps"], Encoded) == (formatted is not None and len(formatted) > limit)
-        assert dumps({"plan": out, "backup": "\udcff" if case == "surrogate" else "b"}) == dumps(
-            {"plan": plan.to_record(), "backup": "\udcff" if case == "surrogate" else "b"})

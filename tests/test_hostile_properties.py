@@ -1,7 +1,7 @@
 """Property-style checks of the mutation invariants on generated hostile trees: nested
 steps, symlinks out of the root, paths through them, huge ids, files where folders are expected.
 Seeded generators (deterministic, no Spark: the planners are covered by tests/test_hostile.py);
-every case goes through the runner's checks (operations.runner.check_plan) and the executor:
+every case goes through the runner's checks (operations.plan_checks.check_plan) and the executor:
 
 * no byte lost: every file present before is in place or in the backup with its sha256;
 * nothing outside the roots touched;
@@ -22,7 +22,7 @@ from streamctl.operations.executor import Executor
 from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict
 from streamctl.operations.plan import Plan, Refused, Step
-from streamctl.operations.runner import (
+from streamctl.operations.plan_checks import (
     LISTING_FROM,
     _may_nest,
     _real_folder,

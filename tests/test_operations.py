@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +16,8 @@ from helpers.paths import SPARK35
 from streamctl.formats.checksum import hadoop_crc
 from streamctl.formats.errors import StorageError
 from streamctl.formats.journal import JOURNAL_FILE
-from streamctl.operations.executor import MANIFEST_FILE, Executor, write_plan
+from streamctl.operations.backup_folder import MANIFEST_FILE, write_plan
+from streamctl.operations.executor import Executor
 from streamctl.operations.files import Root
 from streamctl.operations.journal import CRASH_EXIT, Conflict
 from streamctl.operations.lock import LOCK_FILE, Lock, LockHeld
@@ -150,7 +150,7 @@ def test_put_back_moves_archived_input_back_never_over_a_file_and_undo_returns_i
     archive -> input at the same relative path, mtime kept (a rename); another file at the
     destination is a conflict that moves nothing; undo puts it into the archive again; a
     destination that resolves outside the input root is refused before anything runs."""
-    from streamctl.operations.runner import escaping_steps
+    from streamctl.operations.plan_checks import escaping_steps
 
     archive, inp, backup = tmp_path / "archive" / "in", tmp_path / "in", tmp_path / "backup"
     (archive / "day=1").mkdir(parents=True)
@@ -218,7 +218,8 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
     and a name that is not UTF-8 (a lone surrogate: orjson refuses it, json.dumps escapes it),
     null digests, write steps' extra keys, every other record."""
     from streamctl.formats.journal import dumps, journal_records, json_file, record_line, record_lines
-    from streamctl.operations.executor import PLAN_FILE, _moved_entry, load, write_plan
+    from streamctl.operations.apply_steps import moved_entry
+    from streamctl.operations.backup_folder import PLAN_FILE, load
 
     odd = 'state/0/"q"\\x/é\u2028/ü.delta'
     not_utf8 = os.fsdecode(b"state/0/\xff.delta")
@@ -236,8 +237,7 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
     ]
     root = Root("checkpoint", str(tmp_path / 'ck "é\\'))
     for step, size, sha in ((Step("move", "checkpoint", odd, 'below "5" é'), 4, "ab"), (Step("move", "sink", "a/b", "r"), None, None)):
-        entry = _moved_entry(step, root.uri(step.path), size, sha)
-        assert root.storage.uri_prefix() + step.path == root.uri(step.path)  # the prefix the executor takes once per root
+        entry = moved_entry(step, root, size, sha)
         assert entry == {"root": step.root, "path": step.path, "uri": root.uri(step.path), "action": "moved",
                          "backup": f"files/{step.root}/{step.path}", "size": size, "sha256": sha}
         records.append({"event": "done", "step": 2, "manifest": entry})
@@ -289,12 +289,12 @@ def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path)
 
 @pytest.mark.parametrize("where", ["second batch's begin records", "done records"])
 def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_exactly(tmp_path: Path, where: str) -> None:
-    """More moves than one group commit (BATCH_STEPS): the first batch renames in the co-process
-    while the second batch is read, hashed and its begin records committed. A crash (the parent
-    ends; the co-process dies with it) halfway through the second batch's begin records, or
-    halfway through the done records, leaves each file in exactly one place, nothing moved that
-    has no durable begin record; the resume records what was moved from the backup, moves the
-    rest, and undo puts back every byte."""
+    """More moves than one group commit (BATCH_STEPS): the journal holds the start and the first
+    batch's begin records, then the first batch's done records with the second batch's begin
+    records, then the second batch's done records. A crash halfway through the second batch's
+    begin records, or halfway through the first batch's done records, leaves each file in exactly
+    one place, nothing moved that has no durable begin record; the resume records what was
+    moved from the backup, moves the rest, and undo puts back every byte."""
     from streamctl.operations.executor import BATCH_STEPS
 
     ck, backup = tmp_path / "ck", tmp_path / "backup"
@@ -307,21 +307,22 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     assert BATCH_STEPS < len(steps) < 2 * BATCH_STEPS
     plan = _plan(steps, {"checkpoint": str(ck)})
     second = len(steps) - BATCH_STEPS
-    # start, the first batch's begin records, then half the second's; or every begin record and half a batch of done records
-    crash = 1 + BATCH_STEPS + (second // 2 if where.startswith("second") else second + BATCH_STEPS // 2)
+    # start and the first batch's begin records, then every done record of it and half the second
+    # batch's begin records; or half the first batch's done records
+    crash = 1 + BATCH_STEPS + (BATCH_STEPS + second // 2 if where.startswith("second") else BATCH_STEPS // 2)
     _crashed_run(plan, ck, backup, crash)
     records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
     events = [r["event"] for r in records]
     assert "finished" not in events and events.count("begin") + events.count("done") == crash - 1
     begun = {steps[r["step"]].path for r in records if r["event"] == "begin"}
-    time.sleep(0.2)  # a co-process that outlived its parent would move more files meanwhile
     moved = set(_tree(backup / "files" / "checkpoint")) if (backup / "files").exists() else set()
     assert moved <= begun  # nothing moved without a durable begin record
     assert set(_tree(ck)) == set(before) - moved  # each file in exactly one place
+    first = {s.path for s in steps[:BATCH_STEPS]}
     if where.startswith("second"):
-        assert events.count("done") == 0 and len(begun) == BATCH_STEPS + second // 2
+        assert events.count("done") == BATCH_STEPS and len(begun) == BATCH_STEPS + second // 2 and moved == first
     else:
-        assert len(begun) == len(steps) and moved >= {s.path for s in steps[:BATCH_STEPS]}
+        assert events.count("done") == BATCH_STEPS // 2 and begun == first == moved
 
     roots = {"checkpoint": Root("checkpoint", str(ck))}
     state = Executor(plan, roots, Root("backup", str(backup))).run()
@@ -411,239 +412,6 @@ def test_done_records_of_renames_and_of_earlier_versions_resume_and_undo(tmp_pat
     assert _tree(ck) == before
 
 
-def test_the_renaming_co_process_reads_requests_by_their_length(tmp_path: Path) -> None:
-    """A request says how many bytes its lines take (`_request`): read at once, split at once;
-    one without a length is read line by line (as before); a length that does not hold the lines
-    it announced ends the co-process before it renames anything. Renames never replace a file
-    (RENAME_NOREPLACE: EEXIST), and a batch of successes is answered all at once."""
-    import errno
-    import io
-
-    from streamctl.operations import coprocess
-
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    src.mkdir()
-    dst.mkdir()
-    for n in range(6):
-        (src / f"{n}.delta").write_bytes(b"%d" % n)
-    (dst / "5.delta").write_bytes(b"already there")
-
-    def serve(data: bytes) -> bytes:
-        out = io.BytesIO()
-        coprocess.serve(io.BytesIO(data), out)
-        return out.getvalue()
-
-    pairs = [(str(src / f"{n}.delta"), str(dst / f"{n}.delta")) for n in range(6)]
-    request = coprocess._request(b"m", [p for pair in pairs[:2] for p in pair], 2)
-    assert request is not None and request.split(b"\n", 1)[0].split(b" ")[2] == b"%d" % (len(request.split(b"\n", 1)[1]))
-    assert serve(request) == b"0\n0\n"
-    old_style = b"m 2\n" + "".join(f"{a}\n{b}\n" for a, b in pairs[2:4]).encode()
-    assert serve(old_style) == b"0\n0\n"
-    answer = serve(coprocess._request(b"m", [p for pair in pairs[4:] for p in pair], 2) or b"")
-    assert answer == b"0\n%d\n" % errno.EEXIST  # the one whose target exists is not renamed
-    assert sorted(p.name for p in src.iterdir()) == ["5.delta"] and (dst / "5.delta").read_bytes() == b"already there"
-    (src / "6.delta").write_bytes(b"6")
-    body = f"{src / '6.delta'}\n{dst / '6.delta'}\n".encode()
-    assert serve(b"m 1 %d\n%s" % (len(body) - 5, body)) == b""  # short: not this protocol, nothing done
-    assert serve(b"m 2 %d\n%s" % (len(body), body)) == b""  # fewer lines than it said
-    assert (src / "6.delta").exists() and not (dst / "6.delta").exists()
-
-
-def test_the_hashing_co_process_answers_what_hash_file_reads(tmp_path: Path) -> None:
-    """The pre-images read by the hashing co-process (`h` requests) are those `hash_file` reads in
-    process: size and sha256 of files (empty, longer than one read, behind a symlink), the errno
-    of a missing file and of a folder (which the executor then reads by its general path)."""
-    import errno
-
-    from streamctl.operations.coprocess import CHUNK, CoProcess, hash_file
-
-    (tmp_path / "empty").write_bytes(b"")
-    (tmp_path / "big").write_bytes(os.urandom(CHUNK + 17))
-    (tmp_path / "folder").mkdir()
-    (tmp_path / "with space\u00e9").write_bytes(b"x" * 3)
-    os.symlink(tmp_path / "big", tmp_path / "link")
-    names = ["empty", "big", "folder", "gone", "with space\u00e9", "link"]
-    co = CoProcess()
-    try:
-        assert co.submit_hashes([str(tmp_path / n) for n in names])
-        got = dict(zip(names, co.hashes() or [], strict=True))
-    finally:
-        co.close()
-    for n in ("empty", "big", "with space\u00e9", "link"):
-        assert got[n] == hash_file(str(tmp_path / n)) == (len((tmp_path / n).read_bytes()),
-                                                         hashlib.sha256((tmp_path / n).read_bytes()).hexdigest())
-    assert got["gone"] == errno.ENOENT and got["folder"] == errno.EISDIR
-    assert not CoProcess().submit_hashes([str(tmp_path / "a\nb")])  # a line break: not sent, read in process
-
-
-def test_reads_beneath_a_root_never_open_a_path_outside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`hash_beneath` (the executor's reads before the plan is checked) hashes what `hash_file`
-    reads for paths that resolve inside the root, through a symlinked folder inside it too; a
-    path whose folder resolves outside is answered EXDEV and a symlink ELOOP without being opened
-    (every open recorded here resolves inside the root); missing ones ENOENT, folders EISDIR."""
-    import errno
-
-    from streamctl.operations import coprocess
-
-    root, outside = tmp_path / "root", tmp_path / "outside"
-    (root / "a" / "folder").mkdir(parents=True)
-    outside.mkdir()
-    (outside / "secret").write_bytes(b"not ours")
-    (root / "a" / "f1").write_bytes(b"one")
-    (root / "a" / "empty").write_bytes(b"")
-    os.symlink(outside / "secret", root / "a" / "link")  # a file symlink out of the root
-    os.symlink("f1", root / "a" / "inlink")  # one inside it: still not followed here
-    os.symlink(outside, root / "out")  # a folder symlink out of the root
-    os.symlink("a", root / "in")  # one inside it
-    rels = ["a/f1", "a/empty", "a/folder", "a/link", "a/inlink", "out/secret", "in/f1", "gone/x", "a/missing"]
-    opened: list[str] = []
-    real_open = os.open
-
-    def recorded(path: object, flags: int, mode: int = 0o777, *, dir_fd: object = None) -> int:
-        where = os.fsdecode(path)  # type: ignore[arg-type]
-        if dir_fd is not None:
-            where = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), where)
-        opened.append(os.path.realpath(where) if not os.path.islink(where) else where)
-        return real_open(path, flags, mode, dir_fd=dir_fd)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coprocess.os, "open", recorded)
-    lines = coprocess.hash_beneath(os.fsencode(str(root)), [os.fsencode(r) for r in rels])
-    monkeypatch.undo()
-    got = dict(zip(rels, lines, strict=True))
-    for rel, body in (("a/f1", b"one"), ("a/empty", b""), ("in/f1", b"one")):
-        assert got[rel] == b"%d %s\n" % (len(body), hashlib.sha256(body).hexdigest().encode())
-    assert got["a/folder"] == b"-%d\n" % errno.EISDIR
-    assert got["a/link"] == got["a/inlink"] == b"-%d\n" % errno.ELOOP
-    assert got["out/secret"] == b"-%d\n" % errno.EXDEV
-    assert got["gone/x"] == got["a/missing"] == b"-%d\n" % errno.ENOENT
-    top = os.path.realpath(root)
-    assert opened and all(p == top or p.startswith(top + os.sep) for p in opened), opened
-    assert not [p for p in opened if "secret" in p or p.startswith(os.path.realpath(outside))]
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="FIONREAD on a pipe, /proc")
-def test_queued_hash_requests_are_answered_in_turn(tmp_path: Path) -> None:
-    """`queue_hashes` sends several requests at once (a whole plan's: more than the pipe holds,
-    written by a thread) and `hashes()` gives each request's answers in turn, also when the
-    answers of the next one came in the same read."""
-    import fcntl
-    import termios
-
-    from streamctl.operations.coprocess import PIPE_BYTES, CoProcess
-
-    roots = [tmp_path / n for n in ("r1", "r2", "r3")]
-    bodies = {}
-    for k, r in enumerate(roots):
-        (r / "d").mkdir(parents=True)
-        for v in range(3 + k):
-            bodies[(r, f"d/{v}")] = str((k, v)).encode() * v
-            (r / "d" / str(v)).write_bytes(bodies[(r, f"d/{v}")])
-    want = [[(len(bodies[(r, rel)]), hashlib.sha256(bodies[(r, rel)]).hexdigest()) for rel in sorted(
-        rel for (root, rel) in bodies if root == r)] for r in roots]
-    requests = [(str(r), sorted(rel for (root, rel) in bodies if root == r)) for r in roots]
-    co = CoProcess()
-    try:
-        assert co.queue_hashes(requests)
-        assert co._proc is not None and co._proc.stdout is not None
-        expected = sum(len(b"%d %s\n" % (size, h.encode())) for answers in want for size, h in answers)
-        deadline = time.monotonic() + 20
-        buf = bytearray(4)
-        while time.monotonic() < deadline:  # every answer waiting in the pipe: the first read takes them all
-            fcntl.ioctl(co._proc.stdout.fileno(), termios.FIONREAD, buf)
-            if int.from_bytes(buf, sys.byteorder) >= expected:
-                break
-            time.sleep(0.01)
-        assert co.hashes() == want[0]
-        assert co._rest  # the next requests' answers, read with the first, kept for them
-        assert co.hashes() == want[1] and co.hashes() == want[2]
-        assert co.hashes() is None  # nothing more was asked
-    finally:
-        co.close()
-    many = tmp_path / "many"
-    many.mkdir()
-    (many / ("f" * 200)).write_bytes(b"abc")
-    big = [(str(many), ["f" * 200] * 4000) for _ in range(3)]  # 2.4 MB of requests: more than the pipe holds
-    assert sum(len(rel) + 1 for _, rels in big for rel in rels) > 2 * PIPE_BYTES
-    co = CoProcess()
-    try:
-        assert co.queue_hashes(big)
-        for _ in big:
-            assert co.hashes() == [(3, hashlib.sha256(b"abc").hexdigest())] * 4000
-    finally:
-        co.close()
-    assert co._writer is None
-    assert not CoProcess().queue_hashes([(str(many), ["a\nb"])])  # a line break: not sent, read in process
-    assert not CoProcess().queue_hashes([(str(many), [])])
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
-def test_a_whole_batch_of_paths_is_sent_while_the_co_process_is_not_reading(tmp_path: Path) -> None:
-    """The co-process's pipes hold a whole request (1 MiB): the executor hands the first batch's
-    8,192 paths to a hasher still starting up and goes on (here: a co-process stopped by
-    SIGSTOP, which reads nothing until SIGCONT), instead of waiting for it to read."""
-    import fcntl
-    import signal
-    import threading
-
-    from streamctl.operations.coprocess import PIPE_BYTES, CoProcess
-
-    (tmp_path / "f").write_bytes(b"abc")
-    path = str(tmp_path / "f")
-    long_paths = [path] * (700_000 // (len(path) + 1))  # about 700 KB in all, like 8,192 paths of a batch
-    assert 600_000 < sum(len(p) + 1 for p in long_paths) < PIPE_BYTES - 4096
-    co = CoProcess()
-    co.spawn()
-    try:
-        assert co._proc is not None and co._proc.stdin is not None
-        assert fcntl.fcntl(co._proc.stdin.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_BYTES
-        os.kill(co._proc.pid, signal.SIGSTOP)
-        sent: list[bool] = []
-        writer = threading.Thread(target=lambda: sent.append(co.submit_hashes(long_paths)), daemon=True)
-        writer.start()
-        writer.join(timeout=5)
-        alive = writer.is_alive()
-        os.kill(co._proc.pid, signal.SIGCONT)
-        writer.join(timeout=10)
-        assert not alive and sent == [True]  # sent whole while the co-process read nothing
-        answers = co.hashes()
-        assert answers is not None and set(answers) == {(3, hashlib.sha256(b"abc").hexdigest())}
-        assert len(answers) == len(long_paths)
-    finally:
-        co.close()
-
-
-def test_a_run_whose_hashing_co_process_fails_reads_the_files_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """When the hashing co-process dies before it answers, the executor reads that batch's files
-    in process: every begin record still carries the size and sha256 of its file."""
-    from streamctl.operations import coprocess
-    from streamctl.operations.executor import BATCH_STEPS
-
-    ck, backup = tmp_path / "ck", tmp_path / "backup"
-    (ck / "state").mkdir(parents=True)
-    for v in range(BATCH_STEPS + 40):
-        (ck / "state" / f"{v}.delta").write_bytes(str(v).encode() * (v % 5))
-    before = _tree(ck)
-    killed = []
-    answers = coprocess.CoProcess.hashes
-
-    def dies(self: coprocess.CoProcess) -> object:
-        assert self._proc is not None
-        self.close()  # killed with its answers unread, as when it dies
-        killed.append(True)
-        return answers(self)
-
-    monkeypatch.setattr(coprocess.CoProcess, "hashes", dies)
-    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
-    plan = _plan(steps, {"checkpoint": str(ck)})
-    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
-    ex.write_plan()
-    state = ex.run()
-    assert killed and state.finished
-    begun = {r["path"]: r["pre"] for r in state.begun.values()}
-    assert begun == {p: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in before.items()}
-    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
-
-
 def test_a_group_commit_written_on_a_thread_is_durable_or_raises_at_wait(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """`Journal.append_started` writes and fsyncs on a thread: once `wait()` returned, the lines are
@@ -708,32 +476,6 @@ def test_a_journal_record_waits_for_the_writes_named_before_it(tmp_path: Path) -
     assert (tmp_path / "b" / "x.json").read_bytes() == b"{}"
 
 
-@pytest.mark.parametrize("started", ["as a script", "as a module"])
-def test_the_syncing_co_process_fsyncs_folders_and_names_those_gone(tmp_path: Path, started: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """`f` requests: `0` for each folder fsynced, `1` for one that cannot be opened; a line break
-    in a path is not sent. Whether the co-process runs this file as an isolated script without
-    `site` (the usual start: `fsync_dirs` is loaded from its file then) or the module by `-m`
-    (where the file is not on disk)."""
-    from streamctl.operations import coprocess
-    from streamctl.operations.coprocess import CoProcess
-
-    command = coprocess._command()
-    assert command[1:3] == ["-I", "-S"] and command[3].endswith("coprocess.py")
-    if started == "as a module":
-        monkeypatch.setattr(coprocess, "__file__", str(tmp_path / "not-on-disk.py"))
-        assert coprocess._command()[1:3] == ["-m", "streamctl.operations.coprocess"]
-    (tmp_path / "a" / "b").mkdir(parents=True)
-    co = CoProcess()
-    try:
-        assert co.submit_syncs([str(tmp_path / "a" / "b"), str(tmp_path / "gone"), str(tmp_path / "a")])
-        assert co.synced() == [0, 1, 0]
-        assert co.submit_syncs([str(tmp_path / "a")]) and co.synced() == [0]  # one folder: no thread pool
-    finally:
-        co.close()
-    assert not CoProcess().submit_syncs([str(tmp_path / "a\nb")])
-
-
 def _batches_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, dict[str, bytes], Plan]:
     """A checkpoint of three group commits of state files in 30 folders (of 50 steps each here:
     the pipeline is the same at any size), and the plan moving them all."""
@@ -749,59 +491,9 @@ def _batches_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
     return ck, backup, before, _plan([Step("move", "checkpoint", rel, "old") for rel in sorted(before)], {"checkpoint": str(ck)})
 
 
-def _started_co_processes(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
-    """Every co-process started from now on, as it starts."""
-    from streamctl.operations import coprocess
-
-    started: list[subprocess.Popen[bytes]] = []
-    start = coprocess.CoProcess._start
-
-    def recorded(self: coprocess.CoProcess) -> None:
-        start(self)
-        assert self._proc is not None
-        started.append(self._proc)
-
-    monkeypatch.setattr(coprocess.CoProcess, "_start", recorded)
-    return started
-
-
-@pytest.mark.parametrize("size", ["batches", "one step", "empty"])
-def test_co_processes_started_before_the_plan_are_taken_or_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 size: str) -> None:
-    """The runner starts the executor's three co-processes before the plan is made (their start-up
-    overlaps it); a run of several batches takes those three (no others started), and whatever
-    the plan, every one of them has ended when `execute` returns."""
-    from streamctl.operations import coprocess
-    from streamctl.operations.runner import Operation, Request, execute
-
-    ck, _backup, before, plan = _batches_plan(tmp_path, monkeypatch)
-    if size != "batches":
-        plan.steps = plan.steps[:1 if size == "one step" else 0]
-    started = _started_co_processes(monkeypatch)
-    at_plan: list[int] = []
-
-    def planner(op_id: str, _backup: Root) -> Plan:
-        at_plan.append(len(started))
-        return plan
-
-    out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), planner))
-    assert at_plan == [3]  # started before the plan was made
-    assert len(started) == 3  # none started on top of them
-    assert all(proc.poll() is not None for proc in started) and coprocess._WARM == []
-    assert out.executed == (size != "empty")
-    if size == "batches":
-        assert not [p for p in _tree(ck) if p.startswith("state/")]
-        assert _tree(Path(out.backup.location) / "files" / "checkpoint") == before
-
-
-def test_a_plan_refused_by_its_check_after_reads_began_changes_nothing(tmp_path: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hasher is sent a plan's reads before the plan is checked; a plan the check refuses (a
-    step's folder is a symlink out of the checkpoint) is refused as before: nothing moved, no
-    backup written, no co-process left, and the files outside never read (answered EXDEV)."""
-    import errno
-
-    from streamctl.operations import coprocess
+def test_a_plan_refused_by_its_check_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan the check refuses (a step's folder is a symlink out of the checkpoint) changes
+    nothing: nothing moved, no backup written, the lock released, the file outside untouched."""
     from streamctl.operations.plan import Refused
     from streamctl.operations.runner import Operation, Request, execute
 
@@ -811,243 +503,19 @@ def test_a_plan_refused_by_its_check_after_reads_began_changes_nothing(tmp_path:
     (outside / "1.delta").write_bytes(b"not the checkpoint's")
     os.symlink(outside, ck / "state" / "elsewhere")
     plan.steps.insert(3, Step("move", "checkpoint", "state/elsewhere/1.delta", "old"))
-    started = _started_co_processes(monkeypatch)
-    queued: list[int] = []
-    queue = coprocess.CoProcess.queue_hashes
-
-    def counted(self: coprocess.CoProcess, requests: list[tuple[str, list[str]]]) -> bool:
-        queued.append(sum(len(rels) for _, rels in requests))
-        return queue(self, requests)
-
-    monkeypatch.setattr(coprocess.CoProcess, "queue_hashes", counted)
     backup = tmp_path / "named-backup"
     with pytest.raises(Refused, match="elsewhere"):
         execute(Operation("test", verify=lambda _plan, _roots: (True, {})),
                 Request(str(ck), lambda _op_id, _backup: plan, backup_dir=str(backup)))
-    assert queued == [len(plan.steps)]  # the reads were sent before the check
     assert _tree(ck) == before and (outside / "1.delta").read_bytes() == b"not the checkpoint's"
     assert not backup.exists() or not any(backup.iterdir())
-    assert all(proc.poll() is not None for proc in started) and coprocess._WARM == []
     assert not (ck / LOCK_FILE).exists()
-    assert coprocess.hash_beneath(os.fsencode(str(ck)), [b"state/elsewhere/1.delta"]) == [b"-%d\n" % errno.EXDEV]
-
-
-def test_the_cycle_collector_is_paused_while_a_mutation_runs_and_back_after(tmp_path: Path,
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """`execute` runs with Python's cycle collector paused (its plans and records are freed by
-    reference counting) and turns it on again when it returns or raises."""
-    import gc
-
-    from streamctl.operations.plan import Refused
-    from streamctl.operations.runner import Operation, Request, execute
-
-    ck, _backup, _before, plan = _batches_plan(tmp_path, monkeypatch)
-    seen: list[bool] = []
-
-    def planner(_op_id: str, _backup: Root) -> Plan:
-        seen.append(gc.isenabled())
-        return plan
-
-    assert gc.isenabled()
-    out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), planner))
-    assert out.executed and seen == [False] and gc.isenabled()
-
-    def refused(_op_id: str, _backup: Root) -> Plan:
-        seen.append(gc.isenabled())
-        raise Refused("no")
-
-    with pytest.raises(Refused):
-        execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), refused))
-    assert seen == [False, False] and gc.isenabled()
-
-
-def test_what_a_paused_mutation_allocated_is_not_walked_when_the_collector_is_back(tmp_path: Path,
-                                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The objects a mutation allocated while the collector was paused go to the oldest
-    generation when `execute` returns: no collection walks them on the first allocation after
-    (a long pause on a plan of many steps); a cycle made during the run is still freed by
-    the next full collection; objects something else froze stay frozen."""
-    import gc
-    import weakref
-
-    from streamctl.operations.runner import Operation, Request, execute
-
-    class Held:
-        me: Any = None
-
-    ck, _backup, _before, plan = _batches_plan(tmp_path, monkeypatch)
-    kept: list[Any] = []
-    cycles: list[weakref.ref[Held]] = []
-
-    def planner(_op_id: str, _backup: Root) -> Plan:
-        kept.extend({"n": i} for i in range(300_000))  # beyond the young threshold: a collection is due
-        loop = Held()
-        loop.me = loop  # a cycle made during the run, garbage once it returns
-        cycles.append(weakref.ref(loop))
-        return plan
-
-    collections: list[int] = []
-
-    def seen(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collections.append(info["generation"])
-
-    old = gc.get_threshold()
-    gc.collect()
-    gc.set_threshold(100_000, 50, 100)  # the CLI's (cli/entry.py GC_THRESHOLDS)
-    gc.callbacks.append(seen)
-    try:
-        out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck), planner))
-        young = gc.get_count()[0]
-        after: list[dict[str, int]] = [{} for _ in range(10)]  # the first allocations with the collector on
-    finally:
-        gc.callbacks.remove(seen)
-        gc.set_threshold(*old)
-    assert out.executed and after and gc.isenabled()
-    assert young < 1000 and collections == [], (young, collections)
-    assert cycles[0]() is not None  # not collected yet: no collection ran
-    gc.collect()
-    assert cycles[0]() is None  # and freed by the next full collection
-
-    ck2, _backup2, _before2, plan2 = _batches_plan(tmp_path / "again", monkeypatch)
-    held = Held()
-    gc.freeze()  # someone else's frozen objects
-    try:
-        frozen = gc.get_freeze_count()
-        out = execute(Operation("test", verify=lambda _plan, _roots: (True, {})), Request(str(ck2), lambda _o, _b: plan2))
-        assert out.executed and frozen > 0 and gc.get_freeze_count() > 0  # not released (unfreeze: 0)
-    finally:
-        gc.unfreeze()
-    assert held.me is None
-
-
-def test_once_the_renames_run_the_other_processes_step_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Once a pipelined run's first renames are sent, the hasher and the syncer lower their
-    priority by STEP_BACK and the renamer keeps its own; the calling process keeps its priority
-    unless it asked to step back too (`step_back`, the CLI's), which another process checks."""
-    from streamctl.operations import coprocess
-    from streamctl.operations.executor import STEP_BACK
-
-    ck, backup, _before, plan = _batches_plan(tmp_path, monkeypatch)
-    seen: dict[str, int] = {}
-    step_back = coprocess.CoProcess.step_back
-
-    def recorded(self: coprocess.CoProcess, by: int) -> None:
-        was = os.getpriority(os.PRIO_PROCESS, 0)  # a co-process starts with its parent's
-        step_back(self, by)
-        if self._proc is not None:  # running (else it steps back as it starts: asked below)
-            seen[f"co{len(seen)}"] = os.getpriority(os.PRIO_PROCESS, self._proc.pid) - was
-        else:
-            self.submit_syncs([str(tmp_path)])  # starts it
-            assert self._proc is not None and self.synced() == [0]
-            seen[f"co{len(seen)}"] = os.getpriority(os.PRIO_PROCESS, self._proc.pid) - was
-
-    monkeypatch.setattr(coprocess.CoProcess, "step_back", recorded)
-    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
-    renamer: list[int] = []
-    start = ex._start_renames
-
-    def started(renaming: Any) -> Any:
-        out = start(renaming)
-        if ex._co is not None and ex._co._proc is not None:
-            renamer.append(os.getpriority(os.PRIO_PROCESS, ex._co._proc.pid))
-        return out
-
-    monkeypatch.setattr(ex, "_start_renames", started)
-    mine = os.getpriority(os.PRIO_PROCESS, 0)
-    ex.write_plan()
-    assert ex.run().finished and not _tree(ck)
-    assert seen == {"co0": STEP_BACK, "co1": STEP_BACK}  # the hasher and the syncer, once
-    assert renamer and set(renamer) == {mine}  # the renamer as it was
-    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # a library caller's priority is its own
-
-    ck2, backup2, _before2, plan2 = _batches_plan(tmp_path / "again", monkeypatch)
-    code = ("import os, sys, json; from streamctl.operations import executor; executor.BATCH_STEPS = 50;"
-            "from streamctl.operations.files import Root; from streamctl.operations.plan import Plan;"
-            "p = Plan.from_record(json.loads(sys.argv[1])); was = os.getpriority(os.PRIO_PROCESS, 0);"
-            "ex = executor.Executor(p, {'checkpoint': Root('checkpoint', sys.argv[2])}, Root('backup', sys.argv[3]));"
-            "ex.step_back = True; ex.write_plan(); ex.run(); print(os.getpriority(os.PRIO_PROCESS, 0) - was)")
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(plan2.to_record()), str(ck2), str(backup2)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert int(out.stdout) == min(STEP_BACK, 19 - mine) and not _tree(ck2)
-
-
-def test_done_records_wait_for_the_syncing_co_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch's done records are written only once the syncing co-process answered for its
-    folders (each moved file's folder and its backup folder among those fsynced)."""
-    from streamctl.formats.journal import journal_records
-    from streamctl.operations import coprocess, executor
-
-    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
-    sent: list[list[str]] = []
-    submit = coprocess.CoProcess.submit_syncs
-
-    def recorded(self: coprocess.CoProcess, paths: list[str]) -> bool:
-        sent.append(list(paths))
-        return submit(self, paths)
-
-    waited = executor.Executor._synced
-    checked = []
-
-    def done_after(self: executor.Executor, syncing: object) -> None:
-        if syncing is not None:
-            steps = {id(s) for s in syncing.steps}  # type: ignore[attr-defined]
-            done = {r["step"] for _, r in journal_records((backup / JOURNAL_FILE).read_bytes()) if r and r["event"] == "done"}
-            assert not {i for i, s in enumerate(self.plan.steps) if id(s) in steps} & done
-            checked.append(len(steps))
-        waited(self, syncing)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coprocess.CoProcess, "submit_syncs", recorded)
-    monkeypatch.setattr(executor.Executor, "_synced", done_after)
-    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
-    ex.write_plan()
-    state = ex.run()
-    assert state.finished and checked and sent
-    folders = {p for paths in sent for p in paths}
-    first = [s for s in plan.steps[:executor.BATCH_STEPS]]  # the first batch goes to the syncer
-    assert {str(ck / s.path.rpartition("/")[0]) for s in first} <= folders
-    assert {str(backup / "files" / "checkpoint" / s.path.rpartition("/")[0]) for s in first} <= folders
-    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
-
-
-def test_a_run_whose_syncing_co_process_fails_fsyncs_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """When the syncing co-process dies before it answers, the executor fsyncs that batch's
-    folders itself (Root.sync_parents) before writing its done records."""
-    from streamctl.operations import coprocess, files
-
-    ck, backup, before, plan = _batches_plan(tmp_path, monkeypatch)
-    answers = coprocess.CoProcess.synced
-    killed = []
-
-    def dies(self: coprocess.CoProcess) -> object:
-        self.close()
-        killed.append(True)
-        return answers(self)
-
-    synced_here: list[set[str]] = []
-    sync_parents = files.Root.sync_parents
-
-    def recorded(self: files.Root, rels: list[str] | set[str]) -> None:
-        synced_here.append(set(rels))
-        sync_parents(self, rels)
-
-    monkeypatch.setattr(coprocess.CoProcess, "synced", dies)
-    monkeypatch.setattr(files.Root, "sync_parents", recorded)
-    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
-    ex.write_plan()
-    state = ex.run()
-    assert killed and state.finished
-    here = set().union(*synced_here)
-    # every batch's folders fsynced in process (sync_parents fsyncs the folder of each path it is given)
-    assert {s.path.rpartition("/")[0] for s in plan.steps} <= {rel.rpartition("/")[0] for rel in here}
-    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
 
 
 def test_escaping_steps_finds_links_out_among_many_names_and_folders_that_lead_out(tmp_path: Path) -> None:
     """One listing answers for a folder of many steps (LISTING_FROM): a symlink out among 40 plain
     names is found; a folder that is itself a link out takes every name in it along."""
-    from streamctl.operations.runner import LISTING_FROM, escaping_steps
+    from streamctl.operations.plan_checks import LISTING_FROM, escaping_steps
 
     ck, outside = tmp_path / "ck", tmp_path / "outside"
     (ck / "state" / "0" / "0").mkdir(parents=True)
@@ -1107,48 +575,6 @@ def test_a_file_that_vanishes_while_its_folder_is_hashed_is_named_as_a_folder_be
     assert "vanished while streamctl read its folder" in exc.value.reason
     monkeypatch.setattr(Root, "walk_files", listed)
     assert root.tree_digest("state")[0] == 2  # quiet again: the folder hashes
-
-
-def test_the_first_batch_read_while_the_plan_is_written_gives_the_same_begin_records(tmp_path: Path,
-                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """`start()` (the runner calls it once the plan is checked) has the hashing co-process read
-    the first batch's files while plan.json is written; `run()` takes those answers: every begin
-    record carries each file's size and sha256, the first batch's read by the co-process, not
-    here. `close()` without a run leaves no co-process behind."""
-    from streamctl.operations.executor import BATCH_STEPS
-
-    ck, backup = tmp_path / "ck", tmp_path / "backup"
-    (ck / "state").mkdir(parents=True)
-    for v in range(BATCH_STEPS + 40):
-        (ck / "state" / f"{v}.delta").write_bytes(str(v).encode() * (v % 5))
-    before = _tree(ck)
-    read_here: list[str] = []
-    digests = Root.digests_if_exist
-
-    def counted(self: Root, rels: list[str]) -> list[object]:
-        read_here.extend(rels)  # read in this process
-        return digests(self, rels)
-
-    monkeypatch.setattr(Root, "digests_if_exist", counted)
-    steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
-    plan = _plan(steps, {"checkpoint": str(ck)})
-
-    idle = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(tmp_path / "unused")))
-    idle.start()
-    procs = [co._proc for co in (idle._co, idle._hasher) if co is not None]
-    assert len(procs) == 2 and all(p is not None and p.poll() is None for p in procs)
-    idle.close()
-    assert all(p is not None and p.poll() is not None for p in procs)  # stopped, not left running
-
-    ex = Executor(plan, {"checkpoint": Root("checkpoint", str(ck))}, Root("backup", str(backup)))
-    ex.start()
-    ex.write_plan()
-    state = ex.run()
-    assert state.finished
-    begun = {r["path"]: r["pre"] for r in state.begun.values()}
-    assert begun == {p: {"size": len(b), "sha256": hashlib.sha256(b).hexdigest()} for p, b in before.items()}
-    assert not read_here  # every pre-image came from the co-process, the first batch's included
-    assert _tree(backup / "files" / "checkpoint") == before and not _tree(ck)
 
 
 def test_a_run_s_last_records_are_durable_before_the_verified_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,12 +127,6 @@ def bare_import_problems(tree: ast.Module, current: str | None) -> list[tuple[in
     return problems
 
 
-# The one inspector whose code ends a process: the child it forks (inspectors/split.py) must
-# leave by os._exit, never return into the parent's stack or run its exit handlers. It never
-# ends the tool's own process (the parent raises, as every inspector does).
-FORKED_CHILD_MODULES = ("streamctl.inspectors.split",)
-
-
 def inspector_problems(tree: ast.Module, current: str | None) -> list[tuple[int, str]]:
     problems = []
     for line, name, _level in imported_modules(tree, current):
@@ -156,7 +150,6 @@ def inspector_problems(tree: ast.Module, current: str | None) -> list[tuple[int,
             isinstance(func, ast.Attribute)
             and isinstance(func.value, ast.Name)
             and (func.value.id, func.attr) in (("sys", "exit"), ("os", "_exit"))
-            and not (func.attr == "_exit" and current in FORKED_CHILD_MODULES)
         ):
             problems.append((node.lineno, f"calls {func.value.id}.{func.attr}(); raise a typed error instead"))
     return problems
@@ -217,9 +210,6 @@ logging.getLogger(__name__).info("fine")
 def test_guardrail_scanners_catch_what_they_should() -> None:
     assert [line for line, _ in bare_import_problems(ast.parse(BAD_IMPORTS), None)] == [1, 2, 3, 4, 5, 8, 6, 7]
     found = inspector_problems(ast.parse(BAD_INSPECTOR), "streamctl.inspectors.x")
-    # the forked child's module may end its own process, and nothing else of the list
-    child = inspector_problems(ast.parse(BAD_INSPECTOR), "streamctl.inspectors.split")
-    assert sorted(line for line, _ in found) == sorted([*(line for line, _ in child), 10])
     assert sorted(line for line, _ in found) == [1, 2, 3, 4, 5, 6, 8, 9, 10, 11]
     relative = inspector_problems(ast.parse("from ..cli import render\nfrom . import errors\n"), "streamctl.inspectors.x")
     assert [what for _, what in relative] == ["imports streamctl.cli (presentation layer)"]
