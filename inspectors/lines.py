@@ -66,12 +66,23 @@ def written_at_least(conf: Mapping[str, object]) -> Optional[tuple[Line, str]]:
     return best
 
 
+# From this line on, a stream-stream join's restart widens the key and value schemas it proposes
+# for its four stores to nullable (WidenStatefulOpNullability.widenStateSchema in
+# StreamingSymmetricHashJoinExec.validateAndMaybeEvolveStateSchema), whatever the offsets conf pins
+# for spark.sql.streaming.statefulOperator.alwaysNullableOutput.enabled, and compares them with
+# the stored schema file, which it does not widen: a stored field that is not nullable is
+# incompatible (StateSchemaCompatibilityChecker: equalsIgnoreNameAndCompatibleNullability).
+# Observed on 4.3.0 for the value schema (docs/model.md#spark-lines); the key is the same code.
+JOIN_SCHEMA_WIDENED: Line = (4, 3)
+
+
 @dataclass(frozen=True)
 class Refusal:
     file: str  # relative to the checkpoint
     why: str
-    needs: Line  # the oldest line that reads it
+    needs: Optional[Line]  # the oldest line that reads it; None: only lines below the target do
     evidence: str  # observed | code
+    error: Optional[str] = None  # the error the restart fails with, where it is not UnsupportedLogVersion
 
 
 def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[Refusal]:
@@ -87,4 +98,23 @@ def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[
             out.append(Refusal(rel, f"{rel} is `v{version}`, which Spark {line_text(line)}+ writes; Spark "
                                     f"{line_text(target)} refuses it (UnsupportedLogVersion: \"produced by a newer "
                                     f"version of Spark\")", line, evidence))
+    return out
+
+
+def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[list[str], list[str]]]) -> list[Refusal]:
+    """What the target refuses among a stream-stream join's state schema files: `schemas` maps
+    each file (`state/<op>/0/<store>/_metadata/schema`, v1 or v2) to the fields of its key and of
+    its value schema that are not nullable (formats/state.py `non_nullable_fields`)."""
+    if target < JOIN_SCHEMA_WIDENED:
+        return []
+    out = []
+    for rel, (key, value) in sorted(schemas.items()):
+        # Spark compares the key first: a non-nullable key field fails before the value is looked at
+        part, fields, error, evidence = (("key", key, "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "code") if key else
+                                         ("value", value, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "observed"))
+        if not fields:
+            continue
+        out.append(Refusal(rel, f"{rel} stores the join's {part} field(s) {', '.join(fields)} as not nullable; Spark "
+                                f"{line_text(target)} proposes every field nullable for a stream-stream join and "
+                                f"refuses it ({error})", None, evidence, error))
     return out
