@@ -20,34 +20,32 @@ JOIN_KINDS = ("join_renamed", "join_aliased")
 JOIN_ROWS = 2
 
 
-def write_input(base: str, first: int, count: int) -> None:
-    folder = os.path.join(base, "input")
+def _write_file(folder: str, i: int, rows: list[dict[str, Any]]) -> None:
+    """`folder`/part-<i>.json, JSON lines, renamed into place with a fixed mtime per file."""
     os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".part-{i:05d}.json.tmp")
+    with open(tmp, "w") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(tmp, (1_700_000_000 + i, 1_700_000_000 + i))
+    os.rename(tmp, os.path.join(folder, f"part-{i:05d}.json"))
+
+
+def write_input(base: str, first: int, count: int) -> None:
     t0 = dt.datetime(2026, 1, 1)
     for i in range(first, first + count):
-        rows = [{"id": i * 10 + k, "key": f"k{k % 3}", "ts": (t0 + dt.timedelta(seconds=i * 10 + k)).isoformat()}
-                for k in range(10)]
-        tmp = os.path.join(folder, f".part-{i:05d}.json.tmp")
-        with open(tmp, "w") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(tmp, (1_700_000_000 + i, 1_700_000_000 + i))
-        os.rename(tmp, os.path.join(folder, f"part-{i:05d}.json"))
+        _write_file(os.path.join(base, "input"), i, [
+            {"id": i * 10 + k, "key": f"k{k % 3}", "ts": (t0 + dt.timedelta(seconds=i * 10 + k)).isoformat()}
+            for k in range(10)])
 
 
 def write_join_input(base: str, first: int, count: int) -> None:
     """Files `first..first+count-1` of both sides of a JOIN_KINDS query, one per batch."""
     t0 = dt.datetime(2024, 1, 1)
     for side in ("left", "right"):
-        folder = os.path.join(base, "input", side)
-        os.makedirs(folder, exist_ok=True)
         for i in range(first, first + count):
-            rows = [{"id": i * JOIN_ROWS + k, "v": f"{side}{i}.{k}", "ts": (t0 + dt.timedelta(seconds=i * 10 + k)).isoformat()}
-                    for k in range(JOIN_ROWS)]
-            tmp = os.path.join(folder, f".part-{i:05d}.json.tmp")
-            with open(tmp, "w") as fh:
-                fh.write("".join(json.dumps(r) + "\n" for r in rows))
-            os.utime(tmp, (1_700_000_000 + i, 1_700_000_000 + i))
-            os.rename(tmp, os.path.join(folder, f"part-{i:05d}.json"))
+            _write_file(os.path.join(base, "input", side), i, [
+                {"id": i * JOIN_ROWS + k, "v": f"{side}{i}.{k}", "ts": (t0 + dt.timedelta(seconds=i * 10 + k)).isoformat()}
+                for k in range(JOIN_ROWS)])
 
 
 def join_query(spark: Any, kind: str, base: str) -> Any:
