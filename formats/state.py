@@ -261,38 +261,10 @@ def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:
     return key, value
 
 
-# a stream-stream join's stores (join state format 1 and 2), each with its own folder and schema file
-JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
-
-
-def non_nullable_fields(schema: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """The places of a StructType JSON that are not nullable, as dotted field names: a field with
-    `"nullable": false`, an array whose elements are not (`<name>[]`, `containsNull` false), a
-    map whose values are not (`<name>{}`, `valueContainsNull` false), at any depth: what Spark's
-    `StructType.asNullable` would change."""
-    out: list[str] = []
-    for f in schema.get("fields") or []:
-        if not isinstance(f, dict):
-            continue
-        name = f"{prefix}{f.get('name')}"
-        if f.get("nullable") is False:
-            out.append(name)
-        out += _non_nullable_in(f.get("type"), name)
-    return out
-
-
-def _non_nullable_in(dtype: Any, name: str) -> list[str]:
-    if not isinstance(dtype, dict):
-        return []
-    kind = dtype.get("type")
-    if kind == "struct":
-        return non_nullable_fields(dtype, f"{name}.")
-    if kind == "array":
-        return ([f"{name}[]"] if dtype.get("containsNull") is False else []) + _non_nullable_in(dtype.get("elementType"), f"{name}[]")
-    if kind == "map":
-        return (([f"{name}{{}}"] if dtype.get("valueContainsNull") is False else [])
-                + _non_nullable_in(dtype.get("keyType"), f"{name}{{key}}") + _non_nullable_in(dtype.get("valueType"), f"{name}{{}}"))
-    return []
+def schema_fields(schema: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """The top-level fields of a StructType JSON: (name, data type as compact JSON, nullable)."""
+    return [(str(f.get("name")), json.dumps(f.get("type"), sort_keys=True, separators=(",", ":")), f.get("nullable") is not False)
+            for f in schema.get("fields") or [] if isinstance(f, dict)]
 
 
 def schema_field_types(schema: Mapping[str, Any]) -> list[str]:

@@ -620,14 +620,15 @@ class _Inspector:
                 details=details))
 
     def _join_schemas(self, state: StateFiles) -> dict[str, tuple[list[str], list[str]]]:
-        """Each stream-stream join store's schema file (partition 0's, v1/v2: the one a restart
-        compares) with the key and value fields it stores as not nullable."""
-        from streamctl.formats.state import JOIN_STORES, SCHEMA_FILE, non_nullable_fields, parse_state_schema
+        """Each stream-stream join's `keyWithIndexToValue` schema files (partition 0's, v1/v2: the
+        ones a restart compares) with their key and value fields."""
+        from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_fields
+        from streamctl.inspectors.lines import JOIN_VALUE_STORES
 
         out = {}
         for op in state.operators.values():
             for name, store in sorted(op.partitions.get(0, {}).items()):
-                if name not in JOIN_STORES or not store.has_schema:
+                if name not in JOIN_VALUE_STORES or not store.has_schema:
                     continue
                 rel = f"{store.path}/{SCHEMA_FILE}"
                 try:
@@ -637,7 +638,7 @@ class _Inspector:
                         self.unreadable(exc)
                     continue
                 if parsed is not None:  # v3 and newer: not a join of state format 1 or 2
-                    out[rel] = (non_nullable_fields(parsed[0]), non_nullable_fields(parsed[1]))
+                    out[rel] = (schema_fields(parsed[0]), schema_fields(parsed[1]))
         return out
 
     def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:

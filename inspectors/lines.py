@@ -66,14 +66,13 @@ def written_at_least(conf: Mapping[str, object]) -> Optional[tuple[Line, str]]:
     return best
 
 
-# From this line on, a stream-stream join's restart widens the key and value schemas it proposes
-# for its four stores to nullable (WidenStatefulOpNullability.widenStateSchema in
-# StreamingSymmetricHashJoinExec.validateAndMaybeEvolveStateSchema), whatever the offsets conf pins
-# for spark.sql.streaming.statefulOperator.alwaysNullableOutput.enabled, and compares them with
-# the stored schema file, which it does not widen: a stored field that is not nullable is
-# incompatible (StateSchemaCompatibilityChecker: equalsIgnoreNameAndCompatibleNullability).
-# Observed on 4.3.0 for the value schema (docs/model.md#spark-lines); the key is the same code.
-JOIN_SCHEMA_WIDENED: Line = (4, 3)
+# From this line on, a stream-stream join's restart proposes the join key column it stores in a
+# `keyWithIndexToValue` value as nullable where older lines stored it as the inferred `isnotnull`
+# filter under the join left it, not nullable, and the compatibility check refuses that
+# (StateSchemaCompatibilityChecker: equalsIgnoreNameAndCompatibleNullability(new, stored)).
+# Observed on 4.3.0 (docs/model.md#spark-lines); other non-nullable value fields restart.
+JOIN_KEY_NULLABLE: Line = (4, 3)
+JOIN_VALUE_STORES = ("left-keyWithIndexToValue", "right-keyWithIndexToValue")
 
 
 @dataclass(frozen=True)
@@ -101,20 +100,21 @@ def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[
     return out
 
 
-def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[list[str], list[str]]]) -> list[Refusal]:
-    """What the target refuses among a stream-stream join's state schema files: `schemas` maps
-    each file (`state/<op>/0/<store>/_metadata/schema`, v1 or v2) to the fields of its key and of
-    its value schema that are not nullable (formats/state.py `non_nullable_fields`)."""
-    if target < JOIN_SCHEMA_WIDENED:
+def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[list[tuple[str, str, bool]], list[tuple[str, str, bool]]]]) -> list[Refusal]:
+    """What the target refuses among a stream-stream join's `keyWithIndexToValue` schema files:
+    `schemas` maps each file (`state/<op>/0/<side>-keyWithIndexToValue/_metadata/schema`, v1 or
+    v2) to its key and value fields (formats/state.py `schema_fields`). The file does not say which
+    value field is the join key: a value field that is not nullable while a key field of its type
+    is (the key is the join key expression before the filter) is taken for it."""
+    if target < JOIN_KEY_NULLABLE:
         return []
     out = []
     for rel, (key, value) in sorted(schemas.items()):
-        # Spark compares the key first: a non-nullable key field fails before the value is looked at
-        part, fields, error, evidence = (("key", key, "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE", "code") if key else
-                                         ("value", value, "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", "observed"))
-        if not fields:
-            continue
-        out.append(Refusal(rel, f"{rel} stores the join's {part} field(s) {', '.join(fields)} as not nullable; Spark "
-                                f"{line_text(target)} proposes every field nullable for a stream-stream join and "
-                                f"refuses it ({error})", None, evidence, error))
+        nullable_key_types = {t for name, t, nullable in key if nullable and name != "index"}
+        fields = [name for name, t, nullable in value if not nullable and t in nullable_key_types]
+        if fields:
+            error = "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+            out.append(Refusal(rel, f"{rel} stores the join key column(s) {', '.join(fields)} as not nullable; Spark "
+                                    f"{line_text(target)} proposes them nullable and refuses it ({error})",
+                               None, "observed", error))
     return out

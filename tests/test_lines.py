@@ -129,19 +129,23 @@ def _join_copy(tmp_path: Path, name: str) -> Path:
     return base
 
 
-def test_non_nullable_fields_of_a_schema_at_any_depth():
-    from streamctl.formats.state import non_nullable_fields
+def test_join_schema_rule_takes_the_non_nullable_join_key_column_only():
+    """Value fields 3.5 stored not nullable that 4.3 restarts (observed: an event-time column the
+    range condition's filter keeps, a literal) are not refused; the join key column is, from 4.3."""
+    from streamctl.formats.state import schema_fields
+    from streamctl.inspectors.lines import join_schema_refusals
 
-    schema = {"type": "struct", "fields": [
-        {"name": "id", "type": "long", "nullable": False},
-        {"name": "v", "type": "string", "nullable": True},
-        {"name": "s", "type": {"type": "struct", "fields": [{"name": "x", "type": "int", "nullable": False}]},
-         "nullable": True},
-        {"name": "a", "type": {"type": "array", "elementType": "int", "containsNull": False}, "nullable": True},
-        {"name": "m", "type": {"type": "map", "keyType": "string", "valueType": "int", "valueContainsNull": False},
-         "nullable": True}]}
-    assert non_nullable_fields(schema) == ["id", "s.x", "a[]", "m{}"]
-    assert non_nullable_fields({"type": "struct", "fields": [{"name": "v", "type": "long", "nullable": True}]}) == []
+    def struct(*fields):
+        return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": nl, "metadata": {}} for n, t, nl in fields]}
+
+    key = schema_fields(struct(("field0", "long", True), ("index", "long", True)))
+    kept = {"a": (key, schema_fields(struct(("lid", "long", True), ("lts", "timestamp", False), ("one", "integer", False),
+                                            ("matched", "boolean", True))))}
+    assert join_schema_refusals((4, 3), kept) == []
+    refused = {"b": (key, schema_fields(struct(("id", "long", False), ("v", "string", True), ("matched", "boolean", True))))}
+    [r] = join_schema_refusals((4, 3), refused)
+    assert (r.file, r.error, r.needs) == ("b", "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE", None) and " id " in r.why
+    assert join_schema_refusals((4, 2), refused) == []
 
 
 def test_a_3_5_join_with_a_non_nullable_state_field_is_refused_by_4_3(cli, tmp_path):
@@ -164,7 +168,7 @@ def test_a_3_5_join_with_a_non_nullable_state_field_is_refused_by_4_3(cli, tmp_p
     fine = _join_copy(tmp_path, "join_aliased_hdfs") / "checkpoint"
     r = cli("inspect", "epochs", str(fine), "--target-spark", "4.3", "--quiet-period", "0", "--json")
     f = _codes(r)
-    assert r.code == 0 and "SPARK_LINE_REFUSES" not in f and "4 stream-stream join state schema" in \
+    assert r.code == 0 and "SPARK_LINE_REFUSES" not in f and "2 stream-stream join state schema" in \
         f["SPARK_LINE_CHECKED"]["message"], f
 
 
