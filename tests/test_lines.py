@@ -3,7 +3,7 @@ commit is made the `v2` a format-2 checkpoint writes (the real restarts on both 
 tests/test_spark_upgrade.py): flag, environment, config file and `installed` name the line;
 a bad value is a one-line usage error (exit 2) that changes nothing. And the stream-stream joins
 PySpark 3.5 wrote (tests/fixtures/spark-3.5/join_*_hdfs): 4.3 refuses the one whose state schema
-stores a field as not nullable, and the oracle (a restart of a copy on PySpark 4.x) agrees."""
+stores the join key column as not nullable, and the oracle (a restart of a copy on PySpark 4.x) agrees."""
 from __future__ import annotations
 
 import json
@@ -148,7 +148,7 @@ def test_join_schema_rule_takes_the_non_nullable_join_key_column_only():
     assert join_schema_refusals((4, 2), refused) == []
 
 
-def test_a_3_5_join_with_a_non_nullable_state_field_is_refused_by_4_3(cli, tmp_path):
+def test_a_3_5_join_storing_its_key_column_not_nullable_is_refused_by_4_3(cli, tmp_path):
     """The issue's join (the right side's columns renamed): its left side stores `id` not
     nullable, which 4.3 refuses (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE) and lines before it
     read; the aliased neighbour stores every field nullable and restarts on 4.3."""
