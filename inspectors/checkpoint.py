@@ -619,7 +619,7 @@ class _Inspector:
                 "SPARK_LINE_CHECKED", f"Spark {line_text(target)} reads what a restart reads ({logs}); {wrote_text}",
                 details=details))
 
-    def _join_schemas(self, state: StateFiles) -> dict[str, tuple[list[str], list[str]]]:
+    def _join_schemas(self, state: StateFiles) -> dict[str, tuple[list[tuple[str, str, bool]], list[tuple[str, str, bool]]]]:
         """Each stream-stream join's `keyWithIndexToValue` schema files (partition 0's, v1/v2: the
         ones a restart compares) with their key and value fields."""
         from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_fields

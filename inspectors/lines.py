@@ -73,6 +73,7 @@ def written_at_least(conf: Mapping[str, object]) -> Optional[tuple[Line, str]]:
 # Observed on 4.3.0 (docs/model.md#spark-lines); other non-nullable value fields restart.
 JOIN_KEY_NULLABLE: Line = (4, 3)
 JOIN_VALUE_STORES = ("left-keyWithIndexToValue", "right-keyWithIndexToValue")
+Fields = list[tuple[str, str, bool]]  # a schema's (name, type, nullable): formats/state.py schema_fields
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[
     return out
 
 
-def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[list[tuple[str, str, bool]], list[tuple[str, str, bool]]]]) -> list[Refusal]:
+def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[Fields, Fields]]) -> list[Refusal]:
     """What the target refuses among a stream-stream join's `keyWithIndexToValue` schema files:
     `schemas` maps each file (`state/<op>/0/<side>-keyWithIndexToValue/_metadata/schema`, v1 or
     v2) to its key and value fields (formats/state.py `schema_fields`). The file does not say which
