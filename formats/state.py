@@ -261,6 +261,12 @@ def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:
     return key, value
 
 
+def schema_fields(schema: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """The top-level fields of a StructType JSON: (name, data type as compact JSON, nullable)."""
+    return [(str(f.get("name")), json.dumps(f.get("type"), sort_keys=True, separators=(",", ":")), f.get("nullable") is not False)
+            for f in schema.get("fields") or [] if isinstance(f, dict)]
+
+
 def schema_field_types(schema: Mapping[str, Any]) -> list[str]:
     """The fields' data types of a StructType JSON, each as compact JSON (names and nullability
     left out: Spark's check ignores them, `equalsIgnoreNameAndCompatibleNullability`)."""

@@ -519,8 +519,6 @@ class _Inspector:
             # is no finding (a roll back that needs it reads it then)
             before_prev = self.read_quietly(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
-        if self.target_spark is not None:
-            self._line_findings(self.target_spark, latest_offsets, commit_entries.get(committed) if committed is not None else None)
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
         self.newest_conf = conf  # evidence of the Spark line (_corrupt_findings)
         # the layout a restart reads: the newest batch's conf; an unfinished repartition's conf is
@@ -536,6 +534,9 @@ class _Inspector:
         prepare = functools.partial(self.chains.prepare, required_next, planned) if st.is_local else None
         state = read_state(st, prepare) if "state" in root else StateFiles(exists=False)
         self.prepared = state.prepared
+        if self.target_spark is not None:
+            self._line_findings(self.target_spark, latest_offsets, commit_entries.get(committed) if committed is not None else None,
+                                state)
         # Spark refuses async progress tracking on stateful queries: state files rule it out
         async_by_logs = not state.operators and async_progress_pattern(offsets, commits)
         async_progress = async_by_conf or async_by_logs
@@ -613,10 +614,12 @@ class _Inspector:
         )
 
     # -----------------------------------------------------------------------------------
-    def _line_findings(self, target: tuple[int, int], offsets: Optional[OffsetEntry], commit: Optional[CommitEntry]) -> None:
-        """SPARK_LINE_REFUSES / SPARK_LINE_CHECKED: the newest log files a restart on `target` reads,
-        against what that line reads (docs/model.md#spark-lines)."""
-        from streamctl.inspectors.lines import line_text, log_refusals, written_at_least
+    def _line_findings(self, target: tuple[int, int], offsets: Optional[OffsetEntry], commit: Optional[CommitEntry],
+                       state: StateFiles) -> None:
+        """SPARK_LINE_REFUSES / SPARK_LINE_CHECKED: the newest log files and the stream-stream joins'
+        state schema files a restart on `target` reads, against what that line reads
+        (docs/model.md#spark-lines)."""
+        from streamctl.inspectors.lines import join_schema_refusals, line_text, log_refusals, written_at_least
 
         versions = {}
         if offsets is not None:
@@ -626,20 +629,49 @@ class _Inspector:
         wrote = written_at_least(offsets.conf) if offsets is not None else None
         wrote_text = (f"written by Spark {line_text(wrote[0])}+ (its offsets conf holds {wrote[1]})" if wrote
                       else "the offsets conf shows no line newer than 3.5")
-        refusals = log_refusals(target, versions)
+        schemas = self._join_schemas(state)
+        refusals = log_refusals(target, versions) + join_schema_refusals(target, schemas)
         details = {"target": line_text(target), "written_at_least": line_text(wrote[0]) if wrote else None,
                    "logs": {k: v[1] for k, v in versions.items()}}
         if refusals:
+            needs = [r.needs for r in refusals]
+            errors = sorted({r.error for r in refusals if r.error})
             self.findings.append(Finding(
                 "SPARK_LINE_REFUSES",
-                f"a restart on Spark {line_text(target)} fails: " + "; ".join(r.why for r in refusals) + f"; {wrote_text}",
+                f"a restart on Spark {line_text(target)} fails: " + "; ".join(r.why for r in refusals) + f"; {wrote_text}"
+                + ("; restart on the line that wrote it" if errors else ""),
                 details=dict(details, files=[self.st.uri(r.file) for r in refusals],
-                             needs=line_text(max(r.needs for r in refusals)))))
+                             needs=line_text(max(n for n in needs if n is not None)) if None not in needs else None,
+                             **({"restart_errors": errors} if errors else {}))))
         else:
             logs = ", ".join(f"{k} v{v[1]}" for k, v in sorted(versions.items())) or "no log files"
+            if schemas:
+                logs += f"; {len(schemas)} stream-stream join state schema file(s)"
             self.findings.append(Finding(
                 "SPARK_LINE_CHECKED", f"Spark {line_text(target)} reads what a restart reads ({logs}); {wrote_text}",
                 details=details))
+
+    def _join_schemas(self, state: StateFiles) -> dict[str, tuple[list[tuple[str, str, bool]], list[tuple[str, str, bool]]]]:
+        """Each stream-stream join's `keyWithIndexToValue` schema files (partition 0's, v1/v2: the
+        ones a restart compares) with their key and value fields."""
+        from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_fields
+        from streamctl.inspectors.lines import JOIN_VALUE_STORES
+
+        out = {}
+        for op in state.operators.values():
+            for name, store in sorted(op.partitions.get(0, {}).items()):
+                if name not in JOIN_VALUE_STORES or not store.has_schema:
+                    continue
+                rel = f"{store.path}/{SCHEMA_FILE}"
+                try:
+                    parsed = parse_state_schema(self.st.read(rel), self.st.uri(rel))
+                except StreamctlError as exc:
+                    if self.st.kind(rel) != "missing":  # a missing one Spark writes anew
+                        self.unreadable(exc)
+                    continue
+                if parsed is not None:  # v3 and newer: not a join of state format 1 or 2
+                    out[rel] = (schema_fields(parsed[0]), schema_fields(parsed[1]))
+        return out
 
     def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:
         """SOURCE_MOVED: the newest batch's input folder moved with the checkpoint (docs/model.md#moved-input);

@@ -66,12 +66,23 @@ def written_at_least(conf: Mapping[str, object]) -> Optional[tuple[Line, str]]:
     return best
 
 
+# From this line on, a stream-stream join's restart proposes the join key column it stores in a
+# `keyWithIndexToValue` value as nullable where older lines stored it as the inferred `isnotnull`
+# filter under the join left it, not nullable, and the compatibility check refuses that
+# (StateSchemaCompatibilityChecker: equalsIgnoreNameAndCompatibleNullability(new, stored)).
+# Observed on 4.3.0 (docs/model.md#spark-lines); other non-nullable value fields restart.
+JOIN_KEY_NULLABLE: Line = (4, 3)
+JOIN_VALUE_STORES = ("left-keyWithIndexToValue", "right-keyWithIndexToValue")
+Fields = list[tuple[str, str, bool]]  # a schema's (name, type, nullable): formats/state.py schema_fields
+
+
 @dataclass(frozen=True)
 class Refusal:
     file: str  # relative to the checkpoint
     why: str
-    needs: Line  # the oldest line that reads it
+    needs: Optional[Line]  # the oldest line that reads it; None: only lines below the target do
     evidence: str  # observed | code
+    error: Optional[str] = None  # the error the restart fails with, where it is not UnsupportedLogVersion
 
 
 def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[Refusal]:
@@ -87,4 +98,24 @@ def log_refusals(target: Line, versions: Mapping[str, tuple[str, int]]) -> list[
             out.append(Refusal(rel, f"{rel} is `v{version}`, which Spark {line_text(line)}+ writes; Spark "
                                     f"{line_text(target)} refuses it (UnsupportedLogVersion: \"produced by a newer "
                                     f"version of Spark\")", line, evidence))
+    return out
+
+
+def join_schema_refusals(target: Line, schemas: Mapping[str, tuple[Fields, Fields]]) -> list[Refusal]:
+    """What the target refuses among a stream-stream join's `keyWithIndexToValue` schema files:
+    `schemas` maps each file (`state/<op>/0/<side>-keyWithIndexToValue/_metadata/schema`, v1 or
+    v2) to its key and value fields (formats/state.py `schema_fields`). The file does not say which
+    value field is the join key: a value field that is not nullable while a key field of its type
+    is (the key is the join key expression before the filter) is taken for it."""
+    if target < JOIN_KEY_NULLABLE:
+        return []
+    out = []
+    for rel, (key, value) in sorted(schemas.items()):
+        nullable_key_types = {t for name, t, nullable in key if nullable and name != "index"}
+        fields = [name for name, t, nullable in value if not nullable and t in nullable_key_types]
+        if fields:
+            error = "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"
+            out.append(Refusal(rel, f"{rel} stores the join key column(s) {', '.join(fields)} as not nullable; Spark "
+                                    f"{line_text(target)} proposes them nullable and refuses it ({error})",
+                               None, "observed", error))
     return out

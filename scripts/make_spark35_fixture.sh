@@ -11,4 +11,4 @@ if ! { [ -x "$PY" ] && "$PY" -c 'import sys, pyspark; sys.exit(not pyspark.__ver
   "$PY" -m pip install -q 'pyspark==3.5.*'
 fi
 export PYSPARK_PYTHON="$PY" PYSPARK_DRIVER_PYTHON="$PY"
-"$PY" -P tests/spark35/produce.py tests/fixtures/spark-3.5
+"$PY" -P tests/spark35/produce.py tests/fixtures/spark-3.5 "$@"

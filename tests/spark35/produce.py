@@ -1,12 +1,15 @@
 """Produce small PySpark 3.5 streaming checkpoints for cross-version reading tests.
 
 Run by scripts/make_spark35_fixture.sh with the interpreter of .venv-spark35 (pyspark==3.5.*).
-Self-contained: it must not import streamctl (not installed in that venv).
+It must not import streamctl (not installed in that venv); the join queries come from
+tests/helpers/spark_line_job.py, which imports none at import time.
 
-    python tests/spark35/produce.py OUT_DIR
+    python tests/spark35/produce.py OUT_DIR [NAME...]
 
-writes OUT_DIR/<name>/checkpoint for every scenario below, deletes each scenario's input/ and
-output/ folders afterwards, and writes OUT_DIR/README.md.
+writes OUT_DIR/<name>/ for every scenario below (or the named ones) and OUT_DIR/README.md. The
+aggregations keep only checkpoint/ (their input/ and output/ are deleted); the stream-stream
+joins keep input/, checkpoint/ and sink/, so that a newer Spark line can restart a copy of them.
+OUT_DIR/produced.json remembers which PySpark wrote each scenario, and when.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))  # the join queries, shared with the tests
+import spark_line_job  # noqa: E402
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -33,6 +39,12 @@ SCENARIOS = {
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     },
 }
+
+# stream-stream joins (tests/helpers/spark_line_job.py `join_query`, also what a newer line
+# restarts a copy with), HDFS state, 3 shuffle partitions, six batches: Spark 4.3 refuses the
+# renamed one and restarts the aliased one (docs/model.md#spark-lines)
+JOIN_SCENARIOS = {"join_renamed_hdfs": "join_renamed", "join_aliased_hdfs": "join_aliased"}
+JOIN_FILES = 6  # per side, one per batch (maxFilesPerTrigger=1)
 
 LOG4J2 = """\
 rootLogger.level = error
@@ -119,8 +131,25 @@ def build(spark, base: Path, name: str, confs: dict) -> Path:
     return ckpt
 
 
+def build_join(spark, base: Path, name: str, kind: str) -> None:
+    confs = {"spark.sql.streaming.stateStore.providerClass": HDFS, "spark.sql.shuffle.partitions": "3",
+             "spark.sql.streaming.stateStore.minDeltasForSnapshot": "100"}
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    for k, v in confs.items():
+        spark.conf.set(k, v)
+    try:
+        spark_line_job.write_join_input(str(base), 0, JOIN_FILES)
+        q = spark_line_job.join_query(spark, kind, str(base)).queryName(name).start()
+        q.awaitTermination()
+        log(f"{name}: done, last batch {q.lastProgress['batchId']}")
+    finally:
+        for k, v in saved.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    names = argv[2:] or [*SCENARIOS, *JOIN_SCENARIOS]
+    if len(argv) < 2 or not set(names) <= {*SCENARIOS, *JOIN_SCENARIOS}:
         print(__doc__, file=sys.stderr)
         return 2
     out = Path(argv[1]).resolve()
@@ -133,20 +162,33 @@ def main(argv: list[str]) -> int:
     spark = get_spark()
     try:
         java_version = spark.sparkContext._jvm.System.getProperty("java.version")
-        for name, confs in SCENARIOS.items():
+        for name in names:
             base = out / name
             shutil.rmtree(base, ignore_errors=True)
-            build(spark, base, name, confs)
+            if name in SCENARIOS:
+                build(spark, base, name, SCENARIOS[name])
+            else:
+                build_join(spark, base, name, JOIN_SCENARIOS[name])
     finally:
         spark.stop()
 
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    produced_file = out / "produced.json"
+    produced = json.loads(produced_file.read_text()) if produced_file.exists() else {}
+    for name in names:
+        produced[name] = f"pyspark {version} (Java {java_version}, Python {sys.version.split()[0]}) on {now}"
+    produced_file.write_text(json.dumps(produced, indent=1, sort_keys=True) + "\n")
+    written = "\n".join(f"- `{n}`: {produced.get(n, 'not produced')}" for n in [*SCENARIOS, *JOIN_SCENARIOS])
     (out / "README.md").write_text(f"""\
 # PySpark 3.5 checkpoints (cross-version reading fixture)
 
-Produced by **pyspark {version}** (Java {java_version}, Python {sys.version.split()[0]}) on {now} with
+Produced by
 
-    scripts/make_spark35_fixture.sh
+{written}
+
+with
+
+    scripts/make_spark35_fixture.sh [NAME...]
 
 which installs `pyspark==3.5.*` into `.venv-spark35/` and runs
 `tests/spark35/produce.py tests/fixtures/spark-3.5`. Do not edit these files by hand;
@@ -156,6 +198,8 @@ re-run the script instead.
 |---|---|---|
 | `agg_hdfs` | file source -> `groupBy(key).agg(count, sum)` -> `noop` (update) | HDFSBackedStateStoreProvider |
 | `agg_rocksdb` | same | RocksDBStateStoreProvider, changelog checkpointing on |
+| `join_renamed_hdfs` | two file sources `left`, `right` (`id, v, ts`); the right's `v`, `ts` renamed (`withColumnRenamed`) -> inner join on `id` -> parquet `sink/` (append) | HDFSBackedStateStoreProvider |
+| `join_aliased_hdfs` | the same sources, each side selected under new names (`lid, lv` and `rid, rv`) -> inner join `lid = rid` -> parquet `sink/` | HDFSBackedStateStoreProvider |
 
 Each query ran twice (a restart on the same checkpoint) with `trigger(availableNow=True)`,
 `maxFilesPerTrigger=1` and {sum(FILES_PER_RUN)} input files in all ({' + '.join(map(str, FILES_PER_RUN))}),
@@ -163,6 +207,13 @@ so batches 0..{sum(FILES_PER_RUN) - 1} exist; `spark.sql.shuffle.partitions=2`,
 `minDeltasForSnapshot=2`, `maintenanceInterval=200ms`. Only `checkpoint/` is kept: the input
 files named in `sources/0/*` and in `offsets/*` were deleted after the run.
 Hidden Hadoop `.<name>.crc` sidecars are kept as Spark wrote them.
+
+The joins ran once each with `trigger(availableNow=True)` over {JOIN_FILES} files per side of {spark_line_job.JOIN_ROWS} rows
+(`maxFilesPerTrigger=1`: batches 0..{JOIN_FILES - 1}), `spark.sql.shuffle.partitions=3`,
+`minDeltasForSnapshot=100` (deltas only). They keep `input/`, `checkpoint/` and `sink/`; their logs
+name the absolute paths they were written at, so a restart of a copy first rewrites its file sources'
+logs to the copy's paths (tests/test_spark_upgrade.py). Spark 4.3 refuses `join_renamed_hdfs` (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)
+and restarts `join_aliased_hdfs` (docs/model.md#spark-lines).
 """)
     log(f"wrote {out}")
     return 0
