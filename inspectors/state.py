@@ -254,12 +254,17 @@ def _digits(name: str) -> Optional[int]:
 
 def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple[str, StoreFiles]]:
     """Fill `store` from the listing of folder `rel`; return named-store sub-folders to list next.
-    StorageError (UNREADABLE) for a folder named like a state file: what Spark would read there
-    is not a file."""
+    A folder named like a state file counts as that version locally, as Spark's listing counts it
+    (by name): the restore chain's files are each judged there (not a regular file: torn), so a
+    restart that reads it is predicted to fail and one that does not is not. Elsewhere it is
+    StorageError (UNREADABLE): only the newest of a chain's files is judged on object stores."""
     files, dirs = storage.list_names(rel)
     subdirs: list[tuple[str, StoreFiles]] = []
     for name in dirs:
         if state_file(name) is not None:
+            if storage.is_local:
+                files = [*files, name]
+                continue
             raise StorageError(storage.uri(f"{rel}/{name}"), "is a folder, expected a state file")
         if name in SHARED_DIRS:
             store.has_ssts = store.has_ssts or name == "SSTs"

@@ -96,12 +96,22 @@ DAMAGE: dict[str, Callable[[Path], str]] = {
     "source-log-file-is-a-folder": _folder_for("sources/0/0"),
     "state-is-a-file": _file_for("state"),
     "offsets-is-a-file": _file_for("offsets"),
-    "state-file-is-a-folder": _folder_for("state/0/0/4.delta"),  # the version a restart loads
 }
 REASONS = {"nested-json-in-offsets": "not valid JSON (nested too deeply)",
            "offsets-file-is-a-folder": "is a folder, not a regular file",
            "commits-file-is-a-folder": "is a folder, not a regular file",
-           "state-file-is-a-folder": "is a folder, expected a state file"}
+           }
+
+
+def test_a_folder_where_the_state_file_a_restart_loads_belongs_is_unrestorable(cli: Callable, ck: Path) -> None:
+    """Spark's store listing counts a folder named `4.delta` as version 4 and fails opening it:
+    the version is not restorable (exit 1), the folder named; nothing changed."""
+    _folder_for("state/0/0/4.delta")(ck)
+    before = digests(ck.parent)
+    r = cli("inspect", "epochs", str(ck), "--json")
+    found = {f["code"]: f for f in r.json()["queries"][0]["findings"]}
+    assert r.code == 1 and "4.delta (torn: not a regular file)" in found["STATE_UNRESTORABLE"]["message"], found
+    assert digests(ck.parent) == before
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))

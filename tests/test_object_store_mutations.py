@@ -240,12 +240,15 @@ def _digests(fs, prefix: str) -> dict[str, str]:
 
 
 def _many_epochs(fs, prefix: str, epochs: int) -> int:
-    """A stateless checkpoint with `epochs` offsets and commits (2 x epochs objects)."""
+    """A stateless checkpoint with `epochs` offsets and commits (2 x epochs objects), and the file
+    source's log they name (one `.compact` file: Spark's compaction leaves the newest alone)."""
     meta = '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{"spark.sql.shuffle.partitions":"1"}}'
     files = {"metadata": '{"id":"44444444-2222-3333-4444-555555555555"}'}
     for b in range(epochs):
         files[f"offsets/{b}"] = f'v1\n{meta}\n{{"logOffset":{b}}}'
         files[f"commits/{b}"] = 'v1\n{"nextBatchWatermarkMs":0}'
+    files[f"sources/0/{epochs - 1}.compact"] = "v1\n" + "\n".join(
+        '{"path":"s3://in/part-%d.json","timestamp":1,"batchId":%d}' % (b, b) for b in range(epochs))
     from concurrent.futures import ThreadPoolExecutor
 
     def put(item: tuple[str, str]) -> None:
@@ -396,6 +399,7 @@ def test_crash_after_every_journal_record_then_resume_or_undo_on_the_store(store
     for b in range(3):
         files[f"offsets/{b}"] = f'v1\n{meta}\n{{"logOffset":{b}}}'
         files[f"commits/{b}"] = 'v1\n{"nextBatchWatermarkMs":0}'
+        files[f"sources/0/{b}"] = 'v1\n{"path":"s3://in/part-%d.json","timestamp":1,"batchId":%d}' % (b, b)
     for rel, text in files.items():
         (local / rel).parent.mkdir(parents=True, exist_ok=True)
         (local / rel).write_text(text)
