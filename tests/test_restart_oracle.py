@@ -103,3 +103,13 @@ def test_state_left_after_the_logs_were_deleted_to_reprocess(harness: Any) -> No
     r = harness.judge("dedup_hdfs", Action("scene", what="reprocess"))
     assert r.agrees, r.detail()
     assert "STATE_WITHOUT_LOGS" in r.inspect.findings and r.align is not None and r.align.code == 4, r.detail()
+
+
+@pytest.mark.spark_lines
+def test_a_named_pipe_where_the_state_file_a_restart_reads_belongs(harness: Any) -> None:
+    """A FIFO in place of the newest delta: the restart blocks opening it, so the version is not
+    restorable (it read "aligned" before); align rolls back around it, its backup records the pipe
+    without opening it, and the restart delivers every record once."""
+    r = harness.judge("dedup_hdfs", Action("damage", "state", "newest", "fifo", "keep"))
+    assert r.agrees, r.detail()
+    assert "STATE_UNRESTORABLE" in r.inspect.findings and r.repaired is not None and r.repaired.kind == "exact", r.detail()
