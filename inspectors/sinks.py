@@ -132,6 +132,13 @@ class FileSinkLogFiles:
 
     present: Mapping[int, bool]  # batch id -> is `N.compact`
     checksums: Mapping[int, str]  # batch id -> the name of its Hadoop checksum `.N[.compact].crc`
+    # batch id -> a Hadoop checksum whose batch file is gone (deleted by hand without it): Spark's
+    # next write of that batch fails ("Multiple streaming queries are concurrently using ...")
+    orphan_checksums: Mapping[int, str] = field(default_factory=dict)
+
+    def stale_checksums(self, above: int) -> list[str]:
+        """The orphan checksums of batches above `above`: the ones a next write trips on."""
+        return [self.orphan_checksums[b] for b in sorted(self.orphan_checksums) if b > above]
 
     def name(self, batch: int) -> str:
         return compactible_file(batch, self.present[batch])
@@ -182,7 +189,10 @@ def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
         elif (target := crc_target(e.name)) is not None:
             crcs[target] = e.name
     checksums = {b: crcs[compactible_file(b, c)] for b, c in present.items() if compactible_file(b, c) in crcs}
-    return FileSinkLogFiles(present, checksums)
+    named = set(checksums.values())
+    orphans = {parsed[0]: crc for target, crc in crcs.items()
+               if crc not in named and (parsed := compactible_name(target)) is not None and parsed[0] not in present}
+    return FileSinkLogFiles(present, checksums, orphans)
 
 
 def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
@@ -204,6 +214,14 @@ def _read_file_sink(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog
                        f"{ranges_text(gaps)}; their data files are invisible to readers",
             details={"log": FILE_SINK_LOG, "missing": ids_of(gaps), "missing_count": count_of(gaps),
                      "missing_ranges": [list(g) for g in gaps[:MAX_LISTED]]}))
+    stale = log.stale_checksums(ids[-1])
+    if stale:
+        findings.append(Finding(
+            "STALE_CHECKSUM", f"{FILE_SINK_LOG}/{stale[0]} without its batch file"
+            + (f" (and {len(stale) - 1} more)" if len(stale) > 1 else "") + ": a batch file was deleted without its "
+            "hidden checksum; Spark's next write of that batch fails (\"Multiple streaming queries are concurrently "
+            "using ...\"). Delete the .crc file too; align moves it aside",
+            details={"log": FILE_SINK_LOG, "files": stale[:MAX_LISTED]}))
     epochs = []
     live: list[tuple[Mapping[str, Any], ...]] = []
     after_ids = set(after)

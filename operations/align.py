@@ -674,9 +674,22 @@ def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tup
                 if srel and not any(srel.startswith(s.path + "/") or srel == s.path
                                     for s in earlier + steps if s.root == "sink"):
                     steps.append(Step("move", "sink", srel, "sink file no commit names"))
+    if sink.kind == "file":
+        steps += _stale_sink_checksums(sink_st, new_s, earlier + steps)
     if ev.file_log is not None:
         steps += _relocation_steps(pl, ev, earlier + steps)
     return steps, new_s
+
+
+def _stale_sink_checksums(sink_st: Storage, new_s: Optional[int], earlier: list[Step]) -> list[Step]:
+    """Hadoop checksums of sink-log batches that are gone, above the sink epoch the plan leaves:
+    Spark's write of those batches on restart would fail on them (STALE_CHECKSUM)."""
+    from streamctl.inspectors.sinks import list_file_sink_log
+
+    moved = {s.path for s in earlier if s.root == "sink"}
+    return [Step("move", "sink", f"{FILE_SINK_LOG}/{name}", "checksum of a sink-log batch that is gone")
+            for name in list_file_sink_log(sink_st).stale_checksums(-1 if new_s is None else new_s)
+            if f"{FILE_SINK_LOG}/{name}" not in moved]
 
 
 def _relocation_steps(pl: _Planner, ev: _Evidence, earlier: list[Step]) -> list[Step]:

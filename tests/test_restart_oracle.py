@@ -113,3 +113,13 @@ def test_a_named_pipe_where_the_state_file_a_restart_reads_belongs(harness: Any)
     r = harness.judge("dedup_hdfs", Action("damage", "state", "newest", "fifo", "keep"))
     assert r.agrees, r.detail()
     assert "STATE_UNRESTORABLE" in r.inspect.findings and r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+@pytest.mark.spark_lines
+def test_a_sink_log_entry_deleted_without_its_checksum(harness: Any) -> None:
+    """The newest `_spark_metadata/` entry deleted by hand, its hidden `.crc` left: align's roll back
+    replays the batch, and Spark's write of that entry would fail on the sidecar ("Multiple
+    streaming queries are concurrently using"): STALE_CHECKSUM names it and align moves it aside."""
+    r = harness.judge("window_nodata", Action("damage", "sink", "newest", "delete", "keep"))
+    assert r.agrees, r.detail()
+    assert "STALE_CHECKSUM" in r.inspect.findings and r.repaired is not None and r.repaired.kind == "exact", r.detail()

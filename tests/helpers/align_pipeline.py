@@ -202,8 +202,18 @@ class Pipeline:
 # -- helpers for the delivery-check tests (appended) -------------------------------------------
 def sink_log_ids(log: Path) -> list[int]:
     """Every id in the data files a file-sink log (`_spark_metadata`, or an archived copy)
-    commits: the newest compaction and the batches after it (read here by hand, not by streamctl's
-    reader: the check must not trust what it checks)."""
+    commits (read here by hand, not by streamctl's reader: the check must not trust what it
+    checks)."""
+    ids: list[int] = []
+    for path in logged_sink_paths(log):
+        with open(path) as fh:
+            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+    return ids
+
+
+def logged_sink_paths(log: Path) -> list[str]:
+    """The local paths of the data files a file-sink log commits, each once, in log order: the
+    newest compaction and the batches after it."""
     from urllib.parse import unquote, urlparse
 
     batches: dict[int, bool] = {}
@@ -213,18 +223,14 @@ def sink_log_ids(log: Path) -> list[int]:
             batches[int(stem)] = ext == "compact"
     compacts = [b for b, c in batches.items() if c]
     first = max(compacts) if compacts else 0
-    files: dict[str, bool] = {}
+    files: dict[str, None] = {}
     for b in sorted(x for x in batches if x >= first):
         lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
         assert lines[0] == "v1", (b, lines[:1])
         for line in lines[1:]:
             if line.strip():
-                files[json.loads(line)["path"]] = True
-    ids: list[int] = []
-    for uri in files:
-        with open(unquote(urlparse(uri).path)) as fh:
-            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
-    return ids
+                files[unquote(urlparse(json.loads(line)["path"]).path)] = None
+    return list(files)
 
 
 def wait_for(pred: Any, timeout: float, what: str, step: float = 0.05) -> Any:

@@ -367,48 +367,19 @@ class Harness:
 
     def _judge_live(self, shape: Shape, lay: Layout, res: Result, how: str) -> Result:
         """A running query without the agent (busy: input arrives while streamctl runs; idle: none
-        for longer than the quiet period; stopping: stopped while streamctl runs): no mutation may
-        act on it (drop-sink --safe has no proof it stopped; align and trim see it change or have
-        nothing to do), and once it is stopped its restart delivers as the undisturbed run does."""
-        confs = shape.all_confs()
-        saved = {k: self.spark.conf.get(k, None) for k in confs}
-        for k, v in confs.items():
-            self.spark.conf.set(k, v)
-        q = shape.writer(self.spark, lay, "oracle_live").trigger(processingTime="300 milliseconds").start()
-        try:
-            _wait(lambda: _newest_commit(lay) >= FILES - 1, 120)
-            if how == "live_idle":
-                time.sleep(2.5)  # idle for longer than the quiet period below
-            feeder = None
-            if how == "live_busy":
-                feeder = threading.Thread(target=lambda: [shape.add_input(lay, FILES + i, 1) or time.sleep(0.4)
-                                                          for i in range(NEW_FILES)], daemon=True)
-                feeder.start()
-            if how == "live_stopping":
-                threading.Thread(target=q.stop, daemon=True).start()
-            args = [str(lay.checkpoint), "--sink", str(lay.output), "--quiet-period", "1", "--json"]
-            code, out, err = streamctl("inspect", "epochs", *args, home=self.home)
-            res.inspect = _verdict(code, out, err)
-            for cmd in (["drop-sink", str(lay.output), "--checkpoint", str(lay.checkpoint), "--safe", "--execute",
-                         "--quiet-period", "1", "--stop-timeout", "5", "--json"],
-                        ["align", *args, "--execute"], ["trim", *args[:1], "--keep-epochs", "2", "--execute",
-                                                        "--quiet-period", "1", "--json"]):
-                code, out, err = streamctl(*cmd, home=self.home)
-                if cmd[0] == "drop-sink" and code != 4:
-                    res.disagreements.append(f"drop-sink --safe --execute on a query without the agent: exit {code}")
-                elif code == 0 and (_json(out).get("plan") or {}).get("steps"):
-                    # no proof either way without the agent: what it did is judged by the restart below
-                    res.notes.append(f"{cmd[0]} --execute ran beside the live query "
-                                     f"({(_json(out).get('plan') or {}).get('before', {}).get('liveness', '')})")
-                if "Traceback" in err:
-                    res.disagreements.append(f"{cmd[0]}: a traceback")
-            if feeder is not None:
-                feeder.join(30)
-        finally:
-            if q.isActive:
-                q.stop()
-            for k, v in saved.items():
-                self.spark.conf.unset(k) if v is None else self.spark.conf.set(k, v)
+        for longer than the quiet period; stopping: stopped while streamctl runs): drop-sink --safe
+        refuses (no proof it stopped); what align and trim do beside it, with no proof either way,
+        is judged by the restart once the query is stopped, which must deliver as the undisturbed
+        run does."""
+        from streamctl.pipeline.session import scenario_confs
+
+        with scenario_confs(self.spark, shape.all_confs()):
+            q = shape.writer(self.spark, lay, "oracle_live").trigger(processingTime="300 milliseconds").start()
+            try:
+                self._beside_live(shape, lay, res, how, q)
+            finally:
+                if q.isActive:
+                    q.stop()
         wait_quiet(lay.checkpoint.parent)
         have = max((int(p.stem[5:]) for p in (lay.input / "a").glob("part-*.json")), default=-1) + 1
         if have < FILES + NEW_FILES:
@@ -417,6 +388,37 @@ class Harness:
         if res.restart.kind != "exact":
             res.disagreements.append(f"after streamctl ran beside the live query, the restart {res.restart}")
         return res
+
+    def _beside_live(self, shape: Shape, lay: Layout, res: Result, how: str, q: Any) -> None:
+        """streamctl's commands while the query `q` runs (busy, idle or stopping)."""
+        _wait(lambda: _newest_commit(lay) >= FILES - 1, 120)
+        if how == "live_idle":
+            time.sleep(2.5)  # idle for longer than the quiet period below
+        feeder = None
+        if how == "live_busy":
+            feeder = threading.Thread(target=lambda: [shape.add_input(lay, FILES + i, 1) or time.sleep(0.4)
+                                                      for i in range(NEW_FILES)], daemon=True)
+            feeder.start()
+        if how == "live_stopping":
+            threading.Thread(target=q.stop, daemon=True).start()
+        args = [str(lay.checkpoint), "--sink", str(lay.output), "--quiet-period", "1", "--json"]
+        code, out, err = streamctl("inspect", "epochs", *args, home=self.home)
+        res.inspect = _verdict(code, out, err)
+        for cmd in (["drop-sink", str(lay.output), "--checkpoint", str(lay.checkpoint), "--safe", "--execute",
+                     "--quiet-period", "1", "--stop-timeout", "5", "--json"],
+                    ["align", *args, "--execute"], ["trim", *args[:1], "--keep-epochs", "2", "--execute",
+                                                    "--quiet-period", "1", "--json"]):
+            code, out, err = streamctl(*cmd, home=self.home)
+            if cmd[0] == "drop-sink" and code != 4:
+                res.disagreements.append(f"drop-sink --safe --execute on a query without the agent: exit {code}")
+            elif code == 0 and (_json(out).get("plan") or {}).get("steps"):
+                # no proof either way without the agent: what it did is judged by the restart after
+                res.notes.append(f"{cmd[0]} --execute ran beside the live query "
+                                 f"({(_json(out).get('plan') or {}).get('before', {}).get('liveness', '')})")
+            if "Traceback" in err:
+                res.disagreements.append(f"{cmd[0]}: a traceback")
+        if feeder is not None:
+            feeder.join(30)
 
     # -- the actions ----------------------------------------------------------------------------------
     def apply(self, shape: Shape, action: Action, lay: Layout) -> Layout:

@@ -18,7 +18,6 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import unquote, urlparse
 
 ROWS = 4
 BASE_TS = 1_700_000_000  # seconds: the event time of file 0's first row
@@ -138,18 +137,10 @@ class Shape:
     def run(self, spark: Any, lay: Layout, query_name: str = "oracle") -> None:
         """Start the query (availableNow) with the shape's confs and wait for its end; raise what
         Spark raises. The session's confs are put back after."""
-        confs = self.all_confs()
-        saved = {k: spark.conf.get(k, None) for k in confs}
-        try:
-            for k, v in confs.items():
-                spark.conf.set(k, v)
+        from streamctl.pipeline.session import scenario_confs
+
+        with scenario_confs(spark, self.all_confs()):
             self.writer(spark, lay, query_name).start().awaitTermination()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    spark.conf.unset(k)
-                else:
-                    spark.conf.set(k, v)
 
     # -- the sink, as its readers see it --------------------------------------------------------
     def rows(self, lay: Layout) -> Counter:
@@ -180,29 +171,15 @@ def _json_rows(path: Path) -> list[tuple]:
 
 
 def file_sink_paths(output: Path) -> list[str]:
-    """The data files a file sink's `_spark_metadata/` commits (the newest compaction and every
-    batch after it) that lie under `output` and exist: what Spark's batch reader of the sink
-    reads. Read here by hand, not by streamctl's reader: the check must not trust what it checks."""
+    """The data files a file sink's `_spark_metadata/` commits that lie under `output` and exist:
+    what Spark's batch reader of the sink reads (it skips the others)."""
+    from helpers.align_pipeline import logged_sink_paths
+
     log = output / "_spark_metadata"
     if not log.is_dir():
         return []
-    batches: dict[int, bool] = {}
-    for name in os.listdir(log):
-        stem, _, ext = name.partition(".")
-        if stem.isdigit() and ext in ("", "compact"):
-            batches[int(stem)] = ext == "compact"
-    compacts = [b for b, c in batches.items() if c]
-    first = max(compacts) if compacts else 0
-    seen: dict[str, None] = {}
     root = os.path.realpath(output) + os.sep
-    for b in sorted(x for x in batches if x >= first):
-        lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
-        for line in lines[1:]:
-            if line.strip():
-                path = unquote(urlparse(json.loads(line)["path"]).path)
-                if os.path.realpath(path).startswith(root) and os.path.isfile(path):
-                    seen[path] = None
-    return list(seen)
+    return [p for p in logged_sink_paths(log) if os.path.realpath(p).startswith(root) and os.path.isfile(p)]
 
 
 def _delta_batch(lay: Layout) -> Callable[[Any, int], None]:
