@@ -56,8 +56,8 @@ def _show(outcome: Any, as_json: bool) -> None:
 def drop_sink(
     sink: Optional[str] = typer.Argument(None, help="The sink to retire (path or URI), or a pipeline name."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", help="The checkpoint of the query writing to SINK."),
-    safe: bool = typer.Option(False, "--safe", help="Stop the writer first (graceful stop through the agent's lease), "
-                              "then check it drained. Without it the command refuses unless --assume-stopped."),
+    safe: bool = typer.Option(False, "--safe", help="Stop the writer first (graceful stop through the agent's lease; "
+                              "no lease: refused), then check it drained. Without it: refused unless --assume-stopped."),
     archive: Optional[str] = typer.Option(None, "--archive", help="Where retired files, the hand-off manifest, the "
                                           "plan and the journal go (default CHECKPOINT/_streamctl/retired/<operation id>)."),
     execute: bool = EXECUTE_OPT,
@@ -69,8 +69,8 @@ def drop_sink(
                                        "(then exit 4, request withdrawn). Default 60."),
     discard_in_flight: bool = typer.Option(False, "--discard-in-flight", help="Drop a planned-but-uncommitted epoch "
                                            "instead of refusing (its input goes to the successor)."),
-    assume_stopped: bool = typer.Option(False, "--assume-stopped", help="Without --safe: proceed when no lease is live "
-                                        "and nothing changed within the quiet period."),
+    assume_stopped: bool = typer.Option(False, "--assume-stopped", help="The query is stopped (your word, without the "
+                                        "agent): proceed when no lease is live and nothing changed within the quiet period."),
     sink_kind: SinkKind = SINK_KIND_OPT,
     app_id: Optional[str] = APP_ID_OPT,
     break_lock: bool = BREAK_LOCK_OPT,
