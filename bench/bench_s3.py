@@ -24,7 +24,7 @@ What it does:
 4. Prints the requests of each by HTTP method, the most requests in flight at once beside the
    thread pools' bounds, requests per listed file for inspect (the bare listing's beside it) and
    requests per moved file for trim --execute, all of them and those on the moved files' own keys,
-   each beside its bound (issue 23 item 4: at most 3 per moved file). Wall times are printed for
+   each beside its bound (at most 3 per moved file). Wall times are printed for
    context only: moto and the proxy are in the way.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ for _p in (HERE, ROOT / "tests"):  # bench_inspect; tests/helpers (what the S3 t
 
 import bench_inspect as bi  # bench/ is on sys.path (above)
 
-BOUND_PER_MOVED_FILE = 3.0  # issue 23 item 4 (the test: tests/test_object_store_mutations.py)
+BOUND_PER_MOVED_FILE = 3.0  # read, copy, read of the copy (the test: tests/test_object_store_mutations.py)
 DEFAULT_PARTITIONS = 4
 BUCKET = "chk"
 PREFIX = "bench"

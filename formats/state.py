@@ -113,7 +113,7 @@ def state_files(names: list[str] | tuple[str, ...]) -> list[tuple[str, StateFile
 def state_versions(names: list[str] | tuple[str, ...], above: int = -1) -> list[tuple[str, int]]:
     """[(name, version)] of `state_files(names)` whose version is above `above`, in order, without
     the rest of what each name says (an align roll back of 50 epochs asks this of 132,000 names
-    for the 66,000 it moves: no tuple of four per name, issue 23). With `above` >= 0 the regex
+    for the 66,000 it moves: no tuple of four per name). With `above` >= 0 the regex
     itself matches only the versions above it (`_above_re`): the names below cost no tuple and no
     int (half of them in that roll back: 0.13 s to 0.06 s)."""
     joined = "\n".join(names)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-API_VERSION = "streamctl/v1"  # every JSON document's api_version: the one definition (issue 30)
+API_VERSION = "streamctl/v1"  # every JSON document's api_version: the one definition
 
 INFO, WARNING, ERROR = "info", "warning", "error"
 SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2}
@@ -106,7 +106,7 @@ def verdict_of(findings: Iterable[Finding]) -> str:
     """unreadable if any UNREADABLE; else misaligned if any error; else recoverable if
     IN_FLIGHT of a stopped query; else aligned (warnings and info allowed). A running query
     (LIVE_QUERY) is between its offsets and its commit half of the time: its batch in flight is
-    the one it runs, so its verdict stays aligned instead of flapping (issue 31)."""
+    the one it runs, so its verdict stays aligned instead of flapping."""
     items = list(findings)
     if any(f.code == "UNREADABLE" for f in items):
         return UNREADABLE

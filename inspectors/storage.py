@@ -176,7 +176,7 @@ class _RangedFile:
 def _read_fd(fd: int, size: int, limit: int) -> bytes:
     """Up to `limit` bytes of an open regular file of `size` bytes (as fstat saw it), to its
     end. Reads are sized by the file, not by the limit: a read of the limit would allocate it
-    (64 MiB) for every small log file (issue 23). A file that grew since the fstat is read on
+    (64 MiB) for every small log file. A file that grew since the fstat is read on
     in 1 MiB reads, so the limit still holds."""
     want = min(limit, size + 1)
     data = os.read(fd, want)

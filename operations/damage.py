@@ -43,7 +43,7 @@ class Damage:
     notes: list[str] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)  # the damaged files, as the inspection named them
     # with no damage: the inspection that found none, as the plan's own would be (the same
-    # arguments, nothing masked): the plan takes it instead of inspecting again (issue 23)
+    # arguments, nothing masked): the plan takes it instead of inspecting again
     inspection: Optional[Any] = None
     # the positions as the files on disk stand, torn files included (what an undo puts back)
     on_disk: dict[str, Any] = field(default_factory=dict)

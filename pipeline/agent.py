@@ -400,7 +400,7 @@ class Agent:
     def _stop_query_beating(self, last_beat: float) -> None:
         """query.stop() (a no-op after a graceful exit; it cleans up the query manager's entry),
         heartbeating while it runs: a stop that takes longer than the lease's ttl must not read as
-        a dead driver (issue 31: the lease left "stopping" and expired)."""
+        a dead driver (the lease left "stopping" and expired)."""
         done = threading.Event()
 
         def stop() -> None:
