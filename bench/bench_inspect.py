@@ -29,7 +29,7 @@ What it does:
 3. Prints a table with best and median wall time; a table of the ratios with their floor beside
    them (inspect / find, guard rail 5x; inspect / the Python walk), each as the ratio of the
    medians and the median and range of the per-round ratios; a rough split of inspect's median;
-   and two targets: streamctl within 3x of `find`, and Spark's reader >= 20x slower than
+   and two targets: streamctl within 5x of `find`, and Spark's reader >= 20x slower than
    streamctl (medians).
 
 Only the standard library is imported at module level; PySpark is imported inside part d.
