@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from helpers.trees import copy_tree, move_tree, remove_tree
+from helpers.trees import copy_tree, move_tree, remove_tree, wait_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -202,15 +202,21 @@ def test_input_moved_with_the_checkpoint_fails_the_restart_until_align_rewrites_
     assert d["ok"], d
 
 
-def test_a_gone_input_folder_with_no_moved_copy_is_no_move(ap, spark, cli, tmp_path):
-    """A retention job that deleted the input folder leaves no evidence of a move: no finding
-    (the restart of a query reading the same path works once the folder exists again)."""
+def test_a_gone_input_folder_with_no_moved_copy_is_source_gone(ap, spark, cli, tmp_path):
+    """A retention job deleted the input folder (found nowhere beside the checkpoint): SOURCE_GONE,
+    not SOURCE_MOVED. The oracle: a restart on that path fails to start (`Path does not exist`);
+    once the folder exists again the finding is gone and the restart delivers every id once."""
     p = ap.build(tmp_path, "dedup_file", spark, 2)
     shutil.rmtree(p.input)
     r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--quiet-period", "0", "--json")
     codes = {f["code"] for f in r.json()["queries"][0]["findings"]}
-    assert r.code == 0 and "SOURCE_MOVED" not in codes, r.stdout
+    assert r.code == 1 and "SOURCE_GONE" in codes and "SOURCE_MOVED" not in codes, r.stdout
+    with pytest.raises(Exception, match="PATH_NOT_FOUND|Path does not exist"):
+        p.run()
+    wait_quiet(p.base)
     p.input.mkdir()
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--quiet-period", "0", "--json")
+    assert r.code == 0, r.stdout
     p.add_input(2, 1)
     p.run()
     assert p.delivery()["ok"], p.delivery()
