@@ -54,7 +54,7 @@ from helpers.trees import copy_tree, remove_tree, wait_quiet
 
 FILES = 5  # the clean pipeline's input files (one batch each)
 NEW_FILES = 1  # input added before every restart
-RESTART_TIMEOUT_S = 45.0  # a restart here takes seconds; one blocked on a named pipe waits forever
+RESTART_TIMEOUT_S = 30.0  # a restart here takes seconds; one blocked on a named pipe waits forever
 # Findings whose harm a restart of the query does not show, by code and a piece of the message:
 # the operator must hear about them even when the query restarts and delivers (docs/oracle.md).
 HARM_OUTSIDE_RESTART = (
