@@ -700,8 +700,9 @@ class _Inspector:
         """`sources` with the file-source log files the newest offsets name and the log lacks
         added to their missing ones: the restart reads its log up to the newest batch's
         `logOffset` (`getBatch` of that batch), so a lost newest `sources/<n>/N` fails it as a
-        lost middle one does. A file source whose log folder is gone counts from batch 0; one whose
-        log could not be read (`unread`) is UNREADABLE already."""
+        lost middle one does. A file source whose log folder is gone counts from batch 0 when no
+        source has a folder (`sources/` lost); one whose log could not be read (`unread`) is
+        UNREADABLE already."""
         from streamctl.inspectors.replay import log_offset
 
         if latest is None:
@@ -712,6 +713,10 @@ class _Inspector:
             hi = log_offset(latest, src.source_id)
             info = by_id.pop(src.source_id, None)
             if src.source_id in unread:  # UNREADABLE already names its log
+                continue
+            if info is None and sources:
+                # no folder of its own while others exist: a source the plan names twice (a
+                # self-join of one DataFrame) shares the first one's log (PySpark 3.5)
                 continue
             if hi is None or hi < 0 or (info is not None and info.kind not in ("file", "empty")):
                 if info is not None:
