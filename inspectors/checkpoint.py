@@ -398,7 +398,9 @@ class _Inspector:
         reason = getattr(exc, "reason", str(exc))
         self.findings.append(Finding("UNREADABLE", f"{path}: {reason}", details={"path": path, "reason": reason}))
 
-    def read(self, rel: str, parse: Callable[[bytes, str], Any]) -> Any:
+    def read(self, rel: str, parse: Callable[[bytes, str], Any], quietly: bool = False) -> Any:
+        """`parse` of `rel` (prefetched or read now); None when it cannot be read, recorded as
+        UNREADABLE unless `quietly` (a file no restart reads: damage there is no finding)."""
         try:
             data = self.fetched.get(rel)
             if isinstance(data, StreamctlError):
@@ -407,17 +409,8 @@ class _Inspector:
                 data = self.st.read(rel)
             return parse(data, self.st.uri(rel))
         except StreamctlError as exc:
-            self.unreadable(exc)
-            return None
-
-    def read_quietly(self, rel: str, parse: Callable[[bytes, str], Any]) -> Any:
-        """`read` for a file no restart reads: None when it cannot be read, and no finding."""
-        try:
-            data = self.fetched.get(rel)
-            if isinstance(data, StreamctlError):
-                return None
-            return parse(data if data is not None else self.st.read(rel), self.st.uri(rel))
-        except StreamctlError:
+            if not quietly:
+                self.unreadable(exc)
             return None
 
     def _try_read(self, rel: str) -> Any:
@@ -517,7 +510,7 @@ class _Inspector:
         if prev is not None and planned is not None and planned - 2 in offsets.batch_ids:
             # only to tell whether batch P-1 was a repartition: no restart reads it, so damage here
             # is no finding (a roll back that needs it reads it then)
-            before_prev = self.read_quietly(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2))
+            before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2), quietly=True)
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
         self.newest_conf = conf  # evidence of the Spark line (_corrupt_findings)

@@ -35,7 +35,7 @@ from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
-from streamctl.inspectors.sinks import SinkLog, list_file_sink_log
+from streamctl.inspectors.sinks import FileSinkLogFiles, SinkLog, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess
 from streamctl.operations.damage import rel_of as _rel_of
@@ -80,6 +80,7 @@ class _FileSinkLog:
     checksums: Mapping[int, str]  # batch id -> its `.N[.compact].crc` name
     interval: Optional[int]
     placement: Placement = Placement()  # where the files the entries name are (a moved sink)
+    files: Optional[FileSinkLogFiles] = None  # the one listing it was read from
 
 
 class _Planner:
@@ -126,7 +127,7 @@ class _Planner:
         entries = {b: list(added_paths(p)) for b, p in parsed.items()}
         named = {path: 0 for paths in entries.values() for path in paths}
         return _FileSinkLog(dict(files.present), entries, files.checksums, files.interval,
-                            place(sink, named, count_rows=False))
+                            place(sink, named, count_rows=False), files)
 
     def file_sink_steps(self, sink: Storage, log: _FileSinkLog, x: int,
                         check_only: bool = False) -> tuple[list[Step], list[str]]:
@@ -674,21 +675,20 @@ def _sink_steps(pl: _Planner, ev: _Evidence, x: int, earlier: list[Step]) -> tup
                 if srel and not any(srel.startswith(s.path + "/") or srel == s.path
                                     for s in earlier + steps if s.root == "sink"):
                     steps.append(Step("move", "sink", srel, "sink file no commit names"))
-    if sink.kind == "file":
-        steps += _stale_sink_checksums(sink_st, new_s, earlier + steps)
     if ev.file_log is not None:
+        steps += _stale_sink_checksums(ev.file_log, new_s, earlier + steps)
         steps += _relocation_steps(pl, ev, earlier + steps)
     return steps, new_s
 
 
-def _stale_sink_checksums(sink_st: Storage, new_s: Optional[int], earlier: list[Step]) -> list[Step]:
+def _stale_sink_checksums(log: _FileSinkLog, new_s: Optional[int], earlier: list[Step]) -> list[Step]:
     """Hadoop checksums of sink-log batches that are gone, above the sink epoch the plan leaves:
     Spark's write of those batches on restart would fail on them (STALE_CHECKSUM)."""
-    from streamctl.inspectors.sinks import list_file_sink_log
-
+    if log.files is None:
+        return []
     moved = {s.path for s in earlier if s.root == "sink"}
     return [Step("move", "sink", f"{FILE_SINK_LOG}/{name}", "checksum of a sink-log batch that is gone")
-            for name in list_file_sink_log(sink_st).stale_checksums(-1 if new_s is None else new_s)
+            for name in log.files.stale_checksums(-1 if new_s is None else new_s)
             if f"{FILE_SINK_LOG}/{name}" not in moved]
 
 
