@@ -49,7 +49,7 @@ from helpers.oracle_damage import (
     pick,
     unblock,
 )
-from helpers.oracle_shapes import SHAPES, Layout, Shape
+from helpers.oracle_shapes import CHANGES, SHAPES, Layout, Shape
 from helpers.trees import copy_tree, remove_tree, wait_quiet
 
 FILES = 5  # the clean pipeline's input files (one batch each)
@@ -138,11 +138,12 @@ class Result:
                          + [f"    note: {n}" for n in self.notes])
 
 
-def streamctl(*args: str, home: Path, timeout: float = 120.0) -> tuple[int, str, str]:
-    """streamctl as a real process (the venv's console script), with no user config."""
+def streamctl(*args: str, home: Path, timeout: float = 120.0, env: Optional[dict[str, str]] = None) -> tuple[int, str, str]:
+    """streamctl as a real process (the venv's console script), with no user config (`env`: more
+    variables)."""
     exe = Path(sys.executable).with_name("streamctl")
     env = dict(os.environ, STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1", COLUMNS="200", HOME=str(home),
-               XDG_CONFIG_HOME=str(home))
+               XDG_CONFIG_HOME=str(home), **(env or {}))
     env.pop("STREAMCTL_CONFIG", None)
     env.pop("STREAMCTL_FORMAT", None)
     try:
@@ -216,9 +217,11 @@ class Harness:
     # -- the restart --------------------------------------------------------------------------------
     _last_rows: Any = None
 
-    def _restart(self, shape: Shape, lay: Layout, add: bool = True) -> Outcome:
+    def _restart(self, shape: Shape, lay: Layout, add: bool = True, change: str = "") -> Outcome:
         """Restart the query on `lay` with NEW_FILES more input files (`add`: else they are there);
-        its outcome against the undisturbed run (the first call per shape makes that run)."""
+        its outcome against the undisturbed run (the first call per shape makes that run). With a
+        `change` the next version of the query restarts, and ``exact`` means it ran and read
+        the new files' rows only (its results differ from the old query's by design)."""
         if add:
             shape.add_input(lay, FILES, NEW_FILES)
         # the query runs in this thread (a Python data source is looked up by the starting thread's
@@ -241,8 +244,9 @@ class Harness:
 
         threading.Thread(target=watchdog, daemon=True).start()
         error: list[BaseException] = []
+        query: Any = None
         try:
-            shape.run(self.spark, lay)
+            query = shape.run(self.spark, lay, change=change)
         except Exception as exc:  # noqa: BLE001 - Spark's Py4J errors included
             error.append(exc)
         finally:
@@ -253,6 +257,10 @@ class Harness:
         wait_quiet(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
         if error:
             return Outcome("fails", _spark_error(error[0]))
+        if change:
+            read = sum(int(p["numInputRows"]) for p in query.recentProgress)
+            new = shape.input_rows(FILES, NEW_FILES)
+            return Outcome("exact") if read == new else Outcome("differs", f"read {read} input rows, the new files hold {new}")
         try:
             rows = shape.rows(lay)
         except Exception as exc:  # noqa: BLE001 - an unreadable sink is the outcome
@@ -267,13 +275,13 @@ class Harness:
         extra = rows - ref
         return Outcome("differs", f"{sum(missing.values())} row(s) missing, {sum(extra.values())} extra")
 
-    def restart_copy(self, shape: Shape, lay: Layout) -> Outcome:
+    def restart_copy(self, shape: Shape, lay: Layout, change: str = "") -> Outcome:
         """The restart of the damaged folders as they are, then the damage put back in place."""
         work = self.work(shape)
         saved = self.root / "damaged" / shape.name
         copy_tree(work, saved, replace=True)
         try:
-            return self._restart(shape, lay)
+            return self._restart(shape, lay, change=change)
         finally:
             copy_tree(saved, work, replace=True)
             remove_tree(saved)
@@ -293,6 +301,8 @@ class Harness:
             return self._judge_retired(shape, lay, res)
         if action.kind == "scene" and action.what.startswith("live_"):
             return self._judge_live(shape, lay, res, action.what)
+        if action.kind == "change":
+            return self._judge_change(shape, lay, res, action.what)
         outside = self._outside(shape, lay)
         before = tree(self.work(shape))
         args = [str(lay.checkpoint), "--sink", str(lay.output)]
@@ -345,6 +355,33 @@ class Harness:
         res.repaired = self._restart(shape, lay)
         if res.repaired.kind != "exact":
             res.disagreements.append(f"align's exactly-once repair, then the restart {res.repaired}")
+
+    def _judge_change(self, shape: Shape, lay: Layout, res: Result, change: str) -> Result:
+        """`preflight` with the next version of the query, then that version's real restart on a
+        copy: exit 0 only where it runs and reads no input again, exit 1 where it fails or reads
+        input again; preflight changes nothing."""
+        module = self.root / "queries" / "oracle_next_query.py"
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(_NEXT_QUERY.format(tests=str(Path(__file__).resolve().parents[1]), shape=shape.name,
+                                             change=change, input=str(lay.input), checkpoint=str(lay.checkpoint),
+                                             output=str(lay.output)))
+        before = tree(self.work(shape))
+        code, out, err = streamctl("preflight", str(lay.checkpoint), "--query", "oracle_next_query:build", "--json",
+                                   home=self.home, timeout=300, env={"PYTHONPATH": str(module.parent)})
+        res.inspect = _verdict(code, out, err)
+        if tree(self.work(shape)) != before:
+            res.disagreements.append("preflight changed files")
+        res.restart = self.restart_copy(shape, lay, change=change)
+        fits = res.restart.kind == "exact"
+        if code == 0 and not fits:
+            res.disagreements.append(f"preflight exit 0 but the restart of the new query {res.restart}")
+        elif code == 1 and fits:
+            res.disagreements.append("alarm: preflight exit 1 but the new query restarts and reads only new input")
+        elif code not in (0, 1):
+            res.disagreements.append(f"preflight exit {code}: {(err or out).strip()[-300:]}")
+        if "Traceback" in err:
+            res.disagreements.append("a traceback")
+        return res
 
     def _outside(self, shape: Shape, lay: Layout) -> dict:
         """Everything of the case's folder outside the checkpoint and the sink (the input)."""
@@ -434,6 +471,12 @@ class Harness:
             return move(lay, action.what, self.work(shape))
         if action.kind == "scene":
             return self._scene(shape, action.what, lay)
+        if action.kind == "change":
+            if action.what not in shape.changes():
+                raise NoTarget(f"{shape.name} cannot take {action.what}")
+            if action.what == "source_path":  # the input folder under a second name
+                os.symlink(lay.input.name, lay.input.parent / "input-link")
+            return lay
         raise ValueError(action)
 
     def _scene(self, shape: Shape, what: str, lay: Layout) -> Layout:
@@ -454,6 +497,21 @@ class Harness:
                 raise AssertionError(f"drop-sink --assume-stopped --execute: exit {code}: {out}{err}")
             return lay
         raise ValueError(what)
+
+
+# the module `preflight --query oracle_next_query:build` imports: the next version of the case's query
+_NEXT_QUERY = '''"""The next version of the oracle's query (tests/helpers/oracle.py, a change case)."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {tests!r})
+from helpers.oracle_shapes import SHAPES, Layout
+
+
+def build(spark):
+    lay = Layout(Path({input!r}), Path({checkpoint!r}), Path({output!r}))
+    return SHAPES[{shape!r}].frame(spark, lay, {change!r})
+'''
 
 
 def _spark_error(exc: BaseException) -> str:
@@ -493,7 +551,7 @@ def _json(text: str) -> dict:
 def _verdict(code: int, out: str, err: str) -> Verdict:
     doc = _json(out)
     queries = doc.get("queries") or []
-    q = queries[0] if queries else {}
+    q = queries[0] if queries else doc  # a Preflight document has its findings at the top
     shown = [f for f in q.get("findings", []) if f.get("severity") != "info" or f["code"] == "IN_FLIGHT"]
     return Verdict(code, str(q.get("verdict") or doc.get("verdict") or ""), [f["code"] for f in shown],
                    "\n".join([f"{f['code']}: {f.get('message', '')[:300]}" for f in shown] + [err.strip()[-400:]]),
@@ -512,6 +570,7 @@ def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
                     actions.append(Action("damage", log, which, how, crc))
     actions += [Action("move", what=m) for m in MOVES]
     actions += [Action("scene", what=s) for s in SCENES]
+    actions += [Action("change", what=c) for c in CHANGES]
     return [(s.name, a) for s in SHAPES.values() if spark4 or not s.spark4 for a in actions]
 
 
@@ -538,6 +597,9 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
     for j, s in enumerate(SCENES):
         pool = stateful if s == "reprocess" else shapes
         out.append((pool[(j * 5 + 2) % len(pool)], Action("scene", what=s)))
+    for j, c in enumerate(CHANGES):
+        pool = [s for s in shapes if c in SHAPES[s].changes()]
+        out.append((pool[(j * 3) % len(pool)], Action("change", what=c)))
     named = {n for n, _a in out}
     for n in shapes:  # every shape judged at least once as it is
         if n not in named:

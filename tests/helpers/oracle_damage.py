@@ -14,6 +14,9 @@ Dimensions:
   or ``drop`` with it;
 * ``move``: the ``checkpoint``, the ``output``, the ``input`` or ``all`` three (the pipeline's
   folder renamed) to another place;
+* ``change``: the next version of the query restarts on the checkpoint (oracle_shapes.CHANGES:
+  a stateful operator added or removed, the deduplication key changed, the input read under
+  another path), judged by ``streamctl preflight``;
 * ``scene``: ``new_checkpoint`` (a new query over the old sink), ``retired`` (drop-sink with
   --assume-stopped), ``reprocess`` (offsets/ and commits/ deleted to reprocess, state left),
   ``live_busy``, ``live_idle``, ``live_stopping`` (the query runs without the agent).
@@ -39,7 +42,7 @@ OUT_OF_RANGE = ("-7", "9223372036854775808")  # below every id, above a Java lon
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # "damage" | "move" | "scene" | "none"
+    kind: str  # "damage" | "move" | "scene" | "change" | "none"
     log: str = ""
     which: str = ""
     how: str = ""
@@ -49,7 +52,7 @@ class Action:
     def id(self) -> str:
         if self.kind == "damage":
             return f"{self.log}-{self.which}-{self.how}" + ("-crcdrop" if self.crc == "drop" else "")
-        if self.kind in ("move", "scene"):
+        if self.kind in ("move", "scene", "change"):
             return f"{self.kind}-{self.what}"
         return "none"
 
@@ -57,7 +60,7 @@ class Action:
     def parse(cls, text: str) -> Action:
         """The inverse of :meth:`id` (for ``./dev oracle --case``)."""
         parts = text.split("-")
-        if parts[0] in ("move", "scene"):
+        if parts[0] in ("move", "scene", "change"):
             return cls(parts[0], what="-".join(parts[1:]))
         if text == "none":
             return cls("none")

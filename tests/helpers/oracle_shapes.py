@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROWS = 4
+# the next version of a query an operator deploys on the old checkpoint: a stateful operator
+# added or removed, the deduplication key changed, the input read under another path
+CHANGES = ("op_added", "op_removed", "key_changed", "source_path")
 BASE_TS = 1_700_000_000  # seconds: the event time of file 0's first row
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -98,27 +101,38 @@ class Shape:
                 tmp.rename(path)
 
     # -- the query ----------------------------------------------------------------------------
-    def writer(self, spark: Any, lay: Layout, query_name: str) -> Any:
+    def frame(self, spark: Any, lay: Layout, change: str = "") -> Any:
+        """The query's streaming DataFrame, or (`change`, one of CHANGES) the next version of
+        the query an operator deploys on the same checkpoint."""
         from pyspark.sql import functions as F
 
         def read(src: str) -> Any:
             r = spark.readStream.schema("id BIGINT, key STRING, ts BIGINT, side STRING").option("maxFilesPerTrigger", 1)
             for k, v in self.reader.items():
                 r = r.option(k, v.replace("{input}", str(lay.input)))
-            return r.json(str(lay.input / src))
+            # source_path: the same folder under another name (a symlink), as after a remount
+            base = lay.input.parent / "input-link" if change == "source_path" else lay.input
+            return r.json(str(base / src))
 
         df = read("a")
-        if self.op == "dedup":
-            df = df.dropDuplicates(["id"]).select("id", "key")
-        elif self.op == "window":
+        op = "select" if change == "op_removed" else self.op
+        if change == "op_added":
+            df = df.dropDuplicates(["id"])
+        if op == "dedup":
+            df = df.dropDuplicates(["key"] if change == "key_changed" else ["id"]).select("id", "key")
+        elif op == "window":
             df = (df.withColumn("t", F.col("ts").cast("timestamp")).withWatermark("t", "2 seconds")
                   .groupBy(F.window("t", "10 seconds")).count()
                   .select(F.col("window.start").cast("long").alias("start"), "count"))
-        elif self.op == "join":
+        elif op == "join":
             right = read("b").select(F.col("id").alias("rid"), F.col("key").alias("rkey"))
             df = df.select("id", "key").join(right, F.col("id") == F.col("rid"), "inner").select("id", "key", "rkey")
         else:
             df = df.select("id", "key")
+        return df
+
+    def writer(self, spark: Any, lay: Layout, query_name: str, change: str = "") -> Any:
+        df = self.frame(spark, lay, change)
         if self.sink == "delta":
             w = df.writeStream.foreachBatch(_delta_batch(lay))
         elif self.sink == "coordinated":
@@ -131,16 +145,34 @@ class Shape:
         return (w.outputMode("append").option("checkpointLocation", str(lay.checkpoint))
                 .queryName(query_name).trigger(availableNow=True))
 
+    def changes(self) -> tuple[str, ...]:
+        """The changes of CHANGES this shape's query can take."""
+        out = ["source_path"]
+        if self.op in ("select", "dedup"):
+            out.append("op_added")
+        if self.stateful:
+            out.append("op_removed")
+        if self.op == "dedup":
+            out.append("key_changed")
+        return tuple(c for c in CHANGES if c in out)
+
+    def input_rows(self, start: int, count: int) -> int:
+        """How many rows input files start..start+count-1 hold, over every source."""
+        per = [ROWS + (1 if self.op == "dedup" and i > 0 else 0) for i in range(start, start + count)]
+        return sum(per) * len(self.sources)
+
     def all_confs(self) -> dict[str, str]:
         return dict(_BASE_CONFS, **self.confs)
 
-    def run(self, spark: Any, lay: Layout, query_name: str = "oracle") -> None:
-        """Start the query (availableNow) with the shape's confs and wait for its end; raise what
-        Spark raises. The session's confs are put back after."""
+    def run(self, spark: Any, lay: Layout, query_name: str = "oracle", change: str = "") -> Any:
+        """Start the query (availableNow) with the shape's confs, wait for its end and return it;
+        raise what Spark raises. The session's confs are put back after."""
         from streamctl.pipeline.session import scenario_confs
 
         with scenario_confs(spark, self.all_confs()):
-            self.writer(spark, lay, query_name).start().awaitTermination()
+            q = self.writer(spark, lay, query_name, change).start()
+            q.awaitTermination()
+            return q
 
     # -- the sink, as its readers see it --------------------------------------------------------
     def rows(self, lay: Layout) -> Counter:
