@@ -76,8 +76,7 @@ def _set_aside(tree: Path) -> None:
     create slower: ext4 skips inodes freed in the last minutes when it allocates one
     (`recently_deleted` in `find_inode_bit`), and scans past each of them. Measured here: `cp -a`
     of the checkpoint 2.3 s when nothing was deleted for minutes, 24-48 s right after; the
-    mutations' backup folders and the floors' parallel trees pay it too (BENCHMARKS.md, session
-    23). The price: a few GB of disk until the end."""
+    mutations' backup folders and the floors' parallel trees pay it too (BENCHMARKS.md). The price: a few GB of disk until the end."""
     trash = tree.parent / "trash"
     trash.mkdir(exist_ok=True)
     os.rename(tree, trash / f"{tree.name}-{time.monotonic_ns()}")
