@@ -36,13 +36,8 @@ from streamctl.inspectors.findings import (
 from streamctl.inspectors.logs import LogListing, list_log
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.sources import SourceInfo, read_source
-from streamctl.inspectors.state import (
-    OperatorFiles,
-    StateFiles,
-    StoreFiles,
-    StoreStatus,
-    read_state,
-)
+from streamctl.inspectors.state_listing import OperatorFiles, StateFiles, StoreFiles, read_state
+from streamctl.inspectors.state_restore import StoreStatus
 from streamctl.inspectors.storage import Storage, parallel_map
 
 if TYPE_CHECKING:  # sinks load only when a sink is inspected: keep `inspect epochs` start-up lean

@@ -576,7 +576,7 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
             # the folder as the inspection listed it (as trim plans: one listing), its names'
             # versions in one regex (a rollback of 50 epochs moves 66,000 files: a listing and a
             # parse per name were half the plan); once for the stores listed alike
-            # (the same `shape`, inspectors/state.py: the same names in the same order)
+            # (the same `shape`, inspectors/state_listing.py: the same names in the same order)
             shape = s.files.shape[0] if s.files is not None and s.files.shape is not None else None
             movers = by_shape.get(shape) if shape is not None else None
             if movers is None:
