@@ -31,10 +31,11 @@ from streamctl.formats.file_sink_log import EMPTY_SINK_ENTRY, FILE_SINK_LOG, add
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.formats.offsets import parse_offsets
 from streamctl.formats.state import state_versions
-from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
+from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.sinks import FileSinkLogFiles, SinkLog, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess

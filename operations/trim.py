@@ -20,7 +20,8 @@ from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_STAGING
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.state import ZIP_EXT, state_versions
-from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.checkpoint import inspect_checkpoint
+from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.sinks import list_file_sink_log
 from streamctl.inspectors.state_file_checks import zip_ssts
 from streamctl.inspectors.state_listing import StoreFiles
