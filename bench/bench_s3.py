@@ -152,11 +152,11 @@ def parse(r: subprocess.CompletedProcess, what: str, codes: tuple[int, ...] = (0
 def pool_bounds() -> str:
     """The thread pools' sizes as the code has them (read, not assumed; '?' if renamed)."""
     try:
-        from streamctl.inspectors import checkpoint
+        from streamctl.inspectors import checkpoint_reads
         from streamctl.operations import executor
     except ImportError:
         return "?"
-    return (f"inspect reads {getattr(checkpoint, 'READ_WORKERS', '?')}, "
+    return (f"inspect reads {getattr(checkpoint_reads, 'READ_WORKERS', '?')}, "
             f"trim copies {getattr(executor, 'COPY_THREADS', '?')}")
 
 

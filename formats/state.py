@@ -2,7 +2,8 @@
 `<v>.delta`/`<v>.snapshot`, RocksDB `<v>.changelog`/`<v>.zip`, checkpoint format 2's
 `<v>_<uniqueId>.<ext>`), operator metadata (`_metadata/metadata` v1, `_metadata/v2/<batch>`),
 state schema files, the end marks that tell a torn file (LZ4Block, zip), and the SST manifest of
-a RocksDB zip. Which files a store has and which versions restore is inspectors/state.py's.
+a RocksDB zip. Which files a store has is inspectors/state_listing.py's, which versions restore
+inspectors/state_restore.py's.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The restore chain of each state store: what it restores and whether a restart can read it.
 
-`Chains` decides a store's status (inspectors/state.py `store_status`, with the torn deltas and
+`Chains` decides a store's status (inspectors/state_restore.py `store_status`, with the torn deltas and
 changelogs of its chain taken out) and judges the files of its chain (torn snapshots and zips,
 checksums) for the checkpoint inspection (inspectors/checkpoint.py).
 """
@@ -13,16 +13,9 @@ from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import StorageError
 from streamctl.formats.state import is_full_file, is_zip_file, state_file
 from streamctl.inspectors.findings import summarize
-from streamctl.inspectors.state import (
-    StoreFiles,
-    StoreStatus,
-    checksum_mismatch,
-    store_status,
-    torn_full_reason,
-    torn_reason,
-    without_file,
-    zip_sst_sizes,
-)
+from streamctl.inspectors.state_file_checks import checksum_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
+from streamctl.inspectors.state_listing import StoreFiles, without_file
+from streamctl.inspectors.state_restore import StoreStatus, store_status
 from streamctl.inspectors.storage import Storage
 
 

@@ -25,7 +25,7 @@ from streamctl.inspectors.outputs import atomic_write, write_text_atomic
 from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from streamctl.inspectors.checkpoint import QueryInspection
+    from streamctl.inspectors.query_inspection import QueryInspection
 
 ENGINES = ("local", "spark")
 DEFAULT_MASTER = "local[2]"

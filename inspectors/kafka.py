@@ -14,8 +14,8 @@ from typing import Any, Mapping, Optional
 from streamctl.formats.errors import StreamctlError, UsageError
 from streamctl.formats.kafka_offsets import Offsets, parse_kafka_offsets
 from streamctl.formats.offsets import SourceId
-from streamctl.inspectors.checkpoint import QueryInspection
 from streamctl.inspectors.findings import Finding, summarize
+from streamctl.inspectors.query_inspection import QueryInspection
 
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential")
 

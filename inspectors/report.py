@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
-from streamctl.inspectors.checkpoint import QueryInspection, cross_query_findings
+from streamctl.inspectors.checkpoint import cross_query_findings
 from streamctl.inspectors.documents import document
 from streamctl.inspectors.findings import Finding, finding_records, verdict_of, worst_verdict
+from streamctl.inspectors.query_inspection import QueryInspection
 
 if TYPE_CHECKING:
     from streamctl.inspectors.sinks import SinkLog

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from streamctl.formats.errors import StreamctlError
-from streamctl.inspectors.checkpoint import QueryInspection
+from streamctl.inspectors.query_inspection import QueryInspection
 
 
 class NoKeptWindow(StreamctlError):

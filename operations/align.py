@@ -31,10 +31,11 @@ from streamctl.formats.file_sink_log import EMPTY_SINK_ENTRY, FILE_SINK_LOG, add
 from streamctl.formats.names import batch_id_of, is_temp_name
 from streamctl.formats.offsets import parse_offsets
 from streamctl.formats.state import state_versions
-from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.findings import verdict_of
 from streamctl.inspectors.masked import masked
 from streamctl.inspectors.placement import Placement, place, rewrite_paths
+from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.sinks import FileSinkLogFiles, SinkLog, list_file_sink_log
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.damage import assess
@@ -576,7 +577,7 @@ def _state_steps(ev: _Evidence, x: int) -> list[Step]:
             # the folder as the inspection listed it (as trim plans: one listing), its names'
             # versions in one regex (a rollback of 50 epochs moves 66,000 files: a listing and a
             # parse per name were half the plan); once for the stores listed alike
-            # (the same `shape`, inspectors/state.py: the same names in the same order)
+            # (the same `shape`, inspectors/state_listing.py: the same names in the same order)
             shape = s.files.shape[0] if s.files is not None and s.files.shape is not None else None
             movers = by_shape.get(shape) if shape is not None else None
             if movers is None:

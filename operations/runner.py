@@ -212,7 +212,7 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
 
 
-WRITTEN = "_streamctl/written.json"  # the checkpoint log files the last operation wrote (inspectors/checkpoint.py)
+WRITTEN = "_streamctl/written.json"  # the checkpoint log files the last operation wrote (inspectors/liveness_findings.py)
 
 
 def _note_written(plan: Plan, roots: dict[str, Root]) -> None:

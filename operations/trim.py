@@ -20,9 +20,11 @@ from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_STAGING
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.state import ZIP_EXT, state_versions
-from streamctl.inspectors.checkpoint import QueryInspection, inspect_checkpoint
+from streamctl.inspectors.checkpoint import inspect_checkpoint
+from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.sinks import list_file_sink_log
-from streamctl.inspectors.state import StoreFiles, zip_ssts
+from streamctl.inspectors.state_file_checks import zip_ssts
+from streamctl.inspectors.state_listing import StoreFiles
 from streamctl.inspectors.storage import Storage
 from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
 from streamctl.operations.plan import (
@@ -130,7 +132,7 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
                 add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
 
     # a store listed like another (the same `shape`: the same names in the same order,
-    # inspectors/state.py) that restores the same versions moves the same names: worked out once
+    # inspectors/state_listing.py) that restores the same versions moves the same names: worked out once
     by_shape: dict[tuple[str, frozenset[int]], tuple[list[str], list[str], list[str]]] = {}
     for s in stores:
         shape = s.files.shape[0] if st.is_local and s.files is not None and s.files.shape is not None else None

@@ -22,7 +22,8 @@ from streamctl.formats.checksum import is_checksum_name
 from streamctl.formats.errors import StorageError
 from streamctl.formats.names import is_temp_name
 from streamctl.formats.state import state_file
-from streamctl.inspectors.state import StoreFiles, store_status
+from streamctl.inspectors.state_listing import StoreFiles
+from streamctl.inspectors.state_restore import store_status
 from streamctl.inspectors.storage import Storage, _read_fd
 from streamctl.operations.files import Root
 
@@ -123,7 +124,7 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
     fields of a store classified with empty memos, in the same order, as its own copies; its
     status is the computed one with its own operator, partition, store and path; a store that
     is not new, or a copy of one (`without_file`), has no shape and is computed."""
-    from streamctl.inspectors import state
+    from streamctl.inspectors import state_listing, state_restore
 
     rng = random.Random(300 + seed)
     listings = [_random_store(rng)[2] for _ in range(60)]
@@ -134,11 +135,11 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
         remembered = StoreFiles(op, part, name)
         remembered.add_names(names)
         with monkeypatch.context() as m:
-            m.setattr(state, "_CLASSIFIED", {})
-            m.setattr(state, "_STATUSES", {})
+            m.setattr(state_listing, "_CLASSIFIED", {})
+            m.setattr(state_restore, "_STATUSES", {})
             fresh = StoreFiles(op, part, name)
             fresh.add_names(names)
-            want = state.store_status(fresh, required, planned, {})
+            want = state_restore.store_status(fresh, required, planned, {})
         assert remembered.shape == fresh.shape and fresh.shape is not None and fresh.shape[0] == "\n".join(names)
         assert _fields(remembered) == _fields(fresh)
         assert [list(getattr(remembered, f)) for f in ("temp_files", "orphan_crc", "other_files")] == \
@@ -156,7 +157,7 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
     one = StoreFiles(0, 0, "default")
     one.add_names(["9.delta.tmp\n1.delta"])  # joined as `two`'s listing is: its own answer, no shape
     with monkeypatch.context() as m:
-        m.setattr(state, "_CLASSIFIED", {})
+        m.setattr(state_listing, "_CLASSIFIED", {})
         alone = StoreFiles(0, 0, "default")
         alone.add_names(["9.delta.tmp\n1.delta"])
     assert two.shape is not None and one.shape is None and _fields(one) == _fields(alone) != _fields(two)
@@ -167,7 +168,7 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
     single = StoreFiles(0, 1, "default")
     single.add_names(["1.delta", "2.delta"])
     assert single.shape is not None
-    torn = state.without_file(single, 2, None, False)
+    torn = state_listing.without_file(single, 2, None, False)
     assert torn.shape is None and store_status(torn, 2, 2, {}).restorable_required is False
     assert store_status(single, 2, 2, {}).restorable_required is True
     # as read_state's child sends it (its shape), and a copy of that (a torn file): the same names
@@ -175,7 +176,7 @@ def test_the_listing_memos_answer_as_a_fresh_classification_and_status(seed: int
 
     sent = pickle.loads(pickle.dumps(single))
     assert sent.shape == single.shape and sent.names == single.names == ("1.delta", "2.delta")
-    copy = state.without_file(pickle.loads(pickle.dumps(single)), 2, None, False)
+    copy = state_listing.without_file(pickle.loads(pickle.dumps(single)), 2, None, False)
     assert copy.shape is None and copy.names == single.names and copy.lists("1.delta") and copy.incr == {1}
 
 

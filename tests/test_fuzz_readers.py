@@ -317,7 +317,7 @@ def test_hostile_state_file_names_never_crash_or_write(cli: Callable[..., Any], 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(mutation)
 def test_state_schema_reader_answers_or_names_the_file(m) -> None:
-    """`streamctl preflight` reads the state schema file's key schema (inspectors/state.py
+    """`streamctl preflight` reads the state schema file's key schema (formats/state.py
     parse_state_schema): a mutated file parses, is a version it leaves alone (None), or is a
     LogParseError naming the file; nothing else escapes."""
     from streamctl.formats.errors import LogParseError

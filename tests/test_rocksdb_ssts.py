@@ -15,7 +15,7 @@ FIXTURE = SPARK35 / "agg_rocksdb" / "checkpoint"
 
 @pytest.mark.parametrize("damage", ["cut", "gone"])
 def test_a_cut_or_lost_sst_of_the_restored_zip_is_found(cli: Any, tmp_path: Path, damage: str) -> None:
-    from streamctl.inspectors.state import zip_sst_sizes
+    from streamctl.inspectors.state_file_checks import zip_sst_sizes
     from streamctl.inspectors.storage import Storage
 
     ck = tmp_path / "checkpoint"

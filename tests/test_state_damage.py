@@ -114,7 +114,7 @@ def test_sst_file_a_zip_names_is_gone(ap, spark, cli, tmp_path):
     an older zip that does not need the file, or only changelogs, then Spark 4.1+ restarts around
     it and align moves the zip aside; otherwise the restart fails and align refuses. The real
     restart of an untouched copy is the oracle either way."""
-    from streamctl.inspectors.state import zip_ssts
+    from streamctl.inspectors.state_file_checks import zip_ssts
     from streamctl.inspectors.storage import Storage
 
     p = ap.build(tmp_path, "dedup_rocksdb", spark, 3, extra_confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1"})

@@ -1,0 +1,137 @@
+"""The sink a checkpoint writes to, joined to its inspection: the sink log's own findings, its
+position against the checkpoint's (SINK_BEHIND, SINK_AHEAD, ...), batches of another query
+(SINK_FOREIGN_BATCHES), the pre-flight of a new checkpoint over a used sink, the entries
+repartition batches left out of a file sink's log (SINK_REPARTITION_HOLE), and the sink's
+writers among the parallel writers. Loaded only when a sink is inspected."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from streamctl.formats.errors import StreamctlError
+from streamctl.formats.offsets import parse_offsets
+from streamctl.inspectors.checkpoint_reads import Progress
+from streamctl.inspectors.findings import Finding, summarize
+from streamctl.inspectors.log_findings import repartition_batch_finding, repartition_change
+from streamctl.inspectors.logs import LogListing
+from streamctl.inspectors.ownership import foreign_batches, foreign_finding
+from streamctl.inspectors.query_inspection import QueryInspection, Writer
+from streamctl.inspectors.sinks import SinkLog, compare_sink, read_sink
+from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.writer_windows import common_window, writer_status
+
+
+def _repartition_sink(sink: SinkLog, found: list[Finding], checkpoint: tuple[Finding, ...]) -> list[Finding]:
+    """A repartition batch reads no input and writes nothing to the sink. SINK_BEHIND by exactly
+    the repartition batches is, for a file sink, SINK_REPARTITION_HOLE: its log has no entry for
+    the batch, Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query
+    dies at the log's next compaction. Delta (txn version per batch, no contiguity) and the
+    coordinated sink (one commit record per epoch, no compaction) hold every record: no finding."""
+    repartitions = {int(f.details["epoch"]) for f in checkpoint if f.code == "REPARTITION_BATCH"}
+    out = []
+    for f in found:
+        missing = set(f.details.get("missing", ())) if f.code == "SINK_BEHIND" else set()
+        if not missing or not missing <= repartitions:
+            out.append(f)
+        elif sink.kind == "file":
+            out.append(_sink_hole_finding(sink, sorted(missing)))
+    return out
+
+
+def _sink_hole_finding(sink: SinkLog, epochs: list[int]) -> Finding:
+    return Finding(
+        "SINK_REPARTITION_HOLE",
+        f"the file sink's log has no entry for repartition batch(es) {summarize([str(e) for e in epochs])}: "
+        f"Spark's batch readers of the sink fail (BATCH_METADATA_NOT_FOUND) and the query dies at the log's "
+        f"next compaction; `streamctl align` writes the empty entry (the batch read nothing)",
+        details={"sink_epoch": sink.epoch, "missing": epochs})
+
+
+def _repartition_sink_gaps(location: str, sink: SinkLog, q: QueryInspection) -> tuple[list[Finding], list[Finding]]:
+    """A file sink's LOG_GAP (a batch missing after the log's newest compaction) whose missing
+    batches are all committed repartition batches, however old: the query ran on past the
+    repartition and the log kept the hole (it dies at the next compaction). Each listed batch is
+    tested as Spark does, from offsets/<b> and offsets/<b-1> (cost follows the listed ids).
+    Returns the sink's findings with such a LOG_GAP turned into SINK_REPARTITION_HOLE, and
+    REPARTITION_BATCH for those batches the checkpoint's findings (the newest two) did not name."""
+    known = {int(f.details["epoch"]) for f in q.findings if f.code == "REPARTITION_BATCH"}
+    out: list[Finding] = []
+    older: list[Finding] = []
+    for f in sink.findings:
+        missing = [int(b) for b in f.details.get("missing", ())] if f.code == "LOG_GAP" and sink.kind == "file" else []
+        if (not missing or f.details.get("missing_count") != len(missing) or q.committed is None
+                or max(missing) > q.committed):
+            out.append(f)
+            continue
+        changes = _repartition_changes(location, missing)
+        if changes is None:
+            out.append(f)
+            continue
+        older += [repartition_batch_finding(b, *changes[b]) for b in missing if b not in known]
+        out.append(_sink_hole_finding(sink, missing))
+    return out, older
+
+
+def _repartition_changes(location: str, batches: list[int]) -> Optional[dict[int, tuple[int, int]]]:
+    """{batch: (old, new) partition counts} when every batch is a repartition batch, else None."""
+    try:
+        st = Storage.open(location)
+        changes = {}
+        for b in batches:
+            entry, older = (parse_offsets(st.read(f"offsets/{i}"), st.uri(f"offsets/{i}"), i) for i in (b, b - 1))
+            change = repartition_change(entry, older)
+            if change is None:
+                return None
+            changes[b] = change
+        return changes
+    except StreamctlError:  # an unreadable or missing offsets file: the gap stays LOG_GAP
+        return None
+
+
+
+def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sink: str, sink_kind: str,
+              app_id: Optional[str], sink_absent: frozenset[str], progress: Optional[Progress], known: bool,
+              missing: bool) -> QueryInspection:
+    """`q` with the sink at `sink` read and compared (a Delta sink's txn app id defaults to the
+    query id). `known`: the checkpoint's positions could be read (else no finding is derived
+    from them); `missing`: the checkpoint does not exist yet (a pre-flight)."""
+    if progress:
+        progress(f"reading sink {sink}")
+    log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
+    if missing and log.kind == "iceberg" and log.extra.get("streaming_queries"):
+        # a pre-flight: a new checkpoint is a new query id, which the table never saw (docs/formats/sinks.md#iceberg)
+        others = list(log.extra["streaming_queries"])
+        empty = LogListing(exists=False)
+        f = Finding("SINK_NEW_QUERY",
+                    f"{location} does not exist yet and the Iceberg table {log.uri} holds epochs of "
+                    f"{len(others)} streaming query id(s) ({summarize(others, 2)}): a new checkpoint starts a new query "
+                    "id, which the table skips nothing for, so the source is read again from its starting position and "
+                    "every row it already delivered arrives again (duplicates) unless that position says otherwise",
+                    details={"query_ids": others, "preflight": True})
+        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                            None, (f,))
+        return replace(q, sink=log)
+    if missing and log.kind == "file" and log.epoch is not None:
+        # a pre-flight: no checkpoint yet over a sink whose log holds batches (docs/model.md#sink-ownership)
+        empty = LogListing(exists=False)
+        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                            None, (foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True),))
+        return replace(q, findings=q.findings + tuple(log.findings), sink=log)
+    if known:  # derived from the checkpoint's positions only when they are known
+        sink_findings, older = _repartition_sink_gaps(location, log, q)
+        checkpoint_findings = q.findings + tuple(older)
+        compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), checkpoint_findings)
+        foreign = foreign_batches(storage, q, log) if storage is not None else []  # type: ignore[arg-type]
+        if foreign:  # not this query's batches: never SINK_AHEAD (align would roll them back)
+            compared = [f for f in compared if f.code != "SINK_AHEAD"] + [
+                foreign_finding(foreign, int(log.epoch), q.committed)]  # type: ignore[arg-type]
+    else:
+        sink_findings, checkpoint_findings, compared = list(log.findings), q.findings, []
+    findings = checkpoint_findings + tuple(sink_findings) + tuple(compared)
+    reference = q.committed if q.committed is not None else q.planned
+    extra = [Writer("sink", "sink_log", log.first_epoch, log.epoch, writer_status(log.first_epoch, log.epoch, reference))]
+    for w in log.writers:
+        broken = any(e < (w.last if w.last is not None else -1) for e in w.missing_in)
+        extra.append(Writer(w.name, "sink_writer", w.first, w.last, writer_status(w.first, w.last, reference, broken)))
+    writers = q.writers + tuple(extra)
+    return replace(q, findings=findings, sink=log, writers=writers, common_window=common_window(list(writers)))

@@ -1,0 +1,102 @@
+"""Findings of the query's sources (`sources/<n>/`): the newest batch's input folder moved or
+gone (SOURCE_MOVED, SOURCE_GONE), the in-flight batch's input files gone (SOURCE_NOT_REPLAYABLE),
+and the file-source log files a restart reads that are missing (LOG_GAP)."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from streamctl.formats.errors import StreamctlError
+from streamctl.formats.offsets import OffsetEntry, SourceId
+from streamctl.inspectors.checkpoint_reads import CheckpointReads
+from streamctl.inspectors.findings import Finding, count_of, ids_of, ranges_text
+from streamctl.inspectors.sources import SourceInfo
+
+
+class SourceFindings(CheckpointReads):
+    def _moved_input_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> set[SourceId]:
+        """SOURCE_MOVED: the newest batch's input folder moved with the checkpoint (docs/model.md#moved-input);
+        returns the sources it names (their replay is judged at the new place, after align's rewrite)."""
+        from streamctl.inspectors.replay import GoneInput, moved_input
+
+        gone: list[GoneInput] = []
+        try:
+            found = moved_input(self.st, sources, start, end, gone)
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return set()
+        for g in gone:
+            self.findings.append(Finding(
+                "SOURCE_GONE", g.text(), details={"source": g.source_id, "epochs": [g.batch], "folder": g.folder}))
+        for m in found:
+            self.findings.append(Finding(
+                "SOURCE_MOVED", f"{m.text()}; align rewrites the source's log to {m.new_base}",
+                details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
+                         "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
+        return {m.source_id for m in found} | {g.source_id for g in gone}
+
+    def _source_log_gaps(self, sources: list[SourceInfo], latest: Optional[OffsetEntry], unread: set[SourceId]) -> None:
+        """LOG_GAP of a file source's log: the files a restart reads (the newest compaction and
+        every batch after it, up to the newest offsets' `logOffset`) that are missing."""
+        for s in self._sources_behind_offsets(sources, latest, unread):
+            if s.file_log_missing:
+                gaps = list(s.file_log_missing)
+                self.findings.append(Finding(
+                    "LOG_GAP",
+                    f"sources/{s.source_id}/: batch files of the file source's log missing where a restart reads it "
+                    f"(the newest compaction and every batch after it): {ranges_text(gaps)}; the restart fails "
+                    f"(\"sources/{s.source_id}/{gaps[0][0]} doesn't exist\")",
+                    details={"log": f"sources/{s.source_id}", "missing": ids_of(gaps), "missing_count": count_of(gaps)}))
+
+    @staticmethod
+    def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry],
+                                unread: set[SourceId]) -> list[SourceInfo]:
+        """`sources` with the file-source log files the newest offsets name and the log lacks
+        added to their missing ones: the restart reads its log up to the newest batch's
+        `logOffset` (`getBatch` of that batch), so a lost newest `sources/<n>/N` fails it as a
+        lost middle one does. A file source whose log folder is gone counts from batch 0 when no
+        source has a folder (`sources/` lost); one whose log could not be read (`unread`) is
+        UNREADABLE already."""
+        from streamctl.inspectors.replay import log_offset
+
+        if latest is None:
+            return sources
+        by_id = {s.source_id: s for s in sources}
+        out = []
+        for src in latest.sources:
+            hi = log_offset(latest, src.source_id)
+            info = by_id.pop(src.source_id, None)
+            if src.source_id in unread:  # UNREADABLE already names its log
+                continue
+            if info is None and sources:
+                # no folder of its own while others exist: a source the plan names twice (a
+                # self-join of one DataFrame) shares the first one's log (PySpark 3.5)
+                continue
+            if hi is None or hi < 0 or (info is not None and info.kind not in ("file", "empty")):
+                if info is not None:
+                    out.append(info)
+                continue
+            have = info.file_log_latest if info is not None and info.file_log_latest is not None else -1
+            missing = list(info.file_log_missing) if info is not None else []
+            if have < hi:
+                missing.append((have + 1, hi))
+            out.append(replace(info, file_log_missing=tuple(missing)) if info is not None
+                       else SourceInfo(src.source_id, "file", file_log_missing=tuple(missing)))
+        return out + list(by_id.values())
+
+    def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
+        """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input
+        files that are gone (docs/model.md#replayable-batches)."""
+        from streamctl.inspectors.replay import unreplayable
+
+        try:
+            gone = unreplayable(self.st, sources, start, end)
+        except StreamctlError as exc:
+            self.unreadable(exc)
+            return
+        for u in gone:
+            self.findings.append(Finding(
+                "SOURCE_NOT_REPLAYABLE",
+                f"batch {end.batch_id} is replayed on restart but {u.text()}: Spark skips them and their rows are lost",
+                details={"epochs": [end.batch_id], "source": u.source_id, "missing": list(u.missing[:1000]),
+                         "missing_count": len(u.missing)}))
