@@ -8,7 +8,7 @@
 Every query reads the topic with streamctl's Python Kafka source (``streamctl-kafka``,
 ``startingOffsets=earliest``, ``maxOffsetsPerTrigger`` = ceil(events / batches), so each query
 takes about ``batches`` micro-batches) and runs with a 100 ms processing-time trigger until it has
-committed a batch reaching the topic's end offsets (``kafka_source.run_until_caught_up``), then is
+committed a batch reaching the topic's end offsets (``kafka_runs.run_until_caught_up``), then is
 stopped between batches (through ``streamctl.pipeline.agent`` when that module is available: a
 stop request the agent honours after the batch in flight commits; otherwise ``query.stop()``
 once caught up, when no batch is running). Queries run one after the other, each with its own
@@ -195,7 +195,7 @@ class _Stoppable:
 def _stateless(spark: SparkSession, options: dict[str, str]) -> Any:
     from pyspark.sql import functions as F
 
-    from streamctl.pipeline.kafka_source import SHORT_NAME
+    from streamctl.pipeline.kafka_options import SHORT_NAME
 
     df = spark.readStream.format(SHORT_NAME).options(**options).load()
     parsed = F.from_json(F.col("value").cast("string"), VALUE_SCHEMA)
@@ -325,7 +325,9 @@ def run_reference(
     the topic; looked up when None) and `batches` set ``maxOffsetsPerTrigger``.
     ``on_query(name, "start"|"done", info)`` reports progress. Returns
     ``{"queries": {name: {"checkpoint", "output", "last_batch", "seconds", "stop"}}, "target": ...}``."""
-    from streamctl.pipeline.kafka_source import current_end_offsets, register, run_until_caught_up
+    from streamctl.pipeline.kafka_client import current_end_offsets
+    from streamctl.pipeline.kafka_runs import run_until_caught_up
+    from streamctl.pipeline.kafka_source import register
     from streamctl.pipeline.session import scenario_confs as _confs
 
     root = Path(root)

@@ -19,7 +19,7 @@ SECRET = "hunter2-kafka-secret"
 @pytest.fixture(scope="module")
 def kafka_agg(spark, kafka_broker, tmp_path_factory):
     """kafka_agg scenario: 40 records over 3 partitions, read in batches of 8, over two runs."""
-    from streamctl.fixtures.examples import build_kafka_agg
+    from streamctl.fixtures.example_kafka import build_kafka_agg
 
     topic = f"orders-{int(time.time() * 1000) % 10**9}"
     root = tmp_path_factory.mktemp("kafka")

@@ -392,7 +392,7 @@ def test_spark_available_now_reads_one_batch(spark, kafka_broker, kafka_topic, t
 
 @pytest.mark.spark
 def test_example_kafka_agg(spark, kafka_broker, kafka_topic, tmp_path):
-    from streamctl.fixtures.examples import build_kafka_agg
+    from streamctl.fixtures.example_kafka import build_kafka_agg
 
     topic = kafka_topic()  # created by the scenario (3 partitions)
     ckpt = build_kafka_agg(spark, tmp_path, kafka_broker.bootstrap, topic)

@@ -613,6 +613,18 @@ def test_command_modules_stay_thin() -> None:
     assert {n: s for n, s in sizes.items() if s > COMMAND_MODULE_LINES} == {}, sizes
 
 
+PACKAGE_MODULE_LINES = 600
+
+
+def test_no_package_module_holds_more_than_one_job() -> None:
+    """One job per module: none of the installed package's modules is over 600 lines (a module
+    that grows past it holds several jobs; split it by job and name the parts by what they hold)."""
+    rooms = sorted({d.split("/")[0] for d in PACKAGE_DIR.values() if d} - {"completions"})
+    sizes = {p.relative_to(REPO).as_posix(): len(p.read_text().splitlines()) for room in rooms
+             for p in sorted((REPO / room).rglob("*.py"))}
+    assert {n: s for n, s in sizes.items() if s > PACKAGE_MODULE_LINES} == {}
+
+
 def test_commands_exit_through_the_verdict_function_or_the_error_table() -> None:
     """A command's exit code comes from its verdict (console/exit_codes.py `exit_for_verdict`) or
     from an exception through console/errors.py's table: no command module names a code itself

@@ -58,13 +58,13 @@ def test_file_sink_ahead_behind_and_in_flight(cli, fresh_copy):
 def test_compaction_point_between_checkpoint_and_sink(cli, spark, tmp_path):
     """A file sink with compactInterval=3: the sink compacts at 2 and 5; a checkpoint restored
     to batch 3 sits between compaction 2 and the newest batch."""
-    from streamctl.fixtures.examples import _read, _write_inputs
+    from streamctl.fixtures.example_runs import read_input, write_inputs
 
     inp, out, chk = tmp_path / "input", tmp_path / "output", tmp_path / "checkpoint"
-    _write_inputs(inp, 0, 7)
+    write_inputs(inp, 0, 7)
     spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "3")
     try:
-        q = (_read(spark, inp).writeStream.format("parquet").option("path", str(out))
+        q = (read_input(spark, inp).writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(chk)).trigger(availableNow=True).start())
         q.awaitTermination()
     finally:
