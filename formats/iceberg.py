@@ -147,7 +147,7 @@ def rolled_back_metadata(data: bytes, path: str, target: int, now_ms: int, folde
     meta = _metadata_object(data, path)
     previous_ms = long_value(meta.get("last-updated-ms")) or now_ms
     meta["current-snapshot-id"] = target
-    refs = meta.get("refs") if isinstance(meta.get("refs"), dict) else {}
+    refs: dict[str, Any] = meta["refs"] if isinstance(meta.get("refs"), dict) else {}
     main = dict(refs["main"] if isinstance(refs.get("main"), dict) else {}, **{"snapshot-id": target, "type": "branch"})
     meta["refs"] = dict(refs, main=main)
     meta["last-updated-ms"] = max(now_ms, previous_ms)
