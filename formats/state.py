@@ -18,7 +18,13 @@ from streamctl.formats.errors import LogParseError
 from streamctl.formats.reader import decode_text, load_json, parse_version_line, split_lines
 
 DEFAULT_STORE = "default"
-SHARED_DIRS = ("SSTs", "logs")
+SST_DIR = "SSTs"  # a RocksDB store's SST files, shared by its zips (<store>/SSTs/<name>.sst)
+ROCKSDB_LOG_DIR = "logs"  # a RocksDB store's info logs
+SHARED_DIRS = (SST_DIR, ROCKSDB_LOG_DIR)
+OPERATOR_METADATA_DIR = "_metadata"  # state/<op>/_metadata/: the operator metadata
+OPERATOR_METADATA_V1 = "metadata"  # _metadata/metadata (v1)
+OPERATOR_METADATA_V2 = "v2"  # _metadata/v2/<batch> (v2)
+ZIP_METADATA = "metadata"  # the entry of a RocksDB zip that lists its SST files (parse_zip_metadata)
 FULL_EXT = {"snapshot": "hdfs", "zip": "rocksdb"}
 INCR_EXT = {"delta": "hdfs", "changelog": "rocksdb"}
 OPERATOR_METADATA_MAX_VERSION = 2

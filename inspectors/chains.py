@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import StorageError
-from streamctl.formats.state import is_full_file, is_zip_file, state_file
+from streamctl.formats.state import SST_DIR, is_full_file, is_zip_file, state_file
 from streamctl.inspectors.findings import summarize
 from streamctl.inspectors.state_file_checks import checksum_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
 from streamctl.inspectors.state_listing import StoreFiles, without_file
@@ -122,7 +122,7 @@ class Chains:
         RocksDBFileManager.loadCheckpointFromDfs, which checks the size)."""
         try:
             named = zip_sst_sizes(self.st, f"{folder}/{name}")
-            entries = {e.name: e for e in self.st.list_dir(f"{folder}/SSTs") or []} if named else {}
+            entries = {e.name: e for e in self.st.list_dir(f"{folder}/{SST_DIR}") or []} if named else {}
         except StorageError:
             return []  # judged elsewhere (an unreadable zip is not guessed at here)
         out = []
@@ -134,7 +134,7 @@ class Chains:
             got = entry.size
             if got is None and size is not None and self.st.is_local:
                 try:
-                    got = self.st.stat(f"{folder}/SSTs/{sst}").size
+                    got = self.st.stat(f"{folder}/{SST_DIR}/{sst}").size
                 except StorageError:
                     got = None
             if size is not None and got is not None and got != size:

@@ -7,33 +7,37 @@ epoch it walks the current snapshot's ancestry (parent ids) and skips the epoch 
 snapshot of that query id already holds it or a later one. So the sink epoch `S` of a checkpoint is
 the epoch of the first snapshot of its query id along the current snapshot's ancestry.
 
-Files: `<table>/metadata/` holds the table metadata JSON, `vN.metadata.json` with
-`version-hint.text` (Hadoop tables) or `NNNNN-<uuid>.metadata.json` (catalog tables, whose current
-file the catalog names: here the highest number, refused when two files claim it). Read with the
-bounded reader; the metadata's `snapshots`, `current-snapshot-id` (or `refs.main`) and each
-snapshot's `summary`.
+The table metadata's files and JSON are formats/iceberg.py's; this module reads them through
+Storage and judges what they say about a query.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
-from streamctl.formats.reader import load_json
+from streamctl.formats.iceberg import (
+    EPOCH_ID,
+    MAX_HINT_BYTES,
+    MAX_METADATA_BYTES,
+    METADATA_DIR,
+    VERSION_HINT,
+    hadoop_name,
+    hadoop_version,
+    hinted_name,
+    is_metadata_name,
+    metadata_rel,
+    metadata_versions,
+    parse_table_metadata,
+    rolled_back_metadata,
+    version_hint,
+)
 from streamctl.inspectors.findings import Finding, summarize
 from streamctl.inspectors.storage import Storage
-
-METADATA_DIR = "metadata"
-QUERY_ID = "spark.sql.streaming.queryId"
-EPOCH_ID = "spark.sql.streaming.epochId"
-MAX_METADATA_BYTES = 256 << 20  # a table metadata file beyond this is not read
-_NAME = re.compile(r"^(?:v(\d{1,18})|(\d{1,18})-[0-9A-Za-z-]{1,64})(?:\.gz)?\.metadata\.json$")
-LONG = 2 ** 63
 
 
 def is_table(st: Storage) -> bool:
     """A folder whose `metadata/` holds table metadata files."""
-    return any(_NAME.match(n) for n in (st.list_names(METADATA_DIR)[0] if st.kind(METADATA_DIR) == "dir" else []))
+    return any(is_metadata_name(n) for n in (st.list_names(METADATA_DIR)[0] if st.kind(METADATA_DIR) == "dir" else []))
 
 
 CATALOG_PREFIX = "catalog:"  # a sink named through an Iceberg catalog: catalog:<name>/<namespace>.<table>
@@ -71,7 +75,7 @@ def resolve_catalog_sink(spec: str) -> str:
     `PYICEBERG_CATALOG__<NAME>__<KEY>` variables; nothing of its settings is printed."""
     table = catalog_table(spec)
     location, current = str(table.metadata.location).rstrip("/"), str(table.metadata_location)
-    if not current.startswith(location + f"/{METADATA_DIR}/") or "/" in current[len(location) + len(METADATA_DIR) + 2:]:
+    if not current.startswith(f"{location}/{metadata_rel('')}") or "/" in current[len(location) + len(METADATA_DIR) + 2:]:
         raise StorageError(spec, f"the catalog names metadata {current} outside the table's {METADATA_DIR}/ folder")
     pin(location, current, spec)
     return location
@@ -81,37 +85,22 @@ def current_metadata(st: Storage) -> str:
     """The relative path of the table's current metadata file (StorageError when it cannot be told)."""
     pinned = _PINNED.get(st.display, (None, ""))[0]
     if pinned is not None:  # named by its catalog (resolve_catalog_sink)
-        if st.lookup(f"{METADATA_DIR}/{pinned}") is None:
-            raise StorageError(st.uri(f"{METADATA_DIR}/{pinned}"), "the metadata file the catalog names does not exist")
-        return f"{METADATA_DIR}/{pinned}"
+        if st.lookup(metadata_rel(pinned)) is None:
+            raise StorageError(st.uri(metadata_rel(pinned)), "the metadata file the catalog names does not exist")
+        return metadata_rel(pinned)
     names = st.list_names(METADATA_DIR)[0]
-    if "version-hint.text" in names:
-        hint = st.read(f"{METADATA_DIR}/version-hint.text", 1024).decode("utf-8", "replace").strip()
-        if hint.isdigit() and f"v{hint}.metadata.json" in names:
-            return f"{METADATA_DIR}/v{hint}.metadata.json"
-    versions: dict[int, list[str]] = {}
-    for n in names:
-        m = _NAME.match(n)
-        if m and not n.endswith(".gz.metadata.json"):
-            versions.setdefault(int(m.group(1) or m.group(2)), []).append(n)
+    if VERSION_HINT in names:
+        hinted = hinted_name(st.read(metadata_rel(VERSION_HINT), MAX_HINT_BYTES), names)
+        if hinted is not None:
+            return metadata_rel(hinted)
+    versions = metadata_versions(names)
     if not versions:
         raise StorageError(st.uri(METADATA_DIR), "no table metadata file (*.metadata.json)")
     top = max(versions)
     if len(versions[top]) > 1:
         raise StorageError(st.uri(METADATA_DIR), f"{len(versions[top])} metadata files claim version {top} "
                            f"({summarize(sorted(versions[top]), 2)}): the catalog names the current one")
-    return f"{METADATA_DIR}/{versions[top][0]}"
-
-
-def _int(v: Any) -> Optional[int]:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int) and -LONG <= v < LONG:
-        return v
-    if isinstance(v, str) and re.fullmatch(r"-?\d{1,19}", v):
-        n = int(v)
-        return n if -LONG <= n < LONG else None
-    return None
+    return metadata_rel(versions[top][0])
 
 
 def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
@@ -122,31 +111,14 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
     ends at a parent the metadata no longer holds before any epoch of the query), and the current
     snapshot id. StorageError / LogParseError for a file that is not table metadata."""
     rel = current_metadata(st)
-    data = st.read(rel, MAX_METADATA_BYTES)
-    try:
-        meta = load_json(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StorageError(st.uri(rel), f"table metadata is not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("snapshots", []), list):
-        raise StorageError(st.uri(rel), "not Iceberg table metadata (no snapshots list)")
-    snapshots: dict[int, dict[str, Any]] = {}
-    for s in meta.get("snapshots") or []:
-        sid = _int(s.get("snapshot-id")) if isinstance(s, dict) else None
-        if sid is None:
-            raise StorageError(st.uri(rel), "a snapshot without a valid snapshot-id")
-        snapshots[sid] = s
-    refs: dict[str, Any] = meta["refs"] if isinstance(meta.get("refs"), dict) else {}
-    main: dict[str, Any] = refs["main"] if isinstance(refs.get("main"), dict) else {}
-    current = _int(meta.get("current-snapshot-id"))
-    if current is None or current == -1:
-        current = _int(main.get("snapshot-id"))
-    hadoop = re.fullmatch(rf"{METADATA_DIR}/v(\d{{1,18}})\.metadata\.json", rel)
+    meta = parse_table_metadata(st.read(rel, MAX_METADATA_BYTES), st.uri(rel))
+    snapshots, current = meta.snapshots, meta.current
+    hadoop = hadoop_version(rel)
     out: dict[str, Any] = {"metadata": st.uri(rel), "metadata_rel": rel, "snapshot_id": current, "epoch": None, "epochs": [],
-                           "hadoop_version": int(hadoop.group(1)) if hadoop and st.lookup(f"{METADATA_DIR}/version-hint.text")
+                           "hadoop_version": hadoop if hadoop is not None and st.lookup(metadata_rel(VERSION_HINT))
                            is not None else None, "ancestry": [],
                            "rolled_back": [], "others": 0, "expired": False,
-                           "queries": sorted({str(s["summary"][QUERY_ID]) for s in snapshots.values()
-                                              if isinstance(s.get("summary"), dict) and s["summary"].get(QUERY_ID)})}
+                           "queries": sorted({str(s.query) for s in snapshots.values() if s.query})}
     ancestry: list[int] = []
     seen: set[int] = set()
     sid = current
@@ -157,18 +129,18 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
             out["expired"] = True  # the parent was expired: history before it is gone
             break
         ancestry.append(sid)
-        sid = _int(snap.get("parent-snapshot-id"))
+        sid = snap.parent_id
     for sid in ancestry:
-        summary: dict[str, Any] = snapshots[sid]["summary"] if isinstance(snapshots[sid].get("summary"), dict) else {}
-        mine = app_id is not None and summary.get(QUERY_ID) == app_id
-        out["ancestry"].append({"snapshot_id": sid, "epoch": _int(summary.get(EPOCH_ID)) if mine else None,
-                                "operation": str(summary.get("operation", "")), "query": summary.get(QUERY_ID)})
+        snap = snapshots[sid]
+        mine = app_id is not None and snap.query == app_id
+        out["ancestry"].append({"snapshot_id": sid, "epoch": snap.epoch if mine else None,
+                                "operation": snap.operation, "query": snap.query})
         if mine:
-            epoch = _int(summary.get(EPOCH_ID))
+            epoch = snap.epoch
             if epoch is None:
-                raise StorageError(st.uri(rel), f"snapshot {sid}: {EPOCH_ID} {summary.get(EPOCH_ID)!r} is not an epoch")
-            out["epochs"].append({"epoch": epoch, "snapshot_id": sid, "timestamp_ms": _int(snapshots[sid].get("timestamp-ms")),
-                                  "files": _int(summary.get("added-data-files")), "rows": _int(summary.get("added-records"))})
+                raise StorageError(st.uri(rel), f"snapshot {sid}: {EPOCH_ID} {snap.epoch_value!r} is not an epoch")
+            out["epochs"].append({"epoch": epoch, "snapshot_id": sid, "timestamp_ms": snap.timestamp_ms,
+                                  "files": snap.files, "rows": snap.rows})
         elif not out["epochs"]:
             out["others"] += 1  # another writer's snapshot after the query's newest epoch
     if out["epochs"]:
@@ -176,9 +148,8 @@ def read_table(st: Storage, app_id: Optional[str]) -> dict[str, Any]:
         out["expired"] = False  # the newest epoch was found: what expired before it does not matter
     on_path = set(ancestry)
     for sid, snap in snapshots.items():
-        summary = snap["summary"] if isinstance(snap.get("summary"), dict) else {}
-        if sid not in on_path and app_id is not None and summary.get(QUERY_ID) == app_id:
-            epoch = _int(summary.get(EPOCH_ID))
+        if sid not in on_path and app_id is not None and snap.query == app_id:
+            epoch = snap.epoch
             if epoch is not None:
                 out["rolled_back"].append(epoch)
     out["rolled_back"] = sorted(set(out["rolled_back"]))
@@ -250,25 +221,12 @@ def rollback(st: Storage, table: dict[str, Any], x: int,
                 f"rollback_to_snapshot): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
                 "state and the restart writes them again; undo sets the previous current snapshot again", after)
     rel = table["metadata_rel"]
-    meta = load_json(st.read(rel, MAX_METADATA_BYTES).decode("utf-8"))
     version = int(table["hadoop_version"]) + 1
-    new_rel = f"{METADATA_DIR}/v{version}.metadata.json"
+    new_rel = metadata_rel(hadoop_name(version))
     if st.lookup(new_rel) is not None:
         return None, f"{st.uri(new_rel)} exists already: the table moved on since it was read", None
-    previous_ms = _int(meta.get("last-updated-ms")) or now_ms
-    meta["current-snapshot-id"] = target
-    refs = meta.get("refs") if isinstance(meta.get("refs"), dict) else {}
-    main = dict(refs["main"] if isinstance(refs.get("main"), dict) else {}, **{"snapshot-id": target, "type": "branch"})
-    meta["refs"] = dict(refs, main=main)
-    meta["last-updated-ms"] = max(now_ms, previous_ms)
-    snapshot_log = meta["snapshot-log"] if isinstance(meta.get("snapshot-log"), list) else []
-    meta["snapshot-log"] = snapshot_log + [{"timestamp-ms": meta["last-updated-ms"], "snapshot-id": target}]
-    log = meta["metadata-log"] if isinstance(meta.get("metadata-log"), list) else []
-    prefix = str(log[-1]["metadata-file"]).rsplit("/", 1)[0] if log and isinstance(log[-1], dict) and \
-        log[-1].get("metadata-file") else st.uri(METADATA_DIR)
-    meta["metadata-log"] = log + [{"timestamp-ms": previous_ms, "metadata-file": f"{prefix}/{rel.rsplit('/', 1)[1]}"}]
-    content = json.dumps(meta, ensure_ascii=False).encode("utf-8")
-    return ([("write", new_rel, content), ("write", f"{METADATA_DIR}/version-hint.text", str(version).encode("ascii"))],
+    content = rolled_back_metadata(st.read(rel, MAX_METADATA_BYTES), st.uri(rel), target, now_ms, st.uri(METADATA_DIR))
+    return ([("write", new_rel, content), ("write", metadata_rel(VERSION_HINT), version_hint(version))],
             f"the table is rolled back to snapshot {target} (a new metadata version v{version}, as Iceberg's "
             f"rollback_to_snapshot does): epochs {summarize([str(e) for e in sorted(epochs)], 5)} leave its current "
             "state and the restart writes them again; undo makes the previous version current", after)

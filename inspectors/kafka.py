@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 
 from streamctl.formats.errors import StreamctlError, UsageError
 from streamctl.formats.kafka_offsets import Offsets, parse_kafka_offsets
+from streamctl.formats.layout import OFFSETS_DIR
 from streamctl.formats.offsets import SourceId
 from streamctl.inspectors.findings import Finding, summarize
 from streamctl.inspectors.query_inspection import QueryInspection
@@ -440,7 +441,7 @@ def epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, 
     if chosen not in q.offsets.batch_ids:
         raise UsageError(f"{location}: offsets/{chosen} does not exist (retained: "
                          f"{q.offsets.oldest}..{q.offsets.latest})")
-    entry = parse_offsets(st.read(f"offsets/{chosen}"), st.uri(f"offsets/{chosen}"), chosen)
+    entry = parse_offsets(st.read(f"{OFFSETS_DIR}/{chosen}"), st.uri(f"{OFFSETS_DIR}/{chosen}"), chosen)
     merged: dict[tuple[str, int], int] = {}
     raws: list[tuple[Any, str]] = []
     for src in entry.sources:

@@ -21,12 +21,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from streamctl.formats.errors import LogParseError
+from streamctl.formats.layout import LEASE_FILE, STOP_FILE, STREAMCTL_DIR
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.storage import Storage
 
-FOLDER = "_streamctl"
-LEASE_FILE = f"{FOLDER}/lease.json"
-STOP_FILE = f"{FOLDER}/stop.json"
+FOLDER = STREAMCTL_DIR  # LEASE_FILE and STOP_FILE are formats/layout.py's (imported from here too)
 LEASE_VERSION = 1
 STOP_VERSION = 1
 STATES = ("running", "stopping", "released")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import OFFSETS_DIR
 from streamctl.inspectors.findings import Finding, ids_of, missing_ranges, ranges_text
 from streamctl.inspectors.storage import Storage
 
@@ -66,7 +67,7 @@ def foreign_batches(ck: Storage, q: Any, sink: Any) -> list[int]:
         from streamctl.formats.offsets import parse_offsets
         from streamctl.inspectors.sinks import list_file_sink_log
 
-        ts = parse_offsets(ck.read(f"offsets/{o}"), ck.uri(f"offsets/{o}"), o).timestamp_ms
+        ts = parse_offsets(ck.read(f"{OFFSETS_DIR}/{o}"), ck.uri(f"{OFFSETS_DIR}/{o}"), o).timestamp_ms
         if ts is None or ts <= 0:
             return []
         sst = Storage.open(sink.uri)

@@ -8,6 +8,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import OFFSETS_DIR, STATE_DIR
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets
 from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_field_types
 from streamctl.inspectors.findings import Finding
@@ -64,7 +65,7 @@ def compare_keys(checkpoint: str, old: dict[int, Optional[str]], new: dict[int, 
     for op, want in sorted(keys.items()):
         if want is None or op not in old or old[op] != new.get(op, ("", ""))[1]:
             continue
-        rel = f"state/{op}/0/{SCHEMA_FILE}"
+        rel = f"{STATE_DIR}/{op}/0/{SCHEMA_FILE}"
         try:
             data = st.read(rel)
         except StreamctlError:
@@ -132,7 +133,7 @@ def compare_source_paths(checkpoint: str, planned: Optional[int], sources: Itera
 
     def offsets_at(batch: int) -> Optional[OffsetEntry]:
         try:
-            return parse_offsets(st.read(f"offsets/{batch}"), st.uri(f"offsets/{batch}"), batch)
+            return parse_offsets(st.read(f"{OFFSETS_DIR}/{batch}"), st.uri(f"{OFFSETS_DIR}/{batch}"), batch)
         except StreamctlError:
             return None
 

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlparse
 
 from streamctl.formats.compactible import compactible_name, parse_compactible
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import SOURCES_DIR
 from streamctl.formats.offsets import OffsetEntry, SourceId
 from streamctl.formats.source_log import entry_paths
 from streamctl.inspectors.sources import SourceInfo
@@ -73,7 +74,7 @@ def listed_files(st: Storage, source_id: SourceId, lo: int, hi: int) -> list[str
     at or above them with that `batchId`. Cost follows the files that exist."""
     if hi <= lo:
         return []
-    rel = f"sources/{source_id}"
+    rel = f"{SOURCES_DIR}/{source_id}"
     names: dict[int, tuple[str, bool]] = {}
     for e in st.list_dir(rel) or []:
         parsed = compactible_name(e.name)

@@ -35,6 +35,7 @@ from streamctl.formats.coordinated_log import (
 from streamctl.formats.delta_txn import DELTA_LOG
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths, live_files
+from streamctl.formats.iceberg import METADATA_DIR as ICEBERG_METADATA
 from streamctl.formats.names import is_temp_name
 from streamctl.inspectors.findings import (
     MAX_LISTED,
@@ -436,7 +437,7 @@ def detect_kind(st: Storage) -> Optional[str]:
     """The sink kind from the folders at the sink root, or None."""
     names = {e.name for e in st.list_dir("") or [] if e.is_dir}
     found = [k for k, marker in MARKERS.items() if marker in names]
-    if not found and "metadata" in names:
+    if not found and ICEBERG_METADATA in names:
         from streamctl.inspectors.iceberg import is_table
 
         found = ["iceberg"] if is_table(st) else []

@@ -8,6 +8,7 @@ from typing import Optional
 
 from streamctl.formats.compactible import CompactibleBatch, compactible_file, compactible_name, parse_compactible
 from streamctl.formats.errors import LogParseError, StorageError
+from streamctl.formats.layout import SOURCES_DIR
 from streamctl.formats.offsets import SourceId
 from streamctl.formats.source_log import KafkaInitialOffsets, parse_kafka_initial_offsets, parse_rate_start
 from streamctl.inspectors.findings import missing_ranges
@@ -45,7 +46,7 @@ class SourceInfo:
 
 def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     """Classify and read `sources/<source_id>/`. LogParseError/StorageError on bad files."""
-    rel = f"sources/{source_id}"
+    rel = f"{SOURCES_DIR}/{source_id}"
     entries = storage.list_dir(rel) or []
     for e in entries:
         if e.is_dir and compactible_name(e.name) is not None:  # no reader of the source log can read it

@@ -22,18 +22,16 @@ from typing import Any
 
 from streamctl.formats.errors import StorageError
 from streamctl.formats.journal import JOURNAL_FILE, SEGMENT_DIR, json_file
+from streamctl.formats.layout import BACKED_UP_DIR, MANIFEST_FILE, PLAN_FILE
 from streamctl.formats.reader import load_json
 from streamctl.operations.files import Pending, Root
 from streamctl.operations.journal import Conflict
 from streamctl.operations.plan import Plan, Step
 
-PLAN_FILE = "plan.json"
-MANIFEST_FILE = "manifest.json"
-
 
 def backup_rel(step: Step) -> str:
     """Where a step's file is kept in the backup folder."""
-    return f"files/{step.root}/{step.path}"
+    return f"{BACKED_UP_DIR}/{step.root}/{step.path}"
 
 
 def write_plan(backup: Root, plan: Plan) -> None:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError, StreamctlError
+from streamctl.formats.layout import BACKUPS_DIR as BACKUPS
+from streamctl.formats.layout import RETIRED_DIR as ARCHIVES
 from streamctl.operations.files import Root
 
-BACKUPS = "_streamctl/backups"
-ARCHIVES = "_streamctl/retired"
 _STAMP = re.compile(r"-(\d{8}T\d{6}Z)-")
 
 

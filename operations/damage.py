@@ -28,6 +28,7 @@ from streamctl.formats.checksum import crc_name, hadoop_crc
 from streamctl.formats.commits import parse_commit
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.layout import COMMITS_DIR, METADATA_FILE, OFFSETS_DIR
 from streamctl.formats.metadata import parse_query_metadata, serialize_query_metadata
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.storage import Storage
@@ -125,20 +126,20 @@ def assess(req: Any) -> Damage:
         path, reason = str(f.details.get("path", "")), str(f.details.get("reason", ""))
         rel = rel_of(path, st.display)
         if rel is not None:
-            if rel == "metadata":
+            if rel == METADATA_FILE:
                 why = "missing" if reason == "missing" else _torn(st, rel, parse_query_metadata)
                 if why is not None:
                     _metadata(dmg, st, q, given, why)
                 continue
             P, C = q.offsets.latest, q.commits.latest
-            if P is not None and rel == f"offsets/{P}" and (C is None or C < P):
+            if P is not None and rel == f"{OFFSETS_DIR}/{P}" and (C is None or C < P):
                 why = _torn(st, rel, functools.partial(_offsets_at, P))
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)
                     dmg.notes.append(f"offsets/{P} is torn ({why}) and nothing committed batch {P}: moved aside, "
                                      f"Spark plans batch {P} anew from the input after offsets/{P - 1}")
-            elif C is not None and rel == f"commits/{C}":
+            elif C is not None and rel == f"{COMMITS_DIR}/{C}":
                 why = _torn(st, rel, functools.partial(_commit_at, C))
                 if why is not None:
                     absent |= _with_crc(st, rel)
@@ -182,7 +183,7 @@ def _metadata(dmg: Damage, st: Storage, q: Any, given: Optional[str], why: str) 
     if lease.get("query_id"):
         evidence["the agent's lease"] = str(lease["query_id"])
     ids = set(evidence.values())
-    where = st.uri("metadata")
+    where = st.uri(METADATA_FILE)
     if given:
         if ids and ids != {given}:
             raise Refused(f"{where}: --query-id {given} differs from the id "
@@ -202,9 +203,9 @@ def _metadata(dmg: Damage, st: Storage, q: Any, given: Optional[str], why: str) 
                       "StreamingQueryListener) to write it, or start the query on a new checkpoint")
     content = serialize_query_metadata(qid)
     dmg.query_id = qid
-    dmg.torn.append("metadata")
-    dmg.metadata = [Step("write", "checkpoint", "metadata", f"the query id {qid} ({source})", content),
-                    Step("write", "checkpoint", crc_name("metadata"), "its checksum", hadoop_crc(content))]
+    dmg.torn.append(METADATA_FILE)
+    dmg.metadata = [Step("write", "checkpoint", METADATA_FILE, f"the query id {qid} ({source})", content),
+                    Step("write", "checkpoint", crc_name(METADATA_FILE), "its checksum", hadoop_crc(content))]
     dmg.notes.append(f"metadata is {why}: written with query id {qid} from {source}"
                      + ("; a sink keyed on the query id (Delta's txn app id) treats a different id as a new query"
                         if source == "--query-id" else "")

@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Optional
 
 from streamctl.formats.journal import Event, JournalState
+from streamctl.formats.layout import BACKED_UP_DIR, UNDONE_DIR
 from streamctl.operations.apply_steps import StepApplier, moved_entry
 from streamctl.operations.backup_folder import backup_rel, write_manifest_started, write_plan_started
 from streamctl.operations.files import Pending, Root
@@ -313,8 +314,8 @@ class Executor:
         by_root: dict[str, dict[str, str]] = {}  # root -> folder -> one path in it
         for step in steps:
             by_root.setdefault(step.root, {})[step.path.rpartition("/")[0]] = step.path
-        backup = {f"files/{name}/{rel}" for name, folders in by_root.items() for rel in folders.values()}
-        backup.update(f"undone/{s.root}/{s.path}" for s in steps if s.action == "write")
+        backup = {f"{BACKED_UP_DIR}/{name}/{rel}" for name, folders in by_root.items() for rel in folders.values()}
+        backup.update(f"{UNDONE_DIR}/{s.root}/{s.path}" for s in steps if s.action == "write")
         back = {step.path for step in steps if step.action == "put_back"}
         if back:
             by_root.setdefault(PUT_BACK_TO, {}).update((rel.rpartition("/")[0], rel) for rel in back)

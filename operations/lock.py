@@ -10,10 +10,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from streamctl.formats.layout import LOCK_FILE, STREAMCTL_DIR
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Refused
-
-LOCK_FILE = "_streamctl/lock.json"
 
 
 class LockHeld(Refused):
@@ -86,4 +85,4 @@ class Lock:
             return
         if isinstance(held, dict) and held.get("op_id") == self.owner["op_id"] and held.get("pid") == self.owner["pid"]:
             self.root.delete(LOCK_FILE)
-            self.root.remove_empty_dirs("_streamctl")  # a refused or failed run leaves nothing behind
+            self.root.remove_empty_dirs(STREAMCTL_DIR)  # a refused or failed run leaves nothing behind

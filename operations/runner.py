@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from streamctl.formats.errors import StorageError, UsageError
 from streamctl.formats.journal import Event
+from streamctl.formats.layout import BACKUPS_DIR, CHECKPOINT_LOGS, PLAN_FILE, WRITTEN_FILE
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Plan, Refused
 from streamctl.operations.plan_checks import check_backup_target, check_plan, step_actions
@@ -84,7 +85,7 @@ class Operation:
     command: str  # as in plan.json and in `streamctl <command> --resume/--undo`
     verify: Verifier  # after the steps: the promised state reached?
     backup_flag: str = "--backup-dir"
-    backup_under: str = "_streamctl/backups"  # the default backup folder, below the checkpoint
+    backup_under: str = BACKUPS_DIR  # the default backup folder, below the checkpoint
     backup_root: str = "backup"  # the backup's root name ("archive" for drop-sink: a root of its plan)
     finish: Optional[Callable[[Plan, dict[str, Root], Any], None]] = None  # after the steps, before verify
     resumable: Callable[[Plan, Any], Optional[str]] = live_by_lease  # on resume: a reason to refuse
@@ -212,7 +213,7 @@ def _run(op: Operation, plan: Plan, roots: dict[str, Root], backup: Root, steps:
     return Outcome(plan, backup, executed=True, resumed=resumed, verified=ok, got=got)
 
 
-WRITTEN = "_streamctl/written.json"  # the checkpoint log files the last operation wrote (inspectors/liveness_findings.py)
+WRITTEN = WRITTEN_FILE  # the checkpoint log files the last operation wrote (inspectors/liveness_findings.py)
 
 
 def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
@@ -226,7 +227,7 @@ def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
         return
     files: dict[str, list[int]] = {}
     for s in plan.steps:
-        if s.root == "checkpoint" and s.action == "write" and s.path.split("/", 1)[0] in ("offsets", "commits"):
+        if s.root == "checkpoint" and s.action == "write" and s.path.split("/", 1)[0] in CHECKPOINT_LOGS:
             try:
                 e = ck.storage.lookup(s.path)
             except StorageError:
@@ -249,7 +250,7 @@ def _earlier(op: Operation, backup_location: str, undo: bool, say: Optional[Say]
 
     plan, backup = load(backup_location)
     if plan.command != op.command:
-        raise UsageError(f"{backup.uri('plan.json')}: a plan of `streamctl {plan.command}`, not of {op.command}")
+        raise UsageError(f"{backup.uri(PLAN_FILE)}: a plan of `streamctl {plan.command}`, not of {op.command}")
     roots = roots_of(plan)
     steps = op.steps(plan, roots, backup, say, meter)
     journal = steps.read_journal()

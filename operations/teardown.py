@@ -48,6 +48,18 @@ from streamctl.formats.coordinated_log import COORD_COMMITS, COORD_STAGING
 from streamctl.formats.errors import StorageError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.journal import Event
+from streamctl.formats.layout import (
+    BACKED_UP_DIR,
+    COMMITS_DIR,
+    HANDOFF_FILE,
+    LEASE_FILE,
+    METADATA_FILE,
+    OFFSETS_DIR,
+    RETIRED_DIR,
+    SOURCES_DIR,
+    STATE_DIR,
+    STREAMCTL_DIR,
+)
 from streamctl.inspectors.documents import document
 from streamctl.inspectors.findings import positions_text, shown
 from streamctl.inspectors.lease import TOMBSTONE_KIND
@@ -55,10 +67,8 @@ from streamctl.operations.files import Root
 from streamctl.operations.plan import EXACTLY_ONCE, Plan, Refused, Step  # noqa: F401 - Refused: the one refusal of every mutation
 from streamctl.operations.stop import now_ms
 
-HANDOFF_FILE = "handoff.json"
-RETIRED_DIR = "_streamctl/retired"
-KEEP = ("_streamctl", "metadata", crc_name("metadata"))
-LOG_ORDER = ("commits", "offsets", "sources")
+KEEP = (STREAMCTL_DIR, METADATA_FILE, crc_name(METADATA_FILE))
+LOG_ORDER = (COMMITS_DIR, OFFSETS_DIR, SOURCES_DIR)
 SINK_LOGS = {"file": (FILE_SINK_LOG,), "coordinated": (COORD_COMMITS, COORD_STAGING), "delta": ()}
 
 Say = Callable[[str], None]
@@ -180,7 +190,7 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
     `stop_timeout_s` for the lease to be released, then for the quiet period; without `safe` it
     refuses. Without a live lease: refuses when a log file changed within the quiet period.
     Returns what was observed (journaled by the caller)."""
-    from streamctl.inspectors.lease import FOLDER, lease_status
+    from streamctl.inspectors.lease import lease_status
     from streamctl.operations import stop
 
     say = say or (lambda _m: None)
@@ -198,7 +208,7 @@ def stop_writer(location: str, *, safe: bool, quiet_period_s: float, stop_timeou
                              "then rerun with --assume-stopped"))
     if status == "live":
         if not safe:
-            raise Refused(f"{location}: the query is running ({FOLDER}/lease.json held by run "
+            raise Refused(f"{location}: the query is running ({LEASE_FILE} held by run "
                           f"{lease.run_id} on {lease.host}, pid {lease.pid}); use --safe to stop it first")
         if not Root("checkpoint", location).is_local:
             raise Refused(f"{location}: stop requests can only be written to local checkpoints")
@@ -335,7 +345,7 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
             kafka.append(starting)
         elif kind == "file":
             files: list[str] = []
-            for b in read_compactible_log(ck.storage, f"sources/{so.source_id}"):
+            for b in read_compactible_log(ck.storage, f"{SOURCES_DIR}/{so.source_id}"):
                 if C is not None and b.batch_id <= C:
                     if b.compact:
                         files = []
@@ -390,14 +400,14 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
     roots' listings; `sink_log_detail` (a SinkLog read with detail) is needed for --purge-data."""
     steps: list[Step] = []
     notes: list[str] = []
-    if ck.exists(crc_name("metadata")):
-        steps.append(Step("move", "checkpoint", crc_name("metadata"), "checksum of the metadata about to be tombstoned"))
-    steps.append(Step("write", "checkpoint", "metadata", "tombstone: from here on a restart of the old query fails "
+    if ck.exists(crc_name(METADATA_FILE)):
+        steps.append(Step("move", "checkpoint", crc_name(METADATA_FILE), "checksum of the metadata about to be tombstoned"))
+    steps.append(Step("write", "checkpoint", METADATA_FILE, "tombstone: from here on a restart of the old query fails "
                       "loudly", tombstone(op_id, q.query_id, archive.location)))
     if discarded is not None:
-        steps.append(Step("move", "checkpoint", f"offsets/{discarded}", f"discard the in-flight epoch {discarded}"))
-        if ck.exists(crc_name(f"offsets/{discarded}")):
-            steps.append(Step("move", "checkpoint", crc_name(f"offsets/{discarded}"), "checksum of a moved entry"))
+        steps.append(Step("move", "checkpoint", f"{OFFSETS_DIR}/{discarded}", f"discard the in-flight epoch {discarded}"))
+        if ck.exists(crc_name(f"{OFFSETS_DIR}/{discarded}")):
+            steps.append(Step("move", "checkpoint", crc_name(f"{OFFSETS_DIR}/{discarded}"), "checksum of a moved entry"))
     top = dict(_names(ck))
     skip = set(KEEP)
     inner = _inside(ck, archive.location) if ck.is_local and archive.is_local else None
@@ -405,18 +415,18 @@ def plan_teardown(req: TeardownRequest, q: Any, ck: Root, sink: Root, archive: R
         skip.add(inner.split("/")[0])  # an archive inside the checkpoint is never moved into itself
     # One move per folder, never a folder after some of its children: the executor keeps each
     # moved path at files/<root>/<path>, and a parent moved later would land on top of them.
-    if "state" in top and "state" not in skip:
-        for name, _is_dir in _names(ck, "state"):
-            steps.append(Step("move", "checkpoint", f"state/{name}", f"retire state of operator {name}"))
-    rest = [n for n in LOG_ORDER if n in top] + sorted(n for n in top if n not in LOG_ORDER and n != "state")
+    if STATE_DIR in top and STATE_DIR not in skip:
+        for name, _is_dir in _names(ck, STATE_DIR):
+            steps.append(Step("move", "checkpoint", f"{STATE_DIR}/{name}", f"retire state of operator {name}"))
+    rest = [n for n in LOG_ORDER if n in top] + sorted(n for n in top if n not in LOG_ORDER and n != STATE_DIR)
     for name in rest:
         if name in skip:
             continue
-        if name == "offsets" and discarded is not None:
+        if name == OFFSETS_DIR and discarded is not None:
             gone = {f"{discarded}", crc_name(str(discarded))}
-            for sub, _d in _names(ck, "offsets"):
+            for sub, _d in _names(ck, OFFSETS_DIR):
                 if sub not in gone:
-                    steps.append(Step("move", "checkpoint", f"offsets/{sub}", "retire a checkpoint log entry"))
+                    steps.append(Step("move", "checkpoint", f"{OFFSETS_DIR}/{sub}", "retire a checkpoint log entry"))
             continue
         steps.append(Step("move", "checkpoint", name, "retire a checkpoint log" if name in LOG_ORDER
                           else "retire what remains of the checkpoint"))
@@ -509,7 +519,7 @@ def purge(plan: Plan, archive: Root, journal: Any, meter: Optional[Callable[[str
     from streamctl.operations.meter import Meter
 
     for name in ("checkpoint", "sink"):
-        rel = f"files/{name}"
+        rel = f"{BACKED_UP_DIR}/{name}"
         journal.append({"event": Event.PURGE_BEGIN, "path": rel})
         files = archive.walk_sizes(rel)
         done = Meter(len(files), meter, label=f"purge {rel}: ")
@@ -542,8 +552,8 @@ def verify_teardown(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str,
             problems.append(f"{root.uri(s.path)} does not hold what the plan wrote")
     if plan.settings.get("purge"):
         for name in ("checkpoint", "sink"):
-            if roots["archive"].exists(f"files/{name}"):
-                problems.append(f"{roots['archive'].uri('files/' + name)} was not purged")
+            if roots["archive"].exists(f"{BACKED_UP_DIR}/{name}"):
+                problems.append(f"{roots['archive'].uri(f'{BACKED_UP_DIR}/{name}')} was not purged")
     return not problems, {"problems": problems, "final_epoch": plan.target,
                           "handoff": roots["archive"].uri(HANDOFF_FILE)}
 
@@ -560,7 +570,7 @@ def moved_on(plan: Plan, journal_state: Any) -> Optional[str]:
     """On --resume while the tombstone is not yet in place (a restart could still run the old
     query): the reason to refuse when the query ran again after the crash (the hand-off in the plan
     would be stale), else None."""
-    stone = next((i for i, s in enumerate(plan.steps) if s.root == "checkpoint" and s.path == "metadata"), None)
+    stone = next((i for i, s in enumerate(plan.steps) if s.root == "checkpoint" and s.path == METADATA_FILE), None)
     if stone is None or stone in journal_state.done:
         return None
     if stone in journal_state.begun and _in_place(plan, plan.steps[stone]):
@@ -584,7 +594,7 @@ def finish(plan: Plan, roots: dict[str, Root], steps: Any) -> None:
     (`offsets/` with --discard-in-flight, `state/`) go."""
     if plan.settings.get("purge"):
         purge(plan, roots["archive"], steps.journal, getattr(getattr(steps, "meter", None), "out", None))
-    for rel in ("state", "offsets"):
+    for rel in (STATE_DIR, OFFSETS_DIR):
         if roots["checkpoint"].exists(rel) and not roots["checkpoint"].walk_files(rel):
             roots["checkpoint"].remove_empty_dirs(rel)
 

@@ -19,7 +19,8 @@ from streamctl.formats.checksum import crc_target
 from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_STAGING
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
-from streamctl.formats.state import ZIP_EXT, state_versions
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
+from streamctl.formats.state import SST_DIR, ZIP_EXT, state_versions
 from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.sinks import list_file_sink_log
@@ -125,11 +126,11 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
     keep_offsets = low - 1
     if q.async_progress:  # the previous batch Spark reads is the previous offsets file on disk
         keep_offsets = max((b for b in q.offsets.batch_ids if b < low), default=low)
-    for name, keep_from in (("offsets", keep_offsets), ("commits", low)):
+    for name, category, keep_from in ((OFFSETS_DIR, "offsets", keep_offsets), (COMMITS_DIR, "commits", low)):
         for e in sorted(st.list_dir(name) or [], key=lambda e: e.name):
             b = crc_target(e.name) or e.name
             if b.isdigit() and int(b) < keep_from:
-                add("checkpoint", st, f"{name}/{e.name}", name, f"below the kept window (from {keep_from})", e.size)
+                add("checkpoint", st, f"{name}/{e.name}", category, f"below the kept window (from {keep_from})", e.size)
 
     # a store listed like another (the same `shape`: the same names in the same order,
     # inspectors/state_listing.py) that restores the same versions moves the same names: worked out once
@@ -154,10 +155,10 @@ def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: i
             referenced: set[str] = set()
             for z in kept_zips:
                 referenced |= zip_ssts(st, f"{s.path}/{z}")
-            for e in sorted(st.list_dir(f"{s.path}/SSTs") or [], key=lambda e: e.name):
+            for e in sorted(st.list_dir(f"{s.path}/{SST_DIR}") or [], key=lambda e: e.name):
                 sst = crc_target(e.name) or e.name
                 if sst.endswith(".sst") and sst not in referenced:
-                    add("checkpoint", st, f"{s.path}/SSTs/{e.name}", "ssts", "SST file no kept zip names", e.size)
+                    add("checkpoint", st, f"{s.path}/{SST_DIR}/{e.name}", "ssts", "SST file no kept zip names", e.size)
 
     if q.sink is not None and req.sink:
         sink_st = Storage.open(req.sink)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from streamctl.formats.coordinated_log import COORD_COMMITS
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.journal import Event, JournalState
+from streamctl.formats.layout import BACKED_UP_DIR, UNDONE_DIR
 from streamctl.operations.apply_steps import catalog_order
 from streamctl.operations.backup_folder import backup_rel
 from streamctl.operations.files import Root
@@ -113,7 +114,7 @@ class Undo:
         manifest entry has its sha256."""
         if self.backup.is_local and all(r.is_local for r in self.roots.values()):
             return set()
-        files = {f"files/{rel}" for rel, _size in self.backup.walk_sizes("files")}
+        files = {f"{BACKED_UP_DIR}/{rel}" for rel, _size in self.backup.walk_sizes(BACKED_UP_DIR)}
         out = set()
         for i in todo:
             step, m = self.plan.steps[i], ((state.done.get(i) or {}).get("manifest") or {})
@@ -247,7 +248,7 @@ class Undo:
         if pre is not None and pre.get("sha256") == want:
             return done  # the step changed nothing
         if root.exists(step.path) and root.digest(step.path)[1] == want:
-            root.move_to(step.path, self.backup, f"undone/{step.root}/{step.path}")
+            root.move_to(step.path, self.backup, f"{UNDONE_DIR}/{step.root}/{step.path}")
         if self.backup.exists(b):
             self.backup.move_to(b, root, step.path)
             done.append(root.uri(step.path))

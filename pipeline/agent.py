@@ -57,7 +57,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from streamctl.inspectors.lease import FOLDER, LEASE_VERSION, now_ms, read_stop_request
+from streamctl.formats.layout import COMMITS_DIR, LEASE_NAME, OFFSETS_DIR, STOP_NAME, STREAMCTL_DIR
+from streamctl.inspectors.lease import LEASE_VERSION, now_ms, read_stop_request
 from streamctl.inspectors.outputs import write_text_atomic
 from streamctl.inspectors.storage import Storage
 
@@ -101,7 +102,7 @@ class Agent:
             raise ValueError("heartbeat_s, ttl_s and poll_s must be positive")
         self.query = query
         self.checkpoint = _local_root(checkpoint)
-        self.folder = os.path.join(self.checkpoint, FOLDER)
+        self.folder = os.path.join(self.checkpoint, STREAMCTL_DIR)
         self.heartbeat_s = float(heartbeat_s)
         self.ttl_ms = int(ttl_s * 1000)
         self.poll_s = min(float(poll_s), self.heartbeat_s)
@@ -145,7 +146,7 @@ class Agent:
             if self._lease["state"] != "released":
                 self._lease["heartbeat_ms"] = t
                 self._lease["expires_at_ms"] = t + self.ttl_ms
-            write_json_atomic(self.folder, "lease.json", self._lease)
+            write_json_atomic(self.folder, LEASE_NAME, self._lease)
 
     def heartbeat(self, last_batch: Optional[int] = None) -> None:
         """Refresh the lease now (called by the thread and on progress events)."""
@@ -309,7 +310,7 @@ class Agent:
             return False
         if active:
             return False
-        return _newest(os.path.join(self.checkpoint, "offsets")) == _newest(os.path.join(self.checkpoint, "commits"))
+        return _newest(os.path.join(self.checkpoint, OFFSETS_DIR)) == _newest(os.path.join(self.checkpoint, COMMITS_DIR))
 
     def _interrupts_planned_batches(self) -> bool:
         """Whether this Spark interrupts a batch that starts after the state left ACTIVE (4.2+)."""
@@ -323,8 +324,8 @@ class Agent:
         """Whether the newest batch's offsets are written and not committed: a job of this run is
         then the batch's own, not one of its planning (a source's parallel file listing runs
         before offsets/N is written, and the check that interrupts the batch comes after it)."""
-        planned = _newest(os.path.join(self.checkpoint, "offsets"))
-        committed = _newest(os.path.join(self.checkpoint, "commits"))
+        planned = _newest(os.path.join(self.checkpoint, OFFSETS_DIR))
+        committed = _newest(os.path.join(self.checkpoint, COMMITS_DIR))
         return planned is not None and (committed is None or planned > committed)
 
     def _running_a_job(self) -> bool:
@@ -383,8 +384,8 @@ class Agent:
                 self._run_again()
                 return
         self._stop_query_beating(last_beat)
-        committed = _newest(os.path.join(self.checkpoint, "commits"))
-        self.stopped_clean = _newest(os.path.join(self.checkpoint, "offsets")) == committed
+        committed = _newest(os.path.join(self.checkpoint, COMMITS_DIR))
+        self.stopped_clean = _newest(os.path.join(self.checkpoint, OFFSETS_DIR)) == committed
         if not self.stopped_clean:
             log.warning("streamctl agent: the query stopped with an epoch in flight (Spark replays it on restart)")
         with self._lock:  # the last progress event may still be on Spark's listener bus
@@ -392,7 +393,7 @@ class Agent:
                 self._lease["last_batch"] = committed
         self.release()
         try:
-            os.unlink(os.path.join(self.folder, "stop.json"))
+            os.unlink(os.path.join(self.folder, STOP_NAME))
         except FileNotFoundError:
             pass
         self._remove_listener()

@@ -19,6 +19,7 @@ from typing import Any, Callable, ContextManager, Optional, Protocol
 
 from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import UsageError
+from streamctl.formats.layout import COMMITS_DIR, LEASE_FILE, METADATA_FILE, OFFSETS_DIR, STATE_DIR
 
 FAULTS: dict[str, str] = {
     "sink-ahead": "restore an older copy of the file sink's checkpoint: its newest offsets/commits batches "
@@ -144,31 +145,31 @@ def _newest(folder: Path) -> Optional[int]:
 
 def _fault_sink_ahead(root: Path) -> list[str]:
     ckpt = root / "file_sink" / "checkpoint"
-    newest = _newest(ckpt / "commits")
+    newest = _newest(ckpt / COMMITS_DIR)
     if newest is None or newest < 1:
         raise RuntimeError("the file sink's checkpoint has fewer than two batches")
     drop = min(2, newest)  # keep at least batch 0
     gone: list[str] = []
     for b in range(newest - drop + 1, newest + 1):
-        gone += _drop_batch(ckpt / "offsets", b) + _drop_batch(ckpt / "commits", b)
+        gone += _drop_batch(ckpt / OFFSETS_DIR, b) + _drop_batch(ckpt / COMMITS_DIR, b)
     return gone
 
 
 def _fault_commit_ahead(root: Path) -> list[str]:
     ckpt = root / "coordinated" / "checkpoint"
-    newest = _newest(ckpt / "offsets")
+    newest = _newest(ckpt / OFFSETS_DIR)
     if newest is None:
         raise RuntimeError("the coordinated sink's checkpoint has no offsets")
-    return _drop_batch(ckpt / "offsets", newest)
+    return _drop_batch(ckpt / OFFSETS_DIR, newest)
 
 
 def _fault_lost_state_file(root: Path) -> list[str]:
     ckpt = root / "delta" / "checkpoint"
-    committed = _newest(ckpt / "commits")
+    committed = _newest(ckpt / COMMITS_DIR)
     if committed is None:
         raise RuntimeError("the stateful checkpoint has no commits")
     version = committed + 1  # the state version a restart loads
-    store = ckpt / "state" / "0" / "0"
+    store = ckpt / STATE_DIR / "0" / "0"
     victims = sorted(p for p in store.iterdir() if p.is_file() and
                      (p.name.startswith(f"{version}_") or p.name.startswith(f"{version}.") or
                       p.name.startswith(f".{version}_") or p.name.startswith(f".{version}.")))
@@ -187,15 +188,16 @@ def _fault_stale_lease(root: Path) -> list[str]:
     from streamctl.pipeline.agent import write_json_atomic
 
     ckpt = root / "delta" / "checkpoint"
-    qid = json.loads((ckpt / "metadata").read_text(encoding="utf-8"))["id"]
+    qid = json.loads((ckpt / METADATA_FILE).read_text(encoding="utf-8"))["id"]
     now = int(time.time() * 1000)
     started, beat = now - 20 * 60_000, now - 10 * 60_000
     lease = Lease(version=LEASE_VERSION, query_id=qid, run_id="00000000-0000-0000-0000-000000000000",
                   name="demo_delta", host=socket.gethostname(), pid=2 ** 22 + 1, started_at_ms=started,
-                  heartbeat_ms=beat, expires_at_ms=beat + 30_000, last_batch=_newest(ckpt / "commits"),
+                  heartbeat_ms=beat, expires_at_ms=beat + 30_000, last_batch=_newest(ckpt / COMMITS_DIR),
                   state="running", released_at_ms=None, stop_request_ms=None)
-    write_json_atomic(str(ckpt / "_streamctl"), "lease.json", lease.to_json())
-    return [str(ckpt / "_streamctl" / "lease.json")]
+    lease_file = ckpt / LEASE_FILE
+    write_json_atomic(str(lease_file.parent), lease_file.name, lease.to_json())
+    return [str(lease_file)]
 
 
 # the query each fault damages: `diagnose` on it ends the fault's output with the exact next command

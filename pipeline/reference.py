@@ -45,6 +45,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from streamctl.formats.layout import METADATA_FILE, STOP_FILE
+
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
 
@@ -178,7 +180,8 @@ class _Stoppable:
         request = {"version": 1, "requested_at_ms": self._mod.now_ms(),
                    "requested_by": {"host": socket.gethostname(), "pid": os.getpid(), "user": getpass.getuser()},
                    "reason": "streamctl demo: caught up"}
-        self._mod.write_json_atomic(str(self._checkpoint / "_streamctl"), "stop.json", request)
+        stop_file = self._checkpoint / STOP_FILE
+        self._mod.write_json_atomic(str(stop_file.parent), stop_file.name, request)
         deadline = time.monotonic() + 60
         while self.agent.state != "released" and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -187,7 +190,7 @@ class _Stoppable:
             self.stop_mode = "query.stop()"
             self._query.stop()
         try:
-            (self._checkpoint / "_streamctl" / "stop.json").unlink()
+            stop_file.unlink()
         except FileNotFoundError:
             pass
 
@@ -208,7 +211,7 @@ def _delta_batch_fn(checkpoint: Path, output: Path) -> Callable[[Any, int], None
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
         from deltalake.exceptions import TableNotFoundError
 
-        app_id = json.loads((checkpoint / "metadata").read_text(encoding="utf-8"))["id"]
+        app_id = json.loads((checkpoint / METADATA_FILE).read_text(encoding="utf-8"))["id"]
         try:
             done = DeltaTable(str(output)).transaction_version(app_id)
         except TableNotFoundError:
@@ -237,7 +240,7 @@ def _iceberg_catalog(root: Path) -> Any:
 def _iceberg_last_epoch(table: Any, app_id: str) -> Optional[int]:
     """The query's newest epoch along the current snapshot's ancestry (Iceberg's SparkWrite
     `findLastCommittedEpochId`); the summary keys are the format owner's (inspectors/iceberg.py)."""
-    from streamctl.inspectors.iceberg import EPOCH_ID, QUERY_ID
+    from streamctl.formats.iceberg import EPOCH_ID, QUERY_ID
 
     snap = table.metadata.current_snapshot()
     while snap is not None:
@@ -256,7 +259,7 @@ def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[A
     def write_batch(batch_df: Any, batch_id: int) -> None:
         from pyiceberg.exceptions import NoSuchTableError
 
-        app_id = json.loads((checkpoint / "metadata").read_text(encoding="utf-8"))["id"]
+        app_id = json.loads((checkpoint / METADATA_FILE).read_text(encoding="utf-8"))["id"]
         data = batch_df.toArrow()
         catalog = _iceberg_catalog(root)
         try:
@@ -267,7 +270,7 @@ def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[A
         done = _iceberg_last_epoch(table, app_id)
         if done is not None and done >= batch_id:
             return  # a replay of an epoch the table already has
-        from streamctl.inspectors.iceberg import EPOCH_ID, QUERY_ID
+        from streamctl.formats.iceberg import EPOCH_ID, QUERY_ID
 
         table.append(data.cast(table.schema().as_arrow()),
                      snapshot_properties={QUERY_ID: app_id, EPOCH_ID: str(batch_id)})

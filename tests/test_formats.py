@@ -142,3 +142,35 @@ def test_kafka_offset_json_in_spark_shape() -> None:
     assert list(kafka_offsets.spark_shape({("t", 10): 1, ("t", 2): 5})["t"]) == ["2", "10"]  # by partition number
     for other in ('{"logOffset":4}', "17", '{"t":{"0":true}}', "not json", None):
         assert kafka_offsets.parse_kafka_offsets(other) is None
+
+
+def test_iceberg_table_metadata_names_snapshots_and_rollback() -> None:
+    """formats/iceberg.py: the metadata folder's file names, the snapshots of a table metadata
+    file (ids as JSON integers or digit strings), and a rollback's next version reads back with
+    the target snapshot current and the logs extended."""
+    from streamctl.formats import iceberg
+
+    names = ["v1.metadata.json", "v2.metadata.json", "v3.gz.metadata.json", iceberg.VERSION_HINT, "snap-1.avro"]
+    assert [n for n in names if iceberg.is_metadata_name(n)] == names[:3]
+    assert iceberg.metadata_versions(names) == {1: ["v1.metadata.json"], 2: ["v2.metadata.json"]}
+    assert iceberg.hinted_name(b"2\n", names) == "v2.metadata.json" and iceberg.hinted_name(b"7", names) is None
+    assert iceberg.hadoop_version(iceberg.metadata_rel("v2.metadata.json")) == 2
+    assert iceberg.hadoop_version("metadata/00002-ab-cd.metadata.json") is None
+    summary = {iceberg.QUERY_ID: "q", iceberg.EPOCH_ID: "4", "operation": "append", "added-records": "10"}
+    doc = {"format-version": 2, "current-snapshot-id": 2, "last-updated-ms": 5,
+           "snapshots": [{"snapshot-id": 1, "timestamp-ms": 1, "summary": {**summary, iceberg.EPOCH_ID: "3"}},
+                         {"snapshot-id": "2", "parent-snapshot-id": 1, "timestamp-ms": 2, "summary": summary}],
+           "metadata-log": [{"timestamp-ms": 1, "metadata-file": "s3://b/t/metadata/v1.metadata.json"}]}
+    meta = iceberg.parse_table_metadata(json.dumps(doc).encode(), "t/metadata/v2.metadata.json")
+    assert meta.current == 2 and meta.snapshots[2].parent_id == 1 and meta.snapshots[2].epoch == 4
+    assert (meta.snapshots[2].query, meta.snapshots[2].rows, meta.snapshots[2].files) == ("q", 10, None)
+    with pytest.raises(StorageError, match="snapshot-id"):
+        iceberg.parse_table_metadata(b'{"snapshots": [{"summary": {}}]}', "m")
+    with pytest.raises(StorageError, match="not valid JSON"):
+        iceberg.parse_table_metadata(b"{", "m")
+    back = json.loads(iceberg.rolled_back_metadata(json.dumps(doc).encode(), "s3://b/t/metadata/v2.metadata.json", 1,
+                                                   9, "s3://b/t/metadata"))
+    assert back["current-snapshot-id"] == 1 and back["refs"]["main"] == {"snapshot-id": 1, "type": "branch"}
+    assert back["snapshot-log"] == [{"timestamp-ms": 9, "snapshot-id": 1}]
+    assert back["metadata-log"][-1] == {"timestamp-ms": 5, "metadata-file": "s3://b/t/metadata/v2.metadata.json"}
+    assert iceberg.version_hint(3) == b"3"
