@@ -56,14 +56,16 @@ def compare_operators(committed: Optional[int], old: dict[int, Optional[str]], n
 
 def compare_keys(checkpoint: str, old: dict[int, Optional[str]], new: dict[int, tuple[str, str]],
                  keys: dict[int, Optional[list[str]]]) -> list[Any]:
-    """STATE_KEY_SCHEMA_CHANGED when an operator the new query keeps (same id, same name) keys its
-    state by other types than the checkpoint's state schema file records: Spark checks them when
-    the first batch runs (StateSchemaCompatibilityChecker: field count and types, names and
-    nullability aside) and fails with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE."""
+    """STATE_KEY_SCHEMA_CHANGED when an operator the new query keeps (same id, and the same name
+    where the checkpoint's operator metadata names it: PySpark 3.5 checkpoints may have none) keys
+    its state by other types than the checkpoint's state schema file records: Spark checks them
+    when the first batch runs (StateSchemaCompatibilityChecker: field count and types, names and
+    nullability aside) and fails with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE; on 3.5 a task may
+    first read an old state row under the new key and fail with InvalidUnsafeRowException."""
     st = Storage.open(checkpoint)
     out = []
     for op, want in sorted(keys.items()):
-        if want is None or op not in old or old[op] != new.get(op, ("", ""))[1]:
+        if want is None or op not in old or (old[op] is not None and old[op] != new.get(op, ("", ""))[1]):
             continue
         rel = f"{STATE_DIR}/{op}/0/{SCHEMA_FILE}"
         try:
@@ -77,9 +79,10 @@ def compare_keys(checkpoint: str, old: dict[int, Optional[str]], new: dict[int, 
         if have != want:
             out.append(Finding(
                 "STATE_KEY_SCHEMA_CHANGED",
-                f"operator {op} ({old[op]}): the checkpoint's state is keyed by ({', '.join(have)}) "
+                f"operator {op} ({old[op] or new.get(op, ('', 'unnamed'))[1]}): the checkpoint's state is keyed by ({', '.join(have)}) "
                 f"({st.uri(rel)}), the new query's by ({', '.join(want)}): the first batch of its restart fails "
-                "(STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE). Keep the keys, or start the changed query on a new checkpoint",
+                "(STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE; on Spark 3.5 a task may first fail reading an old state row, "
+                "InvalidUnsafeRowException). Keep the keys, or start the changed query on a new checkpoint",
                 details={"operator": op, "checkpoint_key_types": have, "query_key_types": want,
                          "path": st.uri(rel), "restart_error": "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"}))
     return out
