@@ -310,6 +310,7 @@ class Harness:
         res.inspect = _verdict(code, out, err)
         if tree(self.work(shape)) != before:
             res.disagreements.append("inspect changed files")
+        res.disagreements += _none_said("inspect", out)
         res.restart = self.restart_copy(shape, lay)
         exact = res.restart.kind == "exact"
         if code == 0 and not exact:
@@ -331,6 +332,7 @@ class Harness:
     def _judge_repair(self, shape: Shape, lay: Layout, res: Result, args: list[str], outside: dict) -> None:
         code, out, err = streamctl("align", *args, "--json", "--quiet-period", "0", home=self.home)
         res.align = _verdict(code, out, err)
+        res.disagreements += _none_said("align", out)
         if code in (3, 4):  # refused, or a file it needs is unreadable: the message must name why
             if not (err.strip() or out.strip()):
                 res.disagreements.append("align refused without saying why")
@@ -371,6 +373,7 @@ class Harness:
         res.inspect = _verdict(code, out, err)
         if tree(self.work(shape)) != before:
             res.disagreements.append("preflight changed files")
+        res.disagreements += _none_said("preflight", out)
         res.restart = self.restart_copy(shape, lay, change=change)
         fits = res.restart.kind == "exact"
         if code == 0 and not fits:
@@ -538,6 +541,14 @@ def _wait(pred: Any, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s")
         time.sleep(0.1)
+
+
+def _none_said(command: str, out: str) -> list[str]:
+    """Python's `None` in what streamctl says (JSON says null; a message never says None)."""
+    import re
+
+    m = re.search(r".{0,60}\bNone\b.{0,60}", out)
+    return [f"{command} says None: {m.group(0)!r}"] if m else []
 
 
 def _json(text: str) -> dict:
