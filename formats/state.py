@@ -217,7 +217,8 @@ def parse_zip_metadata(text: str) -> dict[str, Optional[int]]:
 
 MAX_SCHEMA_FILE = 16 << 20  # a state schema file larger than this is not read
 STATE_SCHEMA_DIR = "_stateSchema"  # state/<op>/_stateSchema/<storeName>/<batch>_<uuid> (schema v3)
-SCHEMA_FILE = "_metadata/schema"  # under partition 0's store folder (docs/formats/state.md#state-schema-files)
+SCHEMA_DIR = "_metadata"  # a store folder's <store>/_metadata/: its state schema (schema v1/v2)
+SCHEMA_FILE = f"{SCHEMA_DIR}/schema"  # under partition 0's store folder (docs/formats/state.md#state-schema-files)
 
 
 def parse_state_schema(data: bytes, path: str) -> Optional[tuple[Any, Any]]:

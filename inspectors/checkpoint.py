@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 from streamctl.formats.commits import CommitEntry, parse_commit
 from streamctl.formats.errors import NotACheckpoint, StorageError, StreamctlError
+from streamctl.formats.layout import COMMITS_DIR, METADATA_FILE, OFFSETS_DIR, SOURCES_DIR, STATE_DIR, STREAMCTL_DIR
 from streamctl.formats.metadata import parse_query_metadata
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets, source_id_of
 from streamctl.inspectors.chains import required_version
@@ -48,7 +49,7 @@ def require_checkpoint(st: Storage) -> dict[str, Any]:
     if kind == "file":
         raise NotACheckpoint(st.display, f"is a file, not a checkpoint ({CHECKPOINT_HOLDS})")
     root = {e.name: e for e in st.list_dir("") or []}
-    if not ({"metadata", "offsets", "commits", "state"} & set(root)):
+    if not ({METADATA_FILE, OFFSETS_DIR, COMMITS_DIR, STATE_DIR} & set(root)):
         raise NotACheckpoint(st.display, f"not a Spark checkpoint: no metadata, offsets/, commits/ or state/ "
                                          f"({CHECKPOINT_HOLDS}; a query that has not run yet wrote none)")
     return root
@@ -115,20 +116,20 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
     def run(self) -> QueryInspection:
         st = self.st
         root = require_checkpoint(st)
-        for name in ("offsets", "commits", "state", "sources"):
+        for name in (OFFSETS_DIR, COMMITS_DIR, STATE_DIR, SOURCES_DIR):
             if name in root and not root[name].is_dir:
                 raise StorageError(st.uri(name), "is a file, expected a folder")
 
         self.progress("listing offsets/ and commits/")
-        if "metadata" in root:
-            self.fetched["metadata"], offsets, commits = self.concurrently(
-                lambda: self._try_read("metadata"), lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
+        if METADATA_FILE in root:
+            self.fetched[METADATA_FILE], offsets, commits = self.concurrently(
+                lambda: self._try_read(METADATA_FILE), lambda: self.log_listing(OFFSETS_DIR), lambda: self.log_listing(COMMITS_DIR))
         else:
-            offsets, commits = self.concurrently(lambda: self.log_listing("offsets"), lambda: self.log_listing("commits"))
+            offsets, commits = self.concurrently(lambda: self.log_listing(OFFSETS_DIR), lambda: self.log_listing(COMMITS_DIR))
         query_id = None
-        data = self.fetched.get("metadata")
+        data = self.fetched.get(METADATA_FILE)
         retired = None  # the tombstone names streamctl: anything else is Spark's (no lease module loaded)
-        if "metadata" in root and isinstance(data, (bytes, bytearray)) and b"streamctl" in data:
+        if METADATA_FILE in root and isinstance(data, (bytes, bytearray)) and b"streamctl" in data:
             from streamctl.inspectors.lease import retired_record
 
             retired = retired_record(data)
@@ -141,35 +142,35 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
                 f"are in {archive or 'the archive'}" + (f"; undo: streamctl drop-sink --undo {archive}" if archive else ""),
                 details={"op_id": retired.get("op_id"), "query_id_was": retired.get("query_id_was"), "archive": archive,
                          "undo": f"streamctl drop-sink --undo {archive}" if archive else None}))
-        elif "metadata" in root:
-            query_id = self.read("metadata", parse_query_metadata)
+        elif METADATA_FILE in root:
+            query_id = self.read(METADATA_FILE, parse_query_metadata)
         else:
             self.findings.append(Finding(
-                "UNREADABLE", f"{st.uri('metadata')}: missing (the query id is lost: Spark 4.2+ refuses to restart, "
+                "UNREADABLE", f"{st.uri(METADATA_FILE)}: missing (the query id is lost: Spark 4.2+ refuses to restart, "
                 f"STREAMING_CHECKPOINT_MISSING_METADATA_FILE; older lines start a new query id; `streamctl align "
                 f"--query-id ID` writes it back)",
-                details={"path": st.uri("metadata"), "reason": "missing"}))
+                details={"path": st.uri(METADATA_FILE), "reason": "missing"}))
         planned, committed = offsets.latest, commits.latest
-        wanted = [f"offsets/{b}" for b in (planned, None if planned is None else planned - 1, committed)
+        wanted = [f"{OFFSETS_DIR}/{b}" for b in (planned, None if planned is None else planned - 1, committed)
                   if b is not None and b in offsets.batch_ids]
-        self.prefetch(wanted + ([f"commits/{committed}"] if committed is not None else []))
+        self.prefetch(wanted + ([f"{COMMITS_DIR}/{committed}"] if committed is not None else []))
 
         latest_offsets: Optional[OffsetEntry] = None
         committed_offsets: Optional[OffsetEntry] = None
         prev: Optional[OffsetEntry] = None
         if planned is not None:
-            latest_offsets = self.read(f"offsets/{planned}", lambda d, p: parse_offsets(d, p, planned))
+            latest_offsets = self.read(f"{OFFSETS_DIR}/{planned}", lambda d, p: parse_offsets(d, p, planned))
             if planned - 1 in offsets.batch_ids:
-                prev = self.read(f"offsets/{planned - 1}", lambda d, p: parse_offsets(d, p, planned - 1))
+                prev = self.read(f"{OFFSETS_DIR}/{planned - 1}", lambda d, p: parse_offsets(d, p, planned - 1))
                 if committed == planned - 1:
                     committed_offsets = prev
         if committed is not None and committed == planned:
             committed_offsets = latest_offsets
         elif committed is not None and committed in offsets.batch_ids and committed_offsets is None:
-            committed_offsets = self.read(f"offsets/{committed}", lambda d, p: parse_offsets(d, p, committed))
+            committed_offsets = self.read(f"{OFFSETS_DIR}/{committed}", lambda d, p: parse_offsets(d, p, committed))
         commit_entries: dict[int, CommitEntry] = {}
         if committed is not None:
-            entry = self.read(f"commits/{committed}", lambda d, p: parse_commit(d, p, committed))
+            entry = self.read(f"{COMMITS_DIR}/{committed}", lambda d, p: parse_commit(d, p, committed))
             if entry is not None:
                 commit_entries[committed] = entry
 
@@ -177,7 +178,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         if prev is not None and planned is not None and planned - 2 in offsets.batch_ids:
             # only to tell whether batch P-1 was a repartition: no restart reads it, so damage here
             # is no finding (a roll back that needs it reads it then)
-            before_prev = self.read(f"offsets/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2), quietly=True)
+            before_prev = self.read(f"{OFFSETS_DIR}/{planned - 2}", lambda d, p: parse_offsets(d, p, planned - 2), quietly=True)
         unfinished = self._repartition_findings(planned, committed, [latest_offsets, prev, before_prev])
         conf = dict(latest_offsets.conf) if latest_offsets is not None else {}
         self.newest_conf = conf  # evidence of the Spark line (_corrupt_findings)
@@ -192,7 +193,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         # commit-log ids), and judges the others itself
         required_next = required_version(planned, committed)
         prepare = functools.partial(self.chains.prepare, required_next, planned) if st.is_local else None
-        state = read_state(st, prepare) if "state" in root else StateFiles(exists=False)
+        state = read_state(st, prepare) if STATE_DIR in root else StateFiles(exists=False)
         self.prepared = state.prepared
         if self.target_spark is not None:
             self._line_findings(self.target_spark, latest_offsets, commit_entries.get(committed) if committed is not None else None,
@@ -202,10 +203,10 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         async_progress = async_by_conf or async_by_logs
         uses_ids = any(s.uses_unique_ids for op in state.operators.values() for s in op.stores())
         if uses_ids:
-            self.prefetch([f"commits/{b}" for b in commits.batch_ids if b not in commit_entries])
+            self.prefetch([f"{COMMITS_DIR}/{b}" for b in commits.batch_ids if b not in commit_entries])
             for b in commits.batch_ids:
                 if b not in commit_entries:
-                    entry = self.read(f"commits/{b}", functools.partial(_parse_commit_at, b))
+                    entry = self.read(f"{COMMITS_DIR}/{b}", functools.partial(_parse_commit_at, b))
                     if entry is not None:
                         commit_entries[b] = entry
         checkpoint_format = 2 if uses_ids or any(
@@ -213,8 +214,8 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
 
         sources = []
         unread: set[SourceId] = set()
-        if "sources" in root:
-            for e in sorted(st.list_dir("sources") or [], key=lambda x: x.name):
+        if SOURCES_DIR in root:
+            for e in sorted(st.list_dir(SOURCES_DIR) or [], key=lambda x: x.name):
                 sid = source_id_of(e.name) if e.is_dir else None
                 if sid is not None:
                     try:
@@ -232,7 +233,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
 
         self._log_findings(offsets, commits, async_progress, unfinished,
                            "offsets_conf" if async_by_conf else "log_pattern")
-        lease = self._lease() if "_streamctl" in root else None
+        lease = self._lease() if STREAMCTL_DIR in root else None
         if self.quiet_period_s and not (lease and lease["status"] == "live"):
             self._liveness(planned, committed, latest_offsets, prev)
         required = required_version(planned, committed)

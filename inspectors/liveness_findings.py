@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR, WRITTEN_FILE
 from streamctl.formats.offsets import OffsetEntry
 from streamctl.formats.reader import load_json
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
@@ -69,8 +70,8 @@ class LivenessFindings(CheckpointReads):
                      else f" (three trigger intervals of {interval:g} s, within 10 s..10 min)")
         now_ms = self.now_ms if self.now_ms is not None else int(time.time() * 1000)
         entries = {}
-        for rel in ([f"offsets/{planned}"] if planned is not None else []) + \
-                   ([f"commits/{committed}"] if committed is not None else []):
+        for rel in ([f"{OFFSETS_DIR}/{planned}"] if planned is not None else []) + \
+                   ([f"{COMMITS_DIR}/{committed}"] if committed is not None else []):
             entry = self.st.lookup(rel)
             if entry is not None and entry.mtime_ns is not None:
                 entries[rel] = entry
@@ -87,7 +88,7 @@ class LivenessFindings(CheckpointReads):
             age = age_of(entries)
         if age is not None and age < quiet:
             # on a tie the commit, written after its offsets
-            newest = max(entries, key=lambda rel: (entries[rel].mtime_ns or 0, rel.startswith("commits")))
+            newest = max(entries, key=lambda rel: (entries[rel].mtime_ns or 0, rel.startswith(COMMITS_DIR)))
             self.findings.append(Finding(
                 "LIVE_QUERY",
                 f"the query looks alive: its newest log file {newest} changed {age:.1f} s ago, within the quiet period "
@@ -101,7 +102,7 @@ class LivenessFindings(CheckpointReads):
         """The checkpoint log files the last streamctl operation wrote: rel -> [size, mtime_ns]
         (`_streamctl/written.json`, operations/runner.py); {} when there is none or it is not that."""
         try:
-            doc = load_json(self.st.read("_streamctl/written.json", 1 << 20))
+            doc = load_json(self.st.read(WRITTEN_FILE, 1 << 20))
         except (StreamctlError, ValueError):
             return {}
         files = doc.get("files") if isinstance(doc, dict) else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streamctl.formats.checksum import crc_name
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
 from streamctl.formats.offsets import OffsetEntry
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
 from streamctl.inspectors.findings import ERROR, INFO, WARNING, Finding, count_of, ids_of, ranges_text, summarize
@@ -58,7 +59,7 @@ class LogFindings(CheckpointReads):
             self.findings.append(Finding(
                 "COMMIT_AHEAD",
                 f"commits/{C} names batch {C} but the newest offsets file is "
-                f"{'missing' if P is None else f'offsets/{P}'}; the restart fails with a concurrent-update error",
+                f"{'missing' if P is None else f'{OFFSETS_DIR}/{P}'}; the restart fails with a concurrent-update error",
                 details={"committed": C, "planned": P}))
         if P is not None and P > c + 1:
             sev = WARNING if async_progress else ERROR
@@ -68,10 +69,10 @@ class LogFindings(CheckpointReads):
                 "WAL_AHEAD",
                 f"offsets/{P} is planned but {what}: Spark reruns only batch {P}; batches {c + 1}..{P - 1} are never committed"
                 + (f" (expected with async progress tracking: batch {P} reruns from "
-                   f"{'the start' if prior is None else f'offsets/{prior}'} through offsets/{P}, covering their data)"
+                   f"{'the start' if prior is None else f'{OFFSETS_DIR}/{prior}'} through offsets/{P}, covering their data)"
                    if async_progress else ""),
                 severity=sev, details={"committed": C, "planned": P}))
-        for name, log in (("offsets", offsets), ("commits", commits)):
+        for name, log in ((OFFSETS_DIR, offsets), (COMMITS_DIR, commits)):
             stale = log.stale_checksums()
             if stale:
                 files = [crc_name(f"{name}/{b}") for b in stale]
@@ -84,7 +85,7 @@ class LogFindings(CheckpointReads):
         if async_progress:
             self._async_finding(offsets, commits, async_evidence)
             return
-        for name, log in (("offsets", offsets), ("commits", commits)):
+        for name, log in ((OFFSETS_DIR, offsets), (COMMITS_DIR, commits)):
             gaps = log.gap_ranges()
             if gaps:
                 self.findings.append(Finding(
@@ -96,7 +97,7 @@ class LogFindings(CheckpointReads):
             self.findings.append(Finding(
                 "LOG_GAP",
                 f"offsets/{P - 1} is missing: Spark needs two consecutive offsets files to restart",
-                details={"log": "offsets", "missing": [P - 1]}))
+                details={"log": OFFSETS_DIR, "missing": [P - 1]}))
 
     def _async_finding(self, offsets: LogListing, commits: LogListing, evidence: str) -> None:
         """ASYNC_PROGRESS: the gaps async progress tracking leaves, and what a restart does with

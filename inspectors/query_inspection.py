@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
 from streamctl.formats.offsets import OffsetEntry
 from streamctl.inspectors.findings import Finding, finding_records, verdict_of
 from streamctl.inspectors.logs import LogListing
@@ -125,7 +126,8 @@ class QueryInspection:
             "sink": None if self.sink is None else self.sink.position(),
             "kafka": self.kafka,
             "lease": self.lease,
-            "temp_files": sorted([f"offsets/{n}" for n in self.offsets.temp_files] + [f"commits/{n}" for n in self.commits.temp_files]),
+            "temp_files": sorted([f"{OFFSETS_DIR}/{n}" for n in self.offsets.temp_files]
+                          + [f"{COMMITS_DIR}/{n}" for n in self.commits.temp_files]),
             "findings": finding_records(self.findings),
             "verdict": self.verdict,
             "reclaimable": None,  # filled by `inspect epochs --reclaimable` (streamctl.operations.trim)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Optional
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import OFFSETS_DIR
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint_reads import Progress
 from streamctl.inspectors.findings import Finding, summarize
@@ -78,7 +79,7 @@ def _repartition_changes(location: str, batches: list[int]) -> Optional[dict[int
         st = Storage.open(location)
         changes = {}
         for b in batches:
-            entry, older = (parse_offsets(st.read(f"offsets/{i}"), st.uri(f"offsets/{i}"), i) for i in (b, b - 1))
+            entry, older = (parse_offsets(st.read(f"{OFFSETS_DIR}/{i}"), st.uri(f"{OFFSETS_DIR}/{i}"), i) for i in (b, b - 1))
             change = repartition_change(entry, older)
             if change is None:
                 return None

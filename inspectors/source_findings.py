@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Optional
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import SOURCES_DIR
 from streamctl.formats.offsets import OffsetEntry, SourceId
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
 from streamctl.inspectors.findings import Finding, count_of, ids_of, ranges_text
@@ -46,7 +47,7 @@ class SourceFindings(CheckpointReads):
                     f"sources/{s.source_id}/: batch files of the file source's log missing where a restart reads it "
                     f"(the newest compaction and every batch after it): {ranges_text(gaps)}; the restart fails "
                     f"(\"sources/{s.source_id}/{gaps[0][0]} doesn't exist\")",
-                    details={"log": f"sources/{s.source_id}", "missing": ids_of(gaps), "missing_count": count_of(gaps)}))
+                    details={"log": f"{SOURCES_DIR}/{s.source_id}", "missing": ids_of(gaps), "missing_count": count_of(gaps)}))
 
     @staticmethod
     def _sources_behind_offsets(sources: list[SourceInfo], latest: Optional[OffsetEntry],

@@ -7,6 +7,7 @@ from typing import Optional
 
 from streamctl.formats.commits import CommitEntry
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
 from streamctl.formats.offsets import OffsetEntry
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
 from streamctl.inspectors.findings import Finding
@@ -23,9 +24,9 @@ class SparkLineFindings(CheckpointReads):
 
         versions = {}
         if offsets is not None:
-            versions["offsets"] = (f"offsets/{offsets.batch_id}", offsets.version)
+            versions["offsets"] = (f"{OFFSETS_DIR}/{offsets.batch_id}", offsets.version)
         if commit is not None:
-            versions["commits"] = (f"commits/{commit.batch_id}", commit.version)
+            versions["commits"] = (f"{COMMITS_DIR}/{commit.batch_id}", commit.version)
         wrote = written_at_least(offsets.conf) if offsets is not None else None
         wrote_text = (f"written by Spark {line_text(wrote[0])}+ (its offsets conf holds {wrote[1]})" if wrote
                       else "the offsets conf shows no line newer than 3.5")

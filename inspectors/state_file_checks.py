@@ -12,6 +12,7 @@ from streamctl.formats.state import (
     LZ4_END,
     LZ4_MAGIC,
     MAX_ZIP_METADATA,
+    ZIP_METADATA,
     ZIP_TAIL,
     is_zip_file,
     lz4_torn,
@@ -83,7 +84,7 @@ def zip_sst_sizes(storage: Storage, rel: str) -> dict[str, Optional[int]]:
 
     try:
         with storage.open_random(rel) as fh, zipfile.ZipFile(fh) as zf:
-            info = zf.getinfo("metadata")
+            info = zf.getinfo(ZIP_METADATA)
             if info.file_size > MAX_ZIP_METADATA:
                 raise StorageError(storage.uri(rel), f"its metadata entry is larger than {MAX_ZIP_METADATA} bytes")
             text = zf.read(info).decode("utf-8")

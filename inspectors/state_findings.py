@@ -9,7 +9,8 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from streamctl.formats.commits import CommitEntry
-from streamctl.formats.state import DEFAULT_STORE
+from streamctl.formats.layout import STATE_DIR
+from streamctl.formats.state import DEFAULT_STORE, OPERATOR_METADATA_DIR, OPERATOR_METADATA_V2
 from streamctl.inspectors.checkpoint_reads import READ_WORKERS, CheckpointReads
 from streamctl.inspectors.findings import (
     ERROR,
@@ -86,13 +87,13 @@ class StateFindings(CheckpointReads):
                                          "missing": list(s.missing)} for s in bad]}))
             self._corrupt_findings(op, statuses)
             orphan_files = [f"{s.path}/{n}" for s in statuses for n in s.orphans + s.temp_files]
-            orphan_files += [f"state/{op_id}/{p}/{store.store + '/' if store.store != DEFAULT_STORE else ''}{n}"
+            orphan_files += [f"{STATE_DIR}/{op_id}/{p}/{store.store + '/' if store.store != DEFAULT_STORE else ''}{n}"
                              for p, stores in op.partitions.items() for store in stores.values() for n in store.orphan_crc]
-            orphan_files += [f"state/{op_id}/{n}" for n in op.temp_files]
+            orphan_files += [f"{STATE_DIR}/{op_id}/{n}" for n in op.temp_files]
             if num is not None:
                 beyond = [p for p in sorted(op.partitions) if p >= num]
                 contested = [p for p in beyond if any(p < n for n in layout.values())]
-                orphan_files += [f"state/{op_id}/{p}" for p in beyond if p not in contested]
+                orphan_files += [f"{STATE_DIR}/{op_id}/{p}" for p in beyond if p not in contested]
                 if contested:
                     self._layout_conflict(op_id, layout, contested)
             if orphan_files:
@@ -164,7 +165,7 @@ class StateFindings(CheckpointReads):
 
     def _layout_conflict(self, op_id: int, layout: dict[str, int], contested: list[int]) -> None:
         sources = ", ".join(f"{k} says {v}" for k, v in layout.items())
-        folders = [f"state/{op_id}/{p}" for p in contested]
+        folders = [f"{STATE_DIR}/{op_id}/{p}" for p in contested]
         self.findings.append(Finding(
             "STATE_LAYOUT_CONFLICT",
             f"operator {op_id}: the sources of the partition count disagree ({sources}): "
@@ -177,7 +178,7 @@ class StateFindings(CheckpointReads):
         """State schema v3 (transformWithState, Spark 4.0+): a restart reads the newest
         `_metadata/v2/<batch>` and every schema file it names (OperatorStateMetadataV2Reader,
         StateSchemaCompatibilityChecker); without them it fails before loading any state."""
-        rel = f"state/{op.operator_id}"
+        rel = f"{STATE_DIR}/{op.operator_id}"
         if op.metadata_error is not None:
             return
         v3_schemas = [f for f in op.schema_files if f.count("/") >= 2]
@@ -186,7 +187,8 @@ class StateFindings(CheckpointReads):
                 "STATE_METADATA_MISSING",
                 f"{rel}: state schema files ({summarize(v3_schemas, 2)}) but no operator metadata "
                 f"{rel}/_metadata/v2/<batch>: Spark's restart fails (STDS_FAILED_TO_READ_OPERATOR_METADATA)",
-                details={"operator": op.operator_id, "path": self.st.uri(f"{rel}/_metadata/v2")}))
+                details={"operator": op.operator_id,
+                         "path": self.st.uri(f"{rel}/{OPERATOR_METADATA_DIR}/{OPERATOR_METADATA_V2}")}))
         if op.metadata is None or op.metadata.version < 2:
             return
         present = set(op.schema_files)

@@ -22,13 +22,19 @@ from typing import Any, Callable, Optional
 
 from streamctl.formats.checksum import CHECKSUM_SUFFIX, is_checksum_name, is_hadoop_crc, visible_crc_name
 from streamctl.formats.errors import LogParseError, StorageError
+from streamctl.formats.layout import STATE_DIR
 from streamctl.formats.names import is_temp_name
 from streamctl.formats.state import (
     DEFAULT_STORE,
     EXT_PATTERNS,
     FULL_EXT,
     INCR_EXT,
+    OPERATOR_METADATA_DIR,
+    OPERATOR_METADATA_V1,
+    OPERATOR_METADATA_V2,
+    SCHEMA_DIR,
     SHARED_DIRS,
+    SST_DIR,
     STATE_FILE_RE,
     STATE_ID_FILES_RE,
     STATE_SCHEMA_DIR,
@@ -75,7 +81,7 @@ class StoreFiles:
 
     @property
     def path(self) -> str:
-        base = f"state/{self.operator_id}/{self.partition}"
+        base = f"{STATE_DIR}/{self.operator_id}/{self.partition}"
         return base if self.store == DEFAULT_STORE else f"{base}/{self.store}"
 
     @property
@@ -249,8 +255,8 @@ def _scan_store_dir(storage: Storage, rel: str, store: StoreFiles) -> list[tuple
                 continue
             raise StorageError(storage.uri(f"{rel}/{name}"), "is a folder, expected a state file")
         if name in SHARED_DIRS:
-            store.has_ssts = store.has_ssts or name == "SSTs"
-        elif name == "_metadata":
+            store.has_ssts = store.has_ssts or name == SST_DIR
+        elif name == SCHEMA_DIR:
             store.has_schema = True
         elif store.store == DEFAULT_STORE and not name.startswith("."):
             subdirs.append((name, StoreFiles(store.operator_id, store.partition, name)))
@@ -265,7 +271,7 @@ def _scan_partition(storage: Storage, op_id: int, part: int,
                     prepare: Optional[Prepare]) -> tuple[dict[str, StoreFiles], dict[str, Any]]:
     """The stores of one partition folder (its default store, then its named stores' folders),
     and `prepare(store)` of each."""
-    part_rel = f"state/{op_id}/{part}"
+    part_rel = f"{STATE_DIR}/{op_id}/{part}"
     default = StoreFiles(op_id, part, DEFAULT_STORE)
     stores: dict[str, StoreFiles] = {}
     named = _scan_store_dir(storage, part_rel, default)
@@ -286,7 +292,7 @@ def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFile
     Raises StorageError when a folder exists but cannot be listed. Operator metadata files that
     fail to parse are recorded on the operator (`metadata_error`), not raised.
     """
-    storage.prefetch("state")  # object stores: one recursive listing instead of one per folder
+    storage.prefetch(STATE_DIR)  # object stores: one recursive listing instead of one per folder
     result = StateFiles(exists=False)
     for op_id, part in _list_operators(storage, result):
         stores, prepared = _scan_partition(storage, op_id, part, prepare)
@@ -299,7 +305,7 @@ def read_state(storage: Storage, prepare: Optional[Prepare] = None) -> StateFile
 def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int]]:
     """Fill `result` from `state/` and its operator folders (metadata, schemas, strays, one
     empty entry per partition folder); the (operator, partition) folders to list, in order."""
-    top = storage.list_dir("state")
+    top = storage.list_dir(STATE_DIR)
     result.exists = top is not None
     units: list[tuple[int, int]] = []
     for e in top or []:
@@ -310,10 +316,10 @@ def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int
             continue
         op = OperatorFiles(op_id)
         result.operators[op_id] = op
-        op_rel = f"state/{op_id}"
+        op_rel = f"{STATE_DIR}/{op_id}"
         for pe in storage.list_dir(op_rel) or []:
             part = _digits(pe.name)
-            if pe.name == "_metadata" and pe.is_dir:
+            if pe.name == OPERATOR_METADATA_DIR and pe.is_dir:
                 _read_operator_metadata(storage, op_rel, op)
             elif pe.name == STATE_SCHEMA_DIR and pe.is_dir:
                 for se in storage.list_dir(f"{op_rel}/{STATE_SCHEMA_DIR}") or []:
@@ -334,18 +340,19 @@ def _list_operators(storage: Storage, result: StateFiles) -> list[tuple[int, int
 
 
 def _read_operator_metadata(storage: Storage, op_rel: str, op: OperatorFiles) -> None:
-    meta_rel = f"{op_rel}/_metadata"
+    meta_rel = f"{op_rel}/{OPERATOR_METADATA_DIR}"
     entries = storage.list_dir(meta_rel) or []
     names = {e.name: e for e in entries}
     rel = None
-    v2 = names.get("v2")
+    v2 = names.get(OPERATOR_METADATA_V2)
     if v2 is not None and v2.is_dir:
-        batches = sorted(b for b in (_digits(x.name) for x in storage.list_dir(f"{meta_rel}/v2") or []) if b is not None)
+        v2_rel = f"{meta_rel}/{OPERATOR_METADATA_V2}"
+        batches = sorted(b for b in (_digits(x.name) for x in storage.list_dir(v2_rel) or []) if b is not None)
         op.v2_metadata_batches = batches
         if batches:
-            rel = f"{meta_rel}/v2/{batches[-1]}"
-    if rel is None and "metadata" in names:
-        rel = f"{meta_rel}/metadata"
+            rel = f"{v2_rel}/{batches[-1]}"
+    if rel is None and OPERATOR_METADATA_V1 in names:
+        rel = f"{meta_rel}/{OPERATOR_METADATA_V1}"
     if rel is None:
         return
     try:

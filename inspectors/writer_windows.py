@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
 from streamctl.inspectors.logs import LogListing
 from streamctl.inspectors.query_inspection import Writer
 from streamctl.inspectors.state_restore import StoreStatus
@@ -35,10 +36,10 @@ def checkpoint_writers(offsets: LogListing, commits: LogListing, stores: list[St
     """Every writer's restartable window and the common window."""
     writers: list[Writer] = []
     if offsets.exists or offsets.batch_ids:
-        writers.append(Writer("offsets", "wal", offsets.oldest, offsets.latest,
+        writers.append(Writer(OFFSETS_DIR, "wal", offsets.oldest, offsets.latest,
                               writer_status(offsets.oldest, offsets.latest, reference, bool(offsets.gaps()))))
     if commits.exists or commits.batch_ids:
-        writers.append(Writer("commits", "commit_log", commits.oldest, commits.latest,
+        writers.append(Writer(COMMITS_DIR, "commit_log", commits.oldest, commits.latest,
                               writer_status(commits.oldest, commits.latest, reference, bool(commits.gaps()))))
     for s in stores:
         first = None if s.first_restorable is None else s.first_restorable - 1

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from streamctl.formats.checksum import checksum_base, crc_companions, crc_name, hadoop_crc, visible_crc_name
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR, SOURCES_DIR, STATE_DIR
 from streamctl.formats.names import batch_id_of, is_temp_name
-from streamctl.formats.state import state_versions
+from streamctl.formats.state import OPERATOR_METADATA_DIR, OPERATOR_METADATA_V2, state_versions
 from streamctl.operations.align_evidence import Evidence, Planner, moved_inputs
 from streamctl.operations.damage import rel_of as _rel_of
 from streamctl.operations.plan import Refused, Step
@@ -23,7 +24,7 @@ def _log_steps(ev: Evidence, name: str, ids: set[int], above: int, listing: Any)
     for b in sorted(set(listing.crc_only) | {b for b in ids if b > above}):
         if b > above or b in listing.crc_only:
             rel = crc_name(f"{name}/{b}")
-            if ev.st.lookup(rel) is not None and not (name == "commits" and b <= above and b not in ids and ev.fillable(b)):
+            if ev.st.lookup(rel) is not None and not (name == COMMITS_DIR and b <= above and b not in ids and ev.fillable(b)):
                 steps.append(Step("move", "checkpoint", rel, "checksum of a moved entry" if b in ids else "stale checksum (its file is gone)"))
     for t in listing.temp_files:
         steps.append(Step("move", "checkpoint", f"{name}/{t}", "temp file of an interrupted write"))
@@ -46,14 +47,14 @@ def checkpoint_log_steps(pl: Planner, ev: Evidence, x: int, new_p: int) -> list[
     commits at or below x rebuilt where their offsets are known; otherwise the retained window
     narrowed to start after the newest hole (Spark never reads below P-1)."""
     O, K, c_ = ev.O, ev.K, ev.c_
-    steps = _log_steps(ev, "offsets", O, new_p, ev.q.offsets) + _log_steps(ev, "commits", K, x, ev.q.commits)
+    steps = _log_steps(ev, OFFSETS_DIR, O, new_p, ev.q.offsets) + _log_steps(ev, COMMITS_DIR, K, x, ev.q.commits)
     low_k = min(K) if K else 0
     writes = sorted({j for j in O if low_k <= j <= x and j not in K and ev.fillable(j)}
                     | {j for j in O if c_ < j <= x})  # rolling forward: every j has offsets (_hard_reasons)
     for j in writes:
         content = pl.commit_content(j, O)
-        steps.append(Step("write", "checkpoint", f"commits/{j}", "complete the commit" if j > c_ else "rebuild a missing commit", content))
-        steps.append(Step("write", "checkpoint", crc_name(f"commits/{j}"), "its checksum", hadoop_crc(content)))
+        steps.append(Step("write", "checkpoint", f"{COMMITS_DIR}/{j}", "complete the commit" if j > c_ else "rebuild a missing commit", content))
+        steps.append(Step("write", "checkpoint", crc_name(f"{COMMITS_DIR}/{j}"), "its checksum", hadoop_crc(content)))
     hole_o = _missing_below(O, x)
     hole_k = _missing_below(K | set(writes), x) if K else None
     holes = [h for h in (hole_o, hole_k) if h is not None]
@@ -62,7 +63,7 @@ def checkpoint_log_steps(pl: Planner, ev: Evidence, x: int, new_p: int) -> list[
                         "restart the query with asyncProgressTrackingEnabled=true")
     elif holes:
         cut = max(holes)
-        for name, ids in (("offsets", O), ("commits", K)):
+        for name, ids in ((OFFSETS_DIR, O), (COMMITS_DIR, K)):
             for b in sorted(ids):
                 if b <= cut:
                     steps.append(Step("move", "checkpoint", f"{name}/{b}", f"below the hole at {cut}: the retained window starts after it"))
@@ -79,7 +80,7 @@ def state_steps(ev: Evidence, x: int) -> list[Step]:
     by_shape: dict[str, list[tuple[str, str]]] = {}  # a listing's (name, reason) to move, by its shape
     st = ev.st
     for op in ev.q.operators:
-        op_rel = f"state/{op.operator_id}"
+        op_rel = f"{STATE_DIR}/{op.operator_id}"
         for s in op.stores:
             # the folder as the inspection listed it (as trim plans: one listing), its names'
             # versions in one regex (a rollback of 50 epochs moves 66,000 files: a listing and a
@@ -104,10 +105,11 @@ def state_steps(ev: Evidence, x: int) -> list[Step]:
             base = s.path + "/"  # a property: once per store, not per file
             # a folder's names are distinct, and so are the stores' folders
             steps += [Step("move", "checkpoint", base + name, why) for name, why in movers]
-        for e in st.list_dir(f"{op_rel}/_metadata/v2") or []:
+        v2_rel = f"{op_rel}/{OPERATOR_METADATA_DIR}/{OPERATOR_METADATA_V2}"
+        for e in st.list_dir(v2_rel) or []:
             b = batch_id_of(checksum_base(e.name))
             if b is not None and b > x:
-                steps.append(Step("move", "checkpoint", f"{op_rel}/_metadata/v2/{e.name}", f"operator metadata of batch {b} > {x}"))
+                steps.append(Step("move", "checkpoint", f"{v2_rel}/{e.name}", f"operator metadata of batch {b} > {x}"))
     orphans = [f for f in ev.q.findings if f.code == "STATE_ORPHANS"]
     seen = {s.path for s in steps} if orphans else set()
     for f in orphans:
@@ -158,7 +160,7 @@ def moved_source_steps(pl: Planner, ev: Evidence) -> list[Step]:
 
     steps: list[Step] = []
     for sid, m in sorted(moved_inputs(ev.q).items()):
-        rel_dir = f"sources/{sid}"
+        rel_dir = f"{SOURCES_DIR}/{sid}"
         entries = ev.st.list_dir(rel_dir) or []
         names = {e.name for e in entries if not e.is_dir}
         count = 0

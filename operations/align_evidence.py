@@ -9,6 +9,7 @@ from typing import Any, Mapping, Optional
 from streamctl.formats.commits import serialize_commit
 from streamctl.formats.compactible import compactible_file
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths
+from streamctl.formats.layout import METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.masked import masked
@@ -62,7 +63,7 @@ class Planner:
             req.checkpoint, sink=req.sink, sink_kind=req.sink_kind, app_id=req.app_id or dmg.query_id,
             quiet_period_s=req.quiet_period_s, absent=dmg.absent, sink_absent=dmg.sink_absent, deep=True)
         if dmg.query_id is not None:  # the plan writes metadata: its UNREADABLE is what it repairs
-            meta = self.st.uri("metadata")
+            meta = self.st.uri(METADATA_FILE)
             q = replace(q, query_id=dmg.query_id, findings=tuple(
                 f for f in q.findings if not (f.code == "UNREADABLE" and f.details.get("path") == meta)))
         refuse_unsafe(q)
@@ -74,7 +75,7 @@ class Planner:
         return q
 
     def offsets_entry(self, b: int) -> Any:
-        return parse_offsets(self.st.read(f"offsets/{b}"), self.st.uri(f"offsets/{b}"), b)
+        return parse_offsets(self.st.read(f"{OFFSETS_DIR}/{b}"), self.st.uri(f"{OFFSETS_DIR}/{b}"), b)
 
     def commit_content(self, j: int, offsets_ids: set[int]) -> bytes:
         """`commits/j` as Spark writes it (v1): the watermark of the next batch when its offsets
@@ -149,7 +150,7 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
     gone = [f for f in q.findings if f.code == "SOURCE_GONE"]
     if gone:  # where the input went is not on disk: no plan can point the source's log at it
         raise Refused(f"{q.checkpoint}: SOURCE_GONE: {gone[0].message}")
-    lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith("sources/")]
+    lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith(f"{SOURCES_DIR}/")]
     if lost:  # every restart reads the source's log: no choice of epoch brings its files back
         raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "
                       "put the files back from a copy of the checkpoint")

@@ -15,6 +15,7 @@ from streamctl.formats.coordinated_log import (
     epoch_of_folder,
 )
 from streamctl.formats.file_sink_log import EMPTY_SINK_ENTRY, FILE_SINK_LOG
+from streamctl.formats.iceberg import is_metadata_name
 from streamctl.inspectors.placement import rewrite_paths
 from streamctl.inspectors.sinks import SinkLog
 from streamctl.inspectors.storage import Storage
@@ -129,7 +130,7 @@ def sink_steps(pl: Planner, ev: Evidence, x: int, earlier: list[Step]) -> tuple[
         back, text, after = table_rollback(ev, x)
         if back is not None:  # chosen as exactly-once by align_target.py _classified: the table goes back to epoch x
             steps += [Step(action, "sink", rel, "Iceberg table rollback through its catalog" if action != "write" else
-                           "Iceberg table rollback: the new current metadata version" if rel.endswith(".metadata.json")
+                           "Iceberg table rollback: the new current metadata version" if is_metadata_name(rel.rsplit("/", 1)[-1])
                            else "Iceberg table rollback: the version hint", content)
                       for action, rel, content in back]
             pl.notes.append(text)

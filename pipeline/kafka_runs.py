@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.formats.kafka_offsets import SparkOffsets, flat
+from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
 
 Offsets = SparkOffsets  # Spark's Kafka offset JSON: formats/kafka_offsets.py
 
@@ -29,11 +30,11 @@ def last_committed_source_offset(checkpoint: Path, source_index: int = 0) -> tup
 
     ckpt = Path(checkpoint)
     try:
-        commits = {int(n) for n in os.listdir(ckpt / "commits") if n.isdigit()}
+        commits = {int(n) for n in os.listdir(ckpt / COMMITS_DIR) if n.isdigit()}
     except FileNotFoundError:
         return None, None
     for batch in sorted(commits, reverse=True):
-        path = ckpt / "offsets" / str(batch)
+        path = ckpt / OFFSETS_DIR / str(batch)
         try:
             data = path.read_bytes()
         except FileNotFoundError:

@@ -727,25 +727,21 @@ FORMAT_MARKERS["formats/state.py"] += ("SSTs",)
 # path part in a data string or f-string (no space in its text) where a `/` touches it
 # ("offsets/", f"{root}/state"), and as the whole string in an operand of `/`, an argument of
 # os.path.join, Path or .joinpath, the path argument of a storage call (`st.read("metadata")`,
-# `crc_name("metadata")`) or a plan step's path (`Step("write", "checkpoint", "metadata", ...)`).
+# `crc_name("metadata")`) or a plan step's path (`Step("write", "checkpoint", "metadata", ...)`); also
+# as the elements of a tuple, list or set of nothing but layout names (`("offsets", "commits")`), as
+# the first elements of a tuple of pairs (`(("offsets", o), ("commits", c))`), and as one side of
+# `==`, `!=`, `in` or `not in` whose other side is a variable or attribute named like a path or name
+# (`name == "commits"`, `"state" in root`, `"metadata" in set(names)`). A JSON key stays a word:
+# `doc["offsets"]`, `{"offsets": 1}`, `"offsets" in doc` and a tuple of keys with other words in it
+# (`("offsets", "commits", "ssts")`, trim's categories) are not path parts.
 LAYOUT_NAMES = ("offsets", "commits", "sources", "state", "metadata")
 _JOIN_CALLS = frozenset({"join", "joinpath", "Path", "PurePath", "PurePosixPath"})
 _PATH_CALLS = frozenset({"read", "read_all", "uri", "exists", "lookup", "stat", "kind", "list_dir", "list_names",
                          "delete", "write_atomic", "write_atomic_started", "create_exclusive", "remove_empty_dirs",
-                         "local", "crc_name", "read_compactible_log", "list_log", "_names", "_newest", "_drop_batch"})
-
-# Files other work is splitting right now: their findings (of both checks, by the name they spell)
-# are converted after the split; until then each name is allowed there as often as counted here. A
-# file with none left, or gone, must leave the list.
-_PENDING_SPLIT: dict[str, dict[str, int]] = {
-    "fixtures/examples.py": {"metadata": 1},
-    "inspectors/checkpoint.py": {"_streamctl": 2, "commits": 7, "metadata": 3, "offsets": 11, "sources": 2, "state": 5,
-                                 "written.json": 1},
-    "inspectors/state.py": {"SSTs": 1, "metadata": 1, "state": 4},
-    "operations/align.py": {".metadata.json": 1, "commits": 2, "metadata": 1, "offsets": 1, "sources": 2, "state": 1},
-    "pipeline/kafka_source.py": {"commits": 1, "offsets": 1},
-}
-
+                         "local", "crc_name", "read_compactible_log", "list_log", "_names", "_newest", "_drop_batch",
+                         "prefetch", "log_listing", "_try_read"})
+# a variable or attribute a layout name is compared with as a path part (`name`, `e.name`, `op_rel`, `root`)
+_PATHLIKE = r"(?:^|_)(?:name|names|rel|rels|path|paths|part|parts|folder|folders|dir|dirs|root|top|entry|entries|log|logs)$"
 
 def _data_strings(tree: ast.Module) -> Iterator[tuple[int, str]]:
     """(line, text) of every str/bytes constant that is not a docstring and has no space."""
@@ -785,6 +781,8 @@ def _path_part(text: str) -> str | None:
 
 def layout_name_problems(rel: str, tree: ast.Module) -> list[str]:
     """`rel:line: 'offsets' ...` for each layout name spelled as a path part outside formats/."""
+    import re
+
     if rel.startswith("formats/"):
         return []
     found: list[tuple[int, str]] = []
@@ -795,6 +793,16 @@ def layout_name_problems(rel: str, tree: ast.Module) -> list[str]:
 
     def whole(node: ast.AST) -> str | None:
         return node.value if isinstance(node, ast.Constant) and node.value in LAYOUT_NAMES else None
+
+    def first(node: ast.AST) -> str | None:  # `"offsets"` of a pair `("offsets", o)`
+        return whole(node.elts[0]) if isinstance(node, ast.Tuple) and node.elts else None
+
+    def pathlike(node: ast.AST) -> bool:  # `name`, `e.name`, `set(root)`
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"set", "frozenset"} \
+                and node.args:
+            node = node.args[0]
+        named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return bool(re.search(_PATHLIKE, named))
 
     for node in ast.walk(tree):
         named: list[str | None] = []
@@ -817,24 +825,17 @@ def layout_name_problems(rel: str, tree: ast.Module) -> list[str]:
                 named.append(whole(node.args[0]))
             elif name == "Step" and len(node.args) >= 3:
                 named.append(whole(node.args[2]))
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2:
+            for pick in (whole, first):
+                picked = [pick(e) for e in node.elts]
+                if all(picked):
+                    named += picked
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                and isinstance(node.ops[0], (ast.Eq, ast.NotEq, ast.In, ast.NotIn)):
+            left, right = node.left, node.comparators[0]
+            named += [whole(a) for a, b in ((left, right), (right, left)) if pathlike(b)]
         found += [(getattr(node, "lineno", 0), n) for n in named if n]
     return [f"{rel}:{line}: {name!r} as a path part (formats/layout.py)" for line, name in sorted(set(found))]
-
-
-def not_pending(problems: list[str]) -> list[str]:
-    """The problems _PENDING_SPLIT does not allow (each name there as often as it is counted)."""
-    from collections import Counter
-
-    budget = {f: Counter(names) for f, names in _PENDING_SPLIT.items()}  # a copy: counted down below
-    out = []
-    for p in problems:
-        where, what = p.split(": ", 1)
-        file, name = where.split(":")[0], what.split("'")[1]
-        if budget.get(file, Counter())[name] > 0:
-            budget[file][name] -= 1
-        else:
-            out.append(p)
-    return out
 
 
 def test_each_format_is_known_in_its_owner_only() -> None:
@@ -842,10 +843,7 @@ def test_each_format_is_known_in_its_owner_only() -> None:
     problems = [p for path in python_files(*rooms)
                 for check in (format_marker_problems, layout_name_problems)
                 for p in check(path.relative_to(REPO).as_posix(), parse(path))]
-    left = not_pending(problems)
-    assert left == [], "format bytes outside their owner in formats/:\n" + "\n".join(left)
-    done = set(_PENDING_SPLIT) - {p.split(":")[0] for p in problems}
-    assert not done, f"nothing left to convert, drop them from _PENDING_SPLIT: {sorted(done)}"
+    assert problems == [], "format bytes outside their owner in formats/:\n" + "\n".join(problems)
     assert all((REPO / owner).is_file() for owner in FORMAT_MARKERS)
 
 
@@ -874,7 +872,7 @@ def test_the_format_check_sees_what_it_should() -> None:
 
 def test_the_layout_name_check_sees_what_it_should() -> None:
     """The checkpoint's folder names as path parts are caught, as JSON keys, labels and in
-    messages not; formats/ may spell them; `_PENDING_SPLIT` allows what it counts, no more."""
+    messages not; formats/ may spell them."""
     code = ('"""Reads `offsets/<n>` and `state/`."""\n'
             'import os\n'
             'def f(st, ck, b):\n'
@@ -885,15 +883,22 @@ def test_the_layout_name_check_sees_what_it_should() -> None:
             '    rel = "sources/0"\n'  # 8: a data string
             '    Step("write", "checkpoint", "metadata", "its id")\n'  # 9: a plan step's path
             '    crc_name(f"{ck}/offsets")\n'  # 10
+            '    logs = ("offsets", "commits")\n'  # 11: a tuple of log folders
+            '    pairs = [("offsets", o), ("commits", c)]\n'  # 12: each log folder with its listing
+            '    e.name == "state" or "metadata" in root or "sources" not in set(names)\n'  # 13: path parts compared
+            '    st.prefetch("state") if name != "commits" else None\n'  # 14
+            '    keys = ("offsets", "commits", "ssts")\n'  # a tuple of keys with other words in it
+            '    pairs = [("offsets", 1), ("sink", 2)]\n'
+            '    "offsets" in doc or rec["log"] == "offsets" or kind == "state"\n'  # keys and labels compared
             '    doc = {"offsets": 1, "commits": [], "state": "running"}\n'  # JSON keys and values
             '    msg = f"offsets/{b} is missing"\n'  # a message
-            '    return doc["offsets"], msg, st.read(OFFSETS_DIR)\n')
+            '    return doc["offsets"], msg, st.read(OFFSETS_DIR), name == OFFSETS_DIR\n')
     found = layout_name_problems("operations/x.py", ast.parse(code))
     assert [p.split(": ")[0].split(":")[1] + " " + p.split("'")[1] for p in found] == [
-        "4 offsets", "5 commits", "6 state", "7 metadata", "8 sources", "9 metadata", "10 offsets"], found
+        "4 offsets", "5 commits", "6 state", "7 metadata", "8 sources", "9 metadata", "10 offsets",
+        "11 commits", "11 offsets", "12 commits", "12 offsets", "13 metadata", "13 sources", "13 state",
+        "14 commits", "14 state"], found
     assert layout_name_problems("formats/x.py", ast.parse(code)) == []
-    pending = ["inspectors/state.py:1: 'SSTs' is formats/state.py's", "inspectors/state.py:2: 'SSTs' is formats/state.py's"]
-    assert not_pending(pending) == pending[_PENDING_SPLIT.get("inspectors/state.py", {}).get("SSTs", 0):]
 
 
 def test_a_command_loads_its_own_command_module_only(tmp_path: Path) -> None:
