@@ -177,7 +177,12 @@ class Harness:
     """One Spark session, the clean pipeline and undisturbed result of each shape (built on first
     use), and the cases judged against them. `root` is a scratch folder the harness owns."""
 
-    def __init__(self, spark: Any, root: Path) -> None:
+    def __init__(self, spark: Any, root: Path, broker: Any = None) -> None:
+        """`broker`: a running Tansu broker for the Kafka shapes (else one starts on first use)."""
+        if broker is not None:
+            from helpers import oracle_kafka
+
+            oracle_kafka.use(broker)
         self.spark = spark
         self.root = Path(root)
         self.home = self.root / "home"
@@ -468,6 +473,8 @@ class Harness:
             damage(path, action.how, action.crc)
             return lay
         if action.kind == "move":
+            if action.what == "input" and shape.source == "kafka":
+                raise NoTarget("the input is a topic: nothing to move")
             return move(lay, action.what, self.work(shape))
         if action.kind == "scene":
             return self._scene(shape, action.what, lay)
@@ -476,6 +483,11 @@ class Harness:
                 raise NoTarget(f"{shape.name} cannot take {action.what}")
             if action.what == "source_path":  # the input folder under a second name
                 os.symlink(lay.input.name, lay.input.parent / "input-link")
+            if action.what == "topic_renamed":  # the topic copied under a new name, as in a migration
+                from helpers import oracle_kafka
+
+                topic = oracle_kafka.location(lay.input)["topic"] + "-renamed"
+                oracle_kafka.produce_files(topic, 0, FILES + NEW_FILES, shape.kafka_rows, shape.input_rows(0, 1))
             return lay
         raise ValueError(action)
 
@@ -560,6 +572,12 @@ def _verdict(code: int, out: str, err: str) -> Verdict:
 
 # -- the grammar -----------------------------------------------------------------------------------------
 
+# the Kafka shapes' cases in the sample (the small one takes the first two): a batch Spark re-reads
+# from the topic, the whole pipeline moved, the topic renamed under the query, damage of each log
+KAFKA_SAMPLE = ("offsets-newest-delete", "change-topic_renamed", "move-all", "commits-newest-truncate-crcdrop",
+                "state-newest-corrupt", "sink-newest-delete")
+
+
 def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
     """Every case: each shape with each action."""
     actions: list[Action] = [Action("none")]
@@ -583,6 +601,9 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
     import random
 
     shapes = [s.name for s in SHAPES.values() if spark4 or not s.spark4]
+    # the Kafka shapes take their own few cases (KAFKA_SAMPLE): the file shapes' turns stay as they were
+    kafka = [s for s in shapes if SHAPES[s].source == "kafka"]
+    shapes = [s for s in shapes if s not in kafka]
     out: list[tuple[str, Action]] = []
     # damage: walk the logs, positions and kinds of damage together, shapes turning with them
     stateful = [s for s in shapes if SHAPES[s].stateful]
@@ -599,11 +620,15 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
         out.append((pool[(j * 5 + 2) % len(pool)], Action("scene", what=s)))
     for j, c in enumerate(CHANGES):
         pool = [s for s in shapes if c in SHAPES[s].changes()]
+        if not pool:
+            continue
         out.append((pool[(j * 3) % len(pool)], Action("change", what=c)))
     named = {n for n, _a in out}
     for n in shapes:  # every shape judged at least once as it is
         if n not in named:
             out.append((n, Action("none")))
+    for n in kafka:
+        out += [(n, Action.parse(a)) for a in (KAFKA_SAMPLE[:2] if small else KAFKA_SAMPLE)]
     if size:
         rest = [c for c in grammar(spark4) if c not in out]
         out += random.Random(51).sample(rest, min(size, len(rest)))
