@@ -177,7 +177,12 @@ class Harness:
     """One Spark session, the clean pipeline and undisturbed result of each shape (built on first
     use), and the cases judged against them. `root` is a scratch folder the harness owns."""
 
-    def __init__(self, spark: Any, root: Path) -> None:
+    def __init__(self, spark: Any, root: Path, broker: Any = None) -> None:
+        """`broker`: a running Tansu broker for the Kafka shapes (else one starts on first use)."""
+        if broker is not None:
+            from helpers import oracle_kafka
+
+            oracle_kafka.use(broker)
         self.spark = spark
         self.root = Path(root)
         self.home = self.root / "home"
@@ -251,6 +256,7 @@ class Harness:
             error.append(exc)
         finally:
             done.set()
+            self._stop_all(lay)
         if hung:
             wait_quiet(lay.checkpoint.parent)
             return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")
@@ -274,6 +280,20 @@ class Harness:
         missing = ref - rows
         extra = rows - ref
         return Outcome("differs", f"{sum(missing.values())} row(s) missing, {sum(extra.values())} extra")
+
+    def _stop_all(self, lay: Layout, timeout: float = 60.0) -> None:
+        """No query of the restart left running: a processing-time query (the Kafka shape's) the
+        watchdog's stop timed out on, blocked on a named pipe, would run on after the pipe opens."""
+        deadline = time.monotonic() + timeout
+        while self.spark.streams.active and time.monotonic() < deadline:
+            for f in fifos(lay.checkpoint) + fifos(lay.output):
+                unblock(f)
+            for q in self.spark.streams.active:
+                try:
+                    q.stop()
+                except Exception:  # noqa: BLE001 - stopped or not, the loop looks again
+                    pass
+            time.sleep(0.2)
 
     def restart_copy(self, shape: Shape, lay: Layout, change: str = "") -> Outcome:
         """The restart of the damaged folders as they are, then the damage put back in place."""
@@ -471,6 +491,8 @@ class Harness:
             damage(path, action.how, action.crc)
             return lay
         if action.kind == "move":
+            if action.what == "input" and shape.source == "kafka":
+                raise NoTarget("the input is a topic: nothing to move")
             return move(lay, action.what, self.work(shape))
         if action.kind == "scene":
             return self._scene(shape, action.what, lay)
@@ -479,6 +501,11 @@ class Harness:
                 raise NoTarget(f"{shape.name} cannot take {action.what}")
             if action.what == "source_path":  # the input folder under a second name
                 os.symlink(lay.input.name, lay.input.parent / "input-link")
+            if action.what == "topic_renamed":  # the topic copied under a new name, as in a migration
+                from helpers import oracle_kafka
+
+                topic = oracle_kafka.location(lay.input)["topic"] + "-renamed"
+                oracle_kafka.produce_files(topic, 0, FILES + NEW_FILES, shape.kafka_rows, shape.input_rows(0, 1))
             return lay
         raise ValueError(action)
 
@@ -571,6 +598,12 @@ def _verdict(code: int, out: str, err: str) -> Verdict:
 
 # -- the grammar -----------------------------------------------------------------------------------------
 
+# the Kafka shapes' cases in the sample (the small one takes the first two): a batch Spark re-reads
+# from the topic, the whole pipeline moved, the topic renamed under the query, damage of each log
+KAFKA_SAMPLE = ("offsets-newest-delete", "move-all", "change-topic_renamed", "commits-newest-truncate-crcdrop",
+                "state-newest-corrupt", "sink-newest-delete")
+
+
 def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
     """Every case: each shape with each action."""
     actions: list[Action] = [Action("none")]
@@ -594,6 +627,9 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
     import random
 
     shapes = [s.name for s in SHAPES.values() if spark4 or not s.spark4]
+    # the Kafka shapes take their own few cases (KAFKA_SAMPLE): the file shapes' turns stay as they were
+    kafka = [s for s in shapes if SHAPES[s].source == "kafka"]
+    shapes = [s for s in shapes if s not in kafka]
     out: list[tuple[str, Action]] = []
     # damage: walk the logs, positions and kinds of damage together, shapes turning with them
     stateful = [s for s in shapes if SHAPES[s].stateful]
@@ -610,11 +646,15 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
         out.append((pool[(j * 5 + 2) % len(pool)], Action("scene", what=s)))
     for j, c in enumerate(CHANGES):
         pool = [s for s in shapes if c in SHAPES[s].changes()]
+        if not pool:
+            continue
         out.append((pool[(j * 3) % len(pool)], Action("change", what=c)))
     named = {n for n, _a in out}
     for n in shapes:  # every shape judged at least once as it is
         if n not in named:
             out.append((n, Action("none")))
+    for n in kafka:
+        out += [(n, Action.parse(a)) for a in (KAFKA_SAMPLE[:2] if small else KAFKA_SAMPLE)]
     if size:
         rest = [c for c in grammar(spark4) if c not in out]
         out += random.Random(51).sample(rest, min(size, len(rest)))

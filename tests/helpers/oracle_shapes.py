@@ -2,9 +2,12 @@
 whose three folders (input, checkpoint, sink) are named separately, so that a case can move any
 of them and restart the query on the new paths.
 
-Every shape reads JSON files from ``input/a`` (the join also ``input/b``), one file per batch
+Every file shape reads JSON files from ``input/a`` (the join also ``input/b``), one file per batch
 (``maxFilesPerTrigger`` 1). File ``i`` holds ids ``i*ROWS .. i*ROWS+ROWS-1`` with event times in
-the ten-second window ``i`` (``BASE_TS + 10*i + j``). Its result is read back the way a reader of
+the ten-second window ``i`` (``BASE_TS + 10*i + j``). A Kafka shape (``source="kafka"``) reads a
+topic of two partitions through streamctl's Python Kafka source instead: its "file" ``i`` is
+``ROWS`` JSON records produced to the topic (tests/helpers/oracle_kafka.py), one file per batch
+(``maxOffsetsPerTrigger``), and its input folder only names the topic. Its result is read back the way a reader of
 the sink sees it (:meth:`Shape.rows`), as a multiset of rows: the oracle compares it with an
 undisturbed run over the same input, which is what "every record exactly once, stateful results
 equal" means for every shape at once.
@@ -20,9 +23,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROWS = 4
+# a Kafka shape's run ends when no batch came for this long, short of the topic's end (the first
+# batch of a run takes seconds more: the restart's watchdog, oracle.RESTART_TIMEOUT_S, is longer)
+KAFKA_IDLE_S = (25.0, 8.0)  # (before the first batch, after a batch)
 # the next version of a query an operator deploys on the old checkpoint: a stateful operator
 # added or removed, the deduplication key changed, the input read under another path
-CHANGES = ("op_added", "op_removed", "key_changed", "source_path")
+# (a Kafka shape's: the topic read under another name, a copy of it, instead of the path)
+CHANGES = ("op_added", "op_removed", "key_changed", "source_path", "topic_renamed")
 BASE_TS = 1_700_000_000  # seconds: the event time of file 0's first row
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -69,6 +76,7 @@ class Shape:
 
     name: str
     op: str = "select"
+    source: str = "files"  # "files" (JSON files in input/) or "kafka" (a topic, streamctl's source)
     sink: str = "file"
     confs: dict[str, str] = field(default_factory=dict)
     reader: dict[str, str] = field(default_factory=dict)
@@ -83,9 +91,25 @@ class Shape:
         return ("a", "b") if self.op == "join" else ("a",)
 
     # -- input ------------------------------------------------------------------------------
+    def kafka_rows(self, i: int) -> list[dict]:
+        """Kafka "file" i: exactly ROWS records (a batch is ROWS offsets); a dedup shape's last
+        record of every file but the first repeats the previous file's first id, with its key
+        (whichever of the two a batch keeps, the result is the same)."""
+        ids = [i * ROWS + j for j in range(ROWS)]
+        if self.op == "dedup" and i > 0:
+            ids[-1] = (i - 1) * ROWS
+        return [{"id": n, "key": f"k{n % 3}", "ts": BASE_TS + 10 * i + j, "side": "a"} for j, n in enumerate(ids)]
+
     def add_input(self, lay: Layout, start: int, count: int) -> None:
         """Input files start..start+count-1 in every source folder, each with a fixed mtime (an
-        hour ago plus its number: the same bytes and times in every copy of a case)."""
+        hour ago plus its number: the same bytes and times in every copy of a case); for a Kafka
+        shape, produced to its topic unless the topic holds them already."""
+        if self.source == "kafka":
+            from helpers import oracle_kafka
+
+            loc = oracle_kafka.ensure_topic(lay.input, self.name)
+            oracle_kafka.produce_files(loc["topic"], start, count, self.kafka_rows, ROWS)
+            return
         base_mtime = time.time() - 3600
         for src in self.sources:
             folder = lay.input / src
@@ -107,6 +131,8 @@ class Shape:
         from pyspark.sql import functions as F
 
         def read(src: str) -> Any:
+            if self.source == "kafka":
+                return self._kafka(spark, lay, change)
             r = spark.readStream.schema("id BIGINT, key STRING, ts BIGINT, side STRING").option("maxFilesPerTrigger", 1)
             for k, v in self.reader.items():
                 r = r.option(k, v.replace("{input}", str(lay.input)))
@@ -131,6 +157,23 @@ class Shape:
             df = df.select("id", "key")
         return df
 
+    def _kafka(self, spark: Any, lay: Layout, change: str) -> Any:
+        """The topic through streamctl's Kafka source, one file (ROWS offsets) per batch, the
+        records' JSON values as columns; `topic_renamed`: the topic's copy under another name."""
+        from pyspark.sql import functions as F
+
+        from helpers import oracle_kafka
+        from streamctl.pipeline.kafka_source import SHORT_NAME, register
+
+        loc = oracle_kafka.location(lay.input)
+        topic = loc["topic"] + ("-renamed" if change == "topic_renamed" else "")
+        register(spark)
+        raw = (spark.readStream.format(SHORT_NAME).option("kafka.bootstrap.servers", loc["bootstrap"])
+               .option("subscribe", topic).option("startingOffsets", "earliest")
+               .option("maxOffsetsPerTrigger", ROWS).option("pollTimeoutMs", 20000).load())
+        return (raw.select(F.from_json(F.col("value").cast("string"), "id BIGINT, key STRING, ts BIGINT, side STRING")
+                           .alias("r")).select("r.*"))
+
     def writer(self, spark: Any, lay: Layout, query_name: str, change: str = "") -> Any:
         df = self.frame(spark, lay, change)
         if self.sink == "delta":
@@ -147,7 +190,7 @@ class Shape:
 
     def changes(self) -> tuple[str, ...]:
         """The changes of CHANGES this shape's query can take."""
-        out = ["source_path"]
+        out = ["topic_renamed"] if self.source == "kafka" else ["source_path"]
         if self.op in ("select", "dedup"):
             out.append("op_added")
         if self.stateful:
@@ -158,6 +201,8 @@ class Shape:
 
     def input_rows(self, start: int, count: int) -> int:
         """How many rows input files start..start+count-1 hold, over every source."""
+        if self.source == "kafka":
+            return ROWS * count
         per = [ROWS + (1 if self.op == "dedup" and i > 0 else 0) for i in range(start, start + count)]
         return sum(per) * len(self.sources)
 
@@ -170,9 +215,39 @@ class Shape:
         from streamctl.pipeline.session import scenario_confs
 
         with scenario_confs(spark, self.all_confs()):
+            if self.source == "kafka":
+                return self._run_kafka(spark, lay, query_name, change)
             q = self.writer(spark, lay, query_name, change).start()
             q.awaitTermination()
             return q
+
+    def _run_kafka(self, spark: Any, lay: Layout, query_name: str, change: str) -> Any:
+        """availableNow over a Python data source with maxOffsetsPerTrigger runs one bounded batch
+        only (pipeline/kafka_source.py): the query runs on a short processing-time trigger instead
+        and is stopped once a batch has reached the topic's end offsets, or once no batch came for
+        KAFKA_IDLE_S (what a restart that catches up and then waits does); raise what Spark raises."""
+        from helpers import oracle_kafka
+
+        topic = oracle_kafka.location(lay.input)["topic"] + ("-renamed" if change == "topic_renamed" else "")
+        target = oracle_kafka.end_offsets(topic)
+        q = self.writer(spark, lay, query_name, change).trigger(processingTime="100 milliseconds").start()
+        seen, last_change = 0, time.monotonic()
+        try:
+            while q.isActive:
+                progress = q.recentProgress
+                if len(progress) != seen:
+                    seen, last_change = len(progress), time.monotonic()
+                    ends = [p["sources"][0]["endOffset"] for p in progress if p["sources"]]
+                    if ends and _offsets_json(ends[-1]) == target:
+                        break
+                if time.monotonic() - last_change > KAFKA_IDLE_S[1 if seen else 0]:
+                    break
+                time.sleep(0.1)
+        finally:
+            if q.isActive:
+                q.stop()
+        q.awaitTermination()  # raises the query's exception, if any
+        return q
 
     # -- the sink, as its readers see it --------------------------------------------------------
     def rows(self, lay: Layout) -> Counter:
@@ -195,6 +270,13 @@ class Shape:
                             out.update(_json_rows(lay.output / rel))
             return out
         return Counter(r for path in file_sink_paths(lay.output) for r in _json_rows(Path(path)))
+
+
+def _offsets_json(value: Any) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
 
 
 def _json_rows(path: Path) -> list[tuple]:
@@ -250,6 +332,7 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("join_hdfs", op="join"),
     Shape("delta", sink="delta", spark4=True),
     Shape("coordinated", sink="coordinated", spark4=True),
+    Shape("kafka_dedup", op="dedup", source="kafka", spark4=True),
 )}
 
 
