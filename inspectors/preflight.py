@@ -8,6 +8,7 @@ from typing import Any, Iterable, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.formats.errors import StreamctlError
+from streamctl.formats.kafka_offsets import parse_kafka_offsets
 from streamctl.formats.layout import OFFSETS_DIR, STATE_DIR
 from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets
 from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_field_types
@@ -193,3 +194,73 @@ def _common_folder(files: list[tuple[str, str, str]]) -> str:
     scheme, netloc = heads.pop()
     folder = posixpath.commonpath([posixpath.dirname(p[2]) for p in files])
     return _shown((scheme, netloc, folder))
+
+
+# -- the topics a Kafka source reads -----------------------------------------------------------
+
+def _subscribed(options: dict[str, str], topic: str, partition: int) -> Optional[bool]:
+    """Whether a Kafka source with these options reads `topic`'s `partition` (`subscribe`: a
+    comma list; `subscribePattern`: a Java regex, matched whole; `assign`: a JSON map of topic to
+    partitions); None when no option says (the source then fails to start anyway) or the
+    pattern is not one Python reads the same way."""
+    import json
+    import re
+
+    opts = {k.lower(): v for k, v in options.items()}
+    if "assign" in opts:
+        try:
+            assigned = json.loads(opts["assign"])
+        except ValueError:
+            return None
+        return isinstance(assigned, dict) and partition in (assigned.get(topic) or [])
+    if "subscribe" in opts:
+        return topic in {t.strip() for t in opts["subscribe"].split(",") if t.strip()}
+    if "subscribepattern" in opts:
+        try:
+            return re.fullmatch(opts["subscribepattern"], topic) is not None
+        except re.error:
+            return None
+    return None
+
+
+def compare_kafka_topics(checkpoint: str, planned: Optional[int],
+                         query: Iterable[tuple[int, Optional[str], dict[str, str]]]) -> list[Any]:
+    """SOURCE_TOPICS_CHANGED when a Kafka source of the new query no longer reads a topic
+    partition the checkpoint's newest offsets hold for it (docs/model.md#preflight): the
+    restart's first batch finds partitions it read before missing from its end offsets, which
+    is data loss to Spark's Kafka source and to streamctl's (failOnDataLoss, on by default:
+    the restart fails; off: those partitions are dropped from the query). Topics the new query
+    adds are read from their earliest offsets, as new partitions are: no finding. `query`:
+    `pipeline/preflight.py` `kafka_sources` (ordinal, the name `DataStreamReader.name` gave or
+    None, the source's options)."""
+    if planned is None:  # nothing planned: the new query starts fresh
+        return []
+    st = Storage.open(checkpoint)
+    try:
+        newest = parse_offsets(st.read(f"{OFFSETS_DIR}/{planned}"), st.uri(f"{OFFSETS_DIR}/{planned}"), planned)
+    except StreamctlError:
+        return []  # the log itself is judged by inspect (LOG_GAP, UNREADABLE)
+    lines = {s.source_id: s.raw for s in newest.sources}
+    out = []
+    for ordinal, name, options in query:
+        sid: SourceId = name if name is not None and name in lines else ordinal
+        held = parse_kafka_offsets(lines.get(sid))
+        if not held:
+            continue
+        gone = sorted((t, p) for t, parts in held.items() for p in parts if _subscribed(options, t, p) is False)
+        if not gone:
+            continue
+        lenient = {k.lower(): v for k, v in options.items()}.get("failondataloss", "true").strip().lower() == "false"
+        shown_gone = ", ".join(f"{t}-{p}" for t, p in gone[:6]) + (f" and {len(gone) - 6} more" if len(gone) > 6 else "")
+        what = ("its restart drops them (failOnDataLoss=false): their records after the checkpoint's offsets are "
+                "never read" if lenient else
+                "its restart fails: Spark's Kafka source (and streamctl's) takes partitions it read before that are "
+                "missing from the batch's end offsets for data loss (failOnDataLoss)")
+        out.append(Finding(
+            "SOURCE_TOPICS_CHANGED",
+            f"source {sid}: the new query no longer reads {shown_gone}, which offsets/{planned} holds positions for: "
+            f"{what}. Keep reading those topics, or start the changed query on a new checkpoint (with "
+            "startingOffsets from `streamctl kafka starting-offsets`)",
+            details={"source": sid, "epochs": [planned], "partitions": [f"{t}-{p}" for t, p in gone],
+                     "restart": "drops" if lenient else "fails", "restart_error": None if lenient else "data loss"}))
+    return out

@@ -14,6 +14,8 @@ import re
 import sys
 from typing import Any, Callable, Optional
 
+from streamctl.pipeline.kafka_options import SHORT_NAME
+
 # the physical operator of the explain string -> the operator name Spark writes into the state
 # metadata (`StateStoreWriter.shortName`); names marked VERIFIED were seen in real checkpoints
 OPERATOR_NAMES = {
@@ -143,14 +145,9 @@ def state_keys(df: Any) -> dict[int, Optional[list[str]]]:
 
 
 
-def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
-    """The file sources of a streaming DataFrame's plan, numbered as a restart numbers its
-    sources (`MicroBatchExecution` replaces each streaming relation top-down, left to right, one
-    id per distinct relation): (ordinal, the name `DataStreamReader.name` gave or None, the path
-    as given, the path qualified as `FileStreamSource` qualifies it; a glob is left as given)."""
-    spark = df.sparkSession
-    jvm = spark._jvm
-    hadoop_conf = spark._jsc.hadoopConfiguration()
+def _streaming_relations(df: Any) -> list[Any]:
+    """The distinct streaming relations of a DataFrame's analyzed plan, top-down, left to right
+    (the order `MicroBatchExecution` numbers its sources in)."""
     found: list[Any] = []
     stack = [df._jdf.queryExecution().analyzed()]
     while stack:
@@ -160,6 +157,18 @@ def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
                 found.append(node)
         children = node.children()
         stack.extend(children.apply(i) for i in reversed(range(children.size())))
+    return found
+
+
+def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
+    """The file sources of a streaming DataFrame's plan, numbered as a restart numbers its
+    sources (`MicroBatchExecution` replaces each streaming relation top-down, left to right, one
+    id per distinct relation): (ordinal, the name `DataStreamReader.name` gave or None, the path
+    as given, the path qualified as `FileStreamSource` qualifies it; a glob is left as given)."""
+    spark = df.sparkSession
+    jvm = spark._jvm
+    hadoop_conf = spark._jsc.hadoopConfiguration()
+    found = _streaming_relations(df)
     out = []
     for ordinal, node in enumerate(found):
         source_name = str(node.sourceName())
@@ -167,6 +176,25 @@ def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
             continue
         path = source_name[len("FileSource["):-1]  # `DataSource.sourceSchema`: s"FileSource[$path]"
         out.append((ordinal, _given_name(node), path, _qualified(jvm, hadoop_conf, path)))
+    return out
+
+
+KAFKA_SOURCES = ("kafka", SHORT_NAME)  # Spark's connector, streamctl's Python source
+
+
+def kafka_sources(df: Any) -> list[tuple[int, Optional[str], dict[str, str]]]:
+    """The Kafka sources of a streaming DataFrame's plan, numbered as `file_sources` numbers them:
+    (ordinal, the name `DataStreamReader.name` gave or None, the source's options)."""
+    out = []
+    for ordinal, node in enumerate(_streaming_relations(df)):
+        if str(node.sourceName()) not in KAFKA_SOURCES:
+            continue
+        try:
+            opts = node.extraOptions().asCaseSensitiveMap()
+            options = {str(k): str(opts.get(k)) for k in opts.keySet().toArray()}
+        except Exception:  # noqa: BLE001 - a V1 relation or another line's shape: its options are not read
+            continue
+        out.append((ordinal, _given_name(node), options))
     return out
 
 

@@ -235,3 +235,31 @@ def test_source_path_compared_with_the_newest_log_entry(tmp_path, query_path, re
     q = inspect_checkpoint(str(nodata), quiet_period_s=0)
     found = compare_source_paths(str(nodata), q.planned, q.sources, [(0, None, given, query_path)])
     assert [f.details["restart"] for f in found] == ([] if restart in (None, "glob") else ["reads_again"]), found
+
+
+@pytest.mark.parametrize(("options", "gone", "restart"), [
+    ({"subscribe": "orders,refunds"}, [], None),
+    ({"subscribe": "orders, refunds,audit"}, [], None),  # a topic added is read from its earliest offsets
+    ({"subscribe": "orders"}, ["refunds-0"], "fails"),
+    ({"subscribe": "orders-v2,refunds"}, ["orders-0", "orders-1"], "fails"),
+    ({"subscribePattern": "orders|refunds"}, [], None),
+    ({"subscribePattern": "ord.*"}, ["refunds-0"], "fails"),
+    ({"assign": '{"orders":[0,1],"refunds":[0]}'}, [], None),
+    ({"assign": '{"orders":[1],"refunds":[0]}'}, ["orders-0"], "fails"),
+    ({"subscribe": "orders", "failOnDataLoss": "false"}, ["refunds-0"], "drops"),
+])
+def test_kafka_topics_compared_with_the_newest_offsets(tmp_path, options, gone, restart):
+    """A Kafka source of the new query that no longer reads a partition the newest offsets hold
+    positions for: the restart fails on data loss (failOnDataLoss, the default) or drops it.
+    Proven by a real restart in tests/test_restart_oracle.py (the topic renamed)."""
+    from streamctl.inspectors.preflight import compare_kafka_topics
+
+    chk = tmp_path / "chk"
+    (chk / "offsets").mkdir(parents=True)
+    (chk / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+                                       '{"orders":{"0":5,"1":7},"refunds":{"0":2}}')
+    found = compare_kafka_topics(str(chk), 3, [(0, None, options)])
+    assert [p for f in found for p in f.details["partitions"]] == gone, found
+    assert [f.details["restart"] for f in found] == ([restart] if restart else []), found
+    assert all(f.code == "SOURCE_TOPICS_CHANGED" and "offsets/3" in f.message for f in found), found
+    assert compare_kafka_topics(str(chk), None, [(0, None, options)]) == []  # nothing planned: a fresh start

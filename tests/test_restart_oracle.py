@@ -121,3 +121,15 @@ def test_a_sink_log_entry_deleted_without_its_checksum(harness: Any) -> None:
     r = harness.judge("window_nodata", Action("damage", "sink", "newest", "delete", "keep"))
     assert r.agrees, r.detail()
     assert "STALE_CHECKSUM" in r.inspect.findings and r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_preflight_names_a_kafka_topic_the_new_query_no_longer_reads(harness: Any, kafka_broker: Any) -> None:
+    """The next version of a Kafka query subscribes to a renamed topic (a copy of the old one):
+    preflight said it fits, and the restart failed on data loss (the partitions it read before
+    are not in its end offsets). SOURCE_TOPICS_CHANGED, exit 1."""
+    from helpers import oracle_kafka
+
+    oracle_kafka.use(kafka_broker)
+    r = harness.judge("kafka_dedup", Action("change", what="topic_renamed"))
+    assert r.agrees, r.detail()
+    assert "SOURCE_TOPICS_CHANGED" in r.inspect.findings and r.restart.kind == "fails", r.detail()

@@ -59,6 +59,9 @@ RESTART_TIMEOUT_S = 30.0  # a restart here takes seconds; one blocked on a named
 # the operator must hear about them even when the query restarts and delivers (docs/oracle.md).
 HARM_OUTSIDE_RESTART = (
     ("STALE_CHECKSUM", "", "the restart runs; Spark's next write of that batch fails"),
+    # a restart reads the newest two offsets files and the newest commit only; a file lost below
+    # them breaks the kept window: a roll back to it or below (align --to, a savepoint) has no plan
+    ("LOG_GAP", "missing inside the retained window", "a gap below the restart's files: the rollback window is broken"),
     # Spark reads these numbers with json4s, which wraps a BigInt into a Long without a word: the
     # restart runs on a value nobody wrote (a watermark of Long.MinValue); streamctl refuses it
     ("UNREADABLE", "out of the Long range", "a number Spark wraps silently"),
