@@ -205,11 +205,11 @@ def test_plans_worked_out_once_per_shape_are_those_worked_out_store_by_store(tmp
     """align's roll back and trim work out the files of the stores listed alike (one `shape`)
     once: their plans (steps in order, reasons, reclaimable sizes) are those made with no store
     shaped, each store on its own; and the shapes were used (fewer listings parsed)."""
-    from streamctl.operations import align, trim
+    from streamctl.operations import align, align_checkpoint_steps, trim
 
     ck = _alike_checkpoint(tmp_path)
     parsed: list[int] = []
-    for module in (align, trim):
+    for module in (align_checkpoint_steps, trim):  # the modules that parse a store's listing
         real = module.state_versions
         monkeypatch.setattr(module, "state_versions", lambda *a, real=real: parsed.append(1) or real(*a))
 
