@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from streamctl.formats.jsontext import dumps
+from streamctl.formats.jsontext import dumps, dumps_each
 from streamctl.formats.reader import load_json
 
 JOURNAL_FILE = "journal.jsonl"
@@ -116,7 +116,7 @@ def record_lines(records: list[dict[str, Any]], now: int) -> bytes:
         if rec["event"] not in _EVENTS:
             raise ValueError(f"{rec['event']!r} is not a journal event")
         rec["time_ms"] = now
-    return b"".join(dumps(rec) + b"\n" for rec in records)
+    return b"\n".join(dumps_each(records)) + b"\n" if records else b""
 
 
 def record_line(rec: dict[str, Any], now: int) -> bytes:
@@ -131,7 +131,7 @@ def json_file(doc: dict[str, Any]) -> bytes:
     for key in sorted(doc):
         value = doc[key]
         if isinstance(value, list) and value:
-            items = b",\n    ".join(dumps(item) for item in value)
+            items = b",\n    ".join(dumps_each(value))
             lines.append(dumps(key) + b": [\n    " + items + b"\n  ]")
         else:
             lines.append(dumps(key) + b": " + dumps(value))

@@ -22,6 +22,7 @@ from streamctl.operations.files import Pending, Root
 from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.meter import Meter
 from streamctl.operations.object_moves import delete_remote, move_by_copy, parallel
+from streamctl.operations.paths import is_normal_rel
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
 DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
@@ -277,13 +278,18 @@ class Executor:
         records are durable), recorded in plan order; a step the rename cannot do (moved already
         by a crashed run, something at its backup path, another file system) takes the general
         path of `StepApplier.apply`."""
-        steps, begun, done = self.plan.steps, state.begun, state.done
+        steps, begun, done, roots, backup = self.plan.steps, state.begun, state.done, self.roots, self.backup
+        # backup_rel(step) is normal when the step's path and its root's name are
+        normal_root = {name: is_normal_rel(name) and is_normal_rel(BACKED_UP_DIR) for name in roots}
         size = 0
         for i in indices:
-            self._step_line(i)
+            if self.say is not None:
+                self._step_line(i)
             step = steps[i]
             pre = begun[i]["pre"]
-            if self.roots[step.root].rename_into(step.path, self.backup, backup_rel(step)):
+            root = step.root
+            if roots[root].rename_into(step.path, backup, backup_rel(step),
+                                       normal=normal_root[root] and is_normal_rel(step.path)):
                 rec = {"event": Event.DONE, "step": i, RENAMED: True}  # its entry is its begin record's
             else:
                 rec = {"event": Event.DONE, "step": i, "manifest": self.applier.apply(step, pre)}

@@ -18,28 +18,51 @@ from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
-from streamctl.inspectors.storage import Storage
-from streamctl.operations.object_store import S3_COPY_LIMIT, ObjectStore, hash_stream
+from streamctl.inspectors.storage import Storage, parallel_map
+from streamctl.operations.object_store import CHUNK, S3_COPY_LIMIT, ObjectStore, hash_stream
 from streamctl.operations.paths import _NOT_NORMAL, check_rel, is_normal_rel  # noqa: F401 - re-exported
+
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+HASH_THREADS = 4  # large local files read and hashed at once (reads and sha256 release the GIL)
+THREADED_FROM = 1 << 20  # bytes: smaller files are hashed in one loop (threads cost them more than they save)
 
 
 def hash_file(path: str) -> tuple[int, str]:
     """(size, sha256 hex) of a local file; a folder raises IsADirectoryError. A named pipe, socket
     or device where a file belongs (damage align moves aside) is never read: its digest stands
     for its kind, and it opens without waiting for a writer (O_NONBLOCK)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    got = _hash_file(path, None)
+    assert got is not None  # no size limit: always a digest
+    return got
+
+
+def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
+    """`hash_file`, or None (nothing read) for a regular file larger than `limit`. Read with
+    `os.read` until it returns nothing, the first read as large as the file's size + 1: a small
+    file costs one buffer of its size, not of CHUNK."""
+    fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     try:
-        mode = os.fstat(fd).st_mode
+        st = os.fstat(fd)
+        mode = st.st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(mode):
             return 0, hashlib.sha256(b"not a regular file: " + stat.filemode(mode)[:1].encode()).hexdigest()
-        with os.fdopen(fd, "rb", buffering=0) as fh:
-            fd = -1  # the file object owns it now
-            return hash_stream(fh)
+        if limit is not None and st.st_size > limit:
+            return None
+        h = hashlib.sha256()
+        size = 0
+        want = st.st_size + 1 if st.st_size < CHUNK else CHUNK
+        while True:
+            block = os.read(fd, want)
+            if not block:
+                return size, h.hexdigest()
+            size += len(block)
+            h.update(block)
+            if len(block) == want:  # more than fstat said (the file grows): whole chunks from here
+                want = CHUNK
     finally:
-        if fd >= 0:
-            os.close(fd)
+        os.close(fd)
 
 
 class Pending:
@@ -81,10 +104,12 @@ class Root:
         self.is_local = self.storage.is_local  # asked per step: an attribute, not a property chain
         self.location = self.storage.display
         self._prefix = f"{self.location.rstrip('/')}/" if self.location != "/" else "/"  # local(rel) == prefix + rel
+        self._uri_prefix = self.storage.uri_prefix()
         self._fs = None
         self._fs_root = ""
         self._s3_cached: Any = None
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
+        self._taken_check: Optional[bool] = None  # `rename_into`'s existence check: os.access (True), lstat (False)
         self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
         self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
         self._store = ObjectStore(self)  # used only when not local
@@ -93,6 +118,10 @@ class Root:
             self._fs_root = self.storage._fs_root  # noqa: SLF001
 
     def uri(self, rel: str) -> str:
+        """`Storage.uri`; a path without a "/" at either end (every step's) by one concatenation."""
+        prefix = self._uri_prefix
+        if prefix is not None and rel and rel[0] != "/" and rel[-1] != "/":
+            return prefix + rel
         return self.storage.uri(rel)
 
     def local(self, rel: str) -> str:
@@ -147,23 +176,34 @@ class Root:
         return self.digest(rel) if self.exists(rel) else None
 
     def digests_if_exist(self, rels: list[str]) -> list[Optional[tuple[int, str]]]:
-        """digest_if_exists of each path, in order; local files read in one loop (a batch of
-        8,192 steps, no call chain per file); folders and errors take digest_if_exists."""
+        """digest_if_exists of each path, in order. Local files up to THREADED_FROM bytes are read
+        in one loop (a batch of 8,192 steps, no call chain per file); larger ones afterwards on
+        HASH_THREADS threads (their reads and hashing release the GIL); folders and errors take
+        digest_if_exists."""
         head = self._head()
         if head is None:
             return [self.digest_if_exists(rel) for rel in rels]
         out: list[Optional[tuple[int, str]]] = []
+        large: list[int] = []  # indices of files larger than THREADED_FROM
         for rel in rels:
             if is_normal_rel(rel):
                 try:
-                    out.append(hash_file(head + rel))
-                    continue
+                    got = _hash_file(head + rel, THREADED_FROM)
                 except FileNotFoundError:
                     out.append(None)
                     continue
                 except OSError:
                     pass
+                else:
+                    if got is None:
+                        large.append(len(out))
+                    out.append(got)
+                    continue
             out.append(self.digest_if_exists(rel))  # a folder, an error, a path to normalise: as always
+        if large:
+            for k, got in zip(large, parallel_map(lambda k: self.digest_if_exists(rels[k]), large, HASH_THREADS),
+                              strict=True):
+                out[k] = got
         return out
 
     def _head(self) -> Optional[str]:
@@ -429,25 +469,44 @@ class Root:
         elif self.kind(rel) == "file":
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
-    def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
+    def rename_into(self, rel: str, dest: Root, dest_rel: str, normal: bool = False) -> bool:
         """Rename a local file or folder into another local root, never over anything there: True
         when it was renamed; False when that cannot be done here and now (not both local, nothing
         at `rel`, something at `dest_rel`, another file system): the caller takes the general
-        path. The check of `dest_rel` and the rename are two calls: the lock keeps every other
-        streamctl out of the roots in between."""
+        path. `normal`: the caller checked that both paths are normal (`is_normal_rel`). The check
+        of `dest_rel` and the rename are two calls: the lock keeps every other streamctl out of
+        the roots in between."""
         if not (self.is_local and dest.is_local):
             return False
-        src, dst = self.local(rel), dest.local(dest_rel)
-        if os.path.lexists(dst):
-            return False
-        parent = os.path.dirname(dst)
+        head, dest_head = self._head(), dest._head()
+        if normal and head is not None and dest_head is not None:
+            src, dst = head + rel, dest_head + dest_rel
+            parent = dst.rpartition("/")[0]
+        else:
+            src, dst = self.local(rel), dest.local(dest_rel)
+            parent = os.path.dirname(dst)
         if parent not in dest._made:  # one makedirs per folder, not per file
             dest._makedirs(parent)
+        if dest._taken(dst):
+            return False
         try:
             os.rename(src, dst)
         except OSError:  # gone (renamed by a crashed run), another file system: the general path
             return False
         return True
+
+    def _taken(self, path: str) -> bool:
+        """Whether anything is at local `path`, a dangling symlink included: os.path.lexists's
+        answer. Asked with os.access (F_OK, the effective ids, the last symlink not followed),
+        which answers False without raising FileNotFoundError (half the cost), once this root's
+        own folder answered True to it; else (a platform or C library without those flags, where
+        it would answer False) with os.path.lexists."""
+        if self._taken_check is None:
+            self._taken_check = (os.access in os.supports_follow_symlinks and os.access in os.supports_effective_ids
+                                 and os.access(self.location, os.F_OK, effective_ids=True, follow_symlinks=False))
+        if self._taken_check:
+            return os.access(path, os.F_OK, effective_ids=True, follow_symlinks=False)
+        return os.path.lexists(path)
 
     def move_to(self, rel: str, dest: Root, dest_rel: str) -> None:
         """Move a file or folder into another root. Local: a rename when both are on one file

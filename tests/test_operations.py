@@ -274,6 +274,28 @@ def test_rename_into_never_replaces_a_file_at_the_backup_path(tmp_path: Path) ->
     assert (backup / "files" / "new" / "commits" / "2").read_bytes() == b"v1\n{\"nextBatchWatermarkMs\":0}"
 
 
+@pytest.mark.parametrize("check", [True, False], ids=["os.access", "lexists"])
+def test_rename_into_sees_a_file_or_a_dangling_symlink_at_the_backup_path(tmp_path: Path, check: bool) -> None:
+    """The destination check (os.access without following the last symlink, or os.path.lexists
+    where that is not to be had) sees a file, and a symlink whose target is gone, as taken: the
+    rename never replaces either; a free name is renamed into."""
+    ck, _sink, backup = _setup(tmp_path)
+    src, dst = Root("checkpoint", str(ck)), Root("backup", str(backup))
+    (backup / "files" / "commits").mkdir(parents=True)
+    dst._taken_check = check
+    (backup / "files" / "commits" / "1").symlink_to(tmp_path / "gone")
+    assert not src.rename_into("commits/1", dst, "files/commits/1", normal=True)
+    assert (backup / "files" / "commits" / "1").is_symlink() and (ck / "commits" / "1").exists()
+    (backup / "files" / "commits" / "2").write_bytes(b"earlier backup")
+    assert not src.rename_into("commits/2", dst, "files/commits/2", normal=True)
+    assert (backup / "files" / "commits" / "2").read_bytes() == b"earlier backup"
+    assert src.rename_into("commits/2", dst, "files/commits/3", normal=True)
+    assert not (ck / "commits" / "2").exists()
+    fresh = Root("backup", str(backup))
+    assert fresh._taken(str(backup / "files" / "commits" / "1")) and not fresh._taken(str(backup / "nothing"))
+    assert fresh._taken_check is (os.access in os.supports_follow_symlinks and os.access in os.supports_effective_ids)
+
+
 def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path) -> None:
     """A crash in the middle of a write leaves a torn last line: the next run's records start on
     a line of their own (glued to it, the first would be lost with it)."""
