@@ -3,7 +3,9 @@ preflight` (docs/model.md#preflight) over what the checkpoint holds and what the
 plan says (pipeline/preflight.py reads the plan with PySpark; these need none)."""
 from __future__ import annotations
 
+import json
 import posixpath
+import re
 from typing import Any, Iterable, Optional
 from urllib.parse import unquote, urlparse
 
@@ -135,14 +137,8 @@ def compare_source_paths(checkpoint: str, planned: Optional[int], sources: Itera
     st = Storage.open(checkpoint)
     files = {s.source_id: s for s in sources if s.kind == "file"}
 
-    def offsets_at(batch: int) -> Optional[OffsetEntry]:
-        try:
-            return parse_offsets(st.read(f"{OFFSETS_DIR}/{batch}"), st.uri(f"{OFFSETS_DIR}/{batch}"), batch)
-        except StreamctlError:
-            return None
-
-    newest = offsets_at(planned)
-    before = offsets_at(planned - 1) if planned > 0 else None
+    newest = _offsets_at(st, planned)
+    before = _offsets_at(st, planned - 1) if planned > 0 else None
     out = []
     for ordinal, name, given, qualified in query:
         sid: SourceId = name if name is not None and name in files else ordinal
@@ -186,6 +182,14 @@ def compare_source_paths(checkpoint: str, planned: Optional[int], sources: Itera
     return out
 
 
+def _offsets_at(st: Storage, batch: int) -> Optional[OffsetEntry]:
+    """`offsets/<batch>`, or None when it cannot be read (inspect judges the log: LOG_GAP, UNREADABLE)."""
+    try:
+        return parse_offsets(st.read(f"{OFFSETS_DIR}/{batch}"), st.uri(f"{OFFSETS_DIR}/{batch}"), batch)
+    except StreamctlError:
+        return None
+
+
 def _common_folder(files: list[tuple[str, str, str]]) -> str:
     """The folder the logged files share, shown as a local path or a URI."""
     heads = {p[:2] for p in files}
@@ -198,15 +202,11 @@ def _common_folder(files: list[tuple[str, str, str]]) -> str:
 
 # -- the topics a Kafka source reads -----------------------------------------------------------
 
-def _subscribed(options: dict[str, str], topic: str, partition: int) -> Optional[bool]:
-    """Whether a Kafka source with these options reads `topic`'s `partition` (`subscribe`: a
-    comma list; `subscribePattern`: a Java regex, matched whole; `assign`: a JSON map of topic to
-    partitions); None when no option says (the source then fails to start anyway) or the
-    pattern is not one Python reads the same way."""
-    import json
-    import re
-
-    opts = {k.lower(): v for k, v in options.items()}
+def _subscribed(opts: dict[str, str], topic: str, partition: int) -> Optional[bool]:
+    """Whether a Kafka source with these options (keys lower-cased) reads `topic`'s `partition`
+    (`subscribe`: a comma list; `subscribePattern`: a Java regex, matched whole; `assign`: a JSON
+    map of topic to partitions); None when no option says (the source then fails to start anyway)
+    or the pattern is not one Python reads the same way."""
     if "assign" in opts:
         try:
             assigned = json.loads(opts["assign"])
@@ -235,11 +235,9 @@ def compare_kafka_topics(checkpoint: str, planned: Optional[int],
     None, the source's options)."""
     if planned is None:  # nothing planned: the new query starts fresh
         return []
-    st = Storage.open(checkpoint)
-    try:
-        newest = parse_offsets(st.read(f"{OFFSETS_DIR}/{planned}"), st.uri(f"{OFFSETS_DIR}/{planned}"), planned)
-    except StreamctlError:
-        return []  # the log itself is judged by inspect (LOG_GAP, UNREADABLE)
+    newest = _offsets_at(Storage.open(checkpoint), planned)
+    if newest is None:
+        return []
     lines = {s.source_id: s.raw for s in newest.sources}
     out = []
     for ordinal, name, options in query:
@@ -247,10 +245,11 @@ def compare_kafka_topics(checkpoint: str, planned: Optional[int],
         held = parse_kafka_offsets(lines.get(sid))
         if not held:
             continue
-        gone = sorted((t, p) for t, parts in held.items() for p in parts if _subscribed(options, t, p) is False)
+        opts = {k.lower(): v for k, v in options.items()}
+        gone = sorted((t, p) for t, parts in held.items() for p in parts if _subscribed(opts, t, p) is False)
         if not gone:
             continue
-        lenient = {k.lower(): v for k, v in options.items()}.get("failondataloss", "true").strip().lower() == "false"
+        lenient = opts.get("failondataloss", "true").strip().lower() == "false"
         shown_gone = ", ".join(f"{t}-{p}" for t, p in gone[:6]) + (f" and {len(gone) - 6} more" if len(gone) > 6 else "")
         what = ("its restart drops them (failOnDataLoss=false): their records after the checkpoint's offsets are "
                 "never read" if lenient else
