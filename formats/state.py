@@ -180,6 +180,59 @@ def lz4_torn(head: bytes, tail: bytes) -> Optional[str]:
     return None
 
 
+LZ4_HEADER = 21  # lz4-java LZ4BlockOutputStream: magic, token, compressed length, original length, checksum
+LZ4_SEED = 0x9747B28C  # lz4-java LZ4BlockOutputStream.DEFAULT_SEED (XXHash32 of each block's original bytes)
+LZ4_METHOD_RAW, LZ4_METHOD_LZ4 = 0x10, 0x20
+
+
+def lz4_corrupt(data: bytes) -> Optional[str]:
+    """Why the LZ4Block stream `data` (a whole file) fails the checks lz4-java's
+    LZ4BlockInputStream makes as a restart reads it ("Stream is corrupted"), None when every
+    block up to the end mark passes them or it is another codec's. Per block: the magic; the
+    method (raw or LZ4) and the lengths its level allows; the LZ4 payload decompressing to
+    exactly its original length; the XXHash32 (seed LZ4_SEED, masked to 28 bits as lz4-java's
+    `asChecksum()` does) of the original bytes equal to the recorded checksum. A stream cut short
+    is lz4_torn's; bytes after the end mark are not read by a restart and not judged here."""
+    if data[:8] != LZ4_MAGIC:
+        return None
+    import xxhash
+
+    pos, size = 0, len(data)
+    while pos + LZ4_HEADER <= size:
+        head = data[pos:pos + LZ4_HEADER]
+        if head[:8] != LZ4_MAGIC:
+            return f"no LZ4Block magic at byte {pos}"
+        token = head[8]
+        method, level = token & 0xF0, 10 + (token & 0x0F)
+        comp, orig, check = (int.from_bytes(head[i:i + 4], "little", signed=True) for i in (9, 13, 17))
+        if (method not in (LZ4_METHOD_RAW, LZ4_METHOD_LZ4) or orig > 1 << level or orig < 0 or comp < 0
+                or (orig == 0) != (comp == 0) or (method == LZ4_METHOD_RAW and orig != comp)):
+            return f"the LZ4Block header at byte {pos} is not valid"
+        if orig == 0:
+            return None if check == 0 else f"the LZ4Block end mark at byte {pos} has a checksum"
+        body = data[pos + LZ4_HEADER:pos + LZ4_HEADER + comp]
+        if len(body) < comp:
+            return None  # cut short: lz4_torn's (no end mark)
+        if method == LZ4_METHOD_LZ4:
+            try:
+                body = _lz4_raw().decompress(body, decompressed_size=orig, asbytes=True)
+            except Exception:  # pyarrow's error for a malformed block
+                return f"the LZ4 block at byte {pos} does not decompress"
+            if len(body) != orig:
+                return f"the LZ4 block at byte {pos} does not decompress to its length"
+        if xxhash.xxh32_intdigest(body, seed=LZ4_SEED) & 0xFFFFFFF != check & 0xFFFFFFFF:
+            return f"the LZ4 block at byte {pos} fails its checksum"
+        pos += LZ4_HEADER + comp
+    return None
+
+
+def _lz4_raw() -> Any:
+    """pyarrow's raw LZ4 block codec (LZ4_decompress_safe), loaded on first use."""
+    import pyarrow
+
+    return pyarrow.Codec("lz4_raw")
+
+
 ZIP_EOCD = b"PK\x05\x06"
 ZIP_EOCD_SIZE = 22  # the end of central directory record without a comment
 ZIP_TAIL = ZIP_EOCD_SIZE + 0xFFFF  # ... with the longest comment

@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import StorageError
 from streamctl.formats.state import SST_DIR, is_full_file, is_zip_file, state_file
 from streamctl.inspectors.findings import summarize
-from streamctl.inspectors.state_file_checks import checksum_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
+from streamctl.inspectors.state_file_checks import content_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
 from streamctl.inspectors.state_listing import StoreFiles, without_file
 from streamctl.inspectors.state_restore import StoreStatus, store_status
 from streamctl.inspectors.storage import Storage
@@ -63,12 +62,13 @@ class Chains:
         """(texts of the bad files of `status`'s restore chain, whether an intact older chain is
         there), None when whole. The snapshot/zip the chain starts from is judged by its own
         format (a torn one has no companion to disagree with on HDFS and object stores); then,
-        on the local file system only, the checksums (object stores: a GET per file of every
-        chain, and Spark's S3 reads verify no Hadoop sidecar)."""
+        on the local file system only, the checksums: the companions' and the files' own LZ4Block
+        ones (object stores: a GET per file of every chain, and Spark's S3 reads verify no Hadoop
+        sidecar)."""
         local = self.st.is_local
         first = status.restore_files[:1]
-        read: dict[str, bytes] = {}  # the first file's bytes for both checks, when its checksum is read whole
-        if local and first and files.lists(crc_name(first[0])):
+        read: dict[str, bytes] = {}  # the first file's bytes for both checks (a zip is read in parts)
+        if local and first and not is_zip_file(first[0]):
             try:
                 read[first[0]] = self.st.read(f"{status.path}/{first[0]}")
             except StorageError:
@@ -144,10 +144,10 @@ class Chains:
     def mismatches(self, folder: str, names: tuple[str, ...], lists: Callable[[str], bool],
                     read: Optional[dict[str, bytes]] = None) -> list[tuple[str, str]]:
         """(name, why) of each of `names` in `folder` that does not match its checksum companion
-        (`read`: the bytes of those read already)."""
+        or its own LZ4Block checksums (`read`: the bytes of those read already)."""
         out = []
         for name in names:
-            why = checksum_mismatch(self.st, folder, name, lists, (read or {}).get(name))
+            why = content_mismatch(self.st, folder, name, lists, (read or {}).get(name))
             if why:
                 out.append((name, why))
         return out

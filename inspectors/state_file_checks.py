@@ -15,6 +15,7 @@ from streamctl.formats.state import (
     ZIP_METADATA,
     ZIP_TAIL,
     is_zip_file,
+    lz4_corrupt,
     lz4_torn,
     parse_zip_metadata,
     zip_torn,
@@ -127,3 +128,22 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[
         return None  # too large or unreadable here: what Spark reads is not judged
     bad = hadoop_crc_mismatch(sums, data)
     return None if bad is None else f"bytes {bad}.. do not match its {hidden}"
+
+
+def content_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[str], bool],
+                     data: Optional[bytes] = None) -> Optional[str]:
+    """Why state file `folder/name` is corrupt, None when it is not seen to be: checksum_mismatch
+    with its companions, then, for a delta, changelog or HDFS snapshot, the checksums its own
+    LZ4Block framing carries (lz4_corrupt: bytes changed in place where no companion is there to
+    disagree, as HDFS, object stores and a hand copy without the sidecars leave it). The file is
+    read once, whole, up to DEFAULT_MAX_READ bytes; RocksDB zips are not (their SSTs are judged
+    by size: Chains.missing_ssts)."""
+    if data is None and not is_zip_file(name):
+        try:
+            data = storage.read(f"{folder}/{name}")
+        except StorageError:
+            data = None  # too large, unreadable or not a regular file: judged where it is listed
+    why = checksum_mismatch(storage, folder, name, lists, data)
+    if why is None and data is not None:
+        why = lz4_corrupt(data)
+    return why

@@ -80,6 +80,31 @@ def test_a_coordinated_commit_record_reads_back_as_written() -> None:
         coordinated_log.parse_commit_record(data, "_commits/8.json", 8)
 
 
+def test_lz4_block_checksums_of_a_spark_written_delta() -> None:
+    """lz4_corrupt checks what lz4-java's LZ4BlockInputStream checks as a restart reads a state
+    file: a delta PySpark 3.5 wrote passes; eight bytes changed anywhere after the magic are seen
+    (by the block checks, or as a stream cut short by lz4_torn), as the restart sees them."""
+    import xxhash
+    from pathlib import Path
+
+    delta = Path(__file__).parent / "fixtures/spark-3.5/join_renamed_hdfs/checkpoint/state/0/2/left-keyWithIndexToValue/5.delta"
+    data = delta.read_bytes()
+    assert data[:8] == state.LZ4_MAGIC and state.lz4_corrupt(data) is None
+    for at in range(8, len(data) - 8):
+        bad = bytearray(data)
+        bad[at:at + 8] = bytes(b ^ 0x5A for b in bad[at:at + 8])
+        found = state.lz4_corrupt(bytes(bad)) or state.lz4_torn(bytes(bad[:8]), bytes(bad[-state.LZ4_END:]))
+        assert found is not None, at
+    body = b"\x00\x00\x00\x01x"  # a raw (stored) block, then the end mark
+    check = xxhash.xxh32_intdigest(body, seed=state.LZ4_SEED) & 0xFFFFFFF
+    raw = (state.LZ4_MAGIC + bytes([0x10]) + len(body).to_bytes(4, "little") * 2 + check.to_bytes(4, "little")
+           + body + state.LZ4_MAGIC + bytes([0x10]) + bytes(12))
+    assert state.lz4_corrupt(raw) is None
+    assert state.lz4_corrupt(raw.replace(b"x", b"y")) == "the LZ4 block at byte 0 fails its checksum"
+    assert state.lz4_corrupt(raw[:-4] + b"\x01\0\0\0") == f"the LZ4Block end mark at byte {state.LZ4_HEADER + 5} has a checksum"
+    assert state.lz4_corrupt(b"\x28\xb5\x2f\xfd" + bytes(30)) is None  # zstd: not judged
+
+
 def test_state_end_marks_and_the_zip_manifest() -> None:
     end = b"LZ4Block" + bytes([0x10]) + bytes(12)  # lz4-java's empty end block
     assert state.lz4_torn(b"LZ4Block", end) is None

@@ -133,3 +133,14 @@ def test_preflight_names_a_kafka_topic_the_new_query_no_longer_reads(harness: An
     r = harness.judge("kafka_dedup", Action("change", what="topic_renamed"))
     assert r.agrees, r.detail()
     assert "SOURCE_TOPICS_CHANGED" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+
+
+def test_a_corrupt_delta_without_its_checksum_sidecar(harness: Any) -> None:
+    """Eight bytes changed inside the newest delta of a stream-stream join, its `.crc` dropped (a
+    copy without the sidecars, HDFS): the restart fails on lz4-java's block checksum ("Stream is
+    corrupted"). It read "aligned" while streamctl judged only the companions and the end marks;
+    the LZ4Block checksums make it STATE_FILE_CORRUPT, which align refuses."""
+    r = harness.judge("join_hdfs", Action("damage", "state", "newest", "corrupt", "drop"))
+    assert r.agrees, r.detail()
+    assert "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.align is not None and r.align.code == 4, r.detail()
