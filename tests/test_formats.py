@@ -7,8 +7,10 @@ import json
 import zipfile
 import zlib
 from io import BytesIO
+from pathlib import Path
 
 import pytest
+import xxhash
 
 from streamctl.formats import checksum, commits, compactible, coordinated_log, file_sink_log, journal, metadata, state
 from streamctl.formats.errors import LogParseError, PathError, StorageError
@@ -84,9 +86,6 @@ def test_lz4_block_checksums_of_a_spark_written_delta() -> None:
     """lz4_corrupt checks what lz4-java's LZ4BlockInputStream checks as a restart reads a state
     file: a delta PySpark 3.5 wrote passes; eight bytes changed anywhere after the magic are seen
     (by the block checks, or as a stream cut short by lz4_torn), as the restart sees them."""
-    import xxhash
-    from pathlib import Path
-
     delta = Path(__file__).parent / "fixtures/spark-3.5/join_renamed_hdfs/checkpoint/state/0/2/left-keyWithIndexToValue/5.delta"
     data = delta.read_bytes()
     assert data[:8] == state.LZ4_MAGIC and state.lz4_corrupt(data) is None

@@ -79,14 +79,20 @@ def gcs(tmp_path_factory):
 
 
 def _azurite() -> Path:
+    """Azurite's blob server, installed on first use. The test processes (pytest-xdist's workers,
+    the PySpark 3.5 leg) install it one at a time under a lock file."""
+    import fcntl
+
     exe = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
-    if not exe.exists():
-        npm = shutil.which("npm")
-        if npm is None:
-            raise RuntimeError("the Azure tests need Node.js and npm (apt-get install nodejs npm) to install Azurite")
-        AZURITE_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(AZURITE_DIR),
-                        f"azurite@{AZURITE_VERSION}"], check=True, capture_output=True, timeout=600)
+    AZURITE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(AZURITE_DIR.parent / "azurite.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not exe.exists():
+            npm = shutil.which("npm")
+            if npm is None:
+                raise RuntimeError("the Azure tests need Node.js and npm (apt-get install nodejs npm) to install Azurite")
+            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--prefix", str(AZURITE_DIR),
+                            f"azurite@{AZURITE_VERSION}"], check=True, capture_output=True, timeout=600)
     return exe
 
 
