@@ -102,7 +102,7 @@ def _execute(req: Any, backup_dir: Optional[str], break_lock: bool, as_json: boo
     from streamctl.console.plan_view import refused
     from streamctl.inspectors.checkpoint import require_checkpoint
     from streamctl.inspectors.storage import Storage
-    from streamctl.operations.copy import check_targets, plan_copy
+    from streamctl.operations.copy import plan_copy
     from streamctl.operations.copy_paths import check_places
     from streamctl.operations.copy_verify import operation
     from streamctl.operations.plan import Refused
@@ -110,10 +110,10 @@ def _execute(req: Any, backup_dir: Optional[str], break_lock: bool, as_json: boo
 
     require_checkpoint(Storage.open(req.checkpoint))
     try:
-        check_targets(req)
         if backup_dir:  # never written into the old place
             check_places({"checkpoint": req.checkpoint, "--backup-dir": backup_dir,
                           **({"sink": req.sink} if req.sink else {})})
+        plan_copy(req)  # every refusal (a live query, a full destination, ...) before the lock creates anything
     except Refused as exc:
         raise refused(exc, as_json, "CopyRefusal") from None
     mutation.execute("copy", Request(req.dest, lambda _op, _backup: plan_copy(req, under_lock=True), backup_dir,

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ import pytest
 from helpers import align_pipeline as ap
 from helpers import s3_fixtures as _s3f
 from helpers.trees import copy_tree, snapshot_tree, tree
-from streamctl.operations.journal import CRASH_EXIT
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
@@ -77,8 +77,9 @@ def restart(p: ap.Pipeline, more: int = 2) -> None:
     assert d["ok"], d
 
 
-def old_state(p: ap.Pipeline) -> tuple[dict[str, str], dict[str, tuple[int, int]]]:
-    return tree(p.base), snapshot_tree(p.base)
+def old_state(p: ap.Pipeline) -> list[Any]:
+    """The old place (checkpoint and sink) byte for byte, and every file's size and mtime."""
+    return [tree(p.checkpoint), tree(p.output), snapshot_tree(p.checkpoint), snapshot_tree(p.output)]
 
 
 def copy_args(p: ap.Pipeline, dest: Path | str, sink_dest: Path | str, *extra: str) -> list[str]:
@@ -149,7 +150,7 @@ def test_non_empty_destination_refused_with_nothing_written(cli, spark, pristine
     held = tree(tmp_path / "new")
     r = cli(*copy_args(p, dest, sink_dest), "--execute", "--json")
     assert r.code == 4, r
-    assert r.json()["kind"] == "CopyRefusal" and "notes.txt" in r.json()["error"]["message"], r
+    assert r.json()["kind"] == "CopyRefusal" and "notes.txt" in r.json()["reason"], r
     assert tree(tmp_path / "new") == held and not sink_dest.exists()
     assert old_state(p) == before
     # a destination inside the old checkpoint is refused too
@@ -165,25 +166,36 @@ def test_live_query_refused(cli, spark, pristine, tmp_path):
     assert not (tmp_path / "n").exists()
 
 
-def _run(*args: str, crash_after: int | None = None) -> subprocess.CompletedProcess:
+def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
-    env.update(STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1")
-    if crash_after is not None:
-        env["STREAMCTL_TEST_CRASH_AFTER"] = str(crash_after)
-    return subprocess.run([str(STREAMCTL), *args], env=env, capture_output=True, text=True, timeout=120)
+    env.update(STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1", **extra)
+    return env
+
+
+def _files(folder: Path) -> int:
+    return sum(len(files) for _d, _s, files in os.walk(folder))
 
 
 def test_crash_mid_copy_resumed(cli, spark, pristine, tmp_path):
+    """A real process killed (SIGKILL) while it copies, some files at the new place, the rest not:
+    `--resume` finishes the copy, verified, and the query restarts there exactly once."""
     p = old_place(pristine, tmp_path, spark)
     before = old_state(p)
     dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
-    r = _run(*copy_args(p, dest, sink_dest), "--execute", crash_after=3)  # start, a batch of begins, some done
-    assert r.returncode == CRASH_EXIT, (r.returncode, r.stdout, r.stderr)
+    proc = subprocess.Popen([str(STREAMCTL), *copy_args(p, dest, sink_dest), "--execute"],
+                            env=_env(STREAMCTL_TEST_STEP_DELAY="0.05"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while _files(dest) < 20 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill()
+    assert proc.wait(timeout=30) == -9, proc.stderr.read() if proc.stderr else ""
+    assert 20 <= _files(dest) and not (dest / "metadata").exists(), "the copy was not cut short mid-way"
     backups = list((dest / "_streamctl" / "backups").iterdir())
     assert len(backups) == 1 and (dest / "_streamctl" / "lock.json").exists()
-    r = _run("copy", "--resume", str(backups[0]), "--json")
+    r = subprocess.run([str(STREAMCTL), "copy", "--resume", str(backups[0]), "--json"], env=_env(),
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (r.stdout, r.stderr)
-    assert json.loads(r.stdout)["verified"] is True
+    assert json.loads(r.stdout)["verified"] is True and json.loads(r.stdout)["resumed"] is True
     assert not (dest / "_streamctl" / "lock.json").exists()
     assert old_state(p) == before
     restart(at(p, dest, sink_dest))
@@ -201,3 +213,15 @@ def test_local_to_s3_and_back(cli, spark, pristine, tmp_path, s3):
     doc = executed(cli, "copy", ck_uri, str(back_ck), "--sink", out_uri, "--sink-dest", str(back_out))
     assert doc["after"]["new"]["committed"] == FILES - 1
     restart(at(p, back_ck, back_out))
+
+
+def test_undo_takes_the_copy_out(cli, spark, pristine, tmp_path):
+    p = old_place(pristine, tmp_path, spark)
+    before = old_state(p)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--all"))
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    left = [f for f in tree(dest) if not f.startswith("_streamctl/")]
+    assert left == [] and tree(sink_dest) == {}, left
+    assert old_state(p) == before
