@@ -1,5 +1,5 @@
 """`streamctl copy`: a query copied to a new place, to restart there exactly once
-(docs/model.md#copying-a-query).
+(docs/model.md#copy).
 
 What is copied is what a restart reads: every file `trim` keeps (its plan's complement, so the
 two never disagree) or, with `--all`, every file; streamctl's own `_streamctl/` stays behind.

@@ -1,4 +1,4 @@
-"""The places of `streamctl copy` (docs/model.md#copying-a-query): the new place must not nest
+"""The places of `streamctl copy` (docs/model.md#copy): the new place must not nest
 with the old one and must hold nothing; the absolute paths the old place's logs name are
 rewritten to the new place (a file sink's data files, with `--source-path` a file source's input
 files), each spelled the way Spark spells the new location.

@@ -128,7 +128,9 @@ def test_input_folder_moved_too(cli, spark, pristine, tmp_path):
     new_input = tmp_path / "new" / "input"
     copy_tree(p.input, new_input)
     dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
-    doc = executed(cli, *copy_args(p, dest, sink_dest, "--source-path", f"{p.input}={new_input}"))
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--source-path", f"{p.input}={new_input}", "--keep-epochs", "2"))
+    assert doc["plan"]["after"]["left_out"]["files"] > 0  # only what trim --keep-epochs 2 keeps
+    assert not (dest / "commits" / "0").exists() and (dest / "commits" / "3").exists()
     assert any(rw["root"] == "checkpoint" and rw["path"].startswith("sources/0/") for rw in doc["plan"]["after"]["rewrites"])
     logged = (dest / "sources/0/4").read_text()
     assert str(new_input) in logged and f"{p.input}/" not in logged
