@@ -227,3 +227,18 @@ def test_undo_takes_the_copy_out(cli, spark, pristine, tmp_path):
     left = [f for f in tree(dest) if not f.startswith("_streamctl/")]
     assert left == [] and tree(sink_dest) == {}, left
     assert old_state(p) == before
+
+
+def test_delta_sink_keeps_its_relative_paths(cli, layouts, tmp_path):
+    """A Delta table names its files relative to the table: copied byte for byte, not rewritten."""
+    chk = layouts.checkpoint(tmp_path / "old" / "chk", 3, 3)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    table = tmp_path / "old" / "table"
+    layouts.delta_table(table, layouts.QID, range(4))
+    before = tree(tmp_path / "old")
+    dest, sink_dest = tmp_path / "new" / "chk", tmp_path / "new" / "table"
+    doc = executed(cli, "copy", str(chk), str(dest), "--sink", str(table), "--sink-dest", str(sink_dest))
+    assert doc["plan"]["after"]["rewrites"] == [] and doc["after"]["new"]["sink_epoch"] == 3, doc["after"]
+    assert tree(sink_dest) == tree(table) and tree(tmp_path / "old") == before
