@@ -3,7 +3,7 @@
 pristine tree copied per test. After a copy the query restarts at the new place with more input
 and the new sink holds every id exactly once (a lost state entry would let a repeated id through,
 a sink log still naming the old place would hide rows), and the old place is byte for byte and
-mtime for mtime what it was. Also: the input folder moved (--source-path), a non-empty
+mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
 process ended right after a journal record), and local -> the S3 server (moto) -> local.
 """
@@ -38,6 +38,14 @@ def pristine(spark, tmp_path_factory) -> Path:
     return p.base
 
 
+@pytest.fixture(scope="module")
+def pristine_rocksdb_v2(spark, tmp_path_factory) -> Path:
+    """RocksDB with changelog checkpointing and checkpoint format 2 (state unique ids in commits/)."""
+    p = ap.build(tmp_path_factory.mktemp("copy-pristine-rocksdb"), "dedup_rocksdb", spark, FILES,
+                 extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"})
+    return p.base
+
+
 def as_if_written_here(src: Path, dest: Path) -> None:
     """The sink log and the file source's log of a plain copy name the original's paths: put
     them as Spark would have written them at `dest` (sidecars and mtimes kept in step)."""
@@ -55,17 +63,17 @@ def as_if_written_here(src: Path, dest: Path) -> None:
                         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def old_place(pristine: Path, tmp_path: Path, spark: Any) -> ap.Pipeline:
+def old_place(pristine: Path, tmp_path: Path, spark: Any, kind: str = KIND, **kw: Any) -> ap.Pipeline:
     copy_tree(pristine, tmp_path / "old")
     as_if_written_here(pristine, tmp_path / "old")
-    p = ap.Pipeline(tmp_path, KIND, spark, name="old")
+    p = ap.Pipeline(tmp_path, kind, spark, name="old", **kw)
     p.files = FILES
     return p
 
 
 def at(p: ap.Pipeline, checkpoint: Path, output: Path, input_dir: Path | None = None) -> ap.Pipeline:
     """The same query pointed at another place (its input where it is unless moved)."""
-    q = ap.Pipeline(p.base.parent, KIND, p.spark, name=p.base.name)
+    q = ap.Pipeline(p.base.parent, p.kind, p.spark, name=p.base.name, extra_confs=p.extra)
     q.checkpoint, q.output, q.input, q.files = checkpoint, output, input_dir or p.input, p.files
     return q
 
@@ -121,6 +129,20 @@ def test_copy_restarts_exactly_once_and_leaves_the_old_place_unchanged(cli, spar
 
     restart(at(p, dest, sink_dest))
     assert old_state(p) == before, "the restart at the new place changed the old place"
+
+
+@pytest.mark.spark4  # checkpoint format 2
+def test_rocksdb_checkpoint_format_2_with_changelogs(cli, spark, pristine_rocksdb_v2, tmp_path):
+    p = old_place(pristine_rocksdb_v2, tmp_path, spark, "dedup_rocksdb",
+                  extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"})
+    before = old_state(p)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--keep-epochs", "2"))
+    names = [s["path"].rsplit("/", 1)[-1] for s in doc["plan"]["steps"]]
+    assert any(n.endswith(".changelog") and "_" in n for n in names), names  # v2: <version>_<uuid>.changelog
+    assert doc["after"]["new"]["state_epoch"] == doc["after"]["old"]["state_epoch"] == FILES - 1
+    assert old_state(p) == before
+    restart(at(p, dest, sink_dest))
 
 
 def test_input_folder_moved_too(cli, spark, pristine, tmp_path):
