@@ -5,7 +5,8 @@ and the new sink holds every id exactly once (a lost state entry would let a rep
 a sink log still naming the old place would hide rows), and the old place is byte for byte and
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
-process ended right after a journal record), and local -> the S3 server (moto) -> local.
+process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
+(moto) -> local.
 """
 from __future__ import annotations
 
