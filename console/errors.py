@@ -237,6 +237,7 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Inspect (read-only)", ("diagnose", "inspect", "preflight")),
     ("Repair", ("align", "trim", "backups")),
+    ("Move", ("copy",)),
     ("Retire", ("stop", "drop-sink")),
     ("Kafka", ("kafka",)),
     ("Set-up", ("demo", "completion")),

@@ -321,6 +321,21 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
                    app_id=app_id, table_version=int(version), extra=extra)
 
 
+def delta_add_paths(st: Storage) -> list[str]:
+    """The data-file paths of a Delta table's current version as its log names them (relative
+    to the table, or absolute: `streamctl copy` checks which); StorageError when the log cannot
+    be loaded."""
+    from deltalake import DeltaTable
+
+    uri, opts = _delta_options(st)
+    try:
+        actions = DeltaTable(uri, storage_options=opts or None).get_add_actions(flatten=True)
+        return [str(p) for p in actions.column("path").to_pylist()]
+    except Exception as exc:  # deltalake raises its own error types with multi-line texts
+        text = str(exc).strip().splitlines()
+        raise StorageError(st.uri(DELTA_LOG), f"Delta log cannot be loaded: {text[0] if text else type(exc).__name__}") from None
+
+
 # --- coordinated sink -----------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """What one step does to the files (docs/model.md#the-mutation-path): `move` into the backup,
 `write` (the previous content backed up first), `put_back` (an archived input file back where
-the source's log names it), `delete` (--purge) and `catalog_rollback` (an Iceberg table's
-snapshot). Each is idempotent: run again after a crash, it finds what the first run did and
+the source's log names it), `delete` (--purge), `catalog_rollback` (an Iceberg table's
+snapshot) and `copy` (a file of the old place to the new one, streamctl copy). Each is idempotent: run again after a crash, it finds what the first run did and
 returns the same manifest entry."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from streamctl.formats.errors import StreamctlError
 from streamctl.operations.backup_folder import backup_rel
 from streamctl.operations.files import Root
 from streamctl.operations.journal import Conflict
-from streamctl.operations.plan import PUT_BACK_TO, Step
+from streamctl.operations.plan import COPY_FROM, PUT_BACK_TO, Step
 
 
 def entry_base(step: Step, root: Root) -> dict[str, Any]:
@@ -64,6 +64,8 @@ class StepApplier:
             return dict(base, backup=None, action="absent", size=None, sha256=None)
         if step.action == "write":
             return self._write(step, root, base, pre)
+        if step.action == "copy":
+            return self._copy(step, root, base, pre)
         raise StreamctlError(f"unknown step action {step.action!r} in the plan")
 
     def _move(self, step: Step, root: Root, base: dict[str, Any], pre: Any) -> dict[str, Any]:
@@ -125,6 +127,28 @@ class StepApplier:
         root.write_atomic(step.path, step.content)
         return dict(base, action="replaced" if prev else "created",
                     size=None if prev is None else prev[0], sha256=None if prev is None else prev[1], **written)
+
+    def _copy(self, step: Step, root: Root, base: dict[str, Any], pre: Any) -> dict[str, Any]:
+        """Copy the old place's file to the same path under `root`, read back against the
+        source's digest. What is there already: the same bytes (a run before a crash) is done;
+        other bytes are a torn copy of this step when its begin record found nothing there (the
+        new place was checked empty and is locked), else a Conflict (never overwritten)."""
+        src = self.roots[COPY_FROM[step.root]]
+        want = src.file_digest(step.path)
+        if want is None:
+            raise Conflict(f"{src.uri(step.path)} is gone since the plan was made; the copy stops here (resume once "
+                           "it is back, or undo the copy)")
+        if root.exists(step.path):
+            got = root.digest(step.path)
+            if got != want and pre is not None:
+                raise Conflict(f"{root.uri(step.path)} holds other content than {src.uri(step.path)}; refusing to "
+                               "overwrite it")
+            if got == want:
+                return dict(base, backup=None, action="copied", size=None, sha256=None, written_size=want[0],
+                            written_sha256=want[1])
+        src.copy_checked(step.path, root, step.path, want)
+        return dict(base, backup=None, action="copied", size=None, sha256=None, written_size=want[0],
+                    written_sha256=want[1])
 
     def _catalog_rollback(self, step: Step, base: dict[str, Any]) -> dict[str, Any]:
         """Iceberg's rollback_to_snapshot through the table's catalog (pyiceberg), only from the

@@ -321,7 +321,7 @@ class Executor:
         for step in steps:
             by_root.setdefault(step.root, {})[step.path.rpartition("/")[0]] = step.path
         backup = {f"{BACKED_UP_DIR}/{name}/{rel}" for name, folders in by_root.items() for rel in folders.values()}
-        backup.update(f"{UNDONE_DIR}/{s.root}/{s.path}" for s in steps if s.action == "write")
+        backup.update(f"{UNDONE_DIR}/{s.root}/{s.path}" for s in steps if s.action in ("write", "copy"))
         back = {step.path for step in steps if step.action == "put_back"}
         if back:
             by_root.setdefault(PUT_BACK_TO, {}).update((rel.rpartition("/")[0], rel) for rel in back)

@@ -342,7 +342,7 @@ class Root:
         if self.is_local:
             # os.walk's answer: symlinks to folders are not followed and not files; a folder that
             # cannot be listed is skipped
-            folders = [(self.local(rel), "")]
+            folders = [(self.local(rel) if rel else self.location, "")]
             while folders:
                 path, prefix = folders.pop()
                 try:
@@ -362,7 +362,7 @@ class Root:
             return sorted(out) if ordered else out
         import pyarrow.fs as pafs
 
-        base = self._remote(rel)
+        base = self._remote(rel) if rel else self._fs_root
         sel = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         for info in self._fs.get_file_info(sel):  # type: ignore[union-attr]
             if info.type == pafs.FileType.File:

@@ -8,7 +8,9 @@ Steps are the only vocabulary the executor knows:
 - `catalog_rollback`: roll an Iceberg table back to a snapshot through its catalog (pyiceberg;
   `content` is the JSON order: catalog spec, from and to snapshot, the metadata file it expects
   current; `path` that file); undo sets the previous current snapshot again;
-- `delete`: delete a file with no backup copy (`--purge` only).
+- `delete`: delete a file with no backup copy (`--purge` only);
+- `copy`: copy a file of the root `COPY_FROM[root]` to the same path under `root`, never over
+  other content (`streamctl copy`: the old place is only read; undo takes the copy out again).
 Contents of `write` steps are part of the plan, so a plan file fully describes what will happen.
 """
 from __future__ import annotations
@@ -26,15 +28,18 @@ LOSS = "loss"
 PLAN_VERSION = 1
 
 
-STEP_ACTIONS = ("move", "write", "put_back", "catalog_rollback", "delete")
+STEP_ACTIONS = ("move", "write", "put_back", "catalog_rollback", "delete", "copy")
 PUT_BACK_TO = "input"  # the root a `put_back` step moves its file to (align: archived input, docs/model.md#replayable-batches)
+# the root a `copy` step reads its file from, per root it writes to (streamctl copy: the new place
+# is `checkpoint`/`sink`, which the runner locks, backs up under and verifies; the old place is read only)
+COPY_FROM = {"checkpoint": "from_checkpoint", "sink": "from_sink"}
 
 
 
 
 @dataclass(frozen=True)
 class Step:
-    action: str  # "move" | "write" | "put_back" | "delete" (only with --purge)
+    action: str  # "move" | "write" | "put_back" | "catalog_rollback" | "delete" (only with --purge) | "copy"
     root: str  # "checkpoint" | "sink" | "archive" (put_back: from there to the same path under PUT_BACK_TO)
     path: str  # relative to the root, "/"-separated
     reason: str
@@ -73,6 +78,8 @@ class Step:
             return f"roll the Iceberg table {self.root}:{self.path} back through its catalog ({self.reason})"
         if self.action == "put_back":
             return f"put {self.root}:{self.path} back to {PUT_BACK_TO}:{self.path} ({self.reason})"
+        if self.action == "copy":
+            return f"copy {COPY_FROM.get(self.root, '?')}:{self.path} to {self.root}:{self.path} ({self.reason})"
         return f"write {self.root}:{self.path} ({self.reason})"
 
 
@@ -147,6 +154,8 @@ class Plan:
                 raise ValueError(f"unknown step action {s.action!r}")
             if s.action == "put_back" and not {s.root, PUT_BACK_TO} <= set(roots):
                 raise ValueError(f"a put_back step of root {s.root!r} without the roots {s.root!r} and {PUT_BACK_TO!r}")
+            if s.action == "copy" and not {s.root, COPY_FROM.get(s.root, "")} <= set(roots):
+                raise ValueError(f"a copy step of root {s.root!r} without the root it copies from")
         return cls(
             command=str(rec["command"]), roots=roots, strategy=str(rec["strategy"]),
             target=rec.get("target"), classification=str(rec["classification"]),

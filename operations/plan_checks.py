@@ -5,7 +5,8 @@
   folder (not a file) and on a supported scheme; so an early failure never leaves a lock behind.
 * `check_plan` (under the lock, before the plan file): no two steps of one root whose paths nest
   (a folder moved after the files in it would land on their backup path), and every step's path,
-  resolved (symlinks followed), stays inside its root.
+  resolved (symlinks followed), stays inside its root (a copy step's source path inside the root
+  it reads from).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Optional
 
 from streamctl.formats.errors import StorageError
 from streamctl.operations.files import Root, check_rel, is_normal_rel
-from streamctl.operations.plan import PUT_BACK_TO, Plan, Refused
+from streamctl.operations.plan import COPY_FROM, PUT_BACK_TO, Plan, Refused
 
 
 def check_backup_target(location: str, what: str = "--backup-dir", name: str = "backup") -> Root:
@@ -247,6 +248,10 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
     if "put_back" in step_actions(plan):
         by_root[PUT_BACK_TO] = [s.path for s in plan.steps if s.action == "put_back"]
         parts.pop(PUT_BACK_TO, None)
+    if "copy" in step_actions(plan):  # the files a copy reads stay inside the old place's roots too
+        for s in plan.steps:
+            if s.action == "copy":
+                by_root.setdefault(COPY_FROM[s.root], []).append(s.path)
     escaping = [e for name, paths in by_root.items()
                 for e in _escaping(name, roots.get(name), paths, parts.get(name))]
     if escaping:

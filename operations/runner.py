@@ -223,11 +223,11 @@ def _note_written(plan: Plan, roots: dict[str, Root]) -> None:
     import json
 
     ck = roots.get("checkpoint")
-    if ck is None or "write" not in step_actions(plan):  # a plan of moves (66,000 of a roll back) writes none
+    if ck is None or not {"write", "copy"} & step_actions(plan):  # a plan of moves (66,000 of a roll back) writes none
         return
     files: dict[str, list[int]] = {}
-    for s in plan.steps:
-        if s.root == "checkpoint" and s.action == "write" and s.path.split("/", 1)[0] in CHECKPOINT_LOGS:
+    for s in plan.steps:  # copies too: a copy's new place holds offsets/ and commits/ files it just wrote
+        if s.root == "checkpoint" and s.action in ("write", "copy") and s.path.split("/", 1)[0] in CHECKPOINT_LOGS:
             try:
                 e = ck.storage.lookup(s.path)
             except StorageError:

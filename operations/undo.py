@@ -1,7 +1,8 @@
 """Undo of a file operation (docs/model.md#the-mutation-path, step 11): every backed-up file is
 checked against the manifest and every touched path against the journal before anything
 changes (any mismatch refuses, nothing changed); then, in reverse order, the exact bytes go
-back and the files the operation created are taken out into `undone/<root>/<path>`. Journaled
+back and the files the operation created (or copied, streamctl copy) are taken out into
+`undone/<root>/<path>`. Journaled
 with the same group commit as a run: an `undo_done` record is durable only after its effect."""
 from __future__ import annotations
 
@@ -189,6 +190,12 @@ class Undo:
                 if m.get("sha256") and dest.digest(step.path) != (m.get("size"), m.get("sha256")):
                     return f"{dest.uri(step.path)} was changed after the operation"
             return None
+        if step.action == "copy":  # the copy at the new place, as the step wrote it
+            m = (state.done.get(i) or {}).get("manifest") or {}
+            if root.exists(step.path) and m.get("written_sha256") and \
+                    root.digest(step.path) != (m.get("written_size"), m.get("written_sha256")):
+                return f"{root.uri(step.path)} was changed after the copy"
+            return None
         want = hashlib.sha256(step.content or b"").hexdigest()
         pre = self._pre(i, state)
         if root.exists(step.path):
@@ -241,6 +248,11 @@ class Undo:
                 if root.exists(step.path):  # identical content is back already (checked): keep the backup copy
                     return done
                 self.backup.move_to(b, root, step.path)
+                done.append(root.uri(step.path))
+            return done
+        if step.action == "copy":  # taken out into undone/; the old place was never changed
+            if root.exists(step.path):
+                root.move_to(step.path, self.backup, f"{UNDONE_DIR}/{step.root}/{step.path}")
                 done.append(root.uri(step.path))
             return done
         want = hashlib.sha256(step.content or b"").hexdigest()

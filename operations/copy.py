@@ -1,0 +1,281 @@
+"""`streamctl copy`: a query copied to a new place, to restart there exactly once
+(docs/model.md#copy).
+
+What is copied is what a restart reads: every file `trim` keeps (its plan's complement, so the
+two never disagree) or, with `--all`, every file; streamctl's own `_streamctl/` stays behind.
+The copy steps write only at the new place, whose roots are `checkpoint` and `sink` (the runner
+locks, backs up under and verifies them); the old place is read (`from_checkpoint`,
+`from_sink`) and never changed. Files whose bytes name the old place are written instead of
+copied: the file sink log's data-file paths, with `--source-path` the file source's logged
+input paths, each with a new Hadoop sidecar where the old file had one. The query id is kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from streamctl.formats.checksum import crc_name, crc_target, hadoop_crc, is_checksum_name
+from streamctl.formats.compactible import compactible_name
+from streamctl.formats.delta_txn import DELTA_LOG
+from streamctl.formats.file_sink_log import FILE_SINK_LOG
+from streamctl.formats.layout import CHECKPOINT_LOGS, LOCK_FILE, METADATA_FILE, SOURCES_DIR, STATE_DIR, STREAMCTL_DIR
+from streamctl.inspectors.storage import Storage
+from streamctl.operations.copy_paths import check_empty, check_places, relocator, rewrite_log
+from streamctl.operations.files import Root
+from streamctl.operations.plan import (
+    EXACTLY_ONCE,
+    CheckpointRequest,
+    Plan,
+    Refused,
+    Step,
+    liveness_evidence,
+    refuse_corrupt_state,
+)
+
+PARTS = ("logs", "state", "sources", "other", "sink_log", "sink_data")
+_RANK = {"sink_log": 1, "logs": 2}  # copied after the data and state they name
+SCANNED_MAX = 1 << 20  # metadata files read for the old place's location up to this size
+
+
+@dataclass
+class CopyRequest(CheckpointRequest):
+    dest: str = ""
+    sink_dest: Optional[str] = None
+    source_paths: list[tuple[str, str]] = field(default_factory=list)  # (OLD, NEW) input folders
+    keep_epochs: int = 10
+    copy_all: bool = False
+
+
+def check_targets(req: CopyRequest, under_lock: bool = False) -> None:
+    """The places, before anything is created: a sink comes with its new place, no two places
+    nest, each new place holds nothing (under the lock: nothing but the lock)."""
+    from streamctl.formats.errors import UsageError
+
+    if bool(req.sink) != bool(req.sink_dest):
+        raise UsageError("--sink and --sink-dest go together: name the sink and its new place (or neither, to copy "
+                         "the checkpoint alone)")
+    places = {"checkpoint": req.checkpoint, "destination": req.dest}
+    if req.sink and req.sink_dest:
+        places.update({"sink": req.sink, "sink destination": req.sink_dest})
+    check_places(places)
+    check_empty(Root("checkpoint", req.dest), "destination", under_lock)
+    if req.sink_dest:
+        check_empty(Root("sink", req.sink_dest), "sink destination")
+
+
+def _part(rel: str, sink: bool) -> str:
+    top = rel.split("/", 1)[0]
+    if sink:
+        return "sink_log" if top in (FILE_SINK_LOG, DELTA_LOG) else "sink_data"
+    if top in CHECKPOINT_LOGS or top == METADATA_FILE or crc_target(top) == METADATA_FILE:
+        return "logs"
+    return {STATE_DIR: "state", SOURCES_DIR: "sources"}.get(top, "other")
+
+
+def _refuse_unready(q: Any, ck: Storage) -> None:
+    """What a copy will not carry: a query that does not restart as it stands (align first), a
+    held streamctl lock on the old place (another operation is changing it)."""
+    refuse_corrupt_state(q)
+    errors = sorted({f.code for f in q.findings if f.severity == "error"})
+    if q.verdict in ("misaligned", "unreadable") and errors:
+        raise Refused(f"{q.checkpoint}: {q.verdict} ({', '.join(errors)}): a copy carries a query that restarts "
+                      "exactly once as it stands: run `streamctl align` on the old place first")
+    if ck.lookup(LOCK_FILE) is not None:
+        raise Refused(f"{ck.uri(LOCK_FILE)}: another streamctl operation holds the old place; copy once it is done")
+
+
+def _left_out(req: CopyRequest, q: Any) -> dict[str, set[str]]:
+    """What trim would move away (per root: `checkpoint`, `sink`): no restart and no kept
+    rollback reads it; nothing with --all or before the first commit."""
+    if req.copy_all or q.committed is None:
+        return {}
+    from streamctl.operations.trim import TrimRequest, plan_trim
+
+    plan, _sizes = plan_trim(TrimRequest(req.checkpoint, req.sink, req.sink_kind, req.app_id, req.quiet_period_s,
+                                         keep_epochs=req.keep_epochs), q)
+    out: dict[str, set[str]] = {}
+    for s in plan.steps:
+        out.setdefault(s.root, set()).add(s.path)
+    return out
+
+
+def _excluded(rel: str, left: set[str]) -> bool:
+    if rel in left:
+        return True
+    head = rel
+    while "/" in head:
+        head = head.rpartition("/")[0]
+        if head in left:
+            return True
+    return False
+
+
+def _files(root: Root, left: set[str]) -> tuple[list[tuple[str, int]], int, int]:
+    """(rel, size) of every file to copy, and the files and bytes left out."""
+    keep, n, size = [], 0, 0
+    for rel, sz in root.walk_sizes(""):
+        if rel.split("/", 1)[0] == STREAMCTL_DIR:
+            continue
+        if left and _excluded(rel, left):
+            n, size = n + 1, size + sz
+            continue
+        keep.append((rel, sz))
+    return keep, n, size
+
+
+def _refuse_absolute(q: Any, src: Root, files: list[tuple[str, int]]) -> None:
+    """Unknown means refuse: a metadata file (the query's, an operator's) whose bytes name the
+    old place by absolute path (transformWithState's `stateSchemaFilePaths`) would send a restart
+    back to it; this copy does not rewrite them."""
+    from streamctl.operations.copy_paths import place_key
+
+    ck = Storage.open(q.checkpoint)
+    needles = {ck.display.partition("?")[0].rstrip("/").encode(), place_key(ck).encode()}
+    needles |= {n.split(b"://", 1)[-1] for n in needles if b"://" in n}
+    for rel, size in files:
+        parts = rel.split("/")
+        scanned = rel == METADATA_FILE or (parts[0] == STATE_DIR and len(parts) > 2 and not parts[2].isdigit())
+        if scanned and size <= SCANNED_MAX and not is_checksum_name(parts[-1]):
+            data = src.read(rel)
+            if any(n and n in data for n in needles):
+                raise Refused(f"{src.uri(rel)}: names the old place {ck.display} by absolute path; streamctl copy does "
+                              "not rewrite this file (transformWithState's state schema paths): nothing was changed")
+
+
+def _refuse_sink_kind(q: Any, sink: Storage) -> None:
+    """A Delta table names its files relative to the table (checked); kinds whose logs name
+    absolute paths that this copy cannot rewrite are refused."""
+    kind = q.sink.kind if q.sink is not None else None
+    if kind in (None, "file", "coordinated"):
+        return
+    if kind == "delta":
+        from streamctl.inspectors.sinks import delta_add_paths
+
+        absolute = [p for p in delta_add_paths(sink) if "://" in p or p.startswith("/")]
+        if absolute:
+            raise Refused(f"{sink.uri(DELTA_LOG)}: names {len(absolute)} data file(s) by absolute path (first: "
+                          f"{absolute[0]}); a copy of the table would still read the old place: refused")
+        return
+    raise Refused(f"{sink.display}: a {kind} sink: its metadata names files by absolute path, which streamctl copy "
+                  "does not rewrite yet; copy the checkpoint alone (no --sink) and move the table with its own tools")
+
+
+def plan_copy(req: CopyRequest, under_lock: bool = False) -> Plan:
+    """The copy plan: a copy step per file a restart reads, a write step per file whose paths
+    move (and its sidecar), files and bytes per part; refused (exit 4) as check_targets and
+    `_refuse_unready` say, or when a --source-path names no logged input."""
+    check_targets(req, under_lock)
+    q = req.inspect()  # unreadable, LIVE_QUERY (the lease, the quiet period), layout conflicts refused
+    ck = Storage.open(req.checkpoint)
+    _refuse_unready(q, ck)
+    left = _left_out(req, q)
+    src = Root("from_checkpoint", req.checkpoint)
+    roots = {"checkpoint": Root("checkpoint", req.dest).location, "from_checkpoint": src.location}
+    sizes = {p: {"files": 0, "bytes": 0} for p in PARTS}
+    skipped = {"files": 0, "bytes": 0}
+    steps: list[Step] = []
+    rewrites: list[dict[str, Any]] = []
+    parts: list[tuple[str, Root, list[tuple[str, int]], dict[str, bytes]]] = []
+
+    files, n, size = _files(src, left.get("checkpoint", set()))
+    skipped["files"] += n
+    skipped["bytes"] += size
+    _refuse_absolute(q, src, files)
+    parts.append(("checkpoint", src, files, _source_rewrites(req, q, src, files, rewrites)))
+    if req.sink and req.sink_dest:
+        sink_src = Root("from_sink", req.sink)
+        roots.update({"sink": Root("sink", req.sink_dest).location, "from_sink": sink_src.location})
+        _refuse_sink_kind(q, sink_src.storage)
+        sfiles, n, size = _files(sink_src, left.get("sink", set()))
+        skipped["files"] += n
+        skipped["bytes"] += size
+        written = _sink_rewrites(q, sink_src, Storage.open(req.sink_dest), sfiles, rewrites)
+        parts.append(("sink", sink_src, sfiles, written))
+
+    for root, _src, files, written in parts:
+        # the logs last, `metadata` very last: a copy cut short holds no query a restart takes for whole
+        order = sorted(files, key=lambda f: (_RANK.get(_part(f[0], root == "sink"), 0),
+                                             f[0] == METADATA_FILE or crc_target(f[0]) == METADATA_FILE, f[0]))
+        for rel, sz in order:
+            part = _part(rel, root == "sink")
+            sizes[part]["files"] += 1
+            sizes[part]["bytes"] += sz
+            if rel in written:
+                steps.append(Step("write", root, rel, "names paths of the old place: written with the new place's",
+                                  written[rel]))
+            else:
+                steps.append(Step("copy", root, rel, part))
+
+    before = {"planned": q.planned, "committed": q.committed, "sink_epoch": q.sink.epoch if q.sink else None,
+              "state_epoch": q.state_epoch, "verdict": q.verdict, "query_id": q.query_id,
+              "findings": sorted({f.code for f in q.findings}), "liveness": liveness_evidence(q, req.quiet_period_s)}
+    what = ("every file (--all)" if req.copy_all else "every file (nothing committed yet)" if q.committed is None
+            else f"what `trim --keep-epochs {req.keep_epochs}` keeps")
+    notes = [f"copies what a restart reads: {what}",
+             "the old place is only read; the query id is kept (the sink's exactly-once dedupe depends on it): "
+             "run the query at one place only"]
+    return Plan(command="copy", roots=roots, strategy="copy", target=q.committed, classification=EXACTLY_ONCE,
+                steps=steps, expected_verdict=q.verdict, before=before,
+                after={"planned": q.planned, "committed": q.committed, "sink_epoch": before["sink_epoch"],
+                       "state_epoch": q.state_epoch, "parts": sizes, "left_out": skipped, "rewrites": rewrites,
+                       "keep_epochs": None if req.copy_all else req.keep_epochs},
+                notes=notes,
+                settings={"sink_kind": q.sink.kind if q.sink else None,
+                          "app_id": req.app_id or (q.sink.app_id if q.sink else None)})
+
+
+def _with_sidecar(written: dict[str, bytes], rel: str, new: bytes, present: set[str]) -> None:
+    written[rel] = new
+    if crc_name(rel) in present:
+        written[crc_name(rel)] = hadoop_crc(new)
+
+
+def _sink_rewrites(q: Any, src: Root, new: Storage, files: list[tuple[str, int]],
+                   rewrites: list[dict[str, Any]]) -> dict[str, bytes]:
+    """The file sink log's files (`N`, `N.compact`) with their data files' paths at the new place."""
+    if q.sink is None or q.sink.kind != "file":
+        return {}
+    present = {rel for rel, _ in files}
+    move = relocator(src.storage, new)
+    written: dict[str, bytes] = {}
+    for rel, _size in files:
+        head, _, name = rel.rpartition("/")
+        if head != FILE_SINK_LOG or compactible_name(name) is None:
+            continue
+        content = src.read(rel)
+        got, count = rewrite_log(content, [move])
+        if got != content:
+            _with_sidecar(written, rel, got, present)
+            rewrites.append({"root": "sink", "path": rel, "paths": count})
+    return written
+
+
+def _source_rewrites(req: CopyRequest, q: Any, src: Root, files: list[tuple[str, int]],
+                     rewrites: list[dict[str, Any]]) -> dict[str, bytes]:
+    """With --source-path OLD=NEW: each file source's log files with the input paths under OLD at
+    NEW; a pair no logged path matches is refused (a misspelt folder would copy unchanged)."""
+    if not req.source_paths:
+        return {}
+    from streamctl.operations.copy_paths import relocator as move_of
+
+    moves = [(old, move_of(Storage.open(old), Storage.open(new))) for old, new in req.source_paths]
+    used = {old: 0 for old, _ in req.source_paths}
+    present = {rel for rel, _ in files}
+    folders = {f"{SOURCES_DIR}/{s.source_id}" for s in q.sources if s.kind == "file"}
+    written: dict[str, bytes] = {}
+    for rel, _size in files:
+        head, _, name = rel.rpartition("/")
+        if head not in folders or compactible_name(name) is None:
+            continue
+        content = src.read(rel)
+        for old, move in moves:
+            used[old] += rewrite_log(content, [move])[1]
+        got, count = rewrite_log(content, [m for _, m in moves])
+        if got != content:
+            _with_sidecar(written, rel, got, present)
+            rewrites.append({"root": "checkpoint", "path": rel, "paths": count})
+    unused = [old for old, n in used.items() if not n]
+    if unused:
+        raise Refused(f"--source-path {unused[0]}=...: no input path the file source logs in {src.location} lies under "
+                      f"{unused[0]}; name the folder as the query read it")
+    return written
