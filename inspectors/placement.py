@@ -206,17 +206,22 @@ def _rows(st: Storage, rels: list[str], total: int) -> Optional[int]:
 
 
 def new_root_spelling(raw: str, st: Storage) -> str:
-    """The sink root spelled like the logged path `raw` (its scheme and URI style)."""
+    """The sink root spelled like the logged path `raw` (its scheme and URI style) when both are
+    of one kind of store; across kinds (a sink moved between the local disk and an object
+    store) as Spark spells the new one: `file:///...` locally, the store's Hadoop scheme
+    (`s3a://` for S3) and bucket remotely."""
+    logged_local = urlparse(raw).scheme in ("file", "")
     if st.is_local:
         root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~")
-        if raw.startswith("file:///") or raw.startswith("file://localhost/"):
+        if raw.startswith("file:///") or raw.startswith("file://localhost/") or not logged_local:
             return f"file://{root}"
         if raw.startswith("file:"):
             return f"file:{root}"
         return root_of(st)
-    scheme = raw.partition("://")[0]
-    rest = st.display.partition("?")[0].rstrip("/").partition("://")[2]
-    return f"{scheme}://{rest}"
+    scheme, _, rest = st.display.partition("?")[0].rstrip("/").partition("://")
+    if logged_local:
+        return f"{'s3a' if scheme.lower() in ('s3', 's3a', 's3n') else scheme}://{rest}"
+    return f"{raw.partition('://')[0]}://{rest}"
 
 
 def rewritten_path(raw: str, rel: str, st: Storage) -> str:

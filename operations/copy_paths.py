@@ -11,8 +11,7 @@ from typing import Callable, Optional
 from streamctl.formats.compactible import rewrite_entry_paths
 from streamctl.formats.errors import UsageError
 from streamctl.formats.layout import LOCK_FILE
-from streamctl.inspectors.placement import new_root_spelling, norm_uri, root_of, sink_rel, target_of
-from streamctl.inspectors.replay import quote_path
+from streamctl.inspectors.placement import new_root_spelling, norm_uri, root_of, sink_rel
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import Root
 from streamctl.operations.plan import Refused
@@ -88,17 +87,6 @@ def parse_source_paths(pairs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def spelled_root(raw: str, new: Storage) -> str:
-    """The new root spelled for a logged path like `raw`: as Spark spells it (`file:///...`
-    locally, the store's own scheme and bucket remotely: `s3a://` for S3, the Hadoop scheme)."""
-    if new.is_local == (target_of(raw, True) is not None):
-        return new_root_spelling(raw, new)  # same kind of store: the logged path's own spelling
-    if new.is_local:
-        return f"file://{quote_path(root_of(new))}"
-    scheme, _, rest = new.display.partition("?")[0].rstrip("/").partition("://")
-    return f"{'s3a' if scheme.lower() in ('s3', 's3a', 's3n') else scheme}://{rest}"
-
-
 def relocator(old: Storage, new: Storage) -> Callable[[str], Optional[str]]:
     """A logged path under `old` to the same relative path under `new` (its last components
     exactly as Spark encoded them); None for a path not under `old`."""
@@ -109,7 +97,7 @@ def relocator(old: Storage, new: Storage) -> Callable[[str], Optional[str]]:
         if rel is None:
             return None
         tail = "/".join(raw.partition("?")[0].split("/")[-(rel.count("/") + 1):])
-        return f"{spelled_root(raw, new)}/{tail}"
+        return f"{new_root_spelling(raw, new)}/{tail}"
 
     return move
 

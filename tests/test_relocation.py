@@ -220,3 +220,19 @@ def test_a_gone_input_folder_with_no_moved_copy_is_source_gone(ap, spark, cli, t
     p.add_input(2, 1)
     p.run()
     assert p.delivery()["ok"], p.delivery()
+
+
+def test_a_new_sink_root_is_spelled_as_spark_spells_its_store() -> None:
+    """A logged path rewritten to the sink's new place keeps the log's spelling on one kind of
+    store, and takes Spark's spelling of the new store across kinds (a sink copied between the
+    local disk and S3): `file:///...` locally, `s3a://bucket/...` on S3."""
+    from streamctl.inspectors.placement import new_root_spelling
+    from streamctl.inspectors.storage import Storage
+
+    local, s3 = Storage("/data/new out", local_root="/data/new out"), Storage("s3://bucket/new/out")
+    assert new_root_spelling("file:///data/old/part-0.json", local) == "file:///data/new%20out"
+    assert new_root_spelling("/data/old/part-0.json", local) == "/data/new out"
+    assert new_root_spelling("s3a://other/old/part-0.json", local) == "file:///data/new%20out"
+    assert new_root_spelling("s3a://other/old/part-0.json", s3) == "s3a://bucket/new/out"
+    assert new_root_spelling("s3://other/old/part-0.json", s3) == "s3://bucket/new/out"
+    assert new_root_spelling("file:///data/old/part-0.json", s3) == "s3a://bucket/new/out"
