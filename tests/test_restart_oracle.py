@@ -144,3 +144,13 @@ def test_a_corrupt_delta_without_its_checksum_sidecar(harness: Any) -> None:
     assert r.agrees, r.detail()
     assert "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "fails", r.detail()
     assert r.align is not None and r.align.code == 4, r.detail()
+
+
+def test_a_lost_compaction_of_the_file_sink_log(harness: Any) -> None:
+    """The newest `.compact` file of `_spark_metadata/` deleted: the restart fails reading it
+    (BATCH_METADATA_NOT_FOUND) and which data files it listed is known nowhere else. align
+    answered exit 0 with no plan; it refuses now, naming the file sink's LOG_GAP."""
+    r = harness.judge("stateless", Action("damage", "sink", "middle", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert "LOG_GAP" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.align is not None and r.align.code == 4 and "LOG_GAP" in r.align.text, r.detail()
