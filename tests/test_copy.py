@@ -22,6 +22,7 @@ import pytest
 
 from helpers import align_pipeline as ap
 from helpers import s3_fixtures as _s3f
+from helpers.layouts import epochs
 from helpers.trees import copy_tree, snapshot_tree, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
@@ -265,3 +266,85 @@ def test_delta_sink_keeps_its_relative_paths(cli, layouts, tmp_path):
     doc = executed(cli, "copy", str(chk), str(dest), "--sink", str(table), "--sink-dest", str(sink_dest))
     assert doc["plan"]["after"]["rewrites"] == [] and doc["after"]["new"]["sink_epoch"] == 3, doc["after"]
     assert tree(sink_dest) == tree(table) and tree(tmp_path / "old") == before
+
+
+def _without_metadata(folder: Path) -> dict:
+    return {k: v for k, v in tree(folder).items() if k not in ("metadata", ".metadata.crc")}
+
+
+def test_move_retires_the_old_place_and_restarts_exactly_once_at_the_new(cli, spark, pristine, tmp_path):
+    """--move: the copy verifies, then the old checkpoint's `metadata` becomes the tombstone (its
+    other files and the old sink untouched); a real restart there fails before it writes, every
+    streamctl mutation there is refused (RETIRED), and the new place restarts exactly once."""
+    p = old_place(pristine, tmp_path, spark)
+    ck_before, out_before = _without_metadata(p.checkpoint), tree(p.output)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--move"))
+    last = doc["plan"]["steps"][-1]
+    assert (last["root"], last["path"], last["action"]) == ("from_checkpoint", "metadata", "write"), last
+    stone = json.loads((p.checkpoint / "metadata").read_text())
+    assert stone["moved_to"] == str(dest) and stone["query_id_was"] == doc["plan"]["before"]["query_id"], stone
+    assert not (p.checkpoint / ".metadata.crc").exists()
+    assert _without_metadata(p.checkpoint) == ck_before and tree(p.output) == out_before
+    code, q = epochs(cli, p.checkpoint, p.output)
+    found = {f["code"]: f for f in q["findings"]}
+    assert "RETIRED" in found and found["RETIRED"]["undo"] == f"streamctl copy --undo {doc['backup']}", q["findings"]
+    r = cli("trim", str(p.checkpoint), "--execute", "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
+    r = cli(*copy_args(p, tmp_path / "again/ck", tmp_path / "again/out"), "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
+    with pytest.raises(Exception):  # noqa: B017 - Spark's own error: the tombstone is no stream metadata
+        p.run()
+    assert _without_metadata(p.checkpoint) == ck_before and tree(p.output) == out_before
+    restart(at(p, dest, sink_dest))
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 4 and "ran at the new place" in r.stdout + r.stderr, r
+
+
+def test_move_undone_brings_the_old_place_back(cli, spark, pristine, tmp_path):
+    p = old_place(pristine, tmp_path, spark)
+    before = [tree(p.checkpoint), tree(p.output)]
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--move"))
+    assert "streamctl" in (p.checkpoint / "metadata").read_text()
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    assert [tree(p.checkpoint), tree(p.output)] == before
+    assert [f for f in tree(dest) if not f.startswith("_streamctl/")] == [] and tree(sink_dest) == {}
+    restart(p)
+
+
+def test_move_refused_when_the_old_place_changed_during_the_copy(cli, spark, pristine, tmp_path):
+    """A batch planned at the old place while the copy runs (a real process, slowed per step):
+    the gate refuses (exit 4), the old place is not retired, the copy is kept for --undo."""
+    p = old_place(pristine, tmp_path, spark)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    proc = subprocess.Popen([str(STREAMCTL), *copy_args(p, dest, sink_dest, "--move"), "--execute", "--json"],
+                            env=_env(STREAMCTL_TEST_STEP_DELAY="0.02"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while _files(dest) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (p.checkpoint / "offsets" / str(FILES)).write_bytes((p.checkpoint / "offsets" / str(FILES - 1)).read_bytes())
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4 and "changed during the copy" in out + err, (out, err)
+    assert "streamctl" not in (p.checkpoint / "metadata").read_text()
+    assert not (dest / "_streamctl" / "lock.json").exists()
+    backup = next((dest / "_streamctl" / "backups").iterdir())
+    r = cli("copy", "--undo", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+
+
+def test_new_query_id_restarts_exactly_once(cli, spark, pristine, tmp_path):
+    from streamctl.formats.metadata import serialize_query_metadata
+
+    p = old_place(pristine, tmp_path, spark)
+    old_id = json.loads((p.checkpoint / "metadata").read_text())["id"]
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--new-query-id"))
+    new_id = doc["after"]["new"]["query_id"]
+    assert new_id != old_id and doc["after"]["old"]["query_id"] == old_id and doc["plan"]["after"]["query_id"] == new_id
+    assert (dest / "metadata").read_bytes() == serialize_query_metadata(new_id)
+    assert any("new query id" in n for n in doc["plan"]["notes"])
+    restart(at(p, dest, sink_dest))
+    assert json.loads((dest / "metadata").read_text())["id"] == new_id
