@@ -103,11 +103,11 @@ def check_before_retiring(plan: Plan, backup: str) -> None:
 
 def copy_removed(plan: Plan, roots: dict[str, Root]) -> tuple[bool, dict[str, Any]]:
     """After an undo: no file the copy wrote is left at the new place; with --move the old
-    place is no longer retired and reads as before the copy."""
+    place no longer carries this copy's tombstone."""
     left = [s.path for s in plan.steps if s.root in ("checkpoint", "sink") and roots[s.root].exists(s.path)]
     if plan.settings.get("move"):
         old = _look(plan.roots["from_checkpoint"], plan.roots.get("from_sink"), plan)
-        back = old["retired"] is None and not _changed(plan, old)
+        back = old["retired"] != plan.op_id  # the tombstone gone (the old place's own moves since are not undone)
         return not left and back, {"planned": old["planned"], "committed": old["committed"],
                                    "sink_epoch": old["sink_epoch"], "left": left[:5],
                                    "verdict": (f"{len(left)} copied file(s) left" if left else

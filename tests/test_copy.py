@@ -293,8 +293,9 @@ def test_move_retires_the_old_place_and_restarts_exactly_once_at_the_new(cli, sp
     assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
     r = cli(*copy_args(p, tmp_path / "again/ck", tmp_path / "again/out"), "--json")
     assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
-    with pytest.raises(Exception):  # noqa: B017 - Spark's own error: the tombstone is no stream metadata
+    with pytest.raises(Exception) as failed:  # noqa: B017 - Spark's own error: the tombstone is no stream metadata
         p.run()
+    assert "No usable value for id" in str(failed.value), str(failed.value)[:2000]
     assert _without_metadata(p.checkpoint) == ck_before and tree(p.output) == out_before
     restart(at(p, dest, sink_dest))
     r = cli("copy", "--undo", doc["backup"], "--json")
