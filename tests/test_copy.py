@@ -6,7 +6,11 @@ a sink log still naming the old place would hide rows), and the old place is byt
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
 process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
-(moto) -> local.
+(moto) -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
+restart there fails on the tombstone, streamctl's mutations refuse it), undo brings it back, a
+batch planned at the old place during the copy stops the move at its gate, a crash while retiring
+resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
+the query id refused.
 """
 from __future__ import annotations
 
@@ -349,3 +353,40 @@ def test_new_query_id_restarts_exactly_once(cli, spark, pristine, tmp_path):
     assert any("new query id" in n for n in doc["plan"]["notes"])
     restart(at(p, dest, sink_dest))
     assert json.loads((dest / "metadata").read_text())["id"] == new_id
+
+
+def test_move_crashed_while_retiring_resumed(cli, spark, pristine, tmp_path):
+    """A real process dies (the journal's crash hook) after the old `metadata` became the
+    tombstone but before its done record: `--resume` passes the gate again (the tombstone is this
+    copy's), finishes, verifies; the old place is retired, the new one verified."""
+    p = old_place(pristine, tmp_path, spark)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    plan = cli(*copy_args(p, dest, sink_dest, "--move"), "--json").json()["plan"]
+    copies, retiring = plan["settings"]["retire_from"], len(plan["steps"]) - plan["settings"]["retire_from"]
+    assert retiring == 2, plan["steps"][copies:]  # .metadata.crc moved, metadata written
+    crash = 1 + 2 * copies + retiring + 1  # start, the copy's begin and done records, the gate, 2 begins, 1 done
+    r = subprocess.run([str(STREAMCTL), *copy_args(p, dest, sink_dest, "--move"), "--execute"],
+                       env=_env(STREAMCTL_TEST_CRASH_AFTER=str(crash)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 86, (r.stdout, r.stderr)
+    assert "streamctl" in (p.checkpoint / "metadata").read_text() and (dest / "_streamctl" / "lock.json").exists()
+    backup = next((dest / "_streamctl" / "backups").iterdir())
+    records = [json.loads(line) for line in (backup / "journal.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["event"] == "done" and r["step"] >= copies] == [copies], records[-4:]
+    r = cli("copy", "--resume", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True and r.json()["resumed"] is True, r
+    assert r.json()["after"]["old"]["retired"] == r.json()["plan"]["op_id"]
+    assert not (dest / "_streamctl" / "lock.json").exists()
+
+
+def test_new_query_id_refused_for_a_delta_sink_keyed_by_the_query_id(cli, layouts, tmp_path):
+    """A Delta sink's txn appId is the query id unless the writer names its own: refused, nothing written."""
+    chk = layouts.checkpoint(tmp_path / "old" / "chk", 3, 3)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    layouts.delta_table(tmp_path / "old" / "table", layouts.QID, range(4))
+    args = ("copy", str(chk), str(tmp_path / "new/chk"), "--sink", str(tmp_path / "old/table"), "--sink-dest",
+            str(tmp_path / "new/table"), "--new-query-id")
+    r = cli(*args, "--execute", "--json")
+    assert r.code == 4 and "txn appId" in r.json()["reason"], r
+    assert not (tmp_path / "new").exists()
