@@ -31,6 +31,10 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
                      f"no kept rollback reads (--all copies them too)")
     for rw in plan.after.get("rewrites") or []:
         lines.append(f"  rewrites {rw['root']}:{rw['path']}: {rw['paths']} path(s) to the new place")
+    if plan.after.get("query_id") != plan.before.get("query_id"):
+        lines.append(f"  new query id: {plan.after.get('query_id')} (was {plan.before.get('query_id')})")
+    lines.append("  old place: " + ("retired once the copy verifies (its `metadata` becomes a tombstone)"
+                                    if plan.settings.get("move") else "only read, left as it is"))
     from streamctl.console.plan_view import step_lines
 
     return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
@@ -47,6 +51,10 @@ def copy(
     app_id: Optional[str] = options.APP_ID_OPT,
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Copy what `trim --keep-epochs N` keeps (default 10)."),
     copy_all: bool = typer.Option(False, "--all", help="Copy every file, also those no restart reads."),
+    move: bool = typer.Option(False, "--move", help="Retire the old place once the copy verifies: its `metadata` "
+                              "becomes a tombstone (kept in the backup; undone by --undo), nothing deleted."),
+    new_query_id: bool = typer.Option(False, "--new-query-id", help="Give the copy a fresh query id instead of "
+                                      "keeping it (the plan says what that costs)."),
     execute: bool = options.EXECUTE_OPT,
     backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where the plan and the journal go (default: "
                                              "_streamctl/backups/<operation id> under the new place)."),
@@ -60,15 +68,16 @@ def copy(
 
     Copies what a restart reads (what trim keeps; every file with --all), carries every checksum
     sidecar, rewrites the file sink log's data-file paths to --sink-dest and, with --source-path,
-    the file source's logged input paths; keeps the query id. Refuses a live or misaligned query
-    and a new place that holds any file. The old place is only read. Verified: the new place
-    inspects with the old one's verdict and positions. Run the query at one place only.
+    the file source's logged input paths; keeps the query id (--new-query-id: a fresh one).
+    Refuses a live or misaligned query and a new place that holds any file. Verified: the new
+    place inspects with the old one's verdict and positions. The old place is only read, or with
+    --move retired once the copy verifies (a tombstone `metadata`). Run the query at one place only.
 
     Examples:
 
     \b
       streamctl copy /data/chk/orders /mnt/new/chk/orders --sink /data/out/orders --sink-dest /mnt/new/out/orders
-      streamctl copy /data/chk/orders 's3://bucket/chk/orders' --execute
+      streamctl copy /data/chk/orders 's3://bucket/chk/orders' --move --execute
       streamctl copy --resume /mnt/new/chk/orders/_streamctl/backups/copy-20261128T100000Z-1a2b
     """
     from streamctl.commands import mutation
@@ -87,7 +96,7 @@ def copy(
     location, sink, kind, app_id, config = target
     req = CopyRequest(location, sink, kind, app_id, options.quiet_period(quiet_period, config), dest=dest,
                       sink_dest=sink_dest, source_paths=parse_source_paths(source_path), keep_epochs=keep_epochs,
-                      copy_all=copy_all)
+                      copy_all=copy_all, move=move, new_query_id=new_query_id)
     if not execute:
         mutation.plan_or_execute("copy", location, lambda: plan_copy(req), None, break_lock, False, None, plan_lines,
                                  as_json)
@@ -116,5 +125,5 @@ def _execute(req: Any, backup_dir: Optional[str], break_lock: bool, as_json: boo
         plan_copy(req)  # every refusal (a live query, a full destination, ...) before the lock creates anything
     except Refused as exc:
         raise refused(exc, as_json, "CopyRefusal") from None
-    mutation.execute("copy", Request(req.dest, lambda _op, _backup: plan_copy(req, under_lock=True), backup_dir,
-                                     break_lock), operation(), plan_lines, as_json)
+    planner = lambda op_id, backup: plan_copy(req, True, op_id, backup.location)  # noqa: E731
+    mutation.execute("copy", Request(req.dest, planner, backup_dir, break_lock), operation(), plan_lines, as_json)

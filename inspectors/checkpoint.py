@@ -133,15 +133,21 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
             from streamctl.inspectors.lease import retired_record
 
             retired = retired_record(data)
-        if retired is not None:  # drop-sink's tombstone: a retired checkpoint is a state, not damage
+        if retired is not None:  # a tombstone: a retired checkpoint is a state, not damage
             archive = str(retired.get("archive") or "")
+            moved_to = retired.get("moved_to")
+            command = "copy" if moved_to else "drop-sink"
+            undo = f"streamctl {command} --undo {archive}" if archive else None
+            where = (f"it was moved to {moved_to}; its files stay here as they were, its `metadata` is in "
+                     f"{archive or 'the backup'}" if moved_to else
+                     f"its logs, state and its sink's commit log are in {archive or 'the archive'}")
             self.findings.append(Finding(
                 "RETIRED",
-                f"retired by streamctl drop-sink ({retired.get('op_id')}): the query "
-                f"{retired.get('query_id_was')} must not be restarted here; its logs, state and its sink's commit log "
-                f"are in {archive or 'the archive'}" + (f"; undo: streamctl drop-sink --undo {archive}" if archive else ""),
+                f"retired by streamctl {'copy --move' if moved_to else 'drop-sink'} ({retired.get('op_id')}): the "
+                f"query {retired.get('query_id_was')} must not be restarted here; {where}"
+                + (f"; undo: {undo}" if undo else ""),
                 details={"op_id": retired.get("op_id"), "query_id_was": retired.get("query_id_was"), "archive": archive,
-                         "undo": f"streamctl drop-sink --undo {archive}" if archive else None}))
+                         "undo": undo, **({"moved_to": moved_to} if moved_to else {})}))
         elif METADATA_FILE in root:
             query_id = self.read(METADATA_FILE, parse_query_metadata)
         else:

@@ -7,7 +7,10 @@ The copy steps write only at the new place, whose roots are `checkpoint` and `si
 locks, backs up under and verifies them); the old place is read (`from_checkpoint`,
 `from_sink`) and never changed. Files whose bytes name the old place are written instead of
 copied: the file sink log's data-file paths, with `--source-path` the file source's logged
-input paths, each with a new Hadoop sidecar where the old file had one. The query id is kept.
+input paths, each with a new Hadoop sidecar where the old file had one. The query id is kept, or
+with `--new-query-id` a fresh one is written into the new `metadata`. With `--move` the old place
+is retired once the copy verifies (copy_verify.py's gate): its `metadata` becomes drop-sink's
+tombstone (the original kept in the backup), every other file of the old place stays as it is.
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ class CopyRequest(CheckpointRequest):
     source_paths: list[tuple[str, str]] = field(default_factory=list)  # (OLD, NEW) input folders
     keep_epochs: int = 10
     copy_all: bool = False
+    move: bool = False  # retire the old place once the copy verifies
+    new_query_id: bool = False  # a fresh query id in the new place's `metadata`
 
 
 def check_targets(req: CopyRequest, under_lock: bool = False) -> None:
@@ -160,10 +165,14 @@ def _refuse_sink_kind(q: Any, sink: Storage) -> None:
                   "does not rewrite yet; copy the checkpoint alone (no --sink) and move the table with its own tools")
 
 
-def plan_copy(req: CopyRequest, under_lock: bool = False) -> Plan:
+UNASSIGNED = "(assigned by --execute)"
+
+
+def plan_copy(req: CopyRequest, under_lock: bool = False, op_id: str = UNASSIGNED, backup: str = UNASSIGNED) -> Plan:
     """The copy plan: a copy step per file a restart reads, a write step per file whose paths
-    move (and its sidecar), files and bytes per part; refused (exit 4) as check_targets and
-    `_refuse_unready` say, or when a --source-path names no logged input."""
+    move (and its sidecar), files and bytes per part, and with --move the old place's retirement
+    last; refused (exit 4) as check_targets and `_refuse_unready` say, or when a --source-path
+    names no logged input."""
     check_targets(req, under_lock)
     q = req.inspect()  # unreadable, LIVE_QUERY (the lease, the quiet period), layout conflicts refused
     ck = Storage.open(req.checkpoint)
@@ -181,7 +190,9 @@ def plan_copy(req: CopyRequest, under_lock: bool = False) -> Plan:
     skipped["files"] += n
     skipped["bytes"] += size
     _refuse_absolute(q, src, files)
-    parts.append(("checkpoint", src, files, _source_rewrites(req, q, src, files, rewrites)))
+    ck_written = _source_rewrites(req, q, src, files, rewrites)
+    new_id = _new_query_id(req, q, ck_written, {rel for rel, _ in files})
+    parts.append(("checkpoint", src, files, ck_written))
     if req.sink and req.sink_dest:
         sink_src = Root("from_sink", req.sink)
         roots.update({"sink": Root("sink", req.sink_dest).location, "from_sink": sink_src.location})
@@ -201,8 +212,9 @@ def plan_copy(req: CopyRequest, under_lock: bool = False) -> Plan:
             sizes[part]["files"] += 1
             sizes[part]["bytes"] += sz
             if rel in written:
-                steps.append(Step("write", root, rel, "names paths of the old place: written with the new place's",
-                                  written[rel]))
+                why = ("the new query id" if new_id and root == "checkpoint" and METADATA_FILE in (rel, crc_target(rel))
+                       else "names paths of the old place: written with the new place's")
+                steps.append(Step("write", root, rel, why, written[rel]))
             else:
                 steps.append(Step("copy", root, rel, part))
 
@@ -211,17 +223,18 @@ def plan_copy(req: CopyRequest, under_lock: bool = False) -> Plan:
               "findings": sorted({f.code for f in q.findings}), "liveness": liveness_evidence(q, req.quiet_period_s)}
     what = ("every file (--all)" if req.copy_all else "every file (nothing committed yet)" if q.committed is None
             else f"what `trim --keep-epochs {req.keep_epochs}` keeps")
-    notes = [f"copies what a restart reads: {what}",
-             "the old place is only read; the query id is kept (the sink's exactly-once dedupe depends on it): "
-             "run the query at one place only"]
+    notes = [f"copies what a restart reads: {what}", _id_note(q, new_id)]
+    retire_from = _retire_steps(req, q, ck, steps, notes, op_id, backup, roots["checkpoint"])
     return Plan(command="copy", roots=roots, strategy="copy", target=q.committed, classification=EXACTLY_ONCE,
                 steps=steps, expected_verdict=q.verdict, before=before,
                 after={"planned": q.planned, "committed": q.committed, "sink_epoch": before["sink_epoch"],
                        "state_epoch": q.state_epoch, "parts": sizes, "left_out": skipped, "rewrites": rewrites,
-                       "keep_epochs": None if req.copy_all else req.keep_epochs},
+                       "keep_epochs": None if req.copy_all else req.keep_epochs,
+                       "query_id": new_id or q.query_id},
                 notes=notes,
                 settings={"sink_kind": q.sink.kind if q.sink else None,
-                          "app_id": req.app_id or (q.sink.app_id if q.sink else None)})
+                          "app_id": req.app_id or (q.sink.app_id if q.sink else None),
+                          "move": req.move, "retire_from": retire_from})
 
 
 def _with_sidecar(written: dict[str, bytes], rel: str, new: bytes, present: set[str]) -> None:
@@ -279,3 +292,56 @@ def _source_rewrites(req: CopyRequest, q: Any, src: Root, files: list[tuple[str,
         raise Refused(f"--source-path {unused[0]}=...: no input path the file source logs in {src.location} lies under "
                       f"{unused[0]}; name the folder as the query read it")
     return written
+
+
+def _new_query_id(req: CopyRequest, q: Any, written: dict[str, bytes], present: set[str]) -> Optional[str]:
+    """With --new-query-id: a fresh UUID, `metadata` (and its sidecar) written with it in the
+    bytes Spark writes. Refused where the sink's dedupe is keyed by the query id: a Delta sink
+    whose `txn` appId is the query id (no --app-id) would find no `txn` of the new id."""
+    if not req.new_query_id:
+        return None
+    if q.sink is not None and q.sink.kind == "delta" and not req.app_id:
+        raise Refused(f"{req.sink}: a Delta sink's txn appId is the query id unless the writer sets its own: with a "
+                      "new query id the table holds no txn for it, so a replayed batch is written again; keep the "
+                      "query id, or name the appId the writer sets (--app-id)")
+    import uuid
+
+    from streamctl.formats.metadata import serialize_query_metadata
+
+    new_id = str(uuid.uuid4())
+    _with_sidecar(written, METADATA_FILE, serialize_query_metadata(new_id), present)
+    return new_id
+
+
+def _id_note(q: Any, new_id: Optional[str]) -> str:
+    if new_id is None:
+        return ("the query id is kept (the sink's exactly-once dedupe depends on it: a coordinated sink records "
+                "it, a Delta sink's txn appId defaults to it): run the query at one place only")
+    return (f"new query id {new_id} (was {q.query_id}): a file sink and the coordinated sink dedupe by batch id "
+            "and go on exactly once; the coordinated sink's commit records name the new id from the next batch; "
+            "a Delta txn keyed by the query id would not (refused); listeners, metrics and monitoring that "
+            "key on the query id see a new query")
+
+
+def _retire_steps(req: CopyRequest, q: Any, ck: Storage, steps: list[Step], notes: list[str], op_id: str,
+                  backup: str, moved_to: str) -> Optional[int]:
+    """With --move: the old checkpoint's `.metadata.crc` moved and `metadata` replaced by drop-sink's
+    tombstone (the original kept in the backup), after every copy step; the index of the first."""
+    if not req.move:
+        notes.append("the old place is only read; it stays as it is (--move retires it once the copy verifies)")
+        return None
+    from streamctl.operations.teardown import tombstone
+
+    at = len(steps)
+    if ck.lookup(crc_name(METADATA_FILE)) is not None:
+        steps.append(Step("move", "from_checkpoint", crc_name(METADATA_FILE), "checksum of the metadata about to "
+                          "be tombstoned"))
+    steps.append(Step("write", "from_checkpoint", METADATA_FILE, "tombstone: a restart of the old place fails "
+                      "before it reads or writes anything", tombstone(op_id, q.query_id, backup, moved_to=moved_to)))
+    notes.append("--move: once the new place verifies with the old one's verdict and positions, and only if the old "
+                 "place did not change meanwhile, the old checkpoint's `metadata` is replaced by a tombstone "
+                 "(the original kept in the backup): Spark refuses to start there and streamctl reads it RETIRED "
+                 "and changes nothing there; no other file of the old place is touched or deleted"
+                 + (" (the old sink neither: only the old query writes there, and it can no longer start)"
+                    if req.sink else "") + "; --undo puts the old `metadata` back")
+    return at

@@ -40,12 +40,17 @@ class Executor:
 
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
-                 meter: Optional[Callable[[str], None]] = None, manifest_ahead: bool = False) -> None:
+                 meter: Optional[Callable[[str], None]] = None, manifest_ahead: bool = False,
+                 gate: Optional[tuple[int, Callable[[], None]]] = None) -> None:
         """`progress` gets one line per step; `meter` a throttled status (files done, bytes, rate,
         eta) for a terminal. `manifest_ahead`: `run` returns with manifest.json still being
         written on a thread, durable before the journal's next record (the runner's `verified`,
-        written after its verification), else durable when `run` returns."""
+        written after its verification), else durable when `run` returns. `gate` (index, check):
+        no step from that index on begins before every step below it is done and durable and
+        the check returned (it raises to stop there: copy --move's retirement of the old place
+        waits for the verified copy)."""
         self.manifest_ahead = manifest_ahead
+        self.gate = gate
         self.plan = plan
         self.roots = roots
         self.backup = backup
@@ -135,12 +140,18 @@ class Executor:
             state.started = True
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
-        for k in range(0, len(todo), BATCH_STEPS):
-            batch = todo[k:k + BATCH_STEPS]
-            new = [i for i in batch if i not in state.begun]
-            commit = self._begin(new, self._pre_images(new), state, pending)
-            commit.wait()  # the begin records durable before any step of this batch acts
-            pending = self._act(batch, new, state, first_run)
+        at = self.gate[0] if self.gate is not None else len(self.plan.steps)
+        for phase in ([i for i in todo if i < at], [i for i in todo if i >= at]):
+            if phase and phase[0] >= at and self.gate is not None:
+                self.journal.append_many(pending)  # the steps before the gate on record before it looks
+                pending = []
+                self.gate[1]()
+            for k in range(0, len(phase), BATCH_STEPS):
+                batch = phase[k:k + BATCH_STEPS]
+                new = [i for i in batch if i not in state.begun]
+                commit = self._begin(new, self._pre_images(new), state, pending)
+                commit.wait()  # the begin records durable before any step of this batch acts
+                pending = self._act(batch, new, state, first_run)
         manifest = self._manifest(state)  # rebuilt from the journal's done records (each entry, or `renamed`)
         if not state.finished:
             pending.append({"event": Event.FINISHED})

@@ -237,9 +237,13 @@ class CheckpointRequest:
 
 
 def refuse_unsafe(q: Any) -> None:
-    """No mutation acts on what it cannot read or on a live query: StorageError naming the
-    unreadable file; Refused for LIVE_QUERY or a STATE_LAYOUT_CONFLICT (refuse_layout_conflict)."""
+    """No mutation acts on what it cannot read, on a retired checkpoint or on a live query:
+    StorageError naming the unreadable file; Refused for RETIRED, LIVE_QUERY or a
+    STATE_LAYOUT_CONFLICT (refuse_layout_conflict)."""
     raise_unreadable(q)
+    retired = [f for f in q.findings if f.code == "RETIRED"]
+    if retired:  # drop-sink's or copy --move's tombstone: the query goes on elsewhere, or nowhere
+        raise Refused(f"{q.checkpoint}: RETIRED: {retired[0].message}")
     live = [f for f in q.findings if f.code == "LIVE_QUERY"]
     if live:
         raise Refused(f"{q.checkpoint}: LIVE_QUERY: {live[0].message}")

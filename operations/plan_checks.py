@@ -252,6 +252,8 @@ def check_plan(plan: Plan, roots: dict[str, Root]) -> None:
         for s in plan.steps:
             if s.action == "copy":
                 by_root.setdefault(COPY_FROM[s.root], []).append(s.path)
+        for name in COPY_FROM.values():  # split again with the copy's sources (copy --move also writes there)
+            parts.pop(name, None)
     escaping = [e for name, paths in by_root.items()
                 for e in _escaping(name, roots.get(name), paths, parts.get(name))]
     if escaping:

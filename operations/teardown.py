@@ -252,9 +252,14 @@ def handoff_record(q: Any, ck: Root, op_id: str, discarded: Optional[int]) -> di
 # ------------------------------------------------------------------------------ the plan
 
 
-def tombstone(op_id: str, query_id: Optional[str], archive: str) -> bytes:
+def tombstone(op_id: str, query_id: Optional[str], archive: str, moved_to: Optional[str] = None) -> bytes:
+    """The `metadata` that retires a checkpoint (docs/formats/streamctl.md#the-tombstone): drop-sink's,
+    or with `moved_to` copy --move's (the query goes on at `moved_to`; `archive` holds the old `metadata`)."""
     doc = {"streamctl": TOMBSTONE_KIND, "op_id": op_id, "query_id_was": query_id, "archive": archive,
            "note": "this checkpoint was retired by streamctl drop-sink; it must not be restarted"}
+    if moved_to is not None:
+        doc.update(command="copy --move", moved_to=moved_to,
+                   note=f"this query was moved by streamctl copy --move to {moved_to}; it must not be restarted here")
     return (json.dumps(doc, sort_keys=True) + "\n").encode()
 
 

@@ -6,7 +6,11 @@ a sink log still naming the old place would hide rows), and the old place is byt
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
 process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
-(moto) -> local.
+(moto) -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
+restart there fails on the tombstone, streamctl's mutations refuse it), undo brings it back, a
+batch planned at the old place during the copy stops the move at its gate, a crash while retiring
+resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
+the query id refused.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import pytest
 
 from helpers import align_pipeline as ap
 from helpers import s3_fixtures as _s3f
+from helpers.layouts import epochs
 from helpers.trees import copy_tree, snapshot_tree, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
@@ -265,3 +270,123 @@ def test_delta_sink_keeps_its_relative_paths(cli, layouts, tmp_path):
     doc = executed(cli, "copy", str(chk), str(dest), "--sink", str(table), "--sink-dest", str(sink_dest))
     assert doc["plan"]["after"]["rewrites"] == [] and doc["after"]["new"]["sink_epoch"] == 3, doc["after"]
     assert tree(sink_dest) == tree(table) and tree(tmp_path / "old") == before
+
+
+def _without_metadata(folder: Path) -> dict:
+    return {k: v for k, v in tree(folder).items() if k not in ("metadata", ".metadata.crc")}
+
+
+def test_move_retires_the_old_place_and_restarts_exactly_once_at_the_new(cli, spark, pristine, tmp_path):
+    """--move: the copy verifies, then the old checkpoint's `metadata` becomes the tombstone (its
+    other files and the old sink untouched); a real restart there fails before it writes, every
+    streamctl mutation there is refused (RETIRED), and the new place restarts exactly once."""
+    p = old_place(pristine, tmp_path, spark)
+    ck_before, out_before = _without_metadata(p.checkpoint), tree(p.output)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--move"))
+    last = doc["plan"]["steps"][-1]
+    assert (last["root"], last["path"], last["action"]) == ("from_checkpoint", "metadata", "write"), last
+    stone = json.loads((p.checkpoint / "metadata").read_text())
+    assert stone["moved_to"] == str(dest) and stone["query_id_was"] == doc["plan"]["before"]["query_id"], stone
+    assert not (p.checkpoint / ".metadata.crc").exists()
+    assert _without_metadata(p.checkpoint) == ck_before and tree(p.output) == out_before
+    code, q = epochs(cli, p.checkpoint, p.output)
+    found = {f["code"]: f for f in q["findings"]}
+    assert "RETIRED" in found and found["RETIRED"]["undo"] == f"streamctl copy --undo {doc['backup']}", q["findings"]
+    r = cli("trim", str(p.checkpoint), "--execute", "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
+    r = cli(*copy_args(p, tmp_path / "again/ck", tmp_path / "again/out"), "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
+    with pytest.raises(Exception) as failed:  # noqa: B017 - Spark's own error: the tombstone is no stream metadata
+        p.run()
+    assert "No usable value for id" in str(failed.value), str(failed.value)[:2000]
+    assert _without_metadata(p.checkpoint) == ck_before and tree(p.output) == out_before
+    restart(at(p, dest, sink_dest))
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 4 and "ran at the new place" in r.stdout + r.stderr, r
+
+
+def test_move_undone_brings_the_old_place_back(cli, spark, pristine, tmp_path):
+    p = old_place(pristine, tmp_path, spark)
+    before = [tree(p.checkpoint), tree(p.output)]
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--move"))
+    assert "streamctl" in (p.checkpoint / "metadata").read_text()
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    assert [tree(p.checkpoint), tree(p.output)] == before
+    assert [f for f in tree(dest) if not f.startswith("_streamctl/")] == [] and tree(sink_dest) == {}
+    restart(p)
+
+
+def test_move_refused_when_the_old_place_changed_during_the_copy(cli, spark, pristine, tmp_path):
+    """A batch planned at the old place while the copy runs (a real process, slowed per step):
+    the gate refuses (exit 4), the old place is not retired, the copy is kept for --undo."""
+    p = old_place(pristine, tmp_path, spark)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    proc = subprocess.Popen([str(STREAMCTL), *copy_args(p, dest, sink_dest, "--move"), "--execute", "--json"],
+                            env=_env(STREAMCTL_TEST_STEP_DELAY="0.02"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while _files(dest) < 5 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (p.checkpoint / "offsets" / str(FILES)).write_bytes((p.checkpoint / "offsets" / str(FILES - 1)).read_bytes())
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 4 and "changed during the copy" in out + err, (out, err)
+    assert "streamctl" not in (p.checkpoint / "metadata").read_text()
+    assert not (dest / "_streamctl" / "lock.json").exists()
+    backup = next((dest / "_streamctl" / "backups").iterdir())
+    r = cli("copy", "--undo", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+
+
+def test_new_query_id_restarts_exactly_once(cli, spark, pristine, tmp_path):
+    from streamctl.formats.metadata import serialize_query_metadata
+
+    p = old_place(pristine, tmp_path, spark)
+    old_id = json.loads((p.checkpoint / "metadata").read_text())["id"]
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, *copy_args(p, dest, sink_dest, "--new-query-id"))
+    new_id = doc["after"]["new"]["query_id"]
+    assert new_id != old_id and doc["after"]["old"]["query_id"] == old_id and doc["plan"]["after"]["query_id"] == new_id
+    assert (dest / "metadata").read_bytes() == serialize_query_metadata(new_id)
+    assert any("new query id" in n for n in doc["plan"]["notes"])
+    restart(at(p, dest, sink_dest))
+    assert json.loads((dest / "metadata").read_text())["id"] == new_id
+
+
+def test_move_crashed_while_retiring_resumed(cli, spark, pristine, tmp_path):
+    """A real process dies (the journal's crash hook) after the old `metadata` became the
+    tombstone but before its done record: `--resume` passes the gate again (the tombstone is this
+    copy's), finishes, verifies; the old place is retired, the new one verified."""
+    p = old_place(pristine, tmp_path, spark)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    plan = cli(*copy_args(p, dest, sink_dest, "--move"), "--json").json()["plan"]
+    copies, retiring = plan["settings"]["retire_from"], len(plan["steps"]) - plan["settings"]["retire_from"]
+    assert retiring == 2, plan["steps"][copies:]  # .metadata.crc moved, metadata written
+    crash = 1 + 2 * copies + retiring + 1  # start, the copy's begin and done records, the gate, 2 begins, 1 done
+    r = subprocess.run([str(STREAMCTL), *copy_args(p, dest, sink_dest, "--move"), "--execute"],
+                       env=_env(STREAMCTL_TEST_CRASH_AFTER=str(crash)), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 86, (r.stdout, r.stderr)
+    assert "streamctl" in (p.checkpoint / "metadata").read_text() and (dest / "_streamctl" / "lock.json").exists()
+    backup = next((dest / "_streamctl" / "backups").iterdir())
+    records = [json.loads(line) for line in (backup / "journal.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["event"] == "done" and r["step"] >= copies] == [copies], records[-4:]
+    r = cli("copy", "--resume", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True and r.json()["resumed"] is True, r
+    assert r.json()["after"]["old"]["retired"] == r.json()["plan"]["op_id"]
+    assert not (dest / "_streamctl" / "lock.json").exists()
+
+
+def test_new_query_id_refused_for_a_delta_sink_keyed_by_the_query_id(cli, layouts, tmp_path):
+    """A Delta sink's txn appId is the query id unless the writer names its own: refused, nothing written."""
+    chk = layouts.checkpoint(tmp_path / "old" / "chk", 3, 3)
+    for d in ("offsets", "commits"):
+        for f in (chk / d).iterdir():
+            os.utime(f, (1, 1))
+    layouts.delta_table(tmp_path / "old" / "table", layouts.QID, range(4))
+    args = ("copy", str(chk), str(tmp_path / "new/chk"), "--sink", str(tmp_path / "old/table"), "--sink-dest",
+            str(tmp_path / "new/table"), "--new-query-id")
+    r = cli(*args, "--execute", "--json")
+    assert r.code == 4 and "txn appId" in r.json()["reason"], r
+    assert not (tmp_path / "new").exists()
