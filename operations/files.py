@@ -38,8 +38,8 @@ def hash_file(path: str) -> tuple[int, str]:
 
 def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
     """`hash_file`, or None (nothing read) for a regular file larger than `limit`. Read with
-    `os.read` until it returns nothing, the first read as large as the file's size + 1: a small
-    file costs one buffer of its size, not of CHUNK."""
+    `os.read` until a read returns less than it asked, the first read as large as the file's
+    size + 1: a small file costs one read of its size, not of CHUNK."""
     fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -55,12 +55,11 @@ def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
         want = st.st_size + 1 if st.st_size < CHUNK else CHUNK
         while True:
             block = os.read(fd, want)
-            if not block:
-                return size, h.hexdigest()
             size += len(block)
             h.update(block)
-            if len(block) == want:  # more than fstat said (the file grows): whole chunks from here
-                want = CHUNK
+            if len(block) < want:  # a short read of a regular file: its end (a small file: one read)
+                return size, h.hexdigest()
+            want = CHUNK  # more than fstat said (the file grows), or a large file: whole chunks
     finally:
         os.close(fd)
 
@@ -494,6 +493,34 @@ class Root:
         except OSError:  # gone (renamed by a crashed run), another file system: the general path
             return False
         return True
+
+    def rename_files_into(self, rels: list[str], dest: Root, dest_folder: str) -> list[bool]:
+        """`rename_into` of each path to `<dest_folder>/<rel>` in `dest`, in order, in one loop (a
+        batch of local moves: no call chain per file): normal paths renamed here, never over
+        anything (`_taken`), others by `rename_into`. True for each path renamed."""
+        head, dest_head = self._head(), dest._head()
+        if head is None or dest_head is None or not dest.is_local or not is_normal_rel(dest_folder):
+            return [self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
+        made, taken, rename, into = dest._made, dest._taken, os.rename, f"{dest_head}{dest_folder}/"
+        out: list[bool] = []
+        for rel in rels:
+            if not is_normal_rel(rel):
+                out.append(self.rename_into(rel, dest, f"{dest_folder}/{rel}"))
+                continue
+            dst = into + rel
+            parent = dst.rpartition("/")[0]
+            if parent not in made:  # one makedirs per folder, not per file
+                dest._makedirs(parent)
+            if taken(dst):
+                out.append(False)
+                continue
+            try:
+                rename(head + rel, dst)
+            except OSError:  # gone (renamed by a crashed run), another file system: the general path
+                out.append(False)
+                continue
+            out.append(True)
+        return out
 
     def _taken(self, path: str) -> bool:
         """Whether anything is at local `path`, a dangling symlink included: os.path.lexists's
