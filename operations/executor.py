@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 from streamctl.formats.journal import RENAMED, Event, JournalState
 from streamctl.formats.layout import BACKED_UP_DIR, UNDONE_DIR
 from streamctl.operations.apply_steps import StepApplier, moved_entry
-from streamctl.operations.backup_folder import backup_rel, write_manifest_started, write_plan_started
+from streamctl.operations.backup_folder import write_manifest_started, write_plan_started
 from streamctl.operations.files import Pending, Root
 from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.meter import Meter

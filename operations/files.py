@@ -468,59 +468,41 @@ class Root:
         elif self.kind(rel) == "file":
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
-    def rename_into(self, rel: str, dest: Root, dest_rel: str, normal: bool = False) -> bool:
+    def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
         """Rename a local file or folder into another local root, never over anything there: True
         when it was renamed; False when that cannot be done here and now (not both local, nothing
         at `rel`, something at `dest_rel`, another file system): the caller takes the general
-        path. `normal`: the caller checked that both paths are normal (`is_normal_rel`). The check
-        of `dest_rel` and the rename are two calls: the lock keeps every other streamctl out of
-        the roots in between."""
+        path."""
         if not (self.is_local and dest.is_local):
             return False
-        head, dest_head = self._head(), dest._head()
-        if normal and head is not None and dest_head is not None:
-            src, dst = head + rel, dest_head + dest_rel
-            parent = dst.rpartition("/")[0]
-        else:
-            src, dst = self.local(rel), dest.local(dest_rel)
-            parent = os.path.dirname(dst)
-        if parent not in dest._made:  # one makedirs per folder, not per file
-            dest._makedirs(parent)
-        if dest._taken(dst):
-            return False
-        try:
-            os.rename(src, dst)
-        except OSError:  # gone (renamed by a crashed run), another file system: the general path
-            return False
-        return True
+        return dest._rename_new(self.local(rel), dest.local(dest_rel))
 
     def rename_files_into(self, rels: list[str], dest: Root, dest_folder: str) -> list[bool]:
         """`rename_into` of each path to `<dest_folder>/<rel>` in `dest`, in order, in one loop (a
-        batch of local moves: no call chain per file): normal paths renamed here, never over
-        anything (`_taken`), others by `rename_into`. True for each path renamed."""
+        batch of local moves: no call chain per file, normal paths joined to the roots' prefixes
+        as they are). True for each path renamed."""
         head, dest_head = self._head(), dest._head()
         if head is None or dest_head is None or not dest.is_local or not is_normal_rel(dest_folder):
             return [self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
-        made, taken, rename, into = dest._made, dest._taken, os.rename, f"{dest_head}{dest_folder}/"
-        out: list[bool] = []
-        for rel in rels:
-            if not is_normal_rel(rel):
-                out.append(self.rename_into(rel, dest, f"{dest_folder}/{rel}"))
-                continue
-            dst = into + rel
-            parent = dst.rpartition("/")[0]
-            if parent not in made:  # one makedirs per folder, not per file
-                dest._makedirs(parent)
-            if taken(dst):
-                out.append(False)
-                continue
-            try:
-                rename(head + rel, dst)
-            except OSError:  # gone (renamed by a crashed run), another file system: the general path
-                out.append(False)
-                continue
-            out.append(True)
-        return out
+        into, rename_new = f"{dest_head}{dest_folder}/", dest._rename_new
+        return [rename_new(head + rel, into + rel) if is_normal_rel(rel) else
+                self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
+
+    def _rename_new(self, src: str, dst: str) -> bool:
+        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`): the
+        check and the rename are two calls, and the lock keeps every other streamctl out of the
+        roots in between. False when something is at `dst` or the rename fails (nothing at
+        `src`: renamed by a crashed run; another file system)."""
+        parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
+        if parent not in self._made:  # one makedirs per folder, not per file
+            self._makedirs(parent)
+        if self._taken(dst):
+            return False
+        try:
+            os.rename(src, dst)
+        except OSError:
+            return False
+        return True
 
     def _taken(self, path: str) -> bool:
         """Whether anything is at local `path`, a dangling symlink included: os.path.lexists's

@@ -301,12 +301,12 @@ def test_rename_into_sees_a_file_or_a_dangling_symlink_at_the_backup_path(tmp_pa
     (backup / "files" / "commits").mkdir(parents=True)
     dst._taken_check = check
     (backup / "files" / "commits" / "1").symlink_to(tmp_path / "gone")
-    assert not src.rename_into("commits/1", dst, "files/commits/1", normal=True)
+    assert not src.rename_into("commits/1", dst, "files/commits/1")
     assert (backup / "files" / "commits" / "1").is_symlink() and (ck / "commits" / "1").exists()
     (backup / "files" / "commits" / "2").write_bytes(b"earlier backup")
-    assert not src.rename_into("commits/2", dst, "files/commits/2", normal=True)
+    assert not src.rename_into("commits/2", dst, "files/commits/2")
     assert (backup / "files" / "commits" / "2").read_bytes() == b"earlier backup"
-    assert src.rename_into("commits/2", dst, "files/commits/3", normal=True)
+    assert src.rename_into("commits/2", dst, "files/commits/3")
     assert not (ck / "commits" / "2").exists()
     fresh = Root("backup", str(backup))
     assert fresh._taken(str(backup / "files" / "commits" / "1")) and not fresh._taken(str(backup / "nothing"))
