@@ -35,6 +35,8 @@ class Event(str, enum.Enum):
     START = "start"  # the operation began (op id, pid, steps)
     BEGIN = "begin"  # a step is about to run (durable before the step: what was there, `pre`)
     DONE = "done"  # a step ran (its manifest entry)
+    BEGIN_CHUNK = "begin_chunk"  # the begin records of many local moves in one (`steps`, `pre`: [size, sha256] each)
+    DONE_CHUNK = "done_chunk"  # the done records of many local moves, each done by one rename (`steps`)
     FINISHED = "finished"  # every step ran
     VERIFIED = "verified"  # the verification after the steps (ok, what was found)
     REFUSED = "refused"  # the plan made under the lock was refused
@@ -72,9 +74,31 @@ def journal_records(chunk: bytes) -> Iterator[tuple[int, Optional[dict[str, Any]
         yield i, rec if isinstance(rec, dict) else None
 
 
+RENAMED = "renamed"  # a done record's key: the step's move was one rename, its manifest entry its begin record's
+
+
 def _step_of(rec: dict[str, Any]) -> Optional[int]:
     step = rec.get("step")
     return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+
+
+def _is_step(step: Any) -> bool:
+    return isinstance(step, int) and not isinstance(step, bool) and step >= 0
+
+
+def _chunk_steps(rec: dict[str, Any]) -> Optional[list[int]]:
+    """The step numbers of a chunk record (`begin_chunk`, `done_chunk`), None when it holds no
+    list of step numbers, or (`begin_chunk`) no `pre` of [size, sha256] for each of them."""
+    steps = rec.get("steps")
+    if not isinstance(steps, list) or not all(_is_step(s) for s in steps):
+        return None
+    if rec.get("event") == Event.BEGIN_CHUNK:
+        pre = rec.get("pre")
+        if (rec.get("action") != "move" or not isinstance(pre, list) or len(pre) != len(steps)
+                or not all(isinstance(p, list) and len(p) == 2 and _is_step(p[0]) and isinstance(p[1], str)
+                           for p in pre)):
+            return None
+    return steps
 
 
 def apply_record(state: JournalState, rec: dict[str, Any]) -> bool:
@@ -86,6 +110,18 @@ def apply_record(state: JournalState, rec: dict[str, Any]) -> bool:
         return False
     if ev in (Event.BEGIN, Event.DONE, Event.UNDO_DONE) and _step_of(rec) is None:
         return False
+    if ev in (Event.BEGIN_CHUNK, Event.DONE_CHUNK):
+        steps = _chunk_steps(rec)
+        if steps is None:
+            return False
+        if ev is Event.BEGIN_CHUNK:  # each step's begin record, as a `begin` of it reads
+            for i, (size, sha256) in zip(steps, rec["pre"], strict=True):
+                state.begun.setdefault(i, {"event": Event.BEGIN.value, "step": i, "action": "move",
+                                           "pre": {"size": size, "sha256": sha256}})
+        else:  # each step's done record, as a `done` record saying `renamed`
+            for i in steps:
+                state.done[i] = {"event": Event.DONE.value, "step": i, RENAMED: True}
+        return True
     if ev is Event.START:
         state.started = True
     elif ev is Event.BEGIN:

@@ -11,7 +11,8 @@ Layout (`--backup-dir`, by default `<checkpoint>/_streamctl/backups/<op id>`):
                      earlier single-object layout is read first)
     manifest.json    every file moved or replaced: root, path, backup path, size, sha256 (written when
                      the steps are done; until then the journal's `done` records carry the same entries,
-                     a move done by one rename as `renamed`: its entry is made from its begin record)
+                     a move done by one rename as `renamed` or in a `done_chunk`: its entry is made
+                     from its begin record or `begin_chunk`)
     files/<root>/<path>   the backed-up files, at their original relative paths
     undone/<root>/<path>  files `--undo` took out again (files the operation had created)
 """

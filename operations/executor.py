@@ -14,21 +14,19 @@ import os
 import time
 from typing import Any, Callable, Optional
 
-from streamctl.formats.journal import Event, JournalState
+from streamctl.formats.journal import RENAMED, Event, JournalState
 from streamctl.formats.layout import BACKED_UP_DIR, UNDONE_DIR
 from streamctl.operations.apply_steps import StepApplier, moved_entry
-from streamctl.operations.backup_folder import backup_rel, write_manifest_started, write_plan_started
+from streamctl.operations.backup_folder import write_manifest_started, write_plan_started
 from streamctl.operations.files import Pending, Root
 from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.meter import Meter
 from streamctl.operations.object_moves import delete_remote, move_by_copy, parallel
-from streamctl.operations.paths import is_normal_rel
 from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
 
 DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
 BATCH_STEPS = 8192  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
-RENAMED = "renamed"  # a done record's key: the step's move was one rename, its manifest entry its begin record's
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
@@ -107,6 +105,12 @@ class Executor:
         its file's size and sha256 (nothing is acted on from a record that cannot be read)."""
         state = self.journal.read()
         steps, begun = self.plan.steps, state.begun
+        wrong = next((i for i, rec in begun.items() if i >= len(steps) or rec.get("action", steps[i].action)
+                      != steps[i].action), None)
+        if wrong is not None:
+            raise Conflict(f"{journal_location(self.backup)}: a begin record of step {wrong} names another action than "
+                           "the plan's step (or a step the plan does not have); refusing to act on it, nothing was "
+                           "changed")
         compact = [i for i, rec in state.done.items() if "manifest" not in rec and RENAMED in rec]
         for i in compact:
             pre = begun[i].get("pre") if i in begun else None
@@ -167,14 +171,27 @@ class Executor:
     def _begin(self, new: list[int], pres: dict[int, Optional[dict[str, Any]]], state: JournalState,
                pending: list[dict[str, Any]]) -> Commit:
         """The begin records of a batch's new steps, after `pending` (done records of batches
-        before), in one group commit: started, durable once its `wait()` returned."""
+        before), in one group commit: started, durable once its `wait()` returned. The local
+        moves of files that are there go in one `begin_chunk` record (their steps and each one's
+        size and sha256: what a `begin` record of each says, one line for the batch); the other
+        steps get a `begin` record each."""
         records = list(pending)
+        steps, roots, local_backup = self.plan.steps, self.roots, self.backup.is_local
+        chunk: list[int] = []
+        chunk_pre: list[list[Any]] = []
         for i in new:
-            step = self.plan.steps[i]
+            step, pre = steps[i], pres[i]
+            if step.action == "move" and local_backup and pre is not None and roots[step.root].is_local:
+                chunk.append(i)
+                chunk_pre.append([pre["size"], pre["sha256"]])
+                state.begun[i] = {"event": Event.BEGIN, "step": i, "action": "move", "pre": pre}
+                continue
             rec = {"event": Event.BEGIN, "step": i, "action": step.action, "root": step.root,
-                   "path": step.path, "pre": pres[i]}
+                   "path": step.path, "pre": pre}
             records.append(rec)
             state.begun[i] = rec
+        if chunk:
+            records.append({"event": Event.BEGIN_CHUNK, "action": "move", "steps": chunk, "pre": chunk_pre})
         return self.journal.append_started(records)
 
     def _act(self, batch: list[int], new: list[int], state: JournalState, first_run: bool) -> list[dict[str, Any]]:
@@ -286,28 +303,41 @@ class Executor:
     def _rename_many(self, indices: list[int], state: JournalState, pending: list[dict[str, Any]],
                      touched: list[Step]) -> None:
         """Local moves by one rename each (independent steps: no two paths nest, and their begin
-        records are durable), recorded in plan order; a step the rename cannot do (moved already
-        by a crashed run, something at its backup path, another file system) takes the general
-        path of `StepApplier.apply`."""
-        steps, begun, done, roots, backup = self.plan.steps, state.begun, state.done, self.roots, self.backup
-        # backup_rel(step) is normal when the step's path and its root's name are
-        normal_root = {name: is_normal_rel(name) and is_normal_rel(BACKED_UP_DIR) for name in roots}
+        records are durable), root by root (`Root.rename_files_into`), their manifest entries
+        made from the begin records' size and sha256 and their done records one `done_chunk`
+        record; a step the rename cannot do (moved already by a crashed run, something at its
+        backup path, another file system) takes the general path of `StepApplier.apply` and a
+        `done` record of its own. Recorded in plan order."""
+        steps, begun, done, backup = self.plan.steps, state.begun, state.done, self.backup
+        if self.say is not None:
+            for i in indices:
+                self._step_line(i)
+        by_root: dict[str, list[int]] = {}
+        for i in indices:
+            by_root.setdefault(steps[i].root, []).append(i)
+        ok: dict[int, bool] = {}
+        for name, idx in by_root.items():
+            renames = self.roots[name].rename_files_into([steps[i].path for i in idx], backup, f"{BACKED_UP_DIR}/{name}")
+            ok.update(zip(idx, renames, strict=True))
+        renamed: list[int] = []
         size = 0
         for i in indices:
-            if self.say is not None:
-                self._step_line(i)
-            step = steps[i]
-            pre = begun[i]["pre"]
-            root = step.root
-            if roots[root].rename_into(step.path, backup, backup_rel(step),
-                                       normal=normal_root[root] and is_normal_rel(step.path)):
-                rec = {"event": Event.DONE, "step": i, RENAMED: True}  # its entry is its begin record's
+            step, pre = steps[i], begun[i]["pre"]
+            if ok[i]:
+                name, rel = step.root, step.path
+                renamed.append(i)
+                done[i] = {"event": Event.DONE, "step": i, RENAMED: True,
+                           "manifest": {"root": name, "path": rel, "uri": self.roots[name].uri(rel),
+                                        "backup": f"{BACKED_UP_DIR}/{name}/{rel}", "action": "moved",
+                                        "size": pre["size"], "sha256": pre["sha256"]}}
             else:
                 rec = {"event": Event.DONE, "step": i, "manifest": self.applier.apply(step, pre)}
-            pending.append(rec)
-            done[i] = rec
+                pending.append(rec)
+                done[i] = rec
             touched.append(step)
-            size += pre.get("size") or 0
+            size += pre["size"] or 0
+        if renamed:
+            pending.append({"event": Event.DONE_CHUNK, "steps": renamed})
         if indices:
             self.meter.tick(size, len(indices))
 

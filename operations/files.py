@@ -38,8 +38,8 @@ def hash_file(path: str) -> tuple[int, str]:
 
 def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
     """`hash_file`, or None (nothing read) for a regular file larger than `limit`. Read with
-    `os.read` until it returns nothing, the first read as large as the file's size + 1: a small
-    file costs one buffer of its size, not of CHUNK."""
+    `os.read` until a read returns less than it asked, the first read as large as the file's
+    size + 1: a small file costs one read of its size, not of CHUNK."""
     fd = os.open(path, os.O_RDONLY | _NONBLOCK)
     try:
         st = os.fstat(fd)
@@ -55,12 +55,11 @@ def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
         want = st.st_size + 1 if st.st_size < CHUNK else CHUNK
         while True:
             block = os.read(fd, want)
-            if not block:
-                return size, h.hexdigest()
             size += len(block)
             h.update(block)
-            if len(block) == want:  # more than fstat said (the file grows): whole chunks from here
-                want = CHUNK
+            if len(block) < want:  # a short read of a regular file: its end (a small file: one read)
+                return size, h.hexdigest()
+            want = CHUNK  # more than fstat said (the file grows), or a large file: whole chunks
     finally:
         os.close(fd)
 
@@ -469,29 +468,39 @@ class Root:
         elif self.kind(rel) == "file":
             self._fs.delete_file(self._remote(rel))  # type: ignore[union-attr]
 
-    def rename_into(self, rel: str, dest: Root, dest_rel: str, normal: bool = False) -> bool:
+    def rename_into(self, rel: str, dest: Root, dest_rel: str) -> bool:
         """Rename a local file or folder into another local root, never over anything there: True
         when it was renamed; False when that cannot be done here and now (not both local, nothing
         at `rel`, something at `dest_rel`, another file system): the caller takes the general
-        path. `normal`: the caller checked that both paths are normal (`is_normal_rel`). The check
-        of `dest_rel` and the rename are two calls: the lock keeps every other streamctl out of
-        the roots in between."""
+        path."""
         if not (self.is_local and dest.is_local):
             return False
+        return dest._rename_new(self.local(rel), dest.local(dest_rel))
+
+    def rename_files_into(self, rels: list[str], dest: Root, dest_folder: str) -> list[bool]:
+        """`rename_into` of each path to `<dest_folder>/<rel>` in `dest`, in order, in one loop (a
+        batch of local moves: no call chain per file, normal paths joined to the roots' prefixes
+        as they are). True for each path renamed."""
         head, dest_head = self._head(), dest._head()
-        if normal and head is not None and dest_head is not None:
-            src, dst = head + rel, dest_head + dest_rel
-            parent = dst.rpartition("/")[0]
-        else:
-            src, dst = self.local(rel), dest.local(dest_rel)
-            parent = os.path.dirname(dst)
-        if parent not in dest._made:  # one makedirs per folder, not per file
-            dest._makedirs(parent)
-        if dest._taken(dst):
+        if head is None or dest_head is None or not dest.is_local or not is_normal_rel(dest_folder):
+            return [self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
+        into, rename_new = f"{dest_head}{dest_folder}/", dest._rename_new
+        return [rename_new(head + rel, into + rel) if is_normal_rel(rel) else
+                self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
+
+    def _rename_new(self, src: str, dst: str) -> bool:
+        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`): the
+        check and the rename are two calls, and the lock keeps every other streamctl out of the
+        roots in between. False when something is at `dst` or the rename fails (nothing at
+        `src`: renamed by a crashed run; another file system)."""
+        parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
+        if parent not in self._made:  # one makedirs per folder, not per file
+            self._makedirs(parent)
+        if self._taken(dst):
             return False
         try:
             os.rename(src, dst)
-        except OSError:  # gone (renamed by a crashed run), another file system: the general path
+        except OSError:
             return False
         return True
 

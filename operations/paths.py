@@ -11,11 +11,12 @@ _NOT_NORMAL = re.compile(r"(^|/)\.{0,2}(/|$)|\\")  # a leading, trailing or doub
 
 def is_normal_rel(rel: str) -> bool:
     """What `_NOT_NORMAL` finds nothing in, by substring tests (cheaper than the regex search,
-    made for every step path)."""
+    made for every step path): a "." or ".." part is at the start, between two "/" or at the end."""
     if not rel or "\\" in rel or "//" in rel or rel[0] == "/" or rel[-1] == "/":
         return False
-    return "." not in rel or not (rel in (".", "..") or rel.startswith(("./", "../")) or rel.endswith(("/.", "/.."))
-                                  or "/./" in rel or "/../" in rel)
+    if rel[0] == "." and (rel in (".", "..") or rel.startswith(("./", "../"))):
+        return False
+    return "/." not in rel or not ("/./" in rel or "/../" in rel or rel.endswith(("/.", "/..")))
 
 
 def check_rel(rel: str, where: str) -> str:

@@ -142,8 +142,13 @@ class Plan:
         return rec
 
     def step_records(self) -> list[dict[str, Any]]:
-        """Each step's record."""
-        return [s.to_record() for s in self.steps]
+        """Each step's record, made once for the steps the plan holds (plan.json and the command's
+        --json output share them)."""
+        made = self.__dict__.get("_step_records")
+        if made is None or made[0] is not self.steps or made[1] != len(self.steps):
+            made = (self.steps, len(self.steps), [s.to_record() for s in self.steps])
+            self.__dict__["_step_records"] = made
+        return made[2]
 
     @classmethod
     def from_record(cls, rec: dict[str, Any]) -> Plan:

@@ -223,7 +223,7 @@ def test_crash_at_every_journal_record_then_restart_attempt_and_resume(spark: An
     assert r.returncode == 0, r.stderr
     records = (archive_dir() / "journal.jsonl").read_text().splitlines()
     total = len(records)
-    assert total >= 15, records
+    assert total >= 10, records  # the local moves' begin and done records: a begin_chunk and a done_chunk per group commit
     _only_tombstone_left(p.checkpoint)
     outcomes = []
     for n in range(1, total):

@@ -320,7 +320,7 @@ def test_large_json_documents_print_compact_and_read_back(capsys: pytest.Capture
 @pytest.mark.parametrize("batch", [8, None])
 def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                       odd: str | None, batch: int | None) -> None:
-    """A run whose steps were all renames writes `renamed` done records, and manifest.json holds
+    """A run whose steps were all renames writes `done_chunk` records, and manifest.json holds
     the bytes `json_file` writes for their entries (what resume and undo read back from the
     journal), names that need a JSON escape included; the entries say what was moved."""
     from streamctl.formats.journal import json_file
@@ -348,7 +348,10 @@ def test_a_manifest_of_renames_is_its_entries_encoded(tmp_path: Path, monkeypatc
     ex.write_plan()
     state = ex.run()
     ex.journal.settle()
-    assert all(RENAMED in state.done[i] and "manifest" not in state.done[i] for i in range(len(steps)))
+    assert all(RENAMED in state.done[i] for i in range(len(steps)))
+    records = [json.loads(line) for line in (tmp_path / "backup" / "journal.jsonl").read_text().splitlines()]
+    chunked = [i for r in records if r["event"] == "done_chunk" for i in r["steps"]]
+    assert sorted(chunked) == list(range(len(steps))) and not [r for r in records if r["event"] == "done"]
     read = ex.read_journal()  # the entries as resume and undo read them
     entries = [read.done[i]["manifest"] for i in range(len(steps))]
     written = (tmp_path / "backup" / MANIFEST_FILE).read_bytes()

@@ -146,6 +146,22 @@ def test_journal_records_encode_and_read_back() -> None:
     assert journal.segment_number("12.json") is None
 
 
+def test_chunk_records_read_back_as_a_record_per_step_and_malformed_ones_are_refused() -> None:
+    """A `begin_chunk` record reads back as a `begin` record of each of its steps (a move, its
+    size and sha256), a `done_chunk` as a `done` record of each saying `renamed`; a chunk record
+    without a list of step numbers, or with a `pre` that is not [size, sha256] for each, is not a
+    record (the reader refuses the journal)."""
+    chunk = {"event": "begin_chunk", "action": "move", "steps": [3, 4], "pre": [[1, "aa"], [0, "bb"]]}
+    state_ = journal.JournalState()
+    assert journal.apply_record(state_, chunk) and journal.apply_record(state_, {"event": "done_chunk", "steps": [4]})
+    assert state_.begun[3]["pre"] == {"size": 1, "sha256": "aa"} and state_.begun[4]["action"] == "move"
+    assert state_.done == {4: {"event": "done", "step": 4, "renamed": True}}
+    for bad in ({"steps": [3, -1]}, {"steps": [3, 4.0]}, {"steps": "3"}, {"pre": [[1, "aa"]]}, {"pre": [[1, "aa"], None]},
+                {"pre": [[1, "aa"], [True, "bb"]]}, {"action": "write"}):
+        assert not journal.apply_record(journal.JournalState(), dict(chunk, **bad)), bad
+    assert not journal.apply_record(journal.JournalState(), {"event": "done_chunk", "steps": [None]})
+
+
 def test_errors_about_a_path_share_one_shape() -> None:
     for kind in (StorageError, LogParseError):
         exc = kind("s3://b/chk/offsets/3", "truncated")

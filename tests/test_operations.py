@@ -58,6 +58,23 @@ def _crashed_run(plan: Plan, ck: Path, backup: Path, after: int) -> None:
     assert proc.returncode == CRASH_EXIT
 
 
+def _per_step(records: list[dict], steps: list[Step]) -> list[dict]:
+    """The journal records as the build before chunk records wrote them: a `begin_chunk` as a
+    `begin` record per step (action, root, path, pre {size, sha256}), a `done_chunk` as a `done`
+    record per step saying `renamed`."""
+    out: list[dict] = []
+    for r in records:
+        if r["event"] == "begin_chunk":
+            out += [{"event": "begin", "step": i, "action": "move", "root": steps[i].root, "path": steps[i].path,
+                     "pre": {"size": size, "sha256": sha}, "time_ms": r["time_ms"]}
+                    for i, (size, sha) in zip(r["steps"], r["pre"], strict=True)]
+        elif r["event"] == "done_chunk":
+            out += [{"event": "done", "step": i, "renamed": True, "time_ms": r["time_ms"]} for i in r["steps"]]
+        else:
+            out.append(r)
+    return out
+
+
 def _setup(tmp_path: Path) -> tuple[Path, Path, Path]:
     ck, sink, backup = tmp_path / "ck", tmp_path / "sink", tmp_path / "backup"
     (ck / "commits").mkdir(parents=True)
@@ -284,12 +301,12 @@ def test_rename_into_sees_a_file_or_a_dangling_symlink_at_the_backup_path(tmp_pa
     (backup / "files" / "commits").mkdir(parents=True)
     dst._taken_check = check
     (backup / "files" / "commits" / "1").symlink_to(tmp_path / "gone")
-    assert not src.rename_into("commits/1", dst, "files/commits/1", normal=True)
+    assert not src.rename_into("commits/1", dst, "files/commits/1")
     assert (backup / "files" / "commits" / "1").is_symlink() and (ck / "commits" / "1").exists()
     (backup / "files" / "commits" / "2").write_bytes(b"earlier backup")
-    assert not src.rename_into("commits/2", dst, "files/commits/2", normal=True)
+    assert not src.rename_into("commits/2", dst, "files/commits/2")
     assert (backup / "files" / "commits" / "2").read_bytes() == b"earlier backup"
-    assert src.rename_into("commits/2", dst, "files/commits/3", normal=True)
+    assert src.rename_into("commits/2", dst, "files/commits/3")
     assert not (ck / "commits" / "2").exists()
     fresh = Root("backup", str(backup))
     assert fresh._taken(str(backup / "files" / "commits" / "1")) and not fresh._taken(str(backup / "nothing"))
@@ -309,14 +326,15 @@ def test_a_record_appended_after_a_torn_last_line_stays_readable(tmp_path: Path)
     assert 0 in journal.read().begun
 
 
-@pytest.mark.parametrize("where", ["second batch's begin records", "done records"])
+@pytest.mark.parametrize("where", ["first begin chunk", "first renames", "first done chunk", "second begin chunk"])
 def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_exactly(tmp_path: Path, where: str) -> None:
     """More moves than one group commit (BATCH_STEPS): the journal holds the start and the first
-    batch's begin records, then the first batch's done records with the second batch's begin
-    records, then the second batch's done records. A crash halfway through the second batch's
-    begin records, or halfway through the first batch's done records, leaves each file in exactly
-    one place, nothing moved that has no durable begin record; the resume records what was
-    moved from the backup, moves the rest, and undo puts back every byte."""
+    batch's `begin_chunk` record, then the first batch's `done_chunk` with the second batch's
+    `begin_chunk`, then the second batch's `done_chunk`. A crash right after the first begin
+    chunk, halfway through the first batch's renames (its files moved by hand, as the crashed run
+    left them), after the first done chunk, or after the second begin chunk leaves each file in
+    exactly one place, nothing moved that has no durable begin record; the resume records what
+    was moved from the backup, moves the rest, and undo puts back every byte."""
     from streamctl.operations.executor import BATCH_STEPS
 
     ck, backup = tmp_path / "ck", tmp_path / "backup"
@@ -328,23 +346,24 @@ def test_many_local_moves_over_two_group_commits_resume_after_a_crash_and_undo_e
     steps = [Step("move", "checkpoint", rel, "old") for rel in sorted(before)]
     assert BATCH_STEPS < len(steps) < 2 * BATCH_STEPS
     plan = _plan(steps, {"checkpoint": str(ck)})
-    second = len(steps) - BATCH_STEPS
-    # start and the first batch's begin records, then every done record of it and half the second
-    # batch's begin records; or half the first batch's done records
-    crash = 1 + BATCH_STEPS + (BATCH_STEPS + second // 2 if where.startswith("second") else BATCH_STEPS // 2)
+    crash = {"first begin chunk": 2, "first renames": 2, "first done chunk": 3, "second begin chunk": 4}[where]
     _crashed_run(plan, ck, backup, crash)
-    records = [json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()]
+    first = {s.path for s in steps[:BATCH_STEPS]}
+    if where == "first renames":  # the crashed run renamed half the first batch
+        for rel in sorted(first)[::2]:
+            (backup / "files" / "checkpoint" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ck / rel).rename(backup / "files" / "checkpoint" / rel)
+    records = _per_step([json.loads(line) for line in (backup / JOURNAL_FILE).read_text().splitlines()], steps)
     events = [r["event"] for r in records]
-    assert "finished" not in events and events.count("begin") + events.count("done") == crash - 1
+    assert "finished" not in events
     begun = {steps[r["step"]].path for r in records if r["event"] == "begin"}
+    done = {steps[r["step"]].path for r in records if r["event"] == "done"}
     moved = set(_tree(backup / "files" / "checkpoint")) if (backup / "files").exists() else set()
     assert moved <= begun  # nothing moved without a durable begin record
     assert set(_tree(ck)) == set(before) - moved  # each file in exactly one place
-    first = {s.path for s in steps[:BATCH_STEPS]}
-    if where.startswith("second"):
-        assert events.count("done") == BATCH_STEPS and len(begun) == BATCH_STEPS + second // 2 and moved == first
-    else:
-        assert events.count("done") == BATCH_STEPS // 2 and begun == first == moved
+    assert begun == (set(before) if where == "second begin chunk" else first)
+    assert done == (first if where in ("first done chunk", "second begin chunk") else set())
+    assert moved == (set(sorted(first)[::2]) if where == "first renames" else done)
 
     roots = {"checkpoint": Root("checkpoint", str(ck))}
     state = Executor(plan, roots, Root("backup", str(backup))).run()
@@ -365,7 +384,7 @@ def test_a_crashed_run_whose_journal_an_earlier_version_wrote_resumes_and_undoes
     encoders wrote them, is finished by this version, which appends its own lines after the old
     ones, and undone to the last byte."""
     ck, backup, before, steps, plan = _twelve_moves(tmp_path, "é")
-    _crashed_run(plan, ck, backup, 6)  # start, then 5 of 12 begin records
+    _crashed_run(plan, ck, backup, 2)  # start, the begin chunk of the 12 moves: nothing moved
 
     def earlier(doc: dict) -> str:  # the earlier json_file: json.dumps text, one list item per line
         parts = []
@@ -377,7 +396,8 @@ def test_a_crashed_run_whose_journal_an_earlier_version_wrote_resumes_and_undoes
         return "{\n" + ",\n".join(parts) + "\n}\n"
 
     journal = backup / JOURNAL_FILE
-    old_lines = [json.dumps(json.loads(line), sort_keys=True) + "\n" for line in journal.read_text().splitlines()]
+    records = _per_step([json.loads(line) for line in journal.read_text().splitlines()], steps)[:6]  # start, 5 begin
+    old_lines = [json.dumps(r, sort_keys=True) + "\n" for r in records]
     assert len(old_lines) == 6 and all('": ' in line and "\\u00e9" in line for line in old_lines[1:])
     journal.write_text("".join(old_lines))
     (backup / "plan.json").write_text(earlier(json.loads((backup / "plan.json").read_text())))
@@ -401,9 +421,9 @@ def test_done_records_of_renames_and_of_earlier_versions_resume_and_undo(tmp_pat
     no size and sha256 is refused, before anything changes."""
     ck, backup, before, steps, plan = _twelve_moves(tmp_path, "")
     roots = {"checkpoint": Root("checkpoint", str(ck))}
-    _crashed_run(plan, ck, backup, 20)  # start, 12 begin records, 7 done
+    _crashed_run(plan, ck, backup, 3)  # start, the begin chunk and the done chunk of the 12 moves
     journal = backup / JOURNAL_FILE
-    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    records = _per_step([json.loads(line) for line in journal.read_text().splitlines()], steps)[:20]  # 7 done
     done = [r for r in records if r["event"] == "done"]
     assert len(done) == 7 and all(r == {"event": "done", "step": r["step"], "renamed": True, "time_ms": r["time_ms"]}
                                   for r in done)
@@ -602,8 +622,8 @@ def test_a_file_that_vanishes_while_its_folder_is_hashed_is_named_as_a_folder_be
 def test_a_run_s_last_records_are_durable_before_the_verified_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's executor (manifest_ahead) leaves its last done records and `finished` to be
     written while the runner verifies (`Journal.after`): the next record (`verified`) waits for
-    them, however slow their write, so the journal reads start, begins, dones, finished, verified
-    in that order, with manifest.json in place."""
+    them, however slow their write, so the journal reads start, the begin chunk, the done chunk,
+    finished, verified in that order, with manifest.json in place."""
     from streamctl.formats.journal import Event, journal_records
     from streamctl.operations import journal as journal_mod
 
@@ -622,5 +642,5 @@ def test_a_run_s_last_records_are_durable_before_the_verified_record(tmp_path: P
     assert state.finished
     ex.journal.append({"event": Event.VERIFIED, "ok": True, "got": {}})
     events = [r["event"] for _, r in journal_records((backup / JOURNAL_FILE).read_bytes()) if r]
-    assert events == ["start"] + ["begin"] * len(steps) + ["done"] * len(steps) + ["finished", "verified"]
+    assert events == ["start", "begin_chunk", "done_chunk", "finished", "verified"]
     assert (backup / MANIFEST_FILE).exists() and _tree(backup / "files" / "checkpoint") == before

@@ -127,7 +127,7 @@ def test_a_trim_killed_at_any_journal_record_resumes_to_the_same_result(tmp_path
     assert out.returncode == 0, out.stderr
     records = len((Path(json.loads(out.stdout)["backup"]) / "journal.jsonl").read_text().splitlines())
     expected = _files(ref)
-    assert records > 6
+    assert records >= 5  # start, a begin_chunk and a done_chunk per group commit, finished, verified
     for n in sorted({1, 2, 3, records // 2, records - 2, records - 1} | set(range(1, records, 6))):
         ck = tmp_path / f"crash-{n}"
         copy_spark35(FIXTURE, ck)
