@@ -154,6 +154,11 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
     if lost:  # every restart reads the source's log: no choice of epoch brings its files back
         raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "
                       "put the files back from a copy of the checkpoint")
+    lost_sink = [f for f in q.findings if f.code == "LOG_GAP" and f.details.get("log") == FILE_SINK_LOG]
+    if lost_sink:  # Spark's next compaction and every reader read these files (BATCH_METADATA_NOT_FOUND); which
+        # data files they listed is known nowhere else (a repartition batch's hole is SINK_REPARTITION_HOLE)
+        raise Refused(f"{q.checkpoint}: LOG_GAP: {lost_sink[0].message}; align does not rebuild the file sink's log "
+                      "(the restart fails reading it): put the files back from a copy of the sink")
     stores = [s for op in q.operators for s in op.stores]
     sink = q.sink
     sink_st: Optional[Storage] = None
@@ -168,11 +173,7 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
         for f in sink.findings:
             if f.code == "SINK_WRITER_MISSING":
                 missing_writer_epochs += list(f.details.get("epochs", []))
-            if f.code == "LOG_GAP" and f.details.get("log") == FILE_SINK_LOG:
-                # Spark's next compaction and every reader read these files (BATCH_METADATA_NOT_FOUND):
-                # which data files they listed is known nowhere else
-                raise Refused(f"{sink.uri}: LOG_GAP: {f.message}; align does not rebuild the file sink's log (the "
-                              "restart fails reading it): put the files back from a copy of the sink")
+
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)
     S_before = S

@@ -78,7 +78,8 @@ def test_trim_its_undo_resume_and_purge_show_progress_on_a_terminal_only(place, 
     trim = ("trim", ck, "--keep-epochs", "1", "--execute")
     _shows_progress(term.run(*trim, "--backup-dir", b1, terminal=True), "trim --execute")
     _silent(term.run("trim", "--undo", b1, terminal=False), "trim --undo, piped")
-    assert term.run(*trim, "--backup-dir", b2, terminal=False, crash_after=3).code == term.CRASH_EXIT
+    # killed after its start and a group's begin record: the renames are left to the resume
+    assert term.run(*trim, "--backup-dir", b2, terminal=False, crash_after=2).code == term.CRASH_EXIT
     _shows_progress(term.run("trim", "--resume", b2, terminal=True), "trim --resume")
     r = term.run("trim", "--undo", b2, "--json", terminal=True)
     _silent(r, "trim --undo --json")
