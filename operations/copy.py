@@ -23,7 +23,7 @@ from streamctl.formats.delta_txn import DELTA_LOG
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.layout import CHECKPOINT_LOGS, LOCK_FILE, METADATA_FILE, SOURCES_DIR, STATE_DIR, STREAMCTL_DIR
 from streamctl.inspectors.storage import Storage
-from streamctl.operations.copy_paths import check_empty, check_places, relocator, rewrite_log
+from streamctl.operations.copy_paths import check_empty, check_places, place_key, relocator, rewrite_log
 from streamctl.operations.files import Root
 from streamctl.operations.plan import (
     EXACTLY_ONCE,
@@ -132,8 +132,6 @@ def _refuse_absolute(q: Any, src: Root, files: list[tuple[str, int]]) -> None:
     """Unknown means refuse: a metadata file (the query's, an operator's) whose bytes name the
     old place by absolute path (transformWithState's `stateSchemaFilePaths`) would send a restart
     back to it; this copy does not rewrite them."""
-    from streamctl.operations.copy_paths import place_key
-
     ck = Storage.open(q.checkpoint)
     needles = {ck.display.partition("?")[0].rstrip("/").encode(), place_key(ck).encode()}
     needles |= {n.split(b"://", 1)[-1] for n in needles if b"://" in n}
@@ -269,10 +267,16 @@ def _source_rewrites(req: CopyRequest, q: Any, src: Root, files: list[tuple[str,
     NEW; a pair no logged path matches is refused (a misspelt folder would copy unchanged)."""
     if not req.source_paths:
         return {}
-    from streamctl.operations.copy_paths import relocator as move_of
-
-    moves = [(old, move_of(Storage.open(old), Storage.open(new))) for old, new in req.source_paths]
+    moves = [(old, relocator(Storage.open(old), Storage.open(new))) for old, new in req.source_paths]
     used = {old: 0 for old, _ in req.source_paths}
+
+    def first_move(raw: str) -> Optional[str]:
+        """The first pair's new path for `raw`; every pair that moves it is counted as used."""
+        got = [(old, move(raw)) for old, move in moves]
+        for old, new_path in got:
+            used[old] += new_path is not None and new_path != raw
+        return next((new_path for _, new_path in got if new_path is not None), None)
+
     present = {rel for rel, _ in files}
     folders = {f"{SOURCES_DIR}/{s.source_id}" for s in q.sources if s.kind == "file"}
     written: dict[str, bytes] = {}
@@ -281,9 +285,7 @@ def _source_rewrites(req: CopyRequest, q: Any, src: Root, files: list[tuple[str,
         if head not in folders or compactible_name(name) is None:
             continue
         content = src.read(rel)
-        for old, move in moves:
-            used[old] += rewrite_log(content, [move])[1]
-        got, count = rewrite_log(content, [m for _, m in moves])
+        got, count = rewrite_log(content, [first_move])
         if got != content:
             _with_sidecar(written, rel, got, present)
             rewrites.append({"root": "checkpoint", "path": rel, "paths": count})

@@ -90,12 +90,16 @@ def check_before_retiring(plan: Plan, backup: str) -> None:
     new = _look(plan.roots["checkpoint"], plan.roots.get("sink"), plan)
     where = plan.roots["from_checkpoint"]
     changed = _changed(plan, old)
-    why = (f"{where}: LIVE_QUERY: the old place runs again" if old["live"]
-           else f"{where}: changed during the copy ({changed[0]} {plan.before.get(changed[0])} -> {old[changed[0]]})"
-           if changed else f"{where}: another streamctl operation holds the old place"
-           if Root("from_checkpoint", where).exists(LOCK_FILE) and old["retired"] != plan.op_id
-           else f"{plan.roots['checkpoint']}: the copy does not verify (verdict {new['verdict']}, committed "
-                f"{new['committed']}, query id {new['query_id']})" if not _new_ok(plan, new) else None)
+    why = None
+    if old["live"]:
+        why = f"{where}: LIVE_QUERY: the old place runs again"
+    elif changed:
+        why = f"{where}: changed during the copy ({changed[0]} {plan.before.get(changed[0])} -> {old[changed[0]]})"
+    elif Root("from_checkpoint", where).exists(LOCK_FILE) and old["retired"] != plan.op_id:
+        why = f"{where}: another streamctl operation holds the old place"
+    elif not _new_ok(plan, new):
+        why = (f"{plan.roots['checkpoint']}: the copy does not verify (verdict {new['verdict']}, committed "
+               f"{new['committed']}, query id {new['query_id']})")
     if why:
         raise Untouched(f"{why}: the old place was not retired and is as it was; the copy at the new place is kept: "
                         f"take it out with `streamctl copy --undo {backup}` and copy anew")
