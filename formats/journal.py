@@ -77,13 +77,13 @@ def journal_records(chunk: bytes) -> Iterator[tuple[int, Optional[dict[str, Any]
 RENAMED = "renamed"  # a done record's key: the step's move was one rename, its manifest entry its begin record's
 
 
-def _step_of(rec: dict[str, Any]) -> Optional[int]:
-    step = rec.get("step")
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
-
-
 def _is_step(step: Any) -> bool:
     return isinstance(step, int) and not isinstance(step, bool) and step >= 0
+
+
+def _step_of(rec: dict[str, Any]) -> Optional[int]:
+    step = rec.get("step")
+    return step if _is_step(step) else None
 
 
 def _chunk_steps(rec: dict[str, Any]) -> Optional[list[int]]:
