@@ -108,6 +108,7 @@ class Root:
         self._fs_root = ""
         self._s3_cached: Any = None
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
+        self._fresh: set[str] = set()  # local folders this process made by `_rename_new`: empty but for its renames
         self._taken_check: Optional[bool] = None  # `rename_into`'s existence check: os.access (True), lstat (False)
         self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
         self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
@@ -489,14 +490,18 @@ class Root:
                 self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
 
     def _rename_new(self, src: str, dst: str) -> bool:
-        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`): the
-        check and the rename are two calls, and the lock keeps every other streamctl out of the
-        roots in between. False when something is at `dst` or the rename fails (nothing at
+        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`, or a
+        folder this call made, which holds nothing else): the check and the rename are two calls,
+        and the lock keeps every other streamctl out of the roots in between. False when something is at `dst` or the rename fails (nothing at
         `src`: renamed by a crashed run; another file system)."""
         parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
         if parent not in self._made:  # one makedirs per folder, not per file
+            if not os.path.lexists(parent):
+                self._fresh.add(parent)
             self._makedirs(parent)
-        if self._taken(dst):
+        # A folder this process made holds only what it renamed in, each name once (a plan's
+        # paths never repeat or nest); elsewhere the name is checked first.
+        if parent not in self._fresh and self._taken(dst):
             return False
         try:
             os.rename(src, dst)
