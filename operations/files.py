@@ -19,7 +19,7 @@ from typing import Any, Optional
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
 from streamctl.inspectors.storage import Storage, parallel_map
-from streamctl.operations.object_store import CHUNK, S3_COPY_LIMIT, ObjectStore, hash_stream
+from streamctl.operations.object_store import CHUNK, S3_COPY_LIMIT, ObjectStore, hash_stream, scheme_of
 from streamctl.operations.paths import _NOT_NORMAL, check_rel, is_normal_rel  # noqa: F401 - re-exported
 
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -389,8 +389,22 @@ class Root:
             os.replace(tmp, path)
             fsync_dir(os.path.dirname(path))
             return
+        self._folder_markers(rel)
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             fh.write(data)
+
+    def _folder_markers(self, rel: str) -> None:
+        """On GCS, the folder marker objects (`<folder>/`) of a new file's folders, once per
+        folder: Hadoop's GCS connector writes them as Spark makes its folders, and a store whose
+        delimited listing does not infer folders (fake-gcs-server) lists a sub-folder only by
+        its marker. Other stores have no folders to make."""
+        parent = rel.rpartition("/")[0]
+        if not parent or parent in self._made or scheme_of(self.location) not in ("gs", "gcs"):
+            return
+        self._fs.create_dir(self._remote(parent), recursive=True)  # type: ignore[union-attr]
+        while parent and parent not in self._made:
+            self._made.add(parent)
+            parent = parent.rpartition("/")[0]
 
     def write_atomic_started(self, rel: str, data: bytes) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
