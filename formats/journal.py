@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from streamctl.formats.jsontext import dumps, dumps_each, dumps_file
+from streamctl.formats.jsontext import dumps_each, dumps_file
 from streamctl.formats.reader import load_json
 
 JOURNAL_FILE = "journal.jsonl"

@@ -257,7 +257,7 @@ def test_from_store_to_store_s3_gcs_azure_then_home(cli, spark, pristine, tmp_pa
             (_cf.gcs_uri(gcs[1], "hop/checkpoint"), _cf.gcs_uri(gcs[1], "hop/output")),
             (_cf.azure_uri(azure[1], "hop/checkpoint"), _cf.azure_uri(azure[1], "hop/output")),
             (str(tmp_path / "home" / "checkpoint"), str(tmp_path / "home" / "output"))]
-    for (ck, out), (dest, sink_dest) in zip(hops, hops[1:]):
+    for (ck, out), (dest, sink_dest) in zip(hops, hops[1:], strict=False):
         doc = executed(cli, "copy", ck, dest, "--sink", out, "--sink-dest", sink_dest)
         assert doc["after"]["new"]["verdict"] == "aligned" and doc["after"]["new"]["committed"] == FILES - 1, (dest, doc)
     assert old_state(p) == before

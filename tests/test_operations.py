@@ -234,7 +234,8 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
     manifest.json (one indented document) read back to exactly what was written: paths with quotes, backslashes, non-ASCII, U+2028
     and a name that is not UTF-8 (a lone surrogate: orjson refuses it, json.dumps escapes it),
     null digests, write steps' extra keys, every other record."""
-    from streamctl.formats.journal import dumps, journal_records, json_file, record_line, record_lines
+    from streamctl.formats.journal import journal_records, json_file, record_line, record_lines
+    from streamctl.formats.jsontext import dumps
     from streamctl.operations.apply_steps import moved_entry
     from streamctl.operations.backup_folder import PLAN_FILE, load
 

@@ -227,8 +227,7 @@ def test_a_new_sink_root_is_spelled_as_spark_spells_its_store() -> None:
     store, and takes Spark's spelling of the new store across kinds (a sink copied between the
     local disk and S3, or between two stores): `file:///...` locally, `s3a://bucket/...` on S3,
     `gs://bucket/...` on GCS, Azure's URI as named; never pyarrow's `anonymous@` or credentials."""
-    from streamctl.inspectors.placement import norm_uri
-    from streamctl.inspectors.placement import new_root_spelling
+    from streamctl.inspectors.placement import new_root_spelling, norm_uri
     from streamctl.inspectors.storage import Storage
 
     local, s3 = Storage("/data/new out", local_root="/data/new out"), Storage("s3://bucket/new/out")
