@@ -1,0 +1,255 @@
+"""A mutation over a fleet of checkpoints (`streamctl trim '/data/chk/*'`): each checkpoint is
+planned, or carried out through the one runner (operations/runner.py: its own lock, journal,
+backup, verify, resume and undo), on a bounded thread pool; a refusal or failure of one never
+stops or changes another. The run record (operations/fleet_record.py) says what each checkpoint's
+operation did, so the run resumes and undoes as a whole (docs/model.md#fleet-runs).
+
+What differs between commands (the request from the run's settings, the planner) is handed in;
+what an exception means to the operator (its exit code) too: `code_of`, console/errors.py's table.
+"""
+from __future__ import annotations
+
+import posixpath
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+from urllib.parse import urlparse
+
+from streamctl.formats.errors import UsageError
+from streamctl.formats.layout import PLAN_FILE
+from streamctl.operations import fleet_record as rec
+from streamctl.operations.files import Root
+from streamctl.operations.plan import Plan
+
+DEFAULT_WORKERS = 4
+CodeOf = Callable[[BaseException], int]
+Tick = Callable[[str], None]
+
+
+def sink_for(checkpoint: str, pattern: str) -> str:
+    """The sink of `checkpoint` by `--sink-pattern`: `{name}` is the checkpoint folder's name,
+    `{checkpoint}` its location; a pattern that is not absolute (no leading `/`, no scheme) is
+    relative to the checkpoint folder. `..` is resolved in the path, a URI's `?options` kept."""
+    base, q, options = checkpoint.partition("?")
+    base = base.rstrip("/")
+    name = posixpath.basename(urlparse(base).path.rstrip("/")) or base
+    sink = pattern.replace("{name}", name).replace("{checkpoint}", base)
+    if not (sink.startswith("/") or "://" in sink):
+        sink = f"{base}/{sink}"
+    scheme, sep, rest = sink.partition("://")
+    if sep:  # keep scheme://bucket, normalize the path after it
+        bucket, _slash, path = rest.partition("/")
+        sink = f"{scheme}://{bucket}{posixpath.normpath('/' + path)}"
+    else:
+        sink = posixpath.normpath(sink)
+    return sink + q + options if "?" not in sink else sink
+
+
+@dataclass
+class Tally:
+    """What the terminal's progress line and the summary count, shared by the run's threads."""
+
+    total: int
+    done: int = 0
+    files: int = 0
+    bytes: int = 0
+    failed: int = 0
+    refused: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, row: dict[str, Any], tick: Tick) -> None:
+        with self._lock:
+            self.done += 1
+            if row["status"] in (rec.DONE, rec.UNDONE):
+                self.files += int(row.get("files") or 0)
+                self.bytes += int(row.get("bytes") or 0)
+            self.refused += row["status"] == rec.REFUSED
+            self.failed += row["status"] in (rec.FAILED, rec.UNREADABLE, rec.NOT_VERIFIED)
+            from streamctl.inspectors.findings import human_bytes
+
+            tick(f"{self.done}/{self.total} checkpoints, {self.files} file(s), {human_bytes(self.bytes)}, "
+                 f"{self.refused} refused, {self.failed} failed")
+
+
+def pool_map(fn: Callable[[int], dict[str, Any]], count: int, workers: int) -> list[dict[str, Any]]:
+    """fn(i) for every i, on at most `workers` threads; results in input order."""
+    if workers <= 1 or count <= 1:
+        return [fn(i) for i in range(count)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, count), thread_name_prefix="streamctl-fleet") as pool:
+        return list(pool.map(fn, range(count)))
+
+
+def status_of(code: int) -> str:
+    """The status of a checkpoint whose operation raised, before it changed anything."""
+    return {4: rec.REFUSED, 3: rec.UNREADABLE, 5: rec.NOT_VERIFIED}.get(code, rec.FAILED)
+
+
+def plan_row(plan: Plan) -> dict[str, Any]:
+    """What the fleet plan and result say of one checkpoint's plan."""
+    sizes = plan.after.get("reclaimable") or {}
+    return {"strategy": plan.strategy, "target": plan.target, "kept": [plan.target, plan.before.get("committed")],
+            "delivery": plan.classification, "steps": len(plan.steps),
+            "files": sum(v["files"] for v in sizes.values()) if sizes else len(plan.steps),
+            "bytes": sum(v["bytes"] for v in sizes.values()), "liveness": plan.before.get("liveness") or ""}
+
+
+def base_row(e: rec.Entry) -> dict[str, Any]:
+    return {"checkpoint": e.checkpoint, "sink": e.sink or "", "status": rec.PENDING, "reason": "", "exit_code": 0,
+            "strategy": "", "target": None, "kept": None, "delivery": "", "steps": 0, "files": 0, "bytes": 0,
+            "liveness": "", "op_id": e.op_id, "backup": e.backup}
+
+
+def plan_fleet(entries: list[rec.Entry], planner: Callable[[rec.Entry], Plan], code_of: CodeOf, workers: int,
+               tick: Tick) -> list[dict[str, Any]]:
+    """Each checkpoint's plan, or why it refuses or cannot be read; nothing is changed."""
+    tally = Tally(len(entries))
+
+    def one(i: int) -> dict[str, Any]:
+        row = base_row(entries[i])
+        try:
+            plan = planner(entries[i])
+        except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
+            code = int(code_of(exc))
+            row.update(status=status_of(code), reason=str(exc), exit_code=code)
+        else:
+            row.update(plan_row(plan), status="planned" if plan.steps else rec.NOTHING)
+        tally.add(row, tick)
+        return row
+
+    return pool_map(one, len(entries), workers)
+
+
+def _started(backup: str) -> bool:
+    """Has the operation written its plan into its backup folder (so it may have changed files)?"""
+    if not backup:
+        return False
+    try:
+        return Root("backup", backup).exists(PLAN_FILE)
+    except Exception:  # noqa: BLE001 - an unreadable backup folder: not started as far as we can tell
+        return False
+
+
+def _finish(run: rec.FleetRun, i: int, row: dict[str, Any], tally: Tally, tick: Tick) -> dict[str, Any]:
+    keep = {k: row[k] for k in ("status", "reason", "exit_code", "files", "bytes", "op_id", "backup")}
+    run.update(i, **keep)
+    tally.add(row, tick)
+    return row
+
+
+def _failed(row: dict[str, Any], exc: BaseException, code_of: CodeOf) -> None:
+    code = int(code_of(exc))
+    started = _started(row["backup"])
+    row.update(status=rec.FAILED if started else status_of(code), reason=str(exc), exit_code=code,
+               backup=row["backup"] if started else "")
+
+
+def _outcome(row: dict[str, Any], outcome: Any) -> None:
+    row.update(plan_row(outcome.plan))
+    if not outcome.executed:
+        row.update(status=rec.NOTHING, backup="", files=0, bytes=0)
+    elif outcome.verified:
+        row.update(status=rec.DONE, backup=outcome.backup.location)
+    else:
+        row.update(status=rec.NOT_VERIFIED, exit_code=5, backup=outcome.backup.location,
+                   reason=f"{row['checkpoint']}: ran but the checkpoint is {outcome.got.get('verdict')}, "
+                          f"not the promised {outcome.plan.expected_verdict}")
+
+
+def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                break_lock: bool, tally: Tally, tick: Tick) -> dict[str, Any]:
+    """One checkpoint through the runner; its backup folder is in the record before its lock is taken."""
+    from streamctl.inspectors.checkpoint import require_checkpoint
+    from streamctl.inspectors.storage import Storage
+    from streamctl.operations import runner
+
+    e = run.entries[i]
+    row = base_row(e)
+    try:
+        op_id = runner.new_op_id(op.command)
+        backup = Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
+        row.update(op_id=op_id, backup=backup, status=rec.RUNNING)
+        run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
+        require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
+        outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
+                                                    op_id=op_id))
+    except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
+        _failed(row, exc, code_of)
+    else:
+        _outcome(row, outcome)
+    return _finish(run, i, row, tally, tick)
+
+
+def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                  workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
+    tally = Tally(len(run.entries))
+    return pool_map(lambda i: execute_one(run, i, op, planner, code_of, break_lock, tally, tick),
+                    len(run.entries), workers)
+
+
+def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                 workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
+    """Every checkpoint the run left unfinished: one that never started runs now; one whose
+    operation started (its plan is in its backup folder) resumes from its journal."""
+    from streamctl.operations import runner
+
+    todo = [i for i, e in enumerate(run.entries) if e.status in rec.UNFINISHED]
+    tally = Tally(len(todo))
+
+    def one(k: int) -> dict[str, Any]:
+        i = todo[k]
+        e = run.entries[i]
+        if not _started(e.backup):
+            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick)
+        row = base_row(e)
+        try:
+            outcome = runner.resume(op, e.backup, break_lock)
+        except Exception as exc:  # noqa: BLE001
+            row.update(status=rec.FAILED, reason=str(exc), exit_code=int(code_of(exc)))
+        else:
+            _outcome(row, outcome)
+        return _finish(run, i, row, tally, tick)
+
+    return pool_map(one, len(todo), workers)
+
+
+def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_lock: bool,
+               tick: Tick) -> list[dict[str, Any]]:
+    """Put back every checkpoint the run changed (each from its backup folder, checked against its
+    manifest first); a refusal of one leaves it as it is and its status unchanged."""
+    from streamctl.operations import runner
+
+    todo = [i for i, e in enumerate(run.entries) if e.status in rec.CHANGED and _started(e.backup)]
+    tally = Tally(len(todo))
+
+    def one(k: int) -> dict[str, Any]:
+        i = todo[k]
+        e = run.entries[i]
+        row = base_row(e)
+        try:
+            done = runner.undo(op, e.backup, break_lock)
+        except Exception as exc:  # noqa: BLE001
+            code = int(code_of(exc))
+            row.update(status=status_of(code), reason=str(exc), exit_code=code)
+            run.update(i, reason=str(exc))
+        else:
+            row.update(status=rec.UNDONE if done.verified else rec.NOT_VERIFIED, files=len(done.restored),
+                       exit_code=0 if done.verified else 5,
+                       reason="" if done.verified else f"{e.checkpoint}: undo ran but the positions differ")
+            run.update(i, status=rec.UNDONE if done.verified else e.status, reason=row["reason"])
+        tally.add(row, tick)
+        return row
+
+    return pool_map(one, len(todo), workers)
+
+
+def entries_of(targets: list[tuple[str, Optional[str], str, Optional[str]]]) -> list[rec.Entry]:
+    seen: set[str] = set()
+    out = []
+    for checkpoint, sink, kind, app_id in targets:
+        if checkpoint in seen:
+            raise UsageError(f"{checkpoint}: named twice; a fleet run takes each checkpoint once")
+        seen.add(checkpoint)
+        out.append(rec.Entry(checkpoint, sink, kind, app_id))
+    return out
