@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-import typer
-
 SINK_PATTERN_HELP = ("Each checkpoint's sink, relative to the checkpoint folder unless absolute: {name} is the "
                      "checkpoint folder's name, {checkpoint} its location ('../../out/{name}'). Default: the sink "
                      "of the configured pipeline whose checkpoint it is, else none.")
@@ -82,10 +80,10 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
             else:
                 rows = fleet_run.undo_fleet(record, operation, exit_code_for, threads, break_lock, tick)
         kind = "Resumed" if resume_run else "Undo"
-        code = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo", record, name,
+        done = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo", record, name,
                                f"{'Resumed' if resume_run else 'Undone'}: fleet run {record.run_id}")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
-        raise typer.Exit(code)
+        raise done
     if not checkpoints:
         raise UsageError("name a CHECKPOINT or a pattern (or use --resume-run / --undo-run)")
     entries = fleet_run.entries_of(_targets(checkpoints, sink_pattern, sink_kind, app_id, config))
@@ -93,17 +91,17 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
     if not execute:
         with render.progress(not as_json) as tick:
             rows = fleet_run.plan_fleet(entries, planner, exit_code_for, threads, tick)
-        code = fleet_view.emit(f"{options_title(name)}FleetPlan", rows, fmt, "plan", None, name,
+        done = fleet_view.emit(f"{options_title(name)}FleetPlan", rows, fmt, "plan", None, name,
                                "Plan (nothing changed; add --execute to carry it out)")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
-        raise typer.Exit(code)
+        raise done
     record = fleet_record.create(name, run_dir, entries, dict(settings, workers=threads))
     with render.progress(not as_json) as tick:
         rows = fleet_run.execute_fleet(record, operation, planner, exit_code_for, threads, break_lock, tick)
-    code = fleet_view.emit(f"{options_title(name)}FleetResult", rows, fmt, "execute", record, name,
+    done = fleet_view.emit(f"{options_title(name)}FleetResult", rows, fmt, "execute", record, name,
                            f"Executed: fleet run {record.run_id}")
     fleet_view.write_outputs(rows, output_jsonl, output_parquet)
-    raise typer.Exit(code)
+    raise done
 
 
 def options_title(name: str) -> str:

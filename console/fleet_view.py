@@ -9,24 +9,14 @@ import re
 from typing import Any, Optional
 
 from streamctl.console import render
-from streamctl.console.exit_codes import ExitCode
+import typer
+
+from streamctl.console.exit_codes import exit_for_fleet, fleet_exit_code
 from streamctl.inspectors.documents import document
 from streamctl.inspectors.findings import human_bytes
 
-# how severe each checkpoint's exit code is for the fleet's: the worst one wins (README "Exit codes")
-SEVERITY = (ExitCode.INTERNAL, ExitCode.NOT_VERIFIED, ExitCode.UNREADABLE, ExitCode.USAGE, ExitCode.REFUSED,
-            ExitCode.OK)
 PARQUET_COLUMNS = ("checkpoint", "sink", "status", "reason_code", "reason", "exit_code", "kept_from", "kept_to",
                    "delivery", "files", "bytes", "backup")
-
-
-def fleet_exit(codes: list[int]) -> int:
-    """The exit code of a fleet run: its checkpoints' worst (70, then 5, 3, 2, 4; 0 when every one
-    is 0)."""
-    for code in SEVERITY:
-        if int(code) in codes:
-            return int(code)
-    return int(ExitCode.INTERNAL) if codes else 0  # a code outside the table is a bug, never a silent 0
 
 
 def reason_code(row: dict[str, Any]) -> str:
@@ -54,7 +44,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"checkpoints": len(rows), "by_status": dict(sorted(by_status.items())),
             "refused_by_reason": dict(sorted(refused.items())),
             "files": sum(int(r.get("files") or 0) for r in done), "bytes": sum(int(r.get("bytes") or 0) for r in done),
-            "exit_code": fleet_exit([int(r["exit_code"]) for r in rows])}
+            "exit_code": fleet_exit_code([int(r["exit_code"]) for r in rows])}
 
 
 def _record(row: dict[str, Any]) -> dict[str, Any]:
@@ -102,19 +92,20 @@ def summary_lines(s: dict[str, Any], mode: str, run: Any = None, name: str = "tr
 
 
 def emit(kind: str, rows: list[dict[str, Any]], fmt: str, mode: str, run: Any = None,
-         name: str = "trim", title: str = "") -> int:
-    """The fleet plan or result: a table and the summary, or one JSON document; its exit code."""
+         name: str = "trim", title: str = "") -> typer.Exit:
+    """The fleet plan or result: a table and the summary, or one JSON document; the exit the
+    command raises (console/exit_codes.py `fleet_exit_code`)."""
     s = summary(rows)
     if fmt == "json":
         body: dict[str, Any] = {"executed": mode != "plan", "checkpoints": [_record(r) for r in rows], "summary": s}
         if run is not None:
             body.update(run_id=run.run_id, run_record=run.location)
         render.emit_json(document(kind, body))
-        return int(s["exit_code"])
+        return exit_for_fleet([int(r["exit_code"]) for r in rows])
     _table(rows, fmt, title)
     for line in summary_lines(s, mode, run, name):
         render.emit_text(line + "\n")
-    return int(s["exit_code"])
+    return exit_for_fleet([int(r["exit_code"]) for r in rows])
 
 
 def check_outputs(output_jsonl: Optional[str], output_parquet: Optional[str]) -> None:
