@@ -32,7 +32,7 @@ def _targets(checkpoints: list[str], sink_pattern: Optional[str], sink_kind: str
     from streamctl.operations.fleet_run import sink_for
 
     by_location = {p.checkpoint.rstrip("/"): name for name, p in config.pipelines.items() if p.checkpoint}
-    out = []
+    out: list[tuple[str, Optional[str], str, Optional[str]]] = []
     for arg in expand(checkpoints):
         t = resolve_target(by_location.get(arg.rstrip("/"), arg), None, sink_kind, app_id, config)
         if sink_pattern:

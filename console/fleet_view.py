@@ -8,9 +8,9 @@ import json
 import re
 from typing import Any, Optional
 
-from streamctl.console import render
 import typer
 
+from streamctl.console import render
 from streamctl.console.exit_codes import exit_for_fleet, fleet_exit_code
 from streamctl.inspectors.documents import document
 from streamctl.inspectors.findings import human_bytes
