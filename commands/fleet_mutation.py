@@ -7,12 +7,27 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import typer
+
 SINK_PATTERN_HELP = ("Each checkpoint's sink, relative to the checkpoint folder unless absolute: {name} is the "
                      "checkpoint folder's name, {checkpoint} its location ('../../out/{name}'). Default: the sink "
                      "of the configured pipeline whose checkpoint it is, else none.")
 WORKERS_HELP = "With several checkpoints: how many are planned or changed at once (threads; default 4)."
 RUN_DIR_HELP = ("With several checkpoints and --execute: the folder of the run record (default: the first "
                 "checkpoint's _streamctl/fleet-runs/).")
+# the options every fleet-capable mutation shares
+CHECKPOINTS_ARG = typer.Argument(None, help="A checkpoint path, URI or pipeline name; several, or glob patterns "
+                                 "('/data/chk/*', 's3://b/chk/*'), make a fleet run.")
+SINK_PATTERN_OPT = typer.Option(None, "--sink-pattern", help=SINK_PATTERN_HELP)
+WORKERS_OPT = typer.Option(None, "--workers", help=WORKERS_HELP)
+RUN_DIR_OPT = typer.Option(None, "--run-dir", help=RUN_DIR_HELP)
+RESUME_RUN_OPT = typer.Option(None, "--resume-run", help="Continue every checkpoint a fleet run left unfinished "
+                              "(its run record).")
+UNDO_RUN_OPT = typer.Option(None, "--undo-run", help="Put back every checkpoint a fleet run changed (its run record).")
+OUTPUT_JSONL_OPT = typer.Option(None, "--output-jsonl", help="With several checkpoints: also write one JSON line per "
+                                "checkpoint to this file.")
+OUTPUT_PARQUET_OPT = typer.Option(None, "--output-parquet", help="With several checkpoints: also write one row per "
+                                  "checkpoint to this Parquet file.")
 
 
 def wanted(checkpoints: Optional[list[str]], *flags: Any) -> bool:
@@ -80,7 +95,8 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
             else:
                 rows = fleet_run.undo_fleet(record, operation, exit_code_for, threads, break_lock, tick)
         kind = "Resumed" if resume_run else "Undo"
-        done = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo", record, name,
+        done = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo", record,
+                               name,
                                f"{'Resumed' if resume_run else 'Undone'}: fleet run {record.run_id}")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
         raise done
@@ -95,7 +111,7 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
                                "Plan (nothing changed; add --execute to carry it out)")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
         raise done
-    record = fleet_record.create(name, run_dir, entries, dict(settings, workers=threads))
+    record = fleet_record.create(name, run_dir, entries, settings)
     with render.progress(not as_json) as tick:
         rows = fleet_run.execute_fleet(record, operation, planner, exit_code_for, threads, break_lock, tick)
     done = fleet_view.emit(f"{options_title(name)}FleetResult", rows, fmt, "execute", record, name,

@@ -40,8 +40,7 @@ def _planner(settings: dict[str, Any]) -> Any:
 
 
 def trim(
-    checkpoints: Optional[list[str]] = typer.Argument(None, help="A checkpoint path, URI or pipeline name; several, or "
-                                                      "glob patterns ('/data/chk/*', 's3://b/chk/*'), plan a fleet."),
+    checkpoints: Optional[list[str]] = fleet.CHECKPOINTS_ARG,
     sink: Optional[str] = options.ONE_SINK_OPT,
     sink_kind: options.SinkKind = options.SINK_KIND_OPT,
     app_id: Optional[str] = options.APP_ID_OPT,
@@ -57,17 +56,13 @@ def trim(
     undo: Optional[str] = typer.Option(None, "--undo", help="Put back what an earlier trim moved (its backup folder)."),
     as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document (a fleet: TrimFleetPlan / "
                                  "TrimFleetResult)."),
-    sink_pattern: Optional[str] = typer.Option(None, "--sink-pattern", help=fleet.SINK_PATTERN_HELP),
-    workers: Optional[int] = typer.Option(None, "--workers", help=fleet.WORKERS_HELP),
-    run_dir: Optional[str] = typer.Option(None, "--run-dir", help=fleet.RUN_DIR_HELP),
-    resume_run: Optional[str] = typer.Option(None, "--resume-run", help="Continue every checkpoint a fleet run left "
-                                             "unfinished (its run record)."),
-    undo_run: Optional[str] = typer.Option(None, "--undo-run", help="Put back every checkpoint a fleet run changed "
-                                           "(its run record)."),
-    output_jsonl: Optional[str] = typer.Option(None, "--output-jsonl", help="With several checkpoints: also write one "
-                                               "JSON line per checkpoint to this file."),
-    output_parquet: Optional[str] = typer.Option(None, "--output-parquet", help="With several checkpoints: also write "
-                                                 "one row per checkpoint to this Parquet file."),
+    sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
+    workers: Optional[int] = fleet.WORKERS_OPT,
+    run_dir: Optional[str] = fleet.RUN_DIR_OPT,
+    resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
+    undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
+    output_jsonl: Optional[str] = fleet.OUTPUT_JSONL_OPT,
+    output_parquet: Optional[str] = fleet.OUTPUT_PARQUET_OPT,
 ) -> None:
     """Reclaim checkpoint and sink-log space down to exactly what recovery needs.
 

@@ -56,10 +56,16 @@ def _window(row: dict[str, Any]) -> str:
     return f"{kept[0]}..{kept[1]}" if kept and kept[0] is not None else "-"
 
 
-def _table(rows: list[dict[str, Any]], fmt: str, title: str) -> None:
-    headers = ("checkpoint", "status", "kept", "delivery", "files", "bytes", "reason")
-    render.emit_table(headers, [(r["checkpoint"], r["status"], _window(r), r["delivery"] or "-", r["files"],
-                                 human_bytes(int(r["bytes"] or 0)), _short(r)) for r in rows], fmt, title)
+def _table(rows: list[dict[str, Any]], fmt: str, title: str, name: str) -> None:
+    if name == "trim":
+        headers: tuple[str, ...] = ("checkpoint", "status", "kept", "delivery", "files", "bytes", "reason")
+        cells = [(r["checkpoint"], r["status"], _window(r), r["delivery"] or "-", r["files"],
+                  human_bytes(int(r["bytes"] or 0)), _short(r)) for r in rows]
+    else:
+        headers = ("checkpoint", "status", "strategy", "target", "delivery", "steps", "reason")
+        cells = [(r["checkpoint"], r["status"], r["strategy"] or "-", "-" if r["target"] is None else r["target"],
+                  r["delivery"] or "-", r["steps"], _short(r)) for r in rows]
+    render.emit_table(headers, cells, fmt, title)
 
 
 def _short(row: dict[str, Any]) -> str:
@@ -77,10 +83,12 @@ def summary_lines(s: dict[str, Any], mode: str, run: Any = None, name: str = "tr
                 f"refused, {st.get('unreadable', 0)} unreadable, {failed} failed")
     else:
         verb = "reclaimable" if mode == "plan" else "reclaimed"
-        head = (f"{s['checkpoints']} checkpoint(s): {st.get('planned' if mode == 'plan' else 'done', 0)} "
-                f"{'to trim' if mode == 'plan' else 'trimmed'}, {st.get('nothing_to_do', 0)} with nothing to do, "
-                f"{st.get('refused', 0)} refused, {st.get('unreadable', 0)} unreadable, {failed} failed; "
-                f"{s['files']} file(s), {human_bytes(s['bytes'])} {verb}")
+        done = f"to {name}" if mode == "plan" else {"trim": "trimmed", "align": "aligned"}.get(name, "done")
+        head = (f"{s['checkpoints']} checkpoint(s): {st.get('planned' if mode == 'plan' else 'done', 0)} {done}, "
+                f"{st.get('nothing_to_do', 0)} with nothing to do, {st.get('refused', 0)} refused, "
+                f"{st.get('unreadable', 0)} unreadable, {failed} failed")
+        if name == "trim":
+            head += f"; {s['files']} file(s), {human_bytes(s['bytes'])} {verb}"
     lines = [head] + [f"  refused ({code}): {n}" for code, n in s["refused_by_reason"].items()]
     if run is not None:
         lines.append(f"run record: {run.location}")
@@ -102,7 +110,7 @@ def emit(kind: str, rows: list[dict[str, Any]], fmt: str, mode: str, run: Any = 
             body.update(run_id=run.run_id, run_record=run.location)
         render.emit_json(document(kind, body))
         return exit_for_fleet([int(r["exit_code"]) for r in rows])
-    _table(rows, fmt, title)
+    _table(rows, fmt, title, name)
     for line in summary_lines(s, mode, run, name):
         render.emit_text(line + "\n")
     return exit_for_fleet([int(r["exit_code"]) for r in rows])

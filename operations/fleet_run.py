@@ -89,7 +89,8 @@ def status_of(code: int) -> str:
 def plan_row(plan: Plan) -> dict[str, Any]:
     """What the fleet plan and result say of one checkpoint's plan."""
     sizes = plan.after.get("reclaimable") or {}
-    return {"strategy": plan.strategy, "target": plan.target, "kept": [plan.target, plan.before.get("committed")],
+    kept = [plan.target, plan.before.get("committed")] if plan.command == "trim" else None  # trim's kept window
+    return {"strategy": plan.strategy, "target": plan.target, "kept": kept,
             "delivery": plan.classification, "steps": len(plan.steps),
             "files": sum(v["files"] for v in sizes.values()) if sizes else len(plan.steps),
             "bytes": sum(v["bytes"] for v in sizes.values()), "liveness": plan.before.get("liveness") or ""}

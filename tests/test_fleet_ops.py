@@ -220,3 +220,46 @@ def test_sink_pattern():
     assert sink_for("/data/chk/orders", "/mnt/out/{name}") == "/mnt/out/orders"
     assert (sink_for("s3://b/chk/orders?endpoint_override=h:9&scheme=http", "../../out/{name}")
             == "s3://b/out/orders?endpoint_override=h:9&scheme=http")
+
+
+def test_align_over_a_fleet_realigns_each_and_undo_run_restores(cli, tmp_path):
+    """align takes the same fleet path: a checkpoint behind its sink rolls forward, one ahead of it
+    rolls back, an aligned one has nothing to do; --undo-run puts both back byte for byte."""
+    chk, out = tmp_path / "chk", tmp_path / "out"
+    for name, (planned, committed, sink) in {"a": (5, 3, 5), "b": (4, 4, 4), "c": (3, 3, 5)}.items():
+        layouts.checkpoint(chk / name, planned, committed)
+        layouts.file_sink(out / name, sink)
+    before = _files(tmp_path)
+    plan = cli("align", f"{chk}/?", "--sink-pattern", "../../out/{name}", "--json")
+    assert plan.code == 0, plan.stderr
+    rows = _by_name(plan.json())
+    assert plan.json()["kind"] == "AlignFleetPlan"
+    assert {n: (r["status"], r["strategy"], r["target"]) for n, r in rows.items()} == {
+        "a": ("planned", "roll_forward", 5), "b": ("nothing_to_do", "none", 4), "c": ("planned", "rollback", 3)}
+    assert rows["a"]["sink"] == str(out / "a")
+    r = cli("align", f"{chk}/?", "--sink-pattern", "../../out/{name}", "--execute", "--run-dir", str(tmp_path / "runs"))
+    assert r.code == 0, r.stderr
+    assert "2 aligned, 1 with nothing to do" in r.stdout and "None" not in r.stdout, r.stdout
+    (record,) = (tmp_path / "runs").iterdir()
+    assert cli("inspect", "epochs", str(chk / "a"), "--sink", str(out / "a")).code == 0
+    undo = cli("align", "--undo-run", str(record))
+    assert undo.code == 0 and "2 undone" in undo.stdout, undo.stdout
+    assert {k: v for k, v in _files(tmp_path).items() if not k.startswith("runs/")} == before
+
+
+def test_a_fleet_run_shows_its_progress_on_a_terminal_only(tmp_path):
+    from helpers.terminal import run_in_pty
+
+    exe = str(Path(sys.executable).with_name("streamctl"))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "STREAMCTL_TEST_CRASH_AFTER")}
+    env.update(STREAMCTL_QUIET_PERIOD="0", TERM="xterm", COLUMNS="200", STREAMCTL_TEST_STEP_DELAY="0.02",
+               STREAMCTL_CONFIG=str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    chk = _clean_fleet(tmp_path / "tty", "ab")
+    seen = run_in_pty([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute", "--workers", "1"], env, timeout=120)
+    assert "1/2 checkpoints" in seen and "0 refused, 0 failed" in seen, seen[-2000:]
+    assert "2 trimmed" in seen
+    chk = _clean_fleet(tmp_path / "pipe", "ab")
+    piped = subprocess.run([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute"], env=env,
+                           capture_output=True, text=True)
+    assert piped.returncode == 0 and "checkpoints," not in piped.stderr and "2 trimmed" in piped.stdout
