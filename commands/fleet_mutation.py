@@ -35,7 +35,7 @@ def wanted(checkpoints: Optional[list[str]], *flags: Any) -> bool:
     from streamctl.inspectors.fleet import is_pattern
 
     args = checkpoints or []
-    return len(args) > 1 or any(is_pattern(a) for a in args) or any(f not in (None, False) for f in flags)
+    return len(args) > 1 or any(is_pattern(a) for a in args) or any(f is not None for f in flags)
 
 
 def _targets(checkpoints: list[str], sink_pattern: Optional[str], sink_kind: str, app_id: Optional[str],

@@ -25,6 +25,7 @@ def reason_code(row: dict[str, Any]) -> str:
     reason = row.get("reason") or ""
     if not reason:
         return ""
+    reason = _short(row)  # not the checkpoint's own path
     if "misaligned (" in reason:
         return "misaligned"
     if "--break-lock" in reason or "locked" in reason:

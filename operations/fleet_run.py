@@ -42,7 +42,7 @@ def sink_for(checkpoint: str, pattern: str) -> str:
         sink = f"{scheme}://{bucket}{posixpath.normpath('/' + path)}"
     else:
         sink = posixpath.normpath(sink)
-    return sink + q + options if "?" not in sink else sink
+    return sink if "?" in sink else sink + q + options  # a pattern's own ?options win
 
 
 @dataclass
@@ -77,8 +77,14 @@ def pool_map(fn: Callable[[int], dict[str, Any]], count: int, workers: int) -> l
         return [fn(i) for i in range(count)]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(workers, count), thread_name_prefix="streamctl-fleet") as pool:
+    pool = ThreadPoolExecutor(max_workers=min(workers, count), thread_name_prefix="streamctl-fleet")
+    try:
         return list(pool.map(fn, range(count)))
+    except KeyboardInterrupt:  # the checkpoints under way finish; the others stay pending for --resume-run
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def status_of(code: int) -> str:

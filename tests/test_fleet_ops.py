@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from helpers import layouts
+from helpers import s3_fixtures as _s3f
 from helpers.paths import SPARK35, copy_spark35
 from streamctl.operations.fleet_run import sink_for
 from streamctl.operations.journal import CRASH_EXIT
 
+s3 = _s3f.s3  # the moto server, started by the one test that uses it
 OLD = 1_700_000_000  # a time long past: no file of a fleet built here looks written by a running query
 
 
@@ -263,3 +265,37 @@ def test_a_fleet_run_shows_its_progress_on_a_terminal_only(tmp_path):
     piped = subprocess.run([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute"], env=env,
                            capture_output=True, text=True)
     assert piped.returncode == 0 and "checkpoints," not in piped.stderr and "2 trimmed" in piped.stdout
+
+
+def _objects(fs, prefix: str) -> dict[str, bytes]:
+    import pyarrow.fs as pafs
+
+    out = {}
+    for info in fs.get_file_info(pafs.FileSelector(f"chk/{prefix}", recursive=True)):
+        if info.type == pafs.FileType.File and "/_streamctl/" not in info.path:
+            with fs.open_input_stream(info.path) as fh:
+                out[info.path] = fh.read()
+    return out
+
+
+def test_a_fleet_on_s3_trims_resumes_its_record_there_and_undoes(cli, s3, tmp_path):
+    """The same run on the S3 API (moto in server mode): the pattern is listed through the store,
+    the run record is written beside the first checkpoint on the store, undo restores every object."""
+    from helpers.s3_fixtures import s3_uri, upload
+
+    fs, port = s3
+    chk = _clean_fleet(tmp_path, "ab")
+    for n in "ab":
+        upload(fs, chk / n, f"fleet/{n}")
+    before = _objects(fs, "fleet")
+    pattern = s3_uri(port, "fleet/*")
+    r = cli("trim", pattern, "--keep-epochs", "1", "--execute", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert [x["status"] for x in doc["checkpoints"]] == ["done", "done"]
+    assert doc["run_record"] == s3_uri(port, "fleet/a/_streamctl/fleet-runs/" + doc["run_id"] + ".json")
+    assert len(_objects(fs, "fleet")) < len(before)
+    undo = cli("trim", "--undo-run", doc["run_record"], "--json")
+    assert undo.code == 0, undo.stderr
+    assert [x["status"] for x in undo.json()["checkpoints"]] == ["undone", "undone"]
+    assert _objects(fs, "fleet") == before
