@@ -102,6 +102,8 @@ def record_location(run_dir: Optional[str], first_checkpoint: str, run_id: str) 
 def create(command: str, run_dir: Optional[str], entries: list[Entry], settings: dict[str, Any]) -> FleetRun:
     """A new run and its record, written before any checkpoint changes: a run dir that cannot be
     written is a usage error, and nothing was changed."""
+    if not run_dir:
+        _require_folder(entries[0].checkpoint)
     run_id = new_run_id(command)
     run = FleetRun(command, run_id, record_location(run_dir, entries[0].checkpoint, run_id), settings, entries,
                    started_ms=int(time.time() * 1000))
@@ -111,6 +113,20 @@ def create(command: str, run_dir: Optional[str], entries: list[Entry], settings:
         raise UsageError(f"{run.location}: cannot write the fleet run record ({_why(exc)}); name a writable "
                          "folder with --run-dir") from None
     return run
+
+
+def _require_folder(checkpoint: str) -> None:
+    """The default place of the record is inside the first checkpoint: never created where no
+    folder is."""
+    from streamctl.inspectors.storage import Storage
+
+    try:
+        kind = Storage.open(checkpoint).kind()
+    except (StorageError, OSError) as exc:
+        kind = f"unreadable ({_why(exc)})"
+    if kind != "dir":
+        raise UsageError(f"{checkpoint}: not a folder ({kind}), so the fleet run record cannot go into its "
+                         f"{FLEET_RUNS_DIR}/; name a folder for it with --run-dir")
 
 
 def load(location: str, command: str) -> FleetRun:

@@ -149,13 +149,13 @@ def _failed(row: dict[str, Any], exc: BaseException, code_of: CodeOf) -> None:
     code = int(code_of(exc))
     started = _started(row["backup"])
     row.update(status=rec.FAILED if started else status_of(code), reason=str(exc), exit_code=code,
-               backup=row["backup"] if started else "")
+               backup=row["backup"] if started else "", op_id=row["op_id"] if started else "")
 
 
 def _outcome(row: dict[str, Any], outcome: Any) -> None:
     row.update(plan_row(outcome.plan))
     if not outcome.executed:
-        row.update(status=rec.NOTHING, backup="", files=0, bytes=0)
+        row.update(status=rec.NOTHING, backup="", op_id="", files=0, bytes=0)
     elif outcome.verified:
         row.update(status=rec.DONE, backup=outcome.backup.location)
     else:

@@ -203,6 +203,7 @@ def test_one_plain_checkpoint_keeps_the_single_checkpoint_path(cli, tmp_path):
     (["{chk}/*", "--sink", "/x"], "--sink-pattern"),
     (["{chk}/*", "--backup-dir", "/x"], "--backup-dir"),
     (["{chk}/*", "--workers", "0"], "--workers"),
+    (["{chk}/missing", "{chk}/a"], "not a folder (missing)"),  # the record's default place: never created
     (["--resume-run", "{chk}/a/metadata"], "not a fleet run record"),
     (["--undo-run", "{chk}/missing.json"], "cannot read the fleet run record"),
     (["--resume-run", "{chk}/a/metadata", "--undo-run", "{chk}/a/metadata"], "cannot be combined"),
@@ -213,7 +214,7 @@ def test_bad_fleet_input_is_one_line_exit_2_and_changes_nothing(cli, tmp_path, a
     r = cli("trim", *[a.format(chk=chk) for a in args], "--execute")
     assert r.code == 2, (r.stdout, r.stderr)
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-    assert _files(tmp_path) == before and not (chk / "a" / "_streamctl").exists()
+    assert _files(tmp_path) == before and not (chk / "a" / "_streamctl").exists() and not (chk / "missing").exists()
 
 
 def test_sink_pattern():
