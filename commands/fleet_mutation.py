@@ -44,11 +44,17 @@ def _targets(checkpoints: list[str], sink_pattern: Optional[str], sink_kind: str
     the pipeline's: named, or whose `checkpoint` is the location a pattern matched."""
     from streamctl.console.config import resolve_target
     from streamctl.inspectors.fleet import expand
-    from streamctl.operations.fleet_run import sink_for
+    from streamctl.operations.fleet_run import inside, sink_for
 
     by_location = {p.checkpoint.rstrip("/"): name for name, p in config.pipelines.items() if p.checkpoint}
     out: list[tuple[str, Optional[str], str, Optional[str]]] = []
-    for arg in expand(checkpoints):
+    args = []
+    for pattern in checkpoints:
+        matches = expand([pattern])
+        if len(matches) > 1 or matches != [pattern]:
+            inside(pattern, matches)
+        args.extend(matches)
+    for arg in args:
         t = resolve_target(by_location.get(arg.rstrip("/"), arg), None, sink_kind, app_id, config)
         if sink_pattern:
             out.append((t.checkpoint, sink_for(t.checkpoint, sink_pattern), sink_kind, app_id))

@@ -45,6 +45,26 @@ def sink_for(checkpoint: str, pattern: str) -> str:
     return sink if "?" in sink else sink + q + options  # a pattern's own ?options win
 
 
+def inside(pattern: str, matches: list[str]) -> None:
+    """A local pattern's matches stay in the folder the pattern names: a match that is a symlink
+    out of it is a usage error (name it directly to act on it), before anything changes."""
+    import glob
+    import os
+
+    from streamctl.inspectors.fleet import is_remote
+
+    if is_remote(pattern) or "://" in pattern:
+        return
+    parts = os.path.expanduser(pattern).split(os.sep)
+    base = os.sep.join(parts[:next(i for i, p in enumerate(parts) if glob.has_magic(p))]) or "."
+    real_base = os.path.realpath(base)
+    for m in matches:
+        real = os.path.realpath(m)
+        if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
+            raise UsageError(f"{m}: matched by {pattern} but a symlink out of {base} (it resolves to {real}); "
+                             "name it directly to act on it")
+
+
 @dataclass
 class Tally:
     """What the terminal's progress line and the summary count, shared by the run's threads."""

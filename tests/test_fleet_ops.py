@@ -300,3 +300,14 @@ def test_a_fleet_on_s3_trims_resumes_its_record_there_and_undoes(cli, s3, tmp_pa
     assert undo.code == 0, undo.stderr
     assert [x["status"] for x in undo.json()["checkpoints"]] == ["undone", "undone"]
     assert _objects(fs, "fleet") == before
+
+
+def test_a_match_that_is_a_symlink_out_of_the_pattern_folder_is_refused(cli, tmp_path):
+    chk = _clean_fleet(tmp_path, "a")
+    other = _clean_fleet(tmp_path / "elsewhere", "x")
+    (chk / "b").symlink_to(other / "x")
+    before = _files(tmp_path)
+    r = cli("trim", f"{chk}/*", "--keep-epochs", "1", "--execute")
+    assert r.code == 2 and "symlink out of" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert _files(tmp_path) == before and not (chk / "a" / "_streamctl").exists()
+    assert not (other / "x" / "_streamctl").exists()
