@@ -185,8 +185,10 @@ def _outcome(row: dict[str, Any], outcome: Any) -> None:
 
 
 def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
-                break_lock: bool, tally: Tally, tick: Tick) -> dict[str, Any]:
-    """One checkpoint through the runner; its backup folder is in the record before its lock is taken."""
+                break_lock: bool, tally: Tally, tick: Tick, again: bool = False) -> dict[str, Any]:
+    """One checkpoint through the runner; its backup folder is in the record before its lock is
+    taken. `again`: it was started before without writing its plan (a crash while it was planned):
+    the same operation id, whose lock is taken over when its process is gone."""
     from streamctl.inspectors.checkpoint import require_checkpoint
     from streamctl.inspectors.storage import Storage
     from streamctl.operations import runner
@@ -194,13 +196,13 @@ def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry
     e = run.entries[i]
     row = base_row(e)
     try:
-        op_id = runner.new_op_id(op.command)
+        op_id = e.op_id if again and e.op_id else runner.new_op_id(op.command)
         backup = Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
         row.update(op_id=op_id, backup=backup, status=rec.RUNNING)
         run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
         require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
         outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
-                                                    op_id=op_id))
+                                                    op_id=op_id, takeover=again))
     except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
         _failed(row, exc, code_of)
     else:
@@ -228,7 +230,7 @@ def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan
         i = todo[k]
         e = run.entries[i]
         if not _started(e.backup):
-            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick)
+            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick, again=e.status == rec.RUNNING)
         row = base_row(e)
         try:
             outcome = runner.resume(op, e.backup, break_lock)

@@ -108,6 +108,9 @@ class Request:
     # the operation id, named ahead by a caller that records the backup folder before the run
     # (a fleet run: operations/fleet_run.py); else a new one
     op_id: Optional[str] = None
+    # take over the lock this op_id left when its process is gone (a fleet run resumed after a
+    # crash while that checkpoint was being planned: its lock is there, its plan is not)
+    takeover: bool = False
 
 
 @dataclass
@@ -162,7 +165,7 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
     # validated before the lock: an early failure leaves no lock behind
     backup = check_backup_target(req.backup_dir or ck.uri(f"{op.backup_under}/{op_id}"), op.backup_flag,
                                  op.backup_root)
-    lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
+    lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock, takeover_op=op_id if req.takeover else None)
     try:  # until the first step runs, every failure releases the lock
         plan = req.planner(op_id, backup)
         if not plan.steps:  # decided under the lock: not while another operation is half done

@@ -170,6 +170,17 @@ def test_a_fleet_run_killed_mid_way_resumes_as_a_whole_and_undoes_byte_for_byte(
     record = json.loads(record_path.read_text())
     assert [e["status"] for e in record["checkpoints"]] == ["done", "running", "pending"]
     assert (chk / "b" / "_streamctl" / "lock.json").exists()  # the crashed trim's lock stays
+    # c as a crash while it was being planned leaves it: its lock (its process gone), no plan yet
+    import socket
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    c_op = "trim-20260101T000000Z-dead"
+    (chk / "c" / "_streamctl").mkdir()
+    (chk / "c" / "_streamctl" / "lock.json").write_text(json.dumps(
+        {"command": "trim", "host": socket.gethostname(), "op_id": c_op, "pid": gone.pid, "started_ms": 1}))
+    record["checkpoints"][2].update(status="running", op_id=c_op, backup=str(chk / "c" / "_streamctl" / "backups" / c_op))
+    record_path.write_text(json.dumps(record))
 
     resumed = subprocess.run([exe, "trim", "--resume-run", str(record_path), "--json"], env=env,
                              capture_output=True, text=True)
@@ -177,6 +188,7 @@ def test_a_fleet_run_killed_mid_way_resumes_as_a_whole_and_undoes_byte_for_byte(
     doc = json.loads(resumed.stdout)
     assert doc["kind"] == "TrimFleetResumed"
     assert [(Path(r["checkpoint"]).name, r["status"]) for r in doc["checkpoints"]] == [("b", "done"), ("c", "done")]
+    assert doc["checkpoints"][1]["op_id"] == c_op  # the same operation, its lock taken over
     for n in "abc":
         assert _files(chk / n) == expected, n
         assert not (chk / n / "_streamctl" / "lock.json").exists()
