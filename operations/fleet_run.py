@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import posixpath
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
 from streamctl.formats.errors import UsageError
@@ -56,7 +57,7 @@ def inside(pattern: str, matches: list[str]) -> None:
     if is_remote(pattern) or "://" in pattern:
         return
     parts = os.path.expanduser(pattern).split(os.sep)
-    base = os.sep.join(parts[:next(i for i, p in enumerate(parts) if glob.has_magic(p))]) or "."
+    base = os.sep.join(parts[:next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))]) or "."
     real_base = os.path.realpath(base)
     for m in matches:
         real = os.path.realpath(m)
@@ -213,8 +214,22 @@ def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry
 def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
                   workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
     tally = Tally(len(run.entries))
-    return pool_map(lambda i: execute_one(run, i, op, planner, code_of, break_lock, tally, tick),
-                    len(run.entries), workers)
+    with _interrupted(run):
+        return pool_map(lambda i: execute_one(run, i, op, planner, code_of, break_lock, tally, tick),
+                        len(run.entries), workers)
+
+
+@contextmanager
+def _interrupted(run: rec.FleetRun) -> Iterator[None]:
+    """Ctrl-C: the checkpoints under way have finished or kept their locks; the message names the
+    run's resume (exit 130)."""
+    from streamctl.operations.runner import Interrupted
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
+                          f"{run.location} (or undo it with --undo-run)") from None
 
 
 def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
@@ -240,7 +255,8 @@ def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan
             _outcome(row, outcome)
         return _finish(run, i, row, tally, tick)
 
-    return pool_map(one, len(todo), workers)
+    with _interrupted(run):
+        return pool_map(one, len(todo), workers)
 
 
 def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_lock: bool,

@@ -323,3 +323,32 @@ def test_a_match_that_is_a_symlink_out_of_the_pattern_folder_is_refused(cli, tmp
     assert r.code == 2 and "symlink out of" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert _files(tmp_path) == before and not (chk / "a" / "_streamctl").exists()
     assert not (other / "x" / "_streamctl").exists()
+
+
+def test_ctrl_c_mid_fleet_names_the_resume_of_the_run(tmp_path):
+    import signal
+    import time
+
+    exe = str(Path(sys.executable).with_name("streamctl"))
+    env = {k: v for k, v in os.environ.items() if k != "STREAMCTL_TEST_CRASH_AFTER"}
+    env.update(STREAMCTL_QUIET_PERIOD="0", STREAMCTL_TEST_STEP_DELAY="0.05", STREAMCTL_CONFIG=str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    chk = _clean_fleet(tmp_path, "abc", tmp_path / "in")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute", "--workers", "1",
+                             "--run-dir", str(runs)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (chk / "b" / "_streamctl" / "backups").exists():
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (record_path,) = runs.iterdir()
+    assert f"--resume-run {record_path}" in err and len(err.strip().splitlines()) == 1, err
+    statuses = [e["status"] for e in json.loads(record_path.read_text())["checkpoints"]]
+    assert statuses[0] == "done" and statuses[2] == "pending", statuses
+    env.pop("STREAMCTL_TEST_STEP_DELAY")
+    resumed = subprocess.run([exe, "trim", "--resume-run", str(record_path)], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [e["status"] for e in json.loads(record_path.read_text())["checkpoints"]] == ["done"] * 3
+    assert _files(chk / "a") == _files(chk / "b") == _files(chk / "c")
