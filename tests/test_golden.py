@@ -196,7 +196,8 @@ def test_golden_kafka_documents(cli, layouts: Any, tmp_path: Path, kafka_broker:
 
 
 def test_golden_fleet_plan_result_undo(cli, layouts: Any, tmp_path: Path) -> None:
-    """trim over a fleet: one checkpoint with work, one refused (misaligned)."""
+    """trim over a fleet: one checkpoint with work, one refused (misaligned); align's plan of the
+    same fleet (nothing to do, a roll forward)."""
     chk, out = tmp_path / "chk", tmp_path / "out"
     layouts.checkpoint(chk / "a", 24, 24)
     layouts.file_sink(out / "a", 24, compact_every=10)
@@ -212,3 +213,6 @@ def test_golden_fleet_plan_result_undo(cli, layouts: Any, tmp_path: Path) -> Non
     r = cli("trim", "--undo-run", doc["run_record"], "--json")
     assert r.code == 0, r
     check_golden("TrimFleetUndo", r.stdout, tmp_path)
+    r = cli("align", str(chk / "a"), str(chk / "b"), "--sink-pattern", "../../out/{name}", "--json")
+    assert r.code == 0, r
+    check_golden("AlignFleetPlan", r.stdout, tmp_path)
