@@ -76,6 +76,7 @@ class Tally:
     bytes: int = 0
     failed: int = 0
     refused: int = 0
+    current: dict[str, str] = field(default_factory=dict)  # checkpoint -> its runner's last meter line
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, row: dict[str, Any], tick: Tick) -> None:
@@ -86,10 +87,26 @@ class Tally:
                 self.bytes += int(row.get("bytes") or 0)
             self.refused += row["status"] == rec.REFUSED
             self.failed += row["status"] in (rec.FAILED, rec.UNREADABLE, rec.NOT_VERIFIED)
-            from streamctl.inspectors.findings import human_bytes
+            self.current.pop(row["checkpoint"], None)
+            tick(self.line())
 
-            tick(f"{self.done}/{self.total} checkpoints, {self.files} file(s), {human_bytes(self.bytes)}, "
-                 f"{self.refused} refused, {self.failed} failed")
+    def meter(self, checkpoint: str, tick: Tick) -> Tick:
+        """The runner's meter of one checkpoint (files, bytes, rate, eta of its steps) after the
+        fleet's counts."""
+        def say(msg: str) -> None:
+            with self._lock:
+                self.current[checkpoint] = msg
+                tick(self.line())
+
+        return say
+
+    def line(self) -> str:
+        from streamctl.inspectors.findings import human_bytes
+
+        head = (f"{self.done}/{self.total} checkpoints, {self.files} file(s), {human_bytes(self.bytes)}, "
+                f"{self.refused} refused, {self.failed} failed")
+        now = next(reversed(self.current.items()), None)
+        return head if now is None else f"{head}; {now[0]}: {now[1]}"
 
 
 def pool_map(fn: Callable[[int], dict[str, Any]], count: int, workers: int) -> list[dict[str, Any]]:
@@ -203,7 +220,7 @@ def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry
         run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
         require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
         outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
-                                                    op_id=op_id, takeover=again))
+                                                    op_id=op_id, takeover=again), meter=tally.meter(e.checkpoint, tick))
     except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
         _failed(row, exc, code_of)
     else:
@@ -248,7 +265,7 @@ def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan
             return execute_one(run, i, op, planner, code_of, break_lock, tally, tick, again=e.status == rec.RUNNING)
         row = base_row(e)
         try:
-            outcome = runner.resume(op, e.backup, break_lock)
+            outcome = runner.resume(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
         except Exception as exc:  # noqa: BLE001
             row.update(status=rec.FAILED, reason=str(exc), exit_code=int(code_of(exc)))
         else:
@@ -273,7 +290,7 @@ def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_
         e = run.entries[i]
         row = base_row(e)
         try:
-            done = runner.undo(op, e.backup, break_lock)
+            done = runner.undo(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
         except Exception as exc:  # noqa: BLE001
             code = int(code_of(exc))
             row.update(status=status_of(code), reason=str(exc), exit_code=code)

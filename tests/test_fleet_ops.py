@@ -267,17 +267,19 @@ def test_a_fleet_run_shows_its_progress_on_a_terminal_only(tmp_path):
 
     exe = str(Path(sys.executable).with_name("streamctl"))
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "STREAMCTL_TEST_CRASH_AFTER")}
-    env.update(STREAMCTL_QUIET_PERIOD="0", TERM="xterm", COLUMNS="200", STREAMCTL_TEST_STEP_DELAY="0.02",
+    env.update(STREAMCTL_QUIET_PERIOD="0", TERM="xterm", COLUMNS="200", STREAMCTL_TEST_STEP_DELAY="0.05",
                STREAMCTL_CONFIG=str(tmp_path / "none.toml"))
     (tmp_path / "none.toml").write_text("")
     chk = _clean_fleet(tmp_path / "tty", "ab")
     seen = run_in_pty([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute", "--workers", "1"], env, timeout=120)
     assert "1/2 checkpoints" in seen and "0 refused, 0 failed" in seen, seen[-2000:]
+    assert f"{chk / 'a'}: " in seen and "files/s" in seen, seen[-2000:]  # the checkpoint under way: its meter
     assert "2 trimmed" in seen
     chk = _clean_fleet(tmp_path / "pipe", "ab")
     piped = subprocess.run([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute"], env=env,
                            capture_output=True, text=True)
-    assert piped.returncode == 0 and "checkpoints," not in piped.stderr and "2 trimmed" in piped.stdout
+    assert piped.returncode == 0 and "checkpoints," not in piped.stderr and "files/s" not in piped.stderr
+    assert "2 trimmed" in piped.stdout
 
 
 def _objects(fs, prefix: str) -> dict[str, bytes]:
