@@ -117,7 +117,7 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
                                "Plan (nothing changed; add --execute to carry it out)")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
         raise done
-    record = fleet_record.create(name, run_dir, entries, settings)
+    record = fleet_record.create(name, run_dir, entries, settings, operation.backup_under)
     with render.progress(not as_json) as tick:
         rows = fleet_run.execute_fleet(record, operation, planner, exit_code_for, threads, break_lock, tick)
     done = fleet_view.emit(f"{options_title(name)}FleetResult", rows, fmt, "execute", record, name,

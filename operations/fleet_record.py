@@ -20,6 +20,7 @@ from streamctl.formats.layout import STREAMCTL_DIR
 from streamctl.operations.files import Root
 
 RUN_VERSION = 1
+SAVE_EVERY_S = 1.0  # a run of thousands of checkpoints rewrites its record about once a second, not per change
 FLEET_RUNS_DIR = f"{STREAMCTL_DIR}/fleet-runs"  # below the first checkpoint, when no --run-dir is given
 
 # a checkpoint's status in the record
@@ -33,8 +34,7 @@ FAILED = "failed"  # stopped during its steps (storage failure), or another erro
 NOT_VERIFIED = "not_verified"  # executed, but the re-inspection did not reach the promise (exit 5)
 UNDONE = "undone"  # put back by --undo-run
 STATUSES = (PENDING, RUNNING, DONE, NOTHING, REFUSED, UNREADABLE, FAILED, NOT_VERIFIED, UNDONE)
-UNFINISHED = (PENDING, RUNNING, FAILED)  # what --resume-run takes up again
-CHANGED = (RUNNING, DONE, NOT_VERIFIED, FAILED)  # what --undo-run puts back (those with a backup folder)
+UNFINISHED = (PENDING, RUNNING, FAILED)  # what --resume-run takes up again (--undo-run: every backup folder with a plan)
 
 
 @dataclass
@@ -63,6 +63,7 @@ class FleetRun:
     entries: list[Entry] = field(default_factory=list)
     started_ms: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _saved: float = field(default=0.0, repr=False, compare=False)  # time.monotonic() of the last save
 
     def to_record(self) -> dict[str, Any]:
         return {"run_version": RUN_VERSION, "run_id": self.run_id, "command": self.command,
@@ -70,15 +71,24 @@ class FleetRun:
                 "checkpoints": [asdict(e) for e in self.entries]}
 
     def update(self, index: int, **changes: Any) -> None:
-        """Change one entry and rewrite the record (threads of the run share it: one at a time)."""
+        """Change one entry; the record is rewritten at most every SAVE_EVERY_S seconds (threads of
+        the run share it: one at a time), and by `flush`. A crash may lose the newest statuses but
+        never an operation: each checkpoint's operation id and backup folder are in the record
+        written before the first checkpoint starts, and resume and undo read each backup folder."""
         with self._lock:
             for key, value in changes.items():
                 setattr(self.entries[index], key, value)
+            if time.monotonic() - self._saved >= SAVE_EVERY_S:
+                self.save()
+
+    def flush(self) -> None:
+        with self._lock:
             self.save()
 
     def save(self) -> None:
         folder, name = _split(self.location)
         Root("run", folder).write_atomic(name, json.dumps(self.to_record(), indent=2, sort_keys=True).encode())
+        self._saved = time.monotonic()
 
 
 def _split(location: str) -> tuple[str, str]:
@@ -99,11 +109,21 @@ def record_location(run_dir: Optional[str], first_checkpoint: str, run_id: str) 
     return Root("run", first_checkpoint).uri(f"{FLEET_RUNS_DIR}/{run_id}.json")
 
 
-def create(command: str, run_dir: Optional[str], entries: list[Entry], settings: dict[str, Any]) -> FleetRun:
-    """A new run and its record, written before any checkpoint changes: a run dir that cannot be
-    written is a usage error, and nothing was changed."""
+def create(command: str, run_dir: Optional[str], entries: list[Entry], settings: dict[str, Any],
+           backup_under: str) -> FleetRun:
+    """A new run and its record, written before any checkpoint changes, each checkpoint's
+    operation id and backup folder (`<checkpoint>/<backup_under>/<op id>`) named in it: a run dir
+    that cannot be written is a usage error, and nothing was changed."""
+    from streamctl.operations.runner import new_op_id
+
     if not run_dir:
         _require_folder(entries[0].checkpoint)
+    for e in entries:
+        e.op_id = new_op_id(command)
+        try:
+            e.backup = Root("checkpoint", e.checkpoint).uri(f"{backup_under}/{e.op_id}")
+        except (StorageError, UsageError, OSError, ValueError):
+            e.backup = ""  # a location no backup can be named in: its operation will say why
     run_id = new_run_id(command)
     run = FleetRun(command, run_id, record_location(run_dir, entries[0].checkpoint, run_id), settings, entries,
                    started_ms=int(time.time() * 1000))

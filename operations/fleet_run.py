@@ -203,10 +203,10 @@ def _outcome(row: dict[str, Any], outcome: Any) -> None:
 
 
 def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
-                break_lock: bool, tally: Tally, tick: Tick, again: bool = False) -> dict[str, Any]:
-    """One checkpoint through the runner; its backup folder is in the record before its lock is
-    taken. `again`: it was started before without writing its plan (a crash while it was planned):
-    the same operation id, whose lock is taken over when its process is gone."""
+                break_lock: bool, tally: Tally, tick: Tick) -> dict[str, Any]:
+    """One checkpoint through the runner, under the operation id and backup folder the record
+    named before the run started. Run again after a crash while it was being planned (its lock
+    there, no plan yet), the lock of that same operation id is taken over once its process is gone."""
     from streamctl.inspectors.checkpoint import require_checkpoint
     from streamctl.inspectors.storage import Storage
     from streamctl.operations import runner
@@ -214,13 +214,13 @@ def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry
     e = run.entries[i]
     row = base_row(e)
     try:
-        op_id = e.op_id if again and e.op_id else runner.new_op_id(op.command)
-        backup = Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
+        op_id = e.op_id or runner.new_op_id(op.command)
+        backup = e.backup or Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
         row.update(op_id=op_id, backup=backup, status=rec.RUNNING)
         run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
         require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
         outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
-                                                    op_id=op_id, takeover=again), meter=tally.meter(e.checkpoint, tick))
+                                                    op_id=op_id, takeover=True), meter=tally.meter(e.checkpoint, tick))
     except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
         _failed(row, exc, code_of)
     else:
@@ -238,15 +238,17 @@ def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Pla
 
 @contextmanager
 def _interrupted(run: rec.FleetRun) -> Iterator[None]:
-    """Ctrl-C: the checkpoints under way have finished or kept their locks; the message names the
-    run's resume (exit 130)."""
+    """The record saved at the end of the run; on Ctrl-C too (the checkpoints under way have
+    finished or kept their locks), then the message names the run's resume (exit 130)."""
     from streamctl.operations.runner import Interrupted
 
     try:
         yield
     except KeyboardInterrupt:
+        run.flush()
         raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
                           f"{run.location} (or undo it with --undo-run)") from None
+    run.flush()
 
 
 def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
@@ -262,7 +264,7 @@ def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan
         i = todo[k]
         e = run.entries[i]
         if not _started(e.backup):
-            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick, again=e.status == rec.RUNNING)
+            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick)
         row = base_row(e)
         try:
             outcome = runner.resume(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
@@ -282,7 +284,7 @@ def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_
     manifest first); a refusal of one leaves it as it is and its status unchanged."""
     from streamctl.operations import runner
 
-    todo = [i for i, e in enumerate(run.entries) if e.status in rec.CHANGED and _started(e.backup)]
+    todo = [i for i, e in enumerate(run.entries) if e.status != rec.UNDONE and _started(e.backup)]
     tally = Tally(len(todo))
 
     def one(k: int) -> dict[str, Any]:
@@ -303,7 +305,8 @@ def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_
         tally.add(row, tick)
         return row
 
-    return pool_map(one, len(todo), workers)
+    with _interrupted(run):
+        return pool_map(one, len(todo), workers)
 
 
 def entries_of(targets: list[tuple[str, Optional[str], str, Optional[str]]]) -> list[rec.Entry]:
