@@ -83,8 +83,9 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
                          "own _streamctl/backups/")
     if resume_run and undo_run:
         raise UsageError("--resume-run and --undo-run cannot be combined")
-    if (resume_run or undo_run) and checkpoints:
-        raise UsageError("--resume-run/--undo-run take the run record; do not also name checkpoints")
+    if (resume_run or undo_run) and (checkpoints or sink_pattern):
+        raise UsageError("--resume-run/--undo-run take the run record (its checkpoints and sinks); do not also name "
+                         "checkpoints or --sink-pattern")
     if workers is not None and workers < 1:
         raise UsageError(f"invalid value for --workers: {workers} (at least 1)")
     fleet_view.check_outputs(output_jsonl, output_parquet)

@@ -291,6 +291,11 @@ def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_
         i = todo[k]
         e = run.entries[i]
         row = base_row(e)
+        if _undone(op, e.backup):  # undone before, after the record's last save
+            row.update(status=rec.UNDONE)
+            run.update(i, status=rec.UNDONE, reason="")
+            tally.add(row, tick)
+            return row
         try:
             done = runner.undo(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
         except Exception as exc:  # noqa: BLE001
@@ -307,6 +312,18 @@ def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_
 
     with _interrupted(run):
         return pool_map(one, len(todo), workers)
+
+
+def _undone(op: Any, backup: str) -> bool:
+    """Does the operation's journal say an undo of it finished?"""
+    from streamctl.operations.backup_folder import load
+    from streamctl.operations.runner import roots_of
+
+    try:
+        plan, root = load(backup)
+        return bool(op.steps(plan, roots_of(plan), root, None, None).read_journal().undo_finished)
+    except Exception:  # noqa: BLE001 - unreadable: the undo itself says why
+        return False
 
 
 def entries_of(targets: list[tuple[str, Optional[str], str, Optional[str]]]) -> list[rec.Entry]:

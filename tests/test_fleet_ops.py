@@ -133,6 +133,13 @@ def test_execute_trims_the_clean_ones_only_and_undo_run_restores_every_byte(cli,
     assert {p.name: _files(p) for p in chk.iterdir()} == before  # byte for byte, every checkpoint
     again = cli("trim", "--undo-run", str(record_path))
     assert again.code == 0 and "0 checkpoint(s) to put back" in again.stdout
+    stale = json.loads(record_path.read_text())  # as a crash before the record's last save leaves it
+    for e in stale["checkpoints"]:
+        e["status"] = "done" if e["status"] == "undone" else e["status"]
+    record_path.write_text(json.dumps(stale))
+    once_more = cli("trim", "--undo-run", str(record_path))
+    assert once_more.code == 0 and "2 undone" in once_more.stdout, once_more.stdout + once_more.stderr
+    assert {p.name: _files(p) for p in chk.iterdir()} == before
 
 
 def _clean_fleet(root: Path, names: str, inp: Path | None = None) -> Path:
