@@ -24,7 +24,7 @@ import pytest
 from helpers.golden import UPDATE_ENV, check_golden_text
 from helpers.paths import GOLDEN
 
-_OP_ID = re.compile(r"\b((?:align|trim|drop-sink|kafka-commit-offsets|commit-offsets)(?:-fleet)?)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
+_OP_ID = re.compile(r"\b((?:align|trim|copy|drop-sink|kafka-commit-offsets|commit-offsets)(?:-fleet)?)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
 _VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
                   "now_ms", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
 # sizes of sink-log files, which hold the absolute (temporary) paths of the data files
@@ -193,6 +193,23 @@ def test_golden_kafka_documents(cli, layouts: Any, tmp_path: Path, kafka_broker:
     assert plan["changes"] == 2 and not plan["executed"]
     done = golden("KafkaCommitOffsets__execute", "kafka", "commit-offsets", str(chk), "--group", group, "--execute")
     assert done["executed"] and done["verified"]
+
+
+def test_golden_copy_plan_result_undo(cli, layouts: Any, tmp_path: Path) -> None:
+    """copy of a checkpoint and its file sink to a new place: the plan, the result (both places
+    inspected) and its undo."""
+    s = _scene(layouts, tmp_path)
+    new = tmp_path / "new"
+    base = ("copy", str(s["chk2"]), str(new / "chk"), "--sink", str(s["out2"]), "--sink-dest", str(new / "out"), "--json")
+    r = cli(*base)
+    assert r.code == 0, r
+    check_golden("CopyPlan", r.stdout, tmp_path)
+    r = cli(*base, "--execute")
+    assert r.code == 0, r
+    doc = check_golden("CopyResult", r.stdout, tmp_path)
+    r = cli("copy", "--undo", doc["backup"], "--json")
+    assert r.code == 0, r
+    check_golden("CopyUndo", r.stdout, tmp_path)
 
 
 def test_golden_fleet_plan_result_undo(cli, layouts: Any, tmp_path: Path) -> None:
