@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / ".bench" / "checkpoint"
 
 # Bump when the generated tree changes, so that a cached tree from an older generator is rebuilt.
-GENERATOR_VERSION = 4  # 4: the file source's log (sources/0/499.compact) its offsets name
+GENERATOR_VERSION = 5  # 5: state files are LZ4Block streams, as the offsets' codec (lz4) says
 
 # Shape of the synthetic checkpoint.
 FIRST_BATCH = 400                 # retained batches: FIRST_BATCH .. LAST_BATCH
@@ -181,10 +181,12 @@ def build_checkpoint(target: Path, partitions: int = N_PARTITIONS) -> int:
 
     # State version v is written by batch v-1, so batches 400..499 produce versions 401..500.
     first_version, last_version = FIRST_BATCH + 1, LAST_BATCH + 1
-    # Placeholder state content: the bytes are never parsed by the tools compared here. The .crc
-    # sidecars are still valid, and the same for every file (identical content).
-    delta_bytes = b"\x00\x00\x00\x00"
-    snapshot_bytes = b"\x00\x00\x00\x01"
+    # The smallest state files a restart reads: an LZ4Block stream (the conf's codec) holding
+    # only the end-of-file mark (-1), as an empty delta or snapshot is written. The .crc sidecars
+    # are valid, and the same for every file (identical content).
+    from streamctl.formats.state import lz4_stream
+
+    delta_bytes = snapshot_bytes = lz4_stream(b"\xff\xff\xff\xff")
     delta_crc = hadoop_crc(delta_bytes)
     snapshot_crc = hadoop_crc(snapshot_bytes)
     schema = schema_file_v2()

@@ -180,9 +180,23 @@ def lz4_torn(head: bytes, tail: bytes) -> Optional[str]:
     return None
 
 
+STATE_CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"  # deltas, snapshots, changelogs (OffsetSeqMetadata)
 LZ4_HEADER = 21  # lz4-java LZ4BlockOutputStream: magic, token, compressed length, original length, checksum
 LZ4_SEED = 0x9747B28C  # lz4-java LZ4BlockOutputStream.DEFAULT_SEED (XXHash32 of each block's original bytes)
 LZ4_METHOD_RAW, LZ4_METHOD_LZ4 = 0x10, 0x20
+
+
+def lz4_stream(raw: bytes, level: int = 5) -> bytes:
+    """`raw` in lz4-java's LZ4Block framing as one uncompressed (raw-method) block and the end
+    mark, as LZ4BlockInputStream reads it back (level 5: Spark's 32 KiB blocks; `raw` fits one)."""
+    import xxhash
+
+    if len(raw) > 1 << (10 + level):
+        raise ValueError(f"{len(raw)} bytes do not fit one block of level {level}")
+    token = bytes([LZ4_METHOD_RAW | level])
+    check = xxhash.xxh32_intdigest(raw, seed=LZ4_SEED) & 0xFFFFFFF
+    head = LZ4_MAGIC + token + b"".join(n.to_bytes(4, "little") for n in (len(raw), len(raw), check))
+    return (head + raw if raw else b"") + LZ4_MAGIC + token + bytes(12)
 
 
 def lz4_corrupt(data: bytes) -> Optional[str]:

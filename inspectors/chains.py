@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from streamctl.formats.errors import StorageError
-from streamctl.formats.state import SST_DIR, is_full_file, is_zip_file, state_file
+from streamctl.formats.state import SST_DIR, STATE_CODEC_CONF, is_full_file, is_zip_file, state_file
 from streamctl.inspectors.findings import summarize
 from streamctl.inspectors.state_file_checks import content_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
 from streamctl.inspectors.state_listing import StoreFiles, without_file
@@ -26,6 +26,13 @@ class Chains:
     def __init__(self, storage: Storage, deep: bool = False) -> None:
         self.st = storage
         self.read_ends = storage.is_local or deep
+        self.lz4 = False  # the conf a restart runs with names lz4 as the state codec (`set_codec`)
+
+    def set_codec(self, conf: dict[str, str]) -> None:
+        """The state store codec of the conf a restart runs with (`spark.sql.streaming.stateStore
+        .compression.codec`, recorded in every offsets file since Spark 3.1; not judged when absent)."""
+        codec = str(conf.get(STATE_CODEC_CONF, "")).lower()
+        self.lz4 = codec in ("lz4", "org.apache.spark.io.lz4compressioncodec")
 
     def status_of(self, files: StoreFiles, required: Optional[int], planned: Optional[int],
                    valid: dict[int, str]) -> StoreStatus:
@@ -147,7 +154,7 @@ class Chains:
         or its own LZ4Block checksums (`read`: the bytes of those read already)."""
         out = []
         for name in names:
-            why = content_mismatch(self.st, folder, name, lists, (read or {}).get(name))
+            why = content_mismatch(self.st, folder, name, lists, (read or {}).get(name), self.lz4)
             if why:
                 out.append((name, why))
         return out

@@ -198,6 +198,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         # listed (read_state); _state_findings takes these for the stores whose inputs match (no
         # commit-log ids), and judges the others itself
         required_next = required_version(planned, committed)
+        self.chains.set_codec(state_conf)
         prepare = functools.partial(self.chains.prepare, required_next, planned) if st.is_local else None
         state = read_state(st, prepare) if STATE_DIR in root else StateFiles(exists=False)
         self.prepared = state.prepared

@@ -131,19 +131,23 @@ def checksum_mismatch(storage: Storage, folder: str, name: str, lists: Callable[
 
 
 def content_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[str], bool],
-                     data: Optional[bytes] = None) -> Optional[str]:
+                     data: Optional[bytes] = None, lz4: bool = False) -> Optional[str]:
     """Why state file `folder/name` is corrupt, None when it is not seen to be: checksum_mismatch
     with its companions, then, for a delta, changelog or HDFS snapshot, the checksums its own
     LZ4Block framing carries (lz4_corrupt: bytes changed in place where no companion is there to
-    disagree, as HDFS, object stores and a hand copy without the sidecars leave it). The file is
-    read once, whole, up to DEFAULT_MAX_READ bytes; RocksDB zips are not (their SSTs are judged
-    by size: Chains.missing_ssts)."""
+    disagree, as HDFS, object stores and a hand copy without the sidecars leave it). `lz4`: the
+    checkpoint's conf names lz4 as the state codec, so a file without the LZ4Block magic (its
+    first bytes changed, or zeros where a crash left no data) fails the restart's read too. The
+    file is read once, whole, up to DEFAULT_MAX_READ bytes; RocksDB zips are not (their SSTs are
+    judged by size: Chains.missing_ssts)."""
     if data is None and not is_zip_file(name):
         try:
             data = storage.read(f"{folder}/{name}")
         except StorageError:
             data = None  # too large, unreadable or not a regular file: judged where it is listed
     why = checksum_mismatch(storage, folder, name, lists, data)
+    if why is None and data and lz4 and not is_zip_file(name) and data[:len(LZ4_MAGIC)] != LZ4_MAGIC:
+        return "no LZ4Block magic at byte 0, and the checkpoint's state codec is lz4"
     if why is None and data is not None:
         why = lz4_corrupt(data)
     return why

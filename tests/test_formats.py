@@ -102,6 +102,8 @@ def test_lz4_block_checksums_of_a_spark_written_delta() -> None:
     assert state.lz4_corrupt(raw.replace(b"x", b"y")) == "the LZ4 block at byte 0 fails its checksum"
     assert state.lz4_corrupt(raw[:-4] + b"\x01\0\0\0") == f"the LZ4Block end mark at byte {state.LZ4_HEADER + 5} has a checksum"
     assert state.lz4_corrupt(b"\x28\xb5\x2f\xfd" + bytes(30)) is None  # zstd: not judged
+    assert state.lz4_stream(b"\x00\x00\x00\x01x", level=0) == raw  # the writer the benchmark's tree uses
+    assert state.lz4_stream(b"") == state.LZ4_MAGIC + bytes([0x15]) + bytes(12)
 
 
 def test_state_end_marks_and_the_zip_manifest() -> None:

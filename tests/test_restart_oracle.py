@@ -146,6 +146,16 @@ def test_a_corrupt_delta_without_its_checksum_sidecar(harness: Any) -> None:
     assert r.align is not None and r.align.code == 4, r.detail()
 
 
+def test_a_zeroed_state_file_without_its_checksum_sidecar(harness: Any) -> None:
+    """The newest delta of a deduplication zeroed (its size kept: a crash before its data reached
+    the disk), its `.crc` dropped: no LZ4Block magic, so the restart fails ("Stream is
+    corrupted"); the conf's codec is lz4, so streamctl says STATE_FILE_CORRUPT and align refuses."""
+    r = harness.judge("dedup_hdfs", Action("damage", "state", "newest", "zeroed", "drop"))
+    assert r.agrees, r.detail()
+    assert "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.align is not None and r.align.code == 4, r.detail()
+
+
 def test_a_lost_compaction_of_the_file_sink_log(harness: Any) -> None:
     """The newest `.compact` file of `_spark_metadata/` deleted: the restart fails reading it
     (BATCH_METADATA_NOT_FOUND) and which data files it listed is known nowhere else. align

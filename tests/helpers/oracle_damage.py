@@ -9,7 +9,8 @@ Dimensions:
 * ``which``: the ``newest``, ``oldest`` kept or a ``middle`` file of that log;
 * ``how``: ``delete``, ``truncate`` (half of it), ``empty``, ``corrupt`` (bytes changed in
   place), ``number`` (a numeric field of a JSON line out of range), ``fifo`` (a named pipe in its
-  place), ``folder`` (an empty folder in its place);
+  place), ``folder`` (an empty folder in its place), ``zeroed`` (its bytes all zero, its size
+  kept: what a crash leaves of a file whose data never reached the disk);
 * ``crc``: its checksum companions (Hadoop's ``.N.crc``, Spark's ``N.crc``) ``keep`` as they are
   or ``drop`` with it;
 * ``move``: the ``checkpoint``, the ``output``, the ``input`` or ``all`` three (the pipeline's
@@ -33,7 +34,7 @@ from helpers.trees import move_tree
 
 LOGS = ("offsets", "commits", "sources", "sink", "state", "metadata")
 WHICH = ("newest", "oldest", "middle")
-HOWS = ("delete", "truncate", "empty", "corrupt", "number", "fifo", "folder")
+HOWS = ("delete", "truncate", "empty", "corrupt", "number", "fifo", "folder", "zeroed")
 CRCS = ("keep", "drop")
 MOVES = ("checkpoint", "output", "input", "all")
 SCENES = ("new_checkpoint", "retired", "reprocess", "live_busy", "live_idle", "live_stopping")
@@ -153,6 +154,10 @@ def damage(path: Path, how: str, crc: str) -> str:
         mid = len(data) // 2
         span = min(8, len(data) - mid)
         path.write_bytes(data[:mid] + bytes((b ^ 0x5A) for b in data[mid:mid + span]) + data[mid + span:])
+    elif how == "zeroed":
+        if not data:
+            raise NoTarget("empty file")
+        path.write_bytes(bytes(len(data)))
     elif how == "number":
         new = _number_out_of_range(data)
         if new is None:
