@@ -158,3 +158,12 @@ def with_oldest_time(q: QueryInspection) -> QueryInspection:
     except NoKeptWindow:
         return q
     return replace(q, oldest_kept=(low, batch_time(Storage.open(q.checkpoint), low)))
+
+
+def check_epoch_or_time(value: Optional[str], flag: str) -> None:
+    """A usage check, before anything is read, of a flag taking an epoch number or a time."""
+    if value is None or value.isdigit():
+        return
+    if not looks_like_time(value):
+        raise UsageError(f"invalid value for {flag}: {value[:80]!r} (an epoch number or an ISO-8601 time with its zone)")
+    parse_time(value, flag)

@@ -1,0 +1,71 @@
+"""Times as operators write them (inspectors/rewind_time.py) and savepoint names and files
+(formats/savepoint.py): no Spark needed."""
+from __future__ import annotations
+
+import pytest
+
+from streamctl.formats.errors import LogParseError, UsageError
+from streamctl.formats.savepoint import Savepoint, check_name, parse_savepoint, serialize_savepoint
+from streamctl.inspectors.rewind_time import check_epoch_or_time, iso, looks_like_time, parse_time
+
+UTC_0255 = 1795661700000  # 2026-11-26T02:55:00Z
+
+
+@pytest.mark.parametrize("text", [
+    "2026-11-26T02:55:00Z", "2026-11-26T02:55Z", "2026-11-26 02:55:00z", "2026-11-26T08:25:00+05:30",
+    "2026-11-25T18:55:00-08:00", "2026-11-26T04:55:00+0200", "2026-11-26T02:55:00.000Z", "2026-11-26T02:55:00,000000Z",
+])
+def test_a_time_in_any_zone_is_the_same_instant(text):
+    assert parse_time(text, "--to") == UTC_0255
+
+
+def test_milliseconds_and_iso_round_trip():
+    ms = parse_time("2026-11-26T08:25:00.123456+05:30", "--to")
+    assert ms == UTC_0255 + 123
+    assert iso(ms) == "2026-11-26T02:55:00.123Z"
+    assert parse_time(iso(ms), "--to") == ms
+    assert iso(None) == "unknown"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("2026-11-26T02:55:00", "has no zone"), ("2026-11-26 02:55", "has no zone"),
+    ("2026-13-26T02:55:00Z", "month"), ("2026-11-26", "not an ISO-8601 time"), ("yesterday", "not an ISO-8601 time"),
+    ("2026-11-26T02:55:00+5", "not an ISO-8601 time"),
+])
+def test_a_time_without_a_zone_or_no_time_is_a_usage_error(text, words):
+    with pytest.raises(UsageError) as exc:
+        parse_time(text, "--to")
+    assert words in str(exc.value) and "--to" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_epoch_or_time_flags_check_before_reading():
+    check_epoch_or_time(None, "--epoch")
+    check_epoch_or_time("12", "--epoch")
+    check_epoch_or_time("2026-11-26T02:55:00Z", "--epoch")
+    assert looks_like_time("2026-11-26T02:55:00") and not looks_like_time("12")
+    for bad in ("2026-11-26T02:55:00", "latest", "-1"):
+        with pytest.raises(UsageError):
+            check_epoch_or_time(bad, "--keep-rollback-to")
+
+
+@pytest.mark.parametrize("name", ["before-deploy", "a", "v1.2_3", "x" * 64])
+def test_savepoint_names(name):
+    assert check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "a/b", "..", ".", "a b", "ü"])
+def test_bad_savepoint_names_are_usage_errors(name):
+    with pytest.raises(UsageError):
+        check_name(name)
+
+
+def test_a_savepoint_file_round_trips_and_a_bad_one_names_its_path():
+    sp = Savepoint("pre", "q-1", 7, "2026-11-26T02:55:00.000Z", UTC_0255, "2026-11-26T03:00:00.000Z", UTC_0255 + 300000,
+                   {"kind": "file", "uri": "/out", "position": {"log_batch": 7}},
+                   [{"source": 0, "starting_offsets": '{"t":{"0":5}}'}])
+    assert parse_savepoint(serialize_savepoint(sp), "/chk/_streamctl/savepoints/pre.json") == sp
+    for data, words in ((b"{", "savepoint"), (b'{"format": 9}', "unsupported savepoint format"),
+                        (b'{"format": 1, "name": "pre", "epoch": -1, "created_ms": 0}', "'epoch'")):
+        with pytest.raises(LogParseError) as exc:
+            parse_savepoint(data, "/chk/_streamctl/savepoints/pre.json")
+        assert "/chk/_streamctl/savepoints/pre.json" in str(exc.value) and words in str(exc.value)
