@@ -423,9 +423,8 @@ def epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, 
     from streamctl.formats.offsets import parse_offsets
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import raise_unreadable
-    from streamctl.inspectors.storage import Storage
-
     from streamctl.inspectors.rewind_time import check_epoch_or_time, epoch_or_time, looks_like_time
+    from streamctl.inspectors.storage import Storage
 
     if epoch not in ("committed", "planned"):
         check_epoch_or_time(epoch, "--epoch")  # before anything is read

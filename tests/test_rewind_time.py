@@ -2,6 +2,8 @@
 (formats/savepoint.py): no Spark needed."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from streamctl.formats.errors import LogParseError, UsageError
@@ -69,3 +71,32 @@ def test_a_savepoint_file_round_trips_and_a_bad_one_names_its_path():
         with pytest.raises(LogParseError) as exc:
             parse_savepoint(data, "/chk/_streamctl/savepoints/pre.json")
         assert "/chk/_streamctl/savepoints/pre.json" in str(exc.value) and words in str(exc.value)
+
+
+def test_kafka_positions_and_a_savepoint_at_a_time_name_the_same_epoch(cli, layouts, tmp_path):
+    """A Kafka query whose batches started a minute apart: a time between batches 2 and 3 names
+    epoch 2 for starting-offsets, retention-floor and a savepoint (which records epoch 2's offsets)."""
+    chk = layouts.checkpoint(tmp_path / "chk", 4, 4)
+    start = 1700000000000  # 2023-11-14T22:13:20Z
+    for b in range(5):
+        kafka = json.dumps({"orders": {"0": 7 + b, "1": 9 + b}})
+        (chk / "offsets" / str(b)).write_text(
+            f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{start + b * 60000},"conf":{{}}}}\n{kafka}')
+    between = "2023-11-14T23:45:50+01:30"  # 22:15:50Z: batch 2 started 22:15:20Z, batch 3 22:16:20Z
+    r = cli("kafka", "starting-offsets", str(chk), "--epoch", between, "--json")
+    assert r.code == 0, r
+    doc = r.json()
+    assert doc["epoch"] == 2 and doc["sources"] == [{"source": 0, "starting_offsets": '{"orders": {"0": 9, "1": 11}}'}]
+    floor = cli("kafka", "retention-floor", str(chk), "--keep-epochs", "1", "--keep-rollback-to", between, "--json")
+    assert floor.code == 0, floor
+    assert floor.json()["oldest_kept_epoch"] == 2 and floor.json()["from_offsets_of"] == 1
+    made = cli("savepoint", "create", str(chk), "incident", "--at", between, "--json")
+    assert made.code == 0, made
+    sp = made.json()
+    assert sp["epoch"] == 2 and sp["batch_time"] == "2023-11-14T22:15:20.000Z" and sp["kafka"] == doc["sources"]
+    trim = cli("trim", str(chk), "--keep-epochs", "1", "--json")
+    assert trim.code == 0, trim
+    plan = trim.json()["plan"]
+    assert plan["after"]["oldest_rollback"] == 2 and plan["after"]["savepoints"][0]["name"] == "incident"
+    r = cli("trim", str(chk), "--keep-epochs", "1", "--keep-rollback-to", "2023-11-14T22:15:50")
+    assert r.code == 2 and "has no zone" in r.stderr
