@@ -66,7 +66,8 @@ def create(
         render.emit_json(document("Savepoint", {"checkpoint": location, "action": "replaced" if replaced else "created",
                                                 **sp.to_record()}))
         return
-    sink_text = f", sink {sp.sink['kind']} at {sp.sink['position']}" if sp.sink else ""
+    at_pos = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (sp.sink or {}).get("position", {}).items() if v is not None)
+    sink_text = f", {sp.sink['kind']} sink at {at_pos}" if sp.sink else ""
     kafka_text = f", Kafka offsets of {len(sp.kafka)} source(s)" if sp.kafka else ""
     render.emit_text(f"{'Replaced' if replaced else 'Created'} savepoint {sp.name}: epoch {sp.epoch} (batch started "
                      f"{sp.batch_time or 'at an unknown time'}){sink_text}{kafka_text}\n"
