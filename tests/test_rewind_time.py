@@ -100,3 +100,31 @@ def test_kafka_positions_and_a_savepoint_at_a_time_name_the_same_epoch(cli, layo
     assert plan["after"]["oldest_rollback"] == 2 and plan["after"]["savepoints"][0]["name"] == "incident"
     r = cli("trim", str(chk), "--keep-epochs", "1", "--keep-rollback-to", "2023-11-14T22:15:50")
     assert r.code == 2 and "has no zone" in r.stderr
+
+
+def test_savepoint_create_and_delete_take_the_lock_and_change_nothing_when_refused(cli, layouts, tmp_path, tree_snapshot):
+    import os
+    import socket
+
+    chk = layouts.checkpoint(tmp_path / "chk", 4, 4)
+    lock = chk / "_streamctl" / "lock.json"
+    lock.parent.mkdir()
+    lock.write_text(json.dumps({"op_id": "align-x", "command": "align", "host": socket.gethostname(), "pid": os.getpid(),
+                                "started_ms": 0}))
+    snap = tree_snapshot(chk)
+    r = cli("savepoint", "create", str(chk), "pre")
+    assert r.code == 4 and "lock.json is held by align" in r.stderr, r
+    assert tree_snapshot(chk) == snap
+    lock.unlink()
+    assert cli("savepoint", "create", str(chk), "pre", "--epoch", "3").code == 0
+    assert json.loads((chk / "_streamctl" / "savepoints" / "pre.json").read_text())["epoch"] == 3
+    replaced = cli("savepoint", "create", str(chk), "pre", "--replace", "--json")
+    assert replaced.code == 0 and replaced.json()["action"] == "replaced" and replaced.json()["epoch"] == 4
+    assert sorted(p.name for p in (chk / "_streamctl" / "savepoints").iterdir()) == ["pre.json"]  # no temp file left
+    for args, code in ((("create", str(chk), "x", "--epoch", "9"), 4), (("create", str(chk), "x", "--epoch", "1", "--at",
+                        "2023-11-14T22:13:20Z"), 2), (("delete", str(chk), "nope"), 2), (("create", str(chk), "a b"), 2)):
+        r = cli("savepoint", *args)
+        assert r.code == code and len(r.stderr.strip().splitlines()) == 1, (args, r)
+    assert cli("savepoint", "delete", str(chk), "pre").code == 0
+    assert not (chk / "_streamctl" / "savepoints" / "pre.json").exists() and not (chk / "_streamctl" / "lock.json").exists()
+    assert "no savepoints" in cli("savepoint", "list", str(chk)).stdout
