@@ -79,8 +79,12 @@ class Rewind:
     window: tuple[int, int]
 
     def text(self) -> str:
-        after = (f"; epoch {self.next_epoch} (started {iso(self.next_ms)}) and every later batch runs again"
-                 if self.next_epoch is not None and self.next_ms is not None else "; no batch started after it")
+        if self.next_epoch is None or self.next_ms is None:
+            after = "; no batch started after it"
+        elif self.next_ms <= self.time_ms:  # the batch in flight: planned before the time, never committed
+            after = f"; epoch {self.next_epoch} (started {iso(self.next_ms)}, not committed) runs again"
+        else:
+            after = f"; epoch {self.next_epoch} (started {iso(self.next_ms)}) and every later batch runs again"
         return f"{iso(self.time_ms)} is epoch {self.epoch} (started {iso(self.epoch_ms)}){after}"
 
 
