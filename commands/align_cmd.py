@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from streamctl.commands import fleet_mutation as fleet
 from streamctl.commands import options
 
 
@@ -33,8 +34,19 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
 
 
+def _planner(settings: dict[str, Any]) -> Any:
+    """A fleet run's planner of one checkpoint, from the run's settings (kept in its run record)."""
+    from streamctl.operations.align import AlignRequest, plan_align
+
+    def plan(e: Any) -> Any:
+        return plan_align(AlignRequest(e.checkpoint, e.sink, e.sink_kind, e.app_id, settings["quiet_period_s"],
+                                       **{k: v for k, v in settings.items() if k != "quiet_period_s"}))[0]
+
+    return plan
+
+
 def align(
-    checkpoint: Optional[str] = options.CHECKPOINT_ARG,
+    checkpoints: Optional[list[str]] = fleet.CHECKPOINTS_ARG,
     sink: Optional[str] = options.ONE_SINK_OPT,
     sink_kind: options.SinkKind = options.SINK_KIND_OPT,
     app_id: Optional[str] = options.APP_ID_OPT,
@@ -63,7 +75,15 @@ def align(
                                          "(the backup folder or its journal.jsonl)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Restore the exact files an earlier align changed "
                                        "(its backup folder)."),
-    as_json: bool = typer.Option(False, "--json", help="An AlignPlan / AlignResult JSON document."),
+    as_json: bool = typer.Option(False, "--json", help="An AlignPlan / AlignResult JSON document (a fleet: "
+                                 "AlignFleetPlan / AlignFleetResult)."),
+    sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
+    workers: Optional[int] = fleet.WORKERS_OPT,
+    run_dir: Optional[str] = fleet.RUN_DIR_OPT,
+    resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
+    undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
+    output_jsonl: Optional[str] = fleet.OUTPUT_JSONL_OPT,
+    output_parquet: Optional[str] = fleet.OUTPUT_PARQUET_OPT,
 ) -> None:
     """Realign a checkpoint and its sink so that a restart delivers every record exactly once.
 
@@ -85,6 +105,7 @@ def align(
       streamctl align /data/chk/orders --query-id 4f1c0b7e-2d7a-4a8e-9a43-0d5c1e2b3a4f --execute  # lost metadata
       streamctl align --resume /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
       streamctl align --undo /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
+      streamctl align '/data/chk/*' --sink-pattern '../../out/{name}' --execute  # a fleet
     """
     from streamctl.commands import mutation
     from streamctl.formats.errors import UsageError
@@ -100,6 +121,19 @@ def align(
             uuid.UUID(query_id)
         except ValueError:
             raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
+    if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
+        if query_id:
+            raise UsageError("--query-id names one query's id; it cannot be given to several checkpoints")
+        settings = {"quiet_period_s": options.quiet_period(quiet_period, options.settings()), "to": to,
+                    "allow_duplicates": allow_duplicates, "allow_loss": allow_loss, "discard_in_flight": discard_in_flight,
+                    "async_progress": async_progress, "sink_compact_interval": sink_compact_interval,
+                    "source_archive": source_archive}
+        fleet.run("align", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
+                  settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
+                  run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
+                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json)
+        return
+    checkpoint = checkpoints[0] if checkpoints else None
     target = mutation.front("align", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:

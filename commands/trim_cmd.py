@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 
+from streamctl.commands import fleet_mutation as fleet
 from streamctl.commands import options
 
 
@@ -26,8 +27,20 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes[1:]] + step_lines(plan)
 
 
+def _planner(settings: dict[str, Any]) -> Any:
+    """A fleet run's planner of one checkpoint, from the run's settings (kept in its run record)."""
+    from streamctl.operations.trim import TrimRequest, plan_trim
+
+    def plan(e: Any) -> Any:
+        return plan_trim(TrimRequest(e.checkpoint, e.sink, e.sink_kind, e.app_id, settings["quiet_period_s"],
+                                     keep_epochs=settings["keep_epochs"], keep_rollback_to=settings["keep_rollback_to"],
+                                     purge=settings["purge"], async_progress=settings["async_progress"]))[0]
+
+    return plan
+
+
 def trim(
-    checkpoint: Optional[str] = options.CHECKPOINT_ARG,
+    checkpoints: Optional[list[str]] = fleet.CHECKPOINTS_ARG,
     sink: Optional[str] = options.ONE_SINK_OPT,
     sink_kind: options.SinkKind = options.SINK_KIND_OPT,
     app_id: Optional[str] = options.APP_ID_OPT,
@@ -43,7 +56,15 @@ def trim(
     quiet_period: Optional[float] = options.QUIET_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its backup folder."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Put back what an earlier trim moved (its backup folder)."),
-    as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document."),
+    as_json: bool = typer.Option(False, "--json", help="A TrimPlan / TrimResult JSON document (a fleet: TrimFleetPlan / "
+                                 "TrimFleetResult)."),
+    sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
+    workers: Optional[int] = fleet.WORKERS_OPT,
+    run_dir: Optional[str] = fleet.RUN_DIR_OPT,
+    resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
+    undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
+    output_jsonl: Optional[str] = fleet.OUTPUT_JSONL_OPT,
+    output_parquet: Optional[str] = fleet.OUTPUT_PARQUET_OPT,
 ) -> None:
     """Reclaim checkpoint and sink-log space down to exactly what recovery needs.
 
@@ -61,6 +82,8 @@ def trim(
       streamctl trim /data/chk/orders --sink /data/out/orders --keep-rollback-to 1200 --execute
       streamctl trim /data/chk/orders --keep-rollback-to 2026-11-21T02:55:00Z
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
+      streamctl trim '/data/chk/*' --sink-pattern '../../out/{name}' --keep-epochs 20 --execute  # a fleet
+      streamctl trim --resume-run /data/chk/a/_streamctl/fleet-runs/trim-fleet-20261121T030000Z-1a2b.json
     """
     from streamctl.commands import mutation
     from streamctl.inspectors.rewind_time import check_epoch_or_time
@@ -68,6 +91,16 @@ def trim(
 
     check_epoch_or_time(keep_rollback_to, "--keep-rollback-to")
 
+    if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
+        config = options.settings()
+        settings = {"keep_epochs": keep_epochs, "keep_rollback_to": keep_rollback_to, "purge": purge,
+                    "async_progress": async_progress, "quiet_period_s": options.quiet_period(quiet_period, config)}
+        fleet.run("trim", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
+                  settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
+                  run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
+                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json)
+        return
+    checkpoint = checkpoints[0] if checkpoints else None
     target = mutation.front("trim", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
                             plan_lines, as_json)
     if target is None:

@@ -43,3 +43,22 @@ def exit_for_verdict(verdict: str) -> typer.Exit:
     through console/errors.py's table of exceptions instead. A verdict not in VERDICT_CODES is a
     bug (KeyError: exit 70), never a silent 0."""
     return typer.Exit(int(VERDICT_CODES[verdict]))
+
+
+# How severe a checkpoint's exit code is within a fleet run (`trim '/data/chk/*'`): the worst wins.
+FLEET_SEVERITY = (ExitCode.INTERNAL, ExitCode.NOT_VERIFIED, ExitCode.UNREADABLE, ExitCode.USAGE, ExitCode.REFUSED,
+                  ExitCode.OK)
+
+
+def fleet_exit_code(codes: list[int]) -> int:
+    """The exit code of a fleet run, from its checkpoints' own: 70, then 5, 3, 2, 4 when any
+    checkpoint ended so; 0 when every one did what was asked (or there was nothing to do). A code
+    outside the table is a bug (70), never a silent 0."""
+    for code in FLEET_SEVERITY:
+        if int(code) in codes:
+            return int(code)
+    return int(ExitCode.INTERNAL) if codes else int(ExitCode.OK)
+
+
+def exit_for_fleet(codes: list[int]) -> typer.Exit:
+    return typer.Exit(fleet_exit_code(codes))

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from streamctl.formats.jsontext import dumps, dumps_each
+from streamctl.formats.jsontext import dumps_each, dumps_file
 from streamctl.formats.reader import load_json
 
 JOURNAL_FILE = "journal.jsonl"
@@ -161,16 +161,5 @@ def record_line(rec: dict[str, Any], now: int) -> bytes:
 
 
 def json_file(doc: dict[str, Any]) -> bytes:
-    """plan.json / manifest.json: one key per line at the top (sorted), lists one item per line,
-    each value or item compact JSON with sorted keys (`dumps`), a trailing newline."""
-    lines = []
-    for key in sorted(doc):
-        value = doc[key]
-        if isinstance(value, list) and value:
-            items = b",\n    ".join(dumps_each(value))
-            lines.append(dumps(key) + b": [\n    " + items + b"\n  ]")
-        else:
-            lines.append(dumps(key) + b": " + dumps(value))
-    if not lines:
-        return b"{\n}\n"
-    return b"{\n  " + b",\n  ".join(lines) + b"\n}\n"
+    """plan.json / manifest.json: the document indented, keys sorted (`dumps_file`)."""
+    return dumps_file(doc)

@@ -1,7 +1,7 @@
 """JSON text as streamctl writes it: keys sorted, UTF-8, by orjson, and by json.dumps for what
 orjson refuses (a str with a lone surrogate: a file name that is not UTF-8; a key that is no str;
 an int beyond 64 bits), which escapes it the way the JSON readers read it back. What neither
-encodes raises TypeError. Used by the journal, `plan.json`, `manifest.json` (compact) and `--json`
+encodes raises TypeError. Used by the journal, `plan.json`, `manifest.json` (indented) and `--json`
 output (indented; docs/json.md)."""
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def dumps_each(values: list[Any]) -> list[bytes]:
         return [orjson.dumps(v, option=_SORTED) for v in values]
     except TypeError:
         return [dumps(v) for v in values]
+
+
+def dumps_file(value: Any) -> bytes:
+    """A whole JSON file (`plan.json`, `manifest.json`): indented by two spaces, keys sorted, a
+    trailing newline, in one orjson call; json.dumps (ASCII escapes) for what orjson refuses."""
+    try:
+        return orjson.dumps(value, option=_INDENTED | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return (json.dumps(value, sort_keys=True, indent=2) + "\n").encode()
 
 
 def dumps_indented(value: Any) -> str:

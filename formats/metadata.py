@@ -3,9 +3,11 @@ docs/formats/checkpoint.md#metadata)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from streamctl.formats.errors import LogParseError
+from streamctl.formats.layout import METADATA_FILE
 from streamctl.formats.reader import decode_text, json_object
 
 
@@ -28,3 +30,10 @@ _UUID = re.compile(r"\A[0-9a-fA-F]{1,8}-[0-9a-fA-F]{1,4}-[0-9a-fA-F]{1,4}-[0-9a-
 def serialize_query_metadata(query_id: str) -> bytes:
     """`metadata` as Spark writes it (compact JSON, no newline)."""
     return json.dumps({"id": query_id}, separators=(",", ":")).encode()
+
+
+def query_id_of(checkpoint: str | os.PathLike[str]) -> str:
+    """The query id of a local checkpoint folder, from its `metadata` file."""
+    path = os.path.join(checkpoint, METADATA_FILE)
+    with open(path, "rb") as fh:
+        return parse_query_metadata(fh.read(), path)

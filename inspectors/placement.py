@@ -39,12 +39,22 @@ MAX_EXAMPLES = 5
 
 
 def norm_uri(uri: str) -> str:
-    """One spelling per object store scheme (s3a/s3n -> s3, gcs -> gs), lower-case scheme."""
+    """One spelling per object store scheme (s3a/s3n -> s3, gcs -> gs), lower-case scheme, and
+    on S3 and GCS the bucket without user info (`s3://anonymous@b/...` is pyarrow's way to ask
+    for no credentials, `key:secret@` credentials: neither is part of the location)."""
     scheme, sep, rest = uri.partition("://")
     if not sep:
         return uri
     scheme = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme.lower())
+    if scheme in ("s3", "gs"):
+        rest = _bucket_path(rest)
     return f"{scheme}://{rest}"
+
+
+def _bucket_path(rest: str) -> str:
+    """`user@bucket/key` (after `s3://` or `gs://`) as `bucket/key`."""
+    authority, slash, path = rest.partition("/")
+    return authority.rpartition("@")[2] + slash + path
 
 
 def target_of(path: str, local_root: bool) -> Optional[str]:
@@ -208,8 +218,9 @@ def _rows(st: Storage, rels: list[str], total: int) -> Optional[int]:
 def new_root_spelling(raw: str, st: Storage) -> str:
     """The sink root spelled like the logged path `raw` (its scheme and URI style) when both are
     of one kind of store; across kinds (a sink moved between the local disk and an object
-    store) as Spark spells the new one: `file:///...` locally, the store's Hadoop scheme
-    (`s3a://` for S3) and bucket remotely."""
+    store, or between two stores) as Spark spells the new one: `file:///...` locally, the
+    store's Hadoop scheme (`s3a://` for S3, `gs://`, Azure's as named) and bucket remotely,
+    never with user info."""
     logged_local = urlparse(raw).scheme in ("file", "")
     if st.is_local:
         root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~")
@@ -219,9 +230,13 @@ def new_root_spelling(raw: str, st: Storage) -> str:
             return f"file:{root}"
         return root_of(st)
     scheme, _, rest = st.display.partition("?")[0].rstrip("/").partition("://")
-    if logged_local:
-        return f"{'s3a' if scheme.lower() in ('s3', 's3a', 's3n') else scheme}://{rest}"
-    return f"{raw.partition('://')[0]}://{rest}"
+    kind = norm_uri(f"{scheme}://").partition("://")[0]
+    if kind in ("s3", "gs"):
+        rest = _bucket_path(rest)  # no user info (pyarrow's `anonymous@`, credentials) in a log
+    logged = raw.partition("://")[0]
+    if not logged_local and norm_uri(f"{logged}://").partition("://")[0] == kind:
+        return f"{logged}://{rest}"  # the same kind of store: the scheme Spark logged
+    return f"{'s3a' if kind == 's3' else kind}://{rest}"
 
 
 def rewritten_path(raw: str, rel: str, st: Storage) -> str:

@@ -19,49 +19,9 @@ from typing import Any, Optional
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.outputs import fsync_dir, fsync_dirs
 from streamctl.inspectors.storage import Storage, parallel_map
-from streamctl.operations.object_store import CHUNK, S3_COPY_LIMIT, ObjectStore, hash_stream
+from streamctl.operations.local_digest import HASH_THREADS, THREADED_FROM, _hash_file, hash_file
+from streamctl.operations.object_store import S3_COPY_LIMIT, ObjectStore, hash_stream, scheme_of
 from streamctl.operations.paths import _NOT_NORMAL, check_rel, is_normal_rel  # noqa: F401 - re-exported
-
-_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-HASH_THREADS = 4  # large local files read and hashed at once (reads and sha256 release the GIL)
-THREADED_FROM = 1 << 20  # bytes: smaller files are hashed in one loop (threads cost them more than they save)
-
-
-def hash_file(path: str) -> tuple[int, str]:
-    """(size, sha256 hex) of a local file; a folder raises IsADirectoryError. A named pipe, socket
-    or device where a file belongs (damage align moves aside) is never read: its digest stands
-    for its kind, and it opens without waiting for a writer (O_NONBLOCK)."""
-    got = _hash_file(path, None)
-    assert got is not None  # no size limit: always a digest
-    return got
-
-
-def _hash_file(path: str, limit: Optional[int]) -> Optional[tuple[int, str]]:
-    """`hash_file`, or None (nothing read) for a regular file larger than `limit`. Read with
-    `os.read` until a read returns less than it asked, the first read as large as the file's
-    size + 1: a small file costs one read of its size, not of CHUNK."""
-    fd = os.open(path, os.O_RDONLY | _NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        mode = st.st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        if not stat.S_ISREG(mode):
-            return 0, hashlib.sha256(b"not a regular file: " + stat.filemode(mode)[:1].encode()).hexdigest()
-        if limit is not None and st.st_size > limit:
-            return None
-        h = hashlib.sha256()
-        size = 0
-        want = st.st_size + 1 if st.st_size < CHUNK else CHUNK
-        while True:
-            block = os.read(fd, want)
-            size += len(block)
-            h.update(block)
-            if len(block) < want:  # a short read of a regular file: its end (a small file: one read)
-                return size, h.hexdigest()
-            want = CHUNK  # more than fstat said (the file grows), or a large file: whole chunks
-    finally:
-        os.close(fd)
 
 
 class Pending:
@@ -108,6 +68,7 @@ class Root:
         self._fs_root = ""
         self._s3_cached: Any = None
         self._made: set[str] = set()  # local folders this root made or found (moves skip makedirs)
+        self._fresh: set[str] = set()  # local folders this process made by `_rename_new`: empty but for its renames
         self._taken_check: Optional[bool] = None  # `rename_into`'s existence check: os.access (True), lstat (False)
         self._synced: set[str] = set()  # local folders sync_parents fsynced with their ancestors
         self._unsynced: set[str] = set()  # folders this root made (again) since: ancestors to fsync again
@@ -388,8 +349,22 @@ class Root:
             os.replace(tmp, path)
             fsync_dir(os.path.dirname(path))
             return
+        self._folder_markers(rel)
         with self._fs.open_output_stream(self._remote(rel)) as fh:  # type: ignore[union-attr]
             fh.write(data)
+
+    def _folder_markers(self, rel: str) -> None:
+        """On GCS, the folder marker objects (`<folder>/`) of a new file's folders, once per
+        folder: Hadoop's GCS connector writes them as Spark makes its folders, and a store whose
+        delimited listing does not infer folders (fake-gcs-server) lists a sub-folder only by
+        its marker. Other stores have no folders to make."""
+        parent = rel.rpartition("/")[0]
+        if not parent or parent in self._made or scheme_of(self.location) not in ("gs", "gcs"):
+            return
+        self._fs.create_dir(self._remote(parent), recursive=True)  # type: ignore[union-attr]
+        while parent and parent not in self._made:
+            self._made.add(parent)
+            parent = parent.rpartition("/")[0]
 
     def write_atomic_started(self, rel: str, data: bytes) -> Pending:
         """`write_atomic` on a thread (local: a write, two fsyncs and a rename, which release the
@@ -489,14 +464,18 @@ class Root:
                 self.rename_into(rel, dest, f"{dest_folder}/{rel}") for rel in rels]
 
     def _rename_new(self, src: str, dst: str) -> bool:
-        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`): the
-        check and the rename are two calls, and the lock keeps every other streamctl out of the
-        roots in between. False when something is at `dst` or the rename fails (nothing at
+        """Rename local `src` to `dst` in this root, never over anything at `dst` (`_taken`, or a
+        folder this call made, which holds nothing else): the check and the rename are two calls,
+        and the lock keeps every other streamctl out of the roots in between. False when something is at `dst` or the rename fails (nothing at
         `src`: renamed by a crashed run; another file system)."""
         parent = dst.rpartition("/")[0] if os.sep == "/" else os.path.dirname(dst)
         if parent not in self._made:  # one makedirs per folder, not per file
+            if not os.path.lexists(parent):
+                self._fresh.add(parent)
             self._makedirs(parent)
-        if self._taken(dst):
+        # A folder this process made holds only what it renamed in, each name once (a plan's
+        # paths never repeat or nest); elsewhere the name is checked first.
+        if parent not in self._fresh and self._taken(dst):
             return False
         try:
             os.rename(src, dst)

@@ -105,6 +105,12 @@ class Request:
     # records the planner leaves for the journal, written before the first step (drop-sink:
     # `writer_stopped`, `drained`)
     opening: list[dict[str, Any]] = field(default_factory=list)
+    # the operation id, named ahead by a caller that records the backup folder before the run
+    # (a fleet run: operations/fleet_run.py); else a new one
+    op_id: Optional[str] = None
+    # take over the lock this op_id left when its process is gone (a fleet run resumed after a
+    # crash while that checkpoint was being planned: its lock is there, its plan is not)
+    takeover: bool = False
 
 
 @dataclass
@@ -154,12 +160,12 @@ def execute(op: Operation, req: Request, say: Optional[Say] = None, meter: Optio
     check and write the plan, run the journaled steps, finish, verify, release."""
     from streamctl.operations.lock import Lock
 
-    op_id = new_op_id(op.command)
+    op_id = req.op_id or new_op_id(op.command)
     ck = Root("checkpoint", req.checkpoint)
     # validated before the lock: an early failure leaves no lock behind
     backup = check_backup_target(req.backup_dir or ck.uri(f"{op.backup_under}/{op_id}"), op.backup_flag,
                                  op.backup_root)
-    lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock)
+    lock = Lock.acquire(ck, op.command, op_id, break_lock=req.break_lock, takeover_op=op_id if req.takeover else None)
     try:  # until the first step runs, every failure releases the lock
         plan = req.planner(op_id, backup)
         if not plan.steps:  # decided under the lock: not while another operation is half done

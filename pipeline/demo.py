@@ -8,7 +8,6 @@ kafka-python and the broker are imported where they run. Lines for the operator 
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,8 @@ from typing import Any, Callable, ContextManager, Optional, Protocol
 
 from streamctl.formats.checksum import crc_name
 from streamctl.formats.errors import UsageError
-from streamctl.formats.layout import COMMITS_DIR, LEASE_FILE, METADATA_FILE, OFFSETS_DIR, STATE_DIR
+from streamctl.formats.layout import COMMITS_DIR, LEASE_FILE, OFFSETS_DIR, STATE_DIR
+from streamctl.formats.metadata import query_id_of
 
 FAULTS: dict[str, str] = {
     "sink-ahead": "restore an older copy of the file sink's checkpoint: its newest offsets/commits batches "
@@ -188,7 +188,7 @@ def _fault_stale_lease(root: Path) -> list[str]:
     from streamctl.pipeline.agent import write_json_atomic
 
     ckpt = root / "delta" / "checkpoint"
-    qid = json.loads((ckpt / METADATA_FILE).read_text(encoding="utf-8"))["id"]
+    qid = query_id_of(ckpt)
     now = int(time.time() * 1000)
     started, beat = now - 20 * 60_000, now - 10 * 60_000
     lease = Lease(version=LEASE_VERSION, query_id=qid, run_id="00000000-0000-0000-0000-000000000000",

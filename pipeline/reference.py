@@ -45,7 +45,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from streamctl.formats.layout import METADATA_FILE, STOP_FILE
+from streamctl.formats.layout import STOP_FILE
+from streamctl.formats.metadata import query_id_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -211,7 +212,7 @@ def _delta_batch_fn(checkpoint: Path, output: Path) -> Callable[[Any, int], None
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
         from deltalake.exceptions import TableNotFoundError
 
-        app_id = json.loads((checkpoint / METADATA_FILE).read_text(encoding="utf-8"))["id"]
+        app_id = query_id_of(checkpoint)
         try:
             done = DeltaTable(str(output)).transaction_version(app_id)
         except TableNotFoundError:
@@ -259,7 +260,7 @@ def _iceberg_batch_fn(root: Path, checkpoint: Path, output: Path) -> Callable[[A
     def write_batch(batch_df: Any, batch_id: int) -> None:
         from pyiceberg.exceptions import NoSuchTableError
 
-        app_id = json.loads((checkpoint / METADATA_FILE).read_text(encoding="utf-8"))["id"]
+        app_id = query_id_of(checkpoint)
         data = batch_df.toArrow()
         catalog = _iceberg_catalog(root)
         try:

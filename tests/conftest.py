@@ -16,6 +16,7 @@ from helpers import align_pipeline as _align_pipeline
 from helpers import layouts as _layouts
 from helpers import terminal as _terminal
 from helpers.kafka_fixtures import kafka_broker, kafka_topic  # noqa: F401  (fixtures)
+from helpers.lanes import pytest_runtestloop  # noqa: F401  (two processes share one run: ./dev test)
 from helpers.spark_fixtures import fresh_copy, spark, spark_checkpoints  # noqa: F401  (fixtures)
 from helpers.trees import snapshot_tree
 

@@ -6,7 +6,7 @@ a sink log still naming the old place would hide rows), and the old place is byt
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
 process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
-(moto) -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
+(moto) -> local, and S3 -> GCS -> Azure -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
 restart there fails on the tombstone, streamctl's mutations refuse it), undo brings it back, a
 batch planned at the old place during the copy stops the move at its gate, a crash while retiring
 resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
@@ -25,13 +25,14 @@ from typing import Any
 import pytest
 
 from helpers import align_pipeline as ap
+from helpers import cloud_fixtures as _cf
 from helpers import s3_fixtures as _s3f
 from helpers.layouts import epochs
 from helpers.trees import copy_tree, snapshot_tree, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark_lines]
 
-s3 = _s3f.s3
+s3, gcs, azure = _s3f.s3, _cf.gcs, _cf.azure
 KIND = "dedup_file"
 FILES = 5  # batches 0..4: sink log 0, 1, 2.compact, 3, 4
 STREAMCTL = Path(sys.executable).parent / "streamctl"
@@ -243,6 +244,24 @@ def test_local_to_s3_and_back(cli, spark, pristine, tmp_path, s3):
     doc = executed(cli, "copy", ck_uri, str(back_ck), "--sink", out_uri, "--sink-dest", str(back_out))
     assert doc["after"]["new"]["committed"] == FILES - 1
     restart(at(p, back_ck, back_out))
+
+
+def test_from_store_to_store_s3_gcs_azure_then_home(cli, spark, pristine, tmp_path, s3, gcs, azure):
+    """Each hop copies from one object store to another (the S3 server, fake-gcs-server,
+    Azurite): every copy inspects aligned at the same committed epoch, and the copy brought home
+    from Azure restarts exactly once; the old place is unchanged."""
+    p = old_place(pristine, tmp_path, spark)
+    before = old_state(p)
+    hops = [(str(p.checkpoint), str(p.output)),
+            (_s3f.s3_uri(s3[1], "hop/checkpoint"), _s3f.s3_uri(s3[1], "hop/output")),
+            (_cf.gcs_uri(gcs[1], "hop/checkpoint"), _cf.gcs_uri(gcs[1], "hop/output")),
+            (_cf.azure_uri(azure[1], "hop/checkpoint"), _cf.azure_uri(azure[1], "hop/output")),
+            (str(tmp_path / "home" / "checkpoint"), str(tmp_path / "home" / "output"))]
+    for (ck, out), (dest, sink_dest) in zip(hops, hops[1:], strict=False):
+        doc = executed(cli, "copy", ck, dest, "--sink", out, "--sink-dest", sink_dest)
+        assert doc["after"]["new"]["verdict"] == "aligned" and doc["after"]["new"]["committed"] == FILES - 1, (dest, doc)
+    assert old_state(p) == before
+    restart(at(p, tmp_path / "home" / "checkpoint", tmp_path / "home" / "output"))
 
 
 def test_undo_takes_the_copy_out(cli, spark, pristine, tmp_path):

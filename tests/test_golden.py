@@ -24,7 +24,7 @@ import pytest
 from helpers.golden import UPDATE_ENV, check_golden_text
 from helpers.paths import GOLDEN
 
-_OP_ID = re.compile(r"\b(align|trim|drop-sink|kafka-commit-offsets|commit-offsets)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
+_OP_ID = re.compile(r"\b((?:align|trim|drop-sink|kafka-commit-offsets|commit-offsets)(?:-fleet)?)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
 _VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
                   "now_ms", "created", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
 # sizes of sink-log files, which hold the absolute (temporary) paths of the data files
@@ -203,3 +203,26 @@ def test_golden_kafka_documents(cli, layouts: Any, tmp_path: Path, kafka_broker:
     assert plan["changes"] == 2 and not plan["executed"]
     done = golden("KafkaCommitOffsets__execute", "kafka", "commit-offsets", str(chk), "--group", group, "--execute")
     assert done["executed"] and done["verified"]
+
+
+def test_golden_fleet_plan_result_undo(cli, layouts: Any, tmp_path: Path) -> None:
+    """trim over a fleet: one checkpoint with work, one refused (misaligned); align's plan of the
+    same fleet (nothing to do, a roll forward)."""
+    chk, out = tmp_path / "chk", tmp_path / "out"
+    layouts.checkpoint(chk / "a", 24, 24)
+    layouts.file_sink(out / "a", 24, compact_every=10)
+    layouts.checkpoint(chk / "b", 5, 3)
+    layouts.file_sink(out / "b", 5)
+    base = ("trim", str(chk / "a"), str(chk / "b"), "--sink-pattern", "../../out/{name}", "--keep-epochs", "3", "--json")
+    r = cli(*base)
+    assert r.code == 4, r
+    check_golden("TrimFleetPlan", r.stdout, tmp_path)
+    r = cli(*base, "--execute", "--run-dir", str(tmp_path / "runs"))
+    assert r.code == 4, r
+    doc = check_golden("TrimFleetResult", r.stdout, tmp_path)
+    r = cli("trim", "--undo-run", doc["run_record"], "--json")
+    assert r.code == 0, r
+    check_golden("TrimFleetUndo", r.stdout, tmp_path)
+    r = cli("align", str(chk / "a"), str(chk / "b"), "--sink-pattern", "../../out/{name}", "--json")
+    assert r.code == 0, r
+    check_golden("AlignFleetPlan", r.stdout, tmp_path)

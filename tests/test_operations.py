@@ -230,11 +230,12 @@ def test_lock_is_exclusive_and_a_dead_owner_needs_break_lock(tmp_path: Path) -> 
 
 
 def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Path) -> None:
-    """Journal lines, plan.json and manifest.json (orjson: compact, keys sorted, one record per
-    line) read back to exactly what was written: paths with quotes, backslashes, non-ASCII, U+2028
+    """Journal lines (orjson: compact, keys sorted, one record per line), plan.json and
+    manifest.json (one indented document) read back to exactly what was written: paths with quotes, backslashes, non-ASCII, U+2028
     and a name that is not UTF-8 (a lone surrogate: orjson refuses it, json.dumps escapes it),
     null digests, write steps' extra keys, every other record."""
-    from streamctl.formats.journal import dumps, journal_records, json_file, record_line, record_lines
+    from streamctl.formats.journal import journal_records, json_file, record_line, record_lines
+    from streamctl.formats.jsontext import dumps
     from streamctl.operations.apply_steps import moved_entry
     from streamctl.operations.backup_folder import PLAN_FILE, load
 
@@ -267,13 +268,13 @@ def test_journal_lines_plan_and_manifest_read_back_what_was_written(tmp_path: Pa
         dumps({"a": {1, 2}})  # neither encoder writes a set
     doc = {"steps": [{"path": odd}, {"path": not_utf8}], "roots": {"c": "/x"}, "notes": [], "target": None}
     text = json_file(doc)
-    assert json.loads(text) == doc and text.splitlines()[:3] == [b"{", b'  "notes": [],', b'  "roots": {"c":"/x"},']
+    assert json.loads(text) == doc and text.splitlines()[:4] == [b"{", b'  "notes": [],', b'  "roots": {', b'    "c": "/x"']
     steps = [Step("move", "checkpoint", odd, "x"), Step("move", "checkpoint", not_utf8, "y"),
              Step("write", "checkpoint", "w", "w", content=b"\xff\x00"), Step("write", "checkpoint", "t", "t", content="é".encode())]
     plan = _plan(steps, {"checkpoint": str(tmp_path / "ck")})
     backup = Root("backup", str(tmp_path / "backup"))
     write_plan(backup, plan)
-    assert (tmp_path / "backup" / PLAN_FILE).read_bytes().count(b"\n") == len(plan.to_record()) + len(steps) + 2 + 1
+    assert json.loads((tmp_path / "backup" / PLAN_FILE).read_bytes()) == json.loads(json.dumps(plan.to_record()))
     assert load(str(tmp_path / "backup"))[0].to_record() == plan.to_record()
 
 

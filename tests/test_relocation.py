@@ -225,8 +225,9 @@ def test_a_gone_input_folder_with_no_moved_copy_is_source_gone(ap, spark, cli, t
 def test_a_new_sink_root_is_spelled_as_spark_spells_its_store() -> None:
     """A logged path rewritten to the sink's new place keeps the log's spelling on one kind of
     store, and takes Spark's spelling of the new store across kinds (a sink copied between the
-    local disk and S3): `file:///...` locally, `s3a://bucket/...` on S3."""
-    from streamctl.inspectors.placement import new_root_spelling
+    local disk and S3, or between two stores): `file:///...` locally, `s3a://bucket/...` on S3,
+    `gs://bucket/...` on GCS, Azure's URI as named; never pyarrow's `anonymous@` or credentials."""
+    from streamctl.inspectors.placement import new_root_spelling, norm_uri
     from streamctl.inspectors.storage import Storage
 
     local, s3 = Storage("/data/new out", local_root="/data/new out"), Storage("s3://bucket/new/out")
@@ -236,3 +237,10 @@ def test_a_new_sink_root_is_spelled_as_spark_spells_its_store() -> None:
     assert new_root_spelling("s3a://other/old/part-0.json", s3) == "s3a://bucket/new/out"
     assert new_root_spelling("s3://other/old/part-0.json", s3) == "s3://bucket/new/out"
     assert new_root_spelling("file:///data/old/part-0.json", s3) == "s3a://bucket/new/out"
+    gcs = Storage("gs://anonymous@bucket/new/out?endpoint_override=127.0.0.1:1&scheme=http")
+    abfs = Storage("abfs://box@acct.dfs.core.windows.net/new/out?enable_tls=false")
+    assert new_root_spelling("s3a://other/old/part-0.json", gcs) == "gs://bucket/new/out"
+    assert new_root_spelling("gs://other/old/part-0.json", abfs) == "abfs://box@acct.dfs.core.windows.net/new/out"
+    assert new_root_spelling("abfss://c@a.dfs.core.windows.net/old/p", Storage("s3://k:s@bucket/o")) == "s3a://bucket/o"
+    assert norm_uri("s3a://anonymous@bucket/k") == "s3://bucket/k" == norm_uri("s3://bucket/k")
+    assert norm_uri("abfs://box@acct.dfs.core.windows.net/k") == "abfs://box@acct.dfs.core.windows.net/k"

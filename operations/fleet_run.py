@@ -1,0 +1,337 @@
+"""A mutation over a fleet of checkpoints (`streamctl trim '/data/chk/*'`): each checkpoint is
+planned, or carried out through the one runner (operations/runner.py: its own lock, journal,
+backup, verify, resume and undo), on a bounded thread pool; a refusal or failure of one never
+stops or changes another. The run record (operations/fleet_record.py) says what each checkpoint's
+operation did, so the run resumes and undoes as a whole (docs/model.md#fleet-runs).
+
+What differs between commands (the request from the run's settings, the planner) is handed in;
+what an exception means to the operator (its exit code) too: `code_of`, console/errors.py's table.
+"""
+from __future__ import annotations
+
+import posixpath
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+from urllib.parse import urlparse
+
+from streamctl.formats.errors import UsageError
+from streamctl.formats.layout import PLAN_FILE
+from streamctl.operations import fleet_record as rec
+from streamctl.operations.files import Root
+from streamctl.operations.plan import Plan
+
+DEFAULT_WORKERS = 4
+CodeOf = Callable[[BaseException], int]
+Tick = Callable[[str], None]
+
+
+def sink_for(checkpoint: str, pattern: str) -> str:
+    """The sink of `checkpoint` by `--sink-pattern`: `{name}` is the checkpoint folder's name,
+    `{checkpoint}` its location; a pattern that is not absolute (no leading `/`, no scheme) is
+    relative to the checkpoint folder. `..` is resolved in the path, a URI's `?options` kept."""
+    base, q, options = checkpoint.partition("?")
+    base = base.rstrip("/")
+    name = posixpath.basename(urlparse(base).path.rstrip("/")) or base
+    sink = pattern.replace("{name}", name).replace("{checkpoint}", base)
+    if not (sink.startswith("/") or "://" in sink):
+        sink = f"{base}/{sink}"
+    scheme, sep, rest = sink.partition("://")
+    if sep:  # keep scheme://bucket, normalize the path after it
+        bucket, _slash, path = rest.partition("/")
+        sink = f"{scheme}://{bucket}{posixpath.normpath('/' + path)}"
+    else:
+        sink = posixpath.normpath(sink)
+    return sink if "?" in sink else sink + q + options  # a pattern's own ?options win
+
+
+def inside(pattern: str, matches: list[str]) -> None:
+    """A local pattern's matches stay in the folder the pattern names: a match that is a symlink
+    out of it is a usage error (name it directly to act on it), before anything changes."""
+    import glob
+    import os
+
+    from streamctl.inspectors.fleet import is_remote
+
+    if is_remote(pattern) or "://" in pattern:
+        return
+    parts = os.path.expanduser(pattern).split(os.sep)
+    base = os.sep.join(parts[:next((i for i, p in enumerate(parts) if glob.has_magic(p)), len(parts))]) or "."
+    real_base = os.path.realpath(base)
+    for m in matches:
+        real = os.path.realpath(m)
+        if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
+            raise UsageError(f"{m}: matched by {pattern} but a symlink out of {base} (it resolves to {real}); "
+                             "name it directly to act on it")
+
+
+@dataclass
+class Tally:
+    """What the terminal's progress line and the summary count, shared by the run's threads."""
+
+    total: int
+    done: int = 0
+    files: int = 0
+    bytes: int = 0
+    failed: int = 0
+    refused: int = 0
+    current: dict[str, str] = field(default_factory=dict)  # checkpoint -> its runner's last meter line
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, row: dict[str, Any], tick: Tick) -> None:
+        with self._lock:
+            self.done += 1
+            if row["status"] in (rec.DONE, rec.UNDONE):
+                self.files += int(row.get("files") or 0)
+                self.bytes += int(row.get("bytes") or 0)
+            self.refused += row["status"] == rec.REFUSED
+            self.failed += row["status"] in (rec.FAILED, rec.UNREADABLE, rec.NOT_VERIFIED)
+            self.current.pop(row["checkpoint"], None)
+            tick(self.line())
+
+    def meter(self, checkpoint: str, tick: Tick) -> Tick:
+        """The runner's meter of one checkpoint (files, bytes, rate, eta of its steps) after the
+        fleet's counts."""
+        def say(msg: str) -> None:
+            with self._lock:
+                self.current[checkpoint] = msg
+                tick(self.line())
+
+        return say
+
+    def line(self) -> str:
+        from streamctl.inspectors.findings import human_bytes
+
+        head = (f"{self.done}/{self.total} checkpoints, {self.files} file(s), {human_bytes(self.bytes)}, "
+                f"{self.refused} refused, {self.failed} failed")
+        now = next(reversed(self.current.items()), None)
+        return head if now is None else f"{head}; {now[0]}: {now[1]}"
+
+
+def pool_map(fn: Callable[[int], dict[str, Any]], count: int, workers: int) -> list[dict[str, Any]]:
+    """fn(i) for every i, on at most `workers` threads; results in input order."""
+    if workers <= 1 or count <= 1:
+        return [fn(i) for i in range(count)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=min(workers, count), thread_name_prefix="streamctl-fleet")
+    try:
+        return list(pool.map(fn, range(count)))
+    except KeyboardInterrupt:  # the checkpoints under way finish; the others stay pending for --resume-run
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def status_of(code: int) -> str:
+    """The status of a checkpoint whose operation raised, before it changed anything."""
+    return {4: rec.REFUSED, 3: rec.UNREADABLE, 5: rec.NOT_VERIFIED}.get(code, rec.FAILED)
+
+
+def plan_row(plan: Plan) -> dict[str, Any]:
+    """What the fleet plan and result say of one checkpoint's plan."""
+    sizes = plan.after.get("reclaimable") or {}
+    kept = [plan.target, plan.before.get("committed")] if plan.command == "trim" else None  # trim's kept window
+    return {"strategy": plan.strategy, "target": plan.target, "kept": kept,
+            "delivery": plan.classification, "steps": len(plan.steps),
+            "files": sum(v["files"] for v in sizes.values()) if sizes else len(plan.steps),
+            "bytes": sum(v["bytes"] for v in sizes.values()), "liveness": plan.before.get("liveness") or ""}
+
+
+def base_row(e: rec.Entry) -> dict[str, Any]:
+    return {"checkpoint": e.checkpoint, "sink": e.sink or "", "status": rec.PENDING, "reason": "", "exit_code": 0,
+            "strategy": "", "target": None, "kept": None, "delivery": "", "steps": 0, "files": 0, "bytes": 0,
+            "liveness": "", "op_id": e.op_id, "backup": e.backup}
+
+
+def plan_fleet(entries: list[rec.Entry], planner: Callable[[rec.Entry], Plan], code_of: CodeOf, workers: int,
+               tick: Tick) -> list[dict[str, Any]]:
+    """Each checkpoint's plan, or why it refuses or cannot be read; nothing is changed."""
+    tally = Tally(len(entries))
+
+    def one(i: int) -> dict[str, Any]:
+        row = base_row(entries[i])
+        try:
+            plan = planner(entries[i])
+        except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
+            code = int(code_of(exc))
+            row.update(status=status_of(code), reason=str(exc), exit_code=code)
+        else:
+            row.update(plan_row(plan), status="planned" if plan.steps else rec.NOTHING)
+        tally.add(row, tick)
+        return row
+
+    return pool_map(one, len(entries), workers)
+
+
+def _started(backup: str) -> bool:
+    """Has the operation written its plan into its backup folder (so it may have changed files)?"""
+    if not backup:
+        return False
+    try:
+        return Root("backup", backup).exists(PLAN_FILE)
+    except Exception:  # noqa: BLE001 - an unreadable backup folder: not started as far as we can tell
+        return False
+
+
+def _finish(run: rec.FleetRun, i: int, row: dict[str, Any], tally: Tally, tick: Tick) -> dict[str, Any]:
+    keep = {k: row[k] for k in ("status", "reason", "exit_code", "files", "bytes", "op_id", "backup")}
+    run.update(i, **keep)
+    tally.add(row, tick)
+    return row
+
+
+def _failed(row: dict[str, Any], exc: BaseException, code_of: CodeOf) -> None:
+    code = int(code_of(exc))
+    started = _started(row["backup"])
+    row.update(status=rec.FAILED if started else status_of(code), reason=str(exc), exit_code=code,
+               backup=row["backup"] if started else "", op_id=row["op_id"] if started else "")
+
+
+def _outcome(row: dict[str, Any], outcome: Any) -> None:
+    row.update(plan_row(outcome.plan))
+    if not outcome.executed:
+        row.update(status=rec.NOTHING, backup="", op_id="", files=0, bytes=0)
+    elif outcome.verified:
+        row.update(status=rec.DONE, backup=outcome.backup.location)
+    else:
+        row.update(status=rec.NOT_VERIFIED, exit_code=5, backup=outcome.backup.location,
+                   reason=f"{row['checkpoint']}: ran but the checkpoint is {outcome.got.get('verdict')}, "
+                          f"not the promised {outcome.plan.expected_verdict}")
+
+
+def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                break_lock: bool, tally: Tally, tick: Tick) -> dict[str, Any]:
+    """One checkpoint through the runner, under the operation id and backup folder the record
+    named before the run started. Run again after a crash while it was being planned (its lock
+    there, no plan yet), the lock of that same operation id is taken over once its process is gone."""
+    from streamctl.inspectors.checkpoint import require_checkpoint
+    from streamctl.inspectors.storage import Storage
+    from streamctl.operations import runner
+
+    e = run.entries[i]
+    row = base_row(e)
+    try:
+        op_id = e.op_id or runner.new_op_id(op.command)
+        backup = e.backup or Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
+        row.update(op_id=op_id, backup=backup, status=rec.RUNNING)
+        run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
+        require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
+        outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
+                                                    op_id=op_id, takeover=True), meter=tally.meter(e.checkpoint, tick))
+    except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
+        _failed(row, exc, code_of)
+    else:
+        _outcome(row, outcome)
+    return _finish(run, i, row, tally, tick)
+
+
+def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                  workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
+    tally = Tally(len(run.entries))
+    with _interrupted(run):
+        return pool_map(lambda i: execute_one(run, i, op, planner, code_of, break_lock, tally, tick),
+                        len(run.entries), workers)
+
+
+@contextmanager
+def _interrupted(run: rec.FleetRun) -> Iterator[None]:
+    """The record saved at the end of the run; on Ctrl-C too (the checkpoints under way have
+    finished or kept their locks), then the message names the run's resume (exit 130)."""
+    from streamctl.operations.runner import Interrupted
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        run.flush()
+        raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
+                          f"{run.location} (or undo it with --undo-run)") from None
+    run.flush()
+
+
+def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                 workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
+    """Every checkpoint the run left unfinished: one that never started runs now; one whose
+    operation started (its plan is in its backup folder) resumes from its journal."""
+    from streamctl.operations import runner
+
+    todo = [i for i, e in enumerate(run.entries) if e.status in rec.UNFINISHED]
+    tally = Tally(len(todo))
+
+    def one(k: int) -> dict[str, Any]:
+        i = todo[k]
+        e = run.entries[i]
+        if not _started(e.backup):
+            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick)
+        row = base_row(e)
+        try:
+            outcome = runner.resume(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
+        except Exception as exc:  # noqa: BLE001
+            row.update(status=rec.FAILED, reason=str(exc), exit_code=int(code_of(exc)))
+        else:
+            _outcome(row, outcome)
+        return _finish(run, i, row, tally, tick)
+
+    with _interrupted(run):
+        return pool_map(one, len(todo), workers)
+
+
+def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_lock: bool,
+               tick: Tick) -> list[dict[str, Any]]:
+    """Put back every checkpoint the run changed (each from its backup folder, checked against its
+    manifest first); a refusal of one leaves it as it is and its status unchanged."""
+    from streamctl.operations import runner
+
+    todo = [i for i, e in enumerate(run.entries) if e.status != rec.UNDONE and _started(e.backup)]
+    tally = Tally(len(todo))
+
+    def one(k: int) -> dict[str, Any]:
+        i = todo[k]
+        e = run.entries[i]
+        row = base_row(e)
+        if _undone(op, e.backup):  # undone before, after the record's last save
+            row.update(status=rec.UNDONE)
+            run.update(i, status=rec.UNDONE, reason="")
+            tally.add(row, tick)
+            return row
+        try:
+            done = runner.undo(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
+        except Exception as exc:  # noqa: BLE001
+            code = int(code_of(exc))
+            row.update(status=status_of(code), reason=str(exc), exit_code=code)
+            run.update(i, reason=str(exc))
+        else:
+            row.update(status=rec.UNDONE if done.verified else rec.NOT_VERIFIED, files=len(done.restored),
+                       exit_code=0 if done.verified else 5,
+                       reason="" if done.verified else f"{e.checkpoint}: undo ran but the positions differ")
+            run.update(i, status=rec.UNDONE if done.verified else e.status, reason=row["reason"])
+        tally.add(row, tick)
+        return row
+
+    with _interrupted(run):
+        return pool_map(one, len(todo), workers)
+
+
+def _undone(op: Any, backup: str) -> bool:
+    """Does the operation's journal say an undo of it finished?"""
+    from streamctl.operations.backup_folder import load
+    from streamctl.operations.runner import roots_of
+
+    try:
+        plan, root = load(backup)
+        return bool(op.steps(plan, roots_of(plan), root, None, None).read_journal().undo_finished)
+    except Exception:  # noqa: BLE001 - unreadable: the undo itself says why
+        return False
+
+
+def entries_of(targets: list[tuple[str, Optional[str], str, Optional[str]]]) -> list[rec.Entry]:
+    seen: set[str] = set()
+    out = []
+    for checkpoint, sink, kind, app_id in targets:
+        if checkpoint in seen:
+            raise UsageError(f"{checkpoint}: named twice; a fleet run takes each checkpoint once")
+        seen.add(checkpoint)
+        out.append(rec.Entry(checkpoint, sink, kind, app_id))
+    return out
