@@ -17,8 +17,8 @@ from streamctl.console.exit_codes import EXIT_CODES_HELP
 # The commands in the order `streamctl --help` falls back to; each is `commands/<name>_cmd.py`
 # (`-` as `_`), a Typer app for the groups, else the function of the command's name.
 COMMANDS = ("inspect", "kafka", "completion", "stop", "align", "drop-sink", "trim", "copy", "demo", "preflight", "diagnose",
-            "backups")
-GROUPS = ("inspect", "kafka")
+            "backups", "savepoint")
+GROUPS = ("inspect", "kafka", "savepoint")
 
 
 class RootGroup(StreamctlGroup):

@@ -51,7 +51,9 @@ def align(
     sink_kind: options.SinkKind = options.SINK_KIND_OPT,
     app_id: Optional[str] = options.APP_ID_OPT,
     to: str = typer.Option("auto", "--to", help="auto (the newest exactly-once epoch), max (the newest epoch the WAL "
-                                                  "and every state store hold) or an epoch number."),
+                                                  "and every state store hold), an epoch number, an ISO-8601 time with "
+                                                  "its zone (the newest epoch whose batch started at or before it: "
+                                                  "2026-11-21T02:55:00Z) or savepoint:NAME."),
     execute: bool = options.EXECUTE_OPT,
     backup_dir: Optional[str] = options.BACKUP_DIR_OPT,
     allow_duplicates: bool = typer.Option(False, "--allow-duplicates", help="Accept a plan that delivers some epochs twice."),
@@ -98,6 +100,8 @@ def align(
       streamctl align /data/chk/orders --sink /data/out/orders
       streamctl align /data/chk/orders --sink /data/out/orders --execute
       streamctl align /data/chk/orders --sink /data/out/orders --to 41 --allow-loss --execute
+      streamctl align /data/chk/orders --sink /data/out/orders --to 2026-11-21T02:55:00Z --allow-duplicates
+      streamctl align /data/chk/orders --to savepoint:before-deploy-42 --execute
       streamctl align /data/chk/orders --query-id 4f1c0b7e-2d7a-4a8e-9a43-0d5c1e2b3a4f --execute  # lost metadata
       streamctl align --resume /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
       streamctl align --undo /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
@@ -107,9 +111,9 @@ def align(
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors.findings import positions_text, shown
     from streamctl.operations.align import AlignRequest, operation, plan_align
+    from streamctl.operations.align_rewind import check_to
 
-    if to not in ("auto", "max") and not to.isdigit():
-        raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
+    check_to(to)
     if query_id is not None:
         import uuid
 

@@ -24,7 +24,8 @@ app.command("commit-offsets")(kafka_commit_cmd.commit_offsets)
 @app.command("starting-offsets")
 def starting_offsets(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
-    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
+    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, a batch id, or an ISO-8601 "
+                              "time with its zone (the epoch `align --to TIME` rewinds to)."),
     as_json: bool = typer.Option(False, "--json", help="A JSON document instead of the bare option value."),
 ) -> None:
     """Print the startingOffsets JSON a successor query needs to continue exactly where this
@@ -34,6 +35,7 @@ def starting_offsets(
 
     \b
       streamctl kafka starting-offsets /data/chk/orders
+      streamctl kafka starting-offsets /data/chk/orders --epoch 2026-11-21T02:55:00Z
       spark.readStream.format("kafka").option("startingOffsets", "$(streamctl kafka starting-offsets orders)")
     """
 
@@ -54,7 +56,8 @@ def starting_offsets(
 def retention_floor(
     checkpoint: str = typer.Argument(..., help="A checkpoint path, URI or pipeline name."),
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="The newest epochs kept as restart/rollback points (as trim)."),
-    keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
+    keep_rollback_to: Optional[str] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible: "
+                                                   "an epoch, or an ISO-8601 time with its zone."),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help="table, plain, markdown or json."),
     as_json: bool = typer.Option(False, "--json", help="Same as --format json."),
 ) -> None:
@@ -68,17 +71,21 @@ def retention_floor(
     \b
       streamctl kafka retention-floor /data/chk/orders --keep-epochs 20
       streamctl kafka retention-floor orders --keep-rollback-to 1200 --json
+      streamctl kafka retention-floor orders --keep-rollback-to 2026-11-21T02:55:00+01:00
     """
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.kafka import epoch_offsets as kafka_epoch_offsets
+    from streamctl.inspectors.rewind_time import check_epoch_or_time, epoch_or_time
     from streamctl.inspectors.window import NoKeptWindow, oldest_kept_epoch
 
+    check_epoch_or_time(keep_rollback_to, "--keep-rollback-to")
     config, _pipeline, location = kafka_options.load(checkpoint)
     output = options.output_format(fmt, as_json, config)
     q = inspect_checkpoint(location)
+    keep_to = epoch_or_time(q, keep_rollback_to, "--keep-rollback-to")[0] if keep_rollback_to is not None else None
     try:
-        low = oldest_kept_epoch(q, keep_epochs, keep_rollback_to)
+        low = oldest_kept_epoch(q, keep_epochs, keep_to)
     except NoKeptWindow as exc:
         raise UsageError(str(exc)) from None
     if low == 0:

@@ -84,7 +84,7 @@ def commit_offsets(
     bootstrap: Optional[str] = kafka_options.BOOTSTRAP_OPT,
     kafka_config: Optional[list[str]] = kafka_options.KAFKA_CONFIG_OPT,
     kafka_timeout: Optional[float] = kafka_options.KAFKA_TIMEOUT_OPT,
-    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, or a batch id."),
+    epoch: str = typer.Option("committed", "--epoch", help="committed (default), planned, a batch id or an ISO-8601 time."),
     execute: bool = typer.Option(False, "--execute", help="Write the offsets; without it only the plan is shown."),
     backup_dir: Optional[str] = typer.Option(None, "--backup-dir", help="Where the plan, the journal and the group's "
                                              "previous offsets go (default CHECKPOINT/_streamctl/backups/<operation id>)."),

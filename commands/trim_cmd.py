@@ -45,7 +45,9 @@ def trim(
     sink_kind: options.SinkKind = options.SINK_KIND_OPT,
     app_id: Optional[str] = options.APP_ID_OPT,
     keep_epochs: int = typer.Option(10, "--keep-epochs", min=1, help="Keep this many newest epochs as restart/rollback points (default 10)."),
-    keep_rollback_to: Optional[int] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible."),
+    keep_rollback_to: Optional[str] = typer.Option(None, "--keep-rollback-to", help="Keep `align --to EPOCH` possible: "
+                                                   "an epoch, or an ISO-8601 time with its zone (the epoch "
+                                                   "`align --to TIME` would rewind to)."),
     execute: bool = options.EXECUTE_OPT,
     purge: bool = typer.Option(False, "--purge", help="Delete instead of moving into the backup (no undo)."),
     backup_dir: Optional[str] = options.BACKUP_DIR_OPT,
@@ -70,19 +72,24 @@ def trim(
     offsets and commits entries, each state store's restore chains (snapshots/zips and the
     deltas/changelogs after them), the SST files the kept RocksDB zips name, and the file sink's
     log from the compaction at or below the oldest kept epoch. Plans the removal of everything
-    older (bytes and files per category), refuses a live or misaligned query.
+    older (bytes and files per category), refuses a live or misaligned query. Every intact
+    savepoint (`streamctl savepoint`) is kept as --keep-rollback-to keeps its epoch.
 
     Examples:
 
     \b
       streamctl trim /data/chk/orders --keep-epochs 20
       streamctl trim /data/chk/orders --sink /data/out/orders --keep-rollback-to 1200 --execute
+      streamctl trim /data/chk/orders --keep-rollback-to 2026-11-21T02:55:00Z
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
       streamctl trim '/data/chk/*' --sink-pattern '../../out/{name}' --keep-epochs 20 --execute  # a fleet
       streamctl trim --resume-run /data/chk/a/_streamctl/fleet-runs/trim-fleet-20261121T030000Z-1a2b.json
     """
     from streamctl.commands import mutation
+    from streamctl.inspectors.rewind_time import check_epoch_or_time
     from streamctl.operations.trim import TrimRequest, operation, plan_trim
+
+    check_epoch_or_time(keep_rollback_to, "--keep-rollback-to")
 
     if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
         config = options.settings()

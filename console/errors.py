@@ -30,11 +30,13 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 def _table() -> list[tuple[type[BaseException], ExitCode]]:
     """THE table from exception types to exit codes (README "Exit codes"); the first match wins,
     so subclasses come before their bases. Every command reaches its exit code through it."""
+    from streamctl.inspectors.rewind_time import OutsideWindow
     from streamctl.operations.plan import NotVerified, Refused
 
     return [
         (UsageError, ExitCode.USAGE),
-        (Refused, ExitCode.REFUSED),  # also the lock held, an executor Conflict, a teardown refusal
+        (Refused, ExitCode.REFUSED),
+        (OutsideWindow, ExitCode.REFUSED),  # a time or savepoint the checkpoint no longer keeps  # also the lock held, an executor Conflict, a teardown refusal
         (NotVerified, ExitCode.NOT_VERIFIED),
         (StorageError, ExitCode.UNREADABLE),
         (StreamctlError, ExitCode.UNREADABLE),
@@ -236,7 +238,7 @@ def _usage_failure(exc: ClickException, argv: Sequence[str]) -> BaseException:
 # the Flink CLI group theirs); a command in no group is listed last, under "Other".
 COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Inspect (read-only)", ("diagnose", "inspect", "preflight")),
-    ("Repair", ("align", "trim", "backups")),
+    ("Repair", ("align", "trim", "backups", "savepoint")),
     ("Move", ("copy",)),
     ("Retire", ("stop", "drop-sink")),
     ("Kafka", ("kafka",)),

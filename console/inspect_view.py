@@ -101,6 +101,20 @@ def epoch_table(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]], list[s
     return headers, rows, lines
 
 
+def time_lines(doc: dict[str, Any]) -> list[str]:
+    """Per query, when its planned, committed and oldest kept batches started (batchTimestampMs):
+    what `align --to TIME` and `trim --keep-rollback-to TIME` are judged against. Unknown times are
+    left out."""
+    lines = []
+    for q in doc["queries"]:
+        parts = [f"{label} {q[epoch]} at {q[key]}" for label, epoch, key in (
+            ("planned", "planned", "planned_time"), ("committed", "committed", "committed_time"),
+            ("oldest kept", "oldest_kept", "oldest_time")) if q.get(key) and q.get(epoch) is not None]
+        if parts:
+            lines.append(f"{q['checkpoint']}: " + ", ".join(parts))
+    return lines
+
+
 WIDE_EPOCH_HEADERS = ["offsets kept", "format", "sink", "lease", "findings"]
 
 
@@ -124,6 +138,9 @@ def emit_epochs(doc: dict[str, Any], output: str) -> None:
         return
     headers, rows, lines = epoch_table(doc)
     render.emit_table(headers, rows, output)
+    times = time_lines(doc)
+    if times:
+        render.emit_lines(times, output, title="Batch times (UTC)")
     render.emit_lines(lines or ["none"], output, title="Findings")
     render.emit_lines([f"verdict: {doc['verdict']}"], output)
 

@@ -30,6 +30,7 @@ STOP_FILE = f"{STREAMCTL_DIR}/{STOP_NAME}"  # a stop request (`streamctl stop`)
 WRITTEN_FILE = f"{STREAMCTL_DIR}/{WRITTEN_NAME}"  # the checkpoint log files the last operation wrote
 BACKUPS_DIR = f"{STREAMCTL_DIR}/backups"  # the default backup folders: backups/<operation id>
 RETIRED_DIR = f"{STREAMCTL_DIR}/retired"  # drop-sink's archives: retired/<operation id>
+SAVEPOINTS_DIR = f"{STREAMCTL_DIR}/savepoints"  # named rollback points: savepoints/<name>.json (savepoint.py)
 
 
 # A backup folder (the one of an operation, docs/formats/streamctl.md#the-backup-folder)

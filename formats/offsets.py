@@ -68,6 +68,13 @@ class OffsetEntry:
         return value if isinstance(value, int) else None
 
 
+def iso_time(ms: int) -> str:
+    """A batchTimestampMs as an ISO-8601 UTC time with milliseconds: 2026-11-21T02:55:00.123Z."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
     """Parse `offsets/<batch_id>` (v1: one line per source in order; v2: `<id>:<json>` lines)."""
     lines = split_lines(decode_text(data, path))

@@ -130,10 +130,12 @@ class Target:
 def inspect_target(target: Target, quiet_period_s: Optional[float] = None,
                    progress: Optional[Callable[[str], None]] = None) -> QueryInspection:
     from streamctl.inspectors.checkpoint import inspect_checkpoint
+    from streamctl.inspectors.rewind_time import with_oldest_time
 
-    return inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink, sink_kind=target.sink_kind,
-                              app_id=target.app_id, quiet_period_s=quiet_period_s, deep=target.deep,
-                              target_spark=target.target_spark)
+    return with_oldest_time(inspect_checkpoint(target.checkpoint, progress=progress, sink=target.sink,
+                                               sink_kind=target.sink_kind, app_id=target.app_id,
+                                               quiet_period_s=quiet_period_s, deep=target.deep,
+                                               target_spark=target.target_spark))
 
 
 def run_local(targets: list[Target], workers: int = 1, quiet_period_s: Optional[float] = None,

@@ -423,18 +423,21 @@ def epoch_offsets(location: str, epoch: str) -> tuple[Any, int, dict[tuple[str, 
     from streamctl.formats.offsets import parse_offsets
     from streamctl.inspectors.checkpoint import inspect_checkpoint
     from streamctl.inspectors.errors import raise_unreadable
+    from streamctl.inspectors.rewind_time import check_epoch_or_time, epoch_or_time, looks_like_time
     from streamctl.inspectors.storage import Storage
 
+    if epoch not in ("committed", "planned"):
+        check_epoch_or_time(epoch, "--epoch")  # before anything is read
     q = inspect_checkpoint(location)
     raise_unreadable(q)
     if epoch == "committed":
         chosen = q.committed
     elif epoch == "planned":
         chosen = q.planned
-    elif epoch.isdigit():
-        chosen = int(epoch)
+    elif epoch.isdigit() or looks_like_time(epoch):
+        chosen = epoch_or_time(q, epoch, "--epoch")[0]  # a time: the epoch align --to TIME rewinds to
     else:
-        raise UsageError(f"invalid value for --epoch: {epoch!r} (committed, planned or a batch id)")
+        raise UsageError(f"invalid value for --epoch: {epoch!r} (committed, planned, a batch id or an ISO-8601 time)")
     if chosen is None:
         raise UsageError(f"{location}: no {epoch} epoch in this checkpoint")
     st = Storage.open(location)

@@ -96,6 +96,9 @@ class QueryInspection:
     sink: Optional[SinkLog] = None
     kafka: Optional[dict[str, Any]] = None  # filled by inspectors.kafka.with_kafka
     lease: Optional[dict[str, Any]] = None  # the agent's lease, when there is one
+    # the oldest epoch a rewind reaches and its batch's batchTimestampMs (inspectors/rewind_time.py
+    # with_oldest_time; `inspect epochs` only: one more read)
+    oldest_kept: Optional[tuple[int, Optional[int]]] = None
 
     @property
     def verdict(self) -> str:
@@ -131,7 +134,23 @@ class QueryInspection:
             "findings": finding_records(self.findings),
             "verdict": self.verdict,
             "reclaimable": None,  # filled by `inspect epochs --reclaimable` (streamctl.operations.trim)
+            **self._times(),
         }
+
+    def _times(self) -> dict[str, Any]:
+        """`planned_time`, `committed_time`, `oldest_kept` and `oldest_time` (ISO-8601 UTC, the
+        batches' batchTimestampMs); a key is left out when its time is unknown."""
+        from streamctl.formats.offsets import iso_time
+
+        times: dict[str, Any] = {}
+        for key, entry in (("planned_time", self.latest_offsets), ("committed_time", self.committed_offsets)):
+            if entry is not None and entry.timestamp_ms is not None:
+                times[key] = iso_time(entry.timestamp_ms)
+        if self.oldest_kept is not None:
+            times["oldest_kept"] = self.oldest_kept[0]
+            if self.oldest_kept[1] is not None:
+                times["oldest_time"] = iso_time(self.oldest_kept[1])
+        return times
 
 
 def _source_record(s: SourceInfo) -> dict[str, Any]:

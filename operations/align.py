@@ -47,8 +47,12 @@ def _unique(steps: list[Step]) -> list[Step]:
 def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     """The plan for `req`, or Refused (with the options) / StorageError: evidence -> options ->
     choice -> steps."""
+    from streamctl.operations.align_rewind import resolve_to, with_savepoint_sink
+
+    req = with_savepoint_sink(req)
     pl = Planner(req)
     ev = gather_evidence(pl, req)
+    req, rewind = resolve_to(ev.q, req, pl.notes)  # --to TIME / savepoint:NAME as the epoch it names
     options = restart_options(pl, ev, req)
     chosen, put_back, input_roots = choose_replayable(pl, ev, options, req)
     x = int(chosen.target)  # type: ignore[arg-type]
@@ -86,6 +90,8 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     if chosen.why and chosen.classification != EXACTLY_ONCE:
         plan.notes.append(chosen.why)
     plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
+    if rewind is not None:
+        plan.after["rewind"] = rewind
     if pl.damage.torn:  # the positions an undo puts back: the files as they are, torn ones included
         plan.before.update(pl.damage.on_disk)
     return plan, q

@@ -45,7 +45,7 @@ CATEGORIES = ("offsets", "commits", "state", "ssts", "sink_log", "staging")
 @dataclass
 class TrimRequest(CheckpointRequest):
     keep_epochs: int = 10
-    keep_rollback_to: Optional[int] = None
+    keep_rollback_to: Optional[str] = None  # an epoch number or an ISO-8601 time (inspectors/rewind_time.py)
     purge: bool = False
     async_progress: bool = False  # the operator says the query runs with asyncProgressTrackingEnabled=true
 
@@ -69,8 +69,12 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     C = q.committed
     P = q.planned if q.planned is not None else C
     stores = [s for op in q.operators for s in op.stores]
+    keep_to, notes = _keep_rollback_to(q, req.keep_rollback_to)
+    pinned, sp_notes, sp_records = _savepoints(q)
+    if pinned is not None:  # the oldest savepoint is kept like --keep-rollback-to
+        keep_to = pinned if keep_to is None else min(keep_to, pinned)
     try:
-        low = oldest_kept_epoch(q, req.keep_epochs, req.keep_rollback_to)
+        low = oldest_kept_epoch(q, req.keep_epochs, keep_to)
     except NoKeptWindow as exc:
         raise Refused(str(exc)) from None
     st = Storage.open(req.checkpoint)
@@ -112,12 +116,46 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
         before={"planned": P, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
                 "state_epoch": q.state_epoch, "verdict": q.verdict, "findings": sorted({f.code for f in q.findings})},
         after={"planned": q.planned, "committed": C, "sink_epoch": q.sink.epoch if q.sink else None,
-               "oldest_rollback": low, "reclaimable": sizes},
-        notes=[f"keeps every restart and rollback point {low}..{C}"] + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
+               "oldest_rollback": low, "reclaimable": sizes, "savepoints": sp_records},
+        notes=[f"keeps every restart and rollback point {low}..{C}"] + notes + sp_notes
+        + (["--purge: files are deleted, not archived; no undo"] if req.purge else []),
         settings={"sink_kind": q.sink.kind if q.sink else None, "app_id": req.app_id or (q.sink.app_id if q.sink else None)},
     )
     plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
     return plan, sizes
+
+
+def _keep_rollback_to(q: QueryInspection, value: Optional[str]) -> tuple[Optional[int], list[str]]:
+    """--keep-rollback-to as an epoch (a time resolved by inspectors/rewind_time.py; Refused
+    outside the kept window) and the note saying what a time named."""
+    from streamctl.inspectors.rewind_time import OutsideWindow, epoch_or_time
+
+    if value is None:
+        return None, []
+    try:
+        epoch, rewind = epoch_or_time(q, value, "--keep-rollback-to")
+    except OutsideWindow as exc:
+        raise Refused(str(exc)) from None
+    return epoch, [f"--keep-rollback-to {value}: {rewind.text()}"] if rewind is not None else []
+
+
+def _savepoints(q: QueryInspection) -> tuple[Optional[int], list[str], list[dict[str, Any]]]:
+    """The oldest epoch a savepoint pins (kept like --keep-rollback-to), the notes naming every
+    savepoint (broken ones with what is missing: never skipped in silence) and the plan's records."""
+    from streamctl.inspectors.savepoints import list_savepoints
+
+    found = list_savepoints(q)
+    kept = [s for s in found if s.intact and s.savepoint is not None]
+    notes = []
+    if kept:
+        notes.append("keeps the restore files of savepoint(s) " + ", ".join(
+            f"{s.name} (epoch {s.savepoint.epoch})" for s in kept if s.savepoint is not None))
+    notes += [f"savepoint {s.name} is {s.status()}: trim keeps nothing for it (`streamctl savepoint delete` removes it)"
+              for s in found if not s.intact]
+    records = [{"name": s.name, "epoch": s.savepoint.epoch if s.savepoint else None,
+                "status": "intact" if s.intact else "broken", "missing": list(s.missing)} for s in found]
+    pinned = min((s.savepoint.epoch for s in kept if s.savepoint is not None), default=None)
+    return pinned, notes, records
 
 
 def _add_steps(req: TrimRequest, q: QueryInspection, st: Storage, low: int, C: int, stores: list[Any],

@@ -26,7 +26,7 @@ from helpers.paths import GOLDEN
 
 _OP_ID = re.compile(r"\b((?:align|trim|copy|drop-sink|kafka-commit-offsets|commit-offsets)(?:-fleet)?)-\d{8}T\d{6}Z-[0-9a-f]{4}\b")
 _VOLATILE_KEYS = {"elapsed_s", "duration_s", "took_s", "started_ms", "finished_ms", "created_ms", "at_ms",
-                  "now_ms", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
+                  "now_ms", "created", "requested_at_ms", "stopped_at_ms", "pid", "host", "age_s", "newest_write_age_s", "waited_s"}
 # sizes of sink-log files, which hold the absolute (temporary) paths of the data files
 _PATH_DEPENDENT_KEYS = {"bytes"}
 _AGO = re.compile(r"\b\d+(\.\d+)? s ago\b")
@@ -122,6 +122,16 @@ def test_golden_plan_result_undo(cli, layouts: Any, tmp_path: Path, command: str
     r = cli(command, "--undo", str(tmp_path / "bk"), "--json")
     assert r.code == 0, r
     check_golden(f"{kind}Undo", r.stdout, tmp_path)
+
+
+def test_golden_savepoint_documents(cli, layouts: Any, tmp_path: Path) -> None:
+    s = _scene(layouts, tmp_path)
+    r = cli("savepoint", "create", str(s["chk2"]), "before-deploy", "--sink", str(s["out2"]), "--epoch", "20", "--json")
+    assert r.code == 0, r
+    check_golden("Savepoint", r.stdout, tmp_path)
+    r = cli("savepoint", "list", str(s["chk2"]), "--json")
+    assert r.code == 0, r
+    check_golden("SavepointList", r.stdout, tmp_path)
 
 
 def test_golden_drop_sink_plan_result_and_handoff(cli, layouts: Any, tmp_path: Path) -> None:
