@@ -321,6 +321,32 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
                    app_id=app_id, table_version=int(version), extra=extra)
 
 
+def delta_version_of_epoch(st: Storage, app_id: str, epoch: int) -> Optional[int]:
+    """The Delta table version whose commit wrote the query's epoch: the oldest version whose
+    newest `txn` of `app_id` is `epoch` (a streaming writer's txn versions rise with the table's,
+    so a bisection over the versions, each loaded by deltalake); None when no version holds it
+    (a replayed epoch the writer skipped, a vacuumed log) or the table cannot be read."""
+    from deltalake import DeltaTable
+
+    uri, opts = _delta_options(st)
+
+    def txn_at(version: int) -> int:
+        got = DeltaTable(uri, version=version, storage_options=opts or None).transaction_version(app_id)
+        return -1 if got is None else int(got)
+
+    try:
+        lo, hi = 0, DeltaTable(uri, storage_options=opts or None).version()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if txn_at(mid) < epoch:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if txn_at(lo) == epoch else None
+    except Exception:  # noqa: BLE001 - deltalake's own errors: an old version's log is gone, or unreadable
+        return None
+
+
 def delta_add_paths(st: Storage) -> list[str]:
     """The data-file paths of a Delta table's current version as its log names them (relative
     to the table, or absolute: `streamctl copy` checks which); StorageError when the log cannot

@@ -34,8 +34,12 @@ def _sink_position(q: QueryInspection, x: int) -> Optional[dict[str, Any]]:
     if sink.kind == "file":
         position: dict[str, Any] = {"log_batch": x}
     elif sink.kind == "delta":
-        position = {"txn_app_id": sink.app_id, "txn_version": x,
-                    "table_version": sink.table_version if sink.epoch == x else None}
+        version = sink.table_version if sink.epoch == x else None
+        if version is None and sink.app_id:
+            from streamctl.inspectors.sinks import delta_version_of_epoch
+
+            version = delta_version_of_epoch(Storage.open(sink.uri), sink.app_id, x)
+        position = {"txn_app_id": sink.app_id, "txn_version": x, "table_version": version}
     elif sink.kind == "coordinated":
         position = {"epoch": x, "commit": f"{COORD_COMMITS}/{commit_record_name(x)}"}
     else:

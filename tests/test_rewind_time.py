@@ -102,6 +102,24 @@ def test_kafka_positions_and_a_savepoint_at_a_time_name_the_same_epoch(cli, layo
     assert r.code == 2 and "has no zone" in r.stderr
 
 
+def test_a_savepoint_of_an_older_epoch_names_the_delta_version_that_wrote_it(cli, layouts, tmp_path):
+    """A Delta sink written by deltalake with a `txn` per epoch (the table's version v holds epoch
+    v - 2 here: two commits came first): a savepoint of an older epoch records the table version
+    whose commit wrote that epoch, the newest epoch's the current version."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    chk = layouts.checkpoint(tmp_path / "chk", 6, 6)
+    table = tmp_path / "table"
+    for _ in range(2):
+        write_deltalake(str(table), pa.table({"batch": [-1], "value": [0]}), mode="append")
+    layouts.delta_table(table, layouts.QID, range(0, 7))
+    for epoch, version in ((3, 5), (6, 8)):
+        r = cli("savepoint", "create", str(chk), f"at{epoch}", "--epoch", str(epoch), "--sink", str(table), "--json")
+        assert r.code == 0, r
+        assert r.json()["sink"]["position"] == {"txn_app_id": layouts.QID, "txn_version": epoch, "table_version": version}
+
+
 def test_savepoint_create_and_delete_take_the_lock_and_change_nothing_when_refused(cli, layouts, tmp_path, tree_snapshot):
     import os
     import socket
