@@ -77,6 +77,8 @@ def align(
                                  "AlignFleetPlan / AlignFleetResult)."),
     sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
     workers: Optional[int] = fleet.WORKERS_OPT,
+    engine: Optional[str] = fleet.ENGINE_OPT,
+    master: Optional[str] = fleet.MASTER_OPT,
     run_dir: Optional[str] = fleet.RUN_DIR_OPT,
     resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
     undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
@@ -117,7 +119,8 @@ def align(
             uuid.UUID(query_id)
         except ValueError:
             raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
-    if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
+    if fleet.wanted(checkpoints, sink_pattern, workers, engine, master, run_dir, resume_run, undo_run,
+                    output_jsonl, output_parquet):
         if query_id:
             raise UsageError("--query-id names one query's id; it cannot be given to several checkpoints")
         settings = {"quiet_period_s": options.quiet_period(quiet_period, options.settings()), "to": to,
@@ -127,7 +130,8 @@ def align(
         fleet.run("align", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
                   settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
                   run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
-                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json)
+                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json,
+                  engine=engine, master=master)
         return
     checkpoint = checkpoints[0] if checkpoints else None
     target = mutation.front("align", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,
