@@ -118,7 +118,7 @@ def measure(store: str, exe: str, pattern: str, sinks: str, names: list[str], ck
     t0 = time.perf_counter()
     for name in sample:
         _s, doc = run([*base, ck_of(name), "--sink", sink_of(name)], env)
-        assert doc.get("steps"), doc
+        assert doc["plan"]["steps"], doc
     per = (time.perf_counter() - t0) / len(sample)
     rows.append({"store": store, "what": f"shell loop, 1 process per checkpoint ({len(sample)} timed, extrapolated)",
                  "tasks": 1, "seconds": per * n, "per_s": 1 / per})
