@@ -59,7 +59,6 @@ def log(msg: str) -> None:
 def build(root: Path, count: int) -> Path:
     """root/chk/<name> (checkpoints), root/sinks/<name> (their file sinks), root/in (the input)."""
     from helpers import layouts
-
     from streamctl.formats.checksum import hadoop_crc
 
     chk = root / "chk"
