@@ -1,4 +1,4 @@
-"""`streamctl trim` over a fleet with `--engine spark`: each checkpoint's own operation inside a
+"""`streamctl trim` (and align's plan) over a fleet with `--engine spark`: each checkpoint's own operation inside a
 Spark task (the test session reused), the same rows as the local engine, the run record written
 by the driver, so `--undo-run` on the local engine puts a Spark run back byte for byte."""
 from __future__ import annotations
@@ -56,6 +56,10 @@ def test_spark_engine_plans_and_trims_as_the_local_engine_and_undo_run_restores(
     assert _rows(json.loads(local.stdout))["a_clean"]["status"] == "planned"
     assert {p.name: _files(p) for p in chk.iterdir()} == before
     assert not any(p.name == "_streamctl" for p in chk.rglob("*"))  # a plan changes nothing
+    align = ["--config", str(config), "align", f"{chk}/*", "--quiet-period", "600", "--json"]
+    align_local, align_spark = cli(*align), cli(*align, "--engine", "spark", "--workers", "3")
+    assert align_spark.code == align_local.code and json.loads(align_spark.stdout) == json.loads(align_local.stdout)
+    assert _rows(json.loads(align_spark.stdout))["a_clean"]["status"] == "nothing_to_do"  # aligned already
 
     r = cli(*base, "--execute", "--engine", "spark", "--master", "local[1]", "--workers", "2",
             "--run-dir", str(tmp_path / "runs"))
