@@ -90,6 +90,12 @@ def run(argv: list[str], env: dict[str, str], codes: tuple[int, ...] = (0,)) -> 
     return seconds, (json.loads(r.stdout) if r.stdout.strip() else {})
 
 
+def add(rows: list[dict], row: dict) -> None:
+    """A figure, also said on stderr as it is measured (a run stopped half-way keeps what it measured)."""
+    rows.append(row)
+    log(f"  {row['what']}, {row['tasks']} task(s): {row['seconds']:.1f} s, {row['per_s']:.1f} checkpoints/s")
+
+
 def statuses(doc: dict) -> dict[str, int]:
     out: dict[str, int] = {}
     for row in doc.get("checkpoints", []):
@@ -119,7 +125,7 @@ def measure(store: str, exe: str, pattern: str, sinks: str, names: list[str], ck
         _s, doc = run([*base, ck_of(name), "--sink", sink_of(name)], env)
         assert doc["plan"]["steps"], doc
     per = (time.perf_counter() - t0) / len(sample)
-    rows.append({"store": store, "what": f"shell loop, 1 process per checkpoint ({len(sample)} timed, extrapolated)",
+    add(rows, {"store": store, "what": f"shell loop, 1 process per checkpoint ({len(sample)} timed, extrapolated)",
                  "tasks": 1, "seconds": per * n, "per_s": 1 / per})
     fleet = [*base, pattern, "--sink-pattern", sinks]
     for engine in ("local", "spark"):
@@ -129,16 +135,16 @@ def measure(store: str, exe: str, pattern: str, sinks: str, names: list[str], ck
             s, doc = run([*fleet, *extra, "--workers", str(tasks)], env)
             assert statuses(doc) == {"planned": n}, statuses(doc)
             what = "fleet plan, threads" if engine == "local" else f"fleet plan, spark {args.master} tasks"
-            rows.append({"store": store, "what": what, "tasks": tasks, "seconds": s, "per_s": n / s})
+            add(rows, {"store": store, "what": what, "tasks": tasks, "seconds": s, "per_s": n / s})
     for engine in ("local", "spark"):
         extra = ["--engine", "spark", "--master", args.master] if engine == "spark" else []
         log(f"{store}: fleet --execute and --undo-run, {engine} engine, --workers 4 ...")
         s, doc = run([*fleet, *extra, "--workers", "4", "--execute", "--run-dir", str(runs_dir)], env)
         assert statuses(doc) == {"done": n}, statuses(doc)
-        rows.append({"store": store, "what": f"fleet --execute, {engine}", "tasks": 4, "seconds": s, "per_s": n / s})
+        add(rows, {"store": store, "what": f"fleet --execute, {engine}", "tasks": 4, "seconds": s, "per_s": n / s})
         s, doc = run([exe, "trim", "--undo-run", doc["run_record"], "--json", *extra, "--workers", "4"], env)
         assert statuses(doc) == {"undone": n}, statuses(doc)
-        rows.append({"store": store, "what": f"fleet --undo-run, {engine}", "tasks": 4, "seconds": s, "per_s": n / s})
+        add(rows, {"store": store, "what": f"fleet --undo-run, {engine}", "tasks": 4, "seconds": s, "per_s": n / s})
     return rows
 
 
