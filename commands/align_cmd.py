@@ -34,17 +34,6 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
 
 
-def _planner(settings: dict[str, Any]) -> Any:
-    """A fleet run's planner of one checkpoint, from the run's settings (kept in its run record)."""
-    from streamctl.operations.align import AlignRequest, plan_align
-
-    def plan(e: Any) -> Any:
-        return plan_align(AlignRequest(e.checkpoint, e.sink, e.sink_kind, e.app_id, settings["quiet_period_s"],
-                                       **{k: v for k, v in settings.items() if k != "quiet_period_s"}))[0]
-
-    return plan
-
-
 def align(
     checkpoints: Optional[list[str]] = fleet.CHECKPOINTS_ARG,
     sink: Optional[str] = options.ONE_SINK_OPT,
@@ -108,7 +97,7 @@ def align(
     from streamctl.commands import mutation
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors.findings import positions_text, shown
-    from streamctl.operations.align import AlignRequest, operation, plan_align
+    from streamctl.operations.align import AlignRequest, fleet_planner, operation, plan_align
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
@@ -128,7 +117,7 @@ def align(
                     "async_progress": async_progress, "sink_compact_interval": sink_compact_interval,
                     "source_archive": source_archive}
         fleet.run("align", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
-                  settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
+                  settings=settings, planner_of=fleet_planner, operation=operation(), execute=execute, workers=workers,
                   run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
                   output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json,
                   engine=engine, master=master)
