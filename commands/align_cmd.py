@@ -97,7 +97,7 @@ def align(
     from streamctl.commands import mutation
     from streamctl.formats.errors import UsageError
     from streamctl.inspectors.findings import positions_text, shown
-    from streamctl.operations.align import AlignRequest, fleet_planner, operation, plan_align
+    from streamctl.operations.align import AlignRequest, operation, plan_align
 
     if to not in ("auto", "max") and not to.isdigit():
         raise UsageError(f"invalid value for --to: {to!r} (auto, max or an epoch number)")
@@ -110,6 +110,8 @@ def align(
             raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
     if fleet.wanted(checkpoints, sink_pattern, workers, engine, master, run_dir, resume_run, undo_run,
                     output_jsonl, output_parquet):
+        from streamctl.operations.align import fleet_planner
+
         if query_id:
             raise UsageError("--query-id names one query's id; it cannot be given to several checkpoints")
         settings = {"quiet_period_s": options.quiet_period(quiet_period, options.settings()), "to": to,
