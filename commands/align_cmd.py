@@ -34,17 +34,6 @@ def plan_lines(plan: Any, executed: bool = False) -> list[str]:
     return lines + [f"  note: {n}" for n in plan.notes] + step_lines(plan)
 
 
-def _planner(settings: dict[str, Any]) -> Any:
-    """A fleet run's planner of one checkpoint, from the run's settings (kept in its run record)."""
-    from streamctl.operations.align import AlignRequest, plan_align
-
-    def plan(e: Any) -> Any:
-        return plan_align(AlignRequest(e.checkpoint, e.sink, e.sink_kind, e.app_id, settings["quiet_period_s"],
-                                       **{k: v for k, v in settings.items() if k != "quiet_period_s"}))[0]
-
-    return plan
-
-
 def align(
     checkpoints: Optional[list[str]] = fleet.CHECKPOINTS_ARG,
     sink: Optional[str] = options.ONE_SINK_OPT,
@@ -79,6 +68,8 @@ def align(
                                  "AlignFleetPlan / AlignFleetResult)."),
     sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
     workers: Optional[int] = fleet.WORKERS_OPT,
+    engine: Optional[str] = fleet.ENGINE_OPT,
+    master: Optional[str] = fleet.MASTER_OPT,
     run_dir: Optional[str] = fleet.RUN_DIR_OPT,
     resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
     undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
@@ -121,7 +112,10 @@ def align(
             uuid.UUID(query_id)
         except ValueError:
             raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
-    if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
+    if fleet.wanted(checkpoints, sink_pattern, workers, engine, master, run_dir, resume_run, undo_run,
+                    output_jsonl, output_parquet):
+        from streamctl.operations.align import fleet_planner
+
         if query_id:
             raise UsageError("--query-id names one query's id; it cannot be given to several checkpoints")
         settings = {"quiet_period_s": options.quiet_period(quiet_period, options.settings()), "to": to,
@@ -129,9 +123,10 @@ def align(
                     "async_progress": async_progress, "sink_compact_interval": sink_compact_interval,
                     "source_archive": source_archive}
         fleet.run("align", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
-                  settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
+                  settings=settings, planner_of=fleet_planner, operation=operation(), execute=execute, workers=workers,
                   run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
-                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json)
+                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json,
+                  engine=engine, master=master)
         return
     checkpoint = checkpoints[0] if checkpoints else None
     target = mutation.front("align", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,

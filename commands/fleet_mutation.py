@@ -12,7 +12,10 @@ import typer
 SINK_PATTERN_HELP = ("Each checkpoint's sink, relative to the checkpoint folder unless absolute: {name} is the "
                      "checkpoint folder's name, {checkpoint} its location ('../../out/{name}'). Default: the sink "
                      "of the configured pipeline whose checkpoint it is, else none.")
-WORKERS_HELP = "With several checkpoints: how many are planned or changed at once (threads; default 4)."
+WORKERS_HELP = ("With several checkpoints: how many are planned or changed at once (default 4): threads, or with "
+                "--engine spark the number of Spark tasks, each taking its share one checkpoint after another.")
+ENGINE_HELP = ("With several checkpoints: local (default): threads of this process; spark: inside Spark tasks, each "
+               "checkpoint's own operation against the shared storage, the run record written here (spark extra).")
 RUN_DIR_HELP = ("With several checkpoints and --execute: the folder of the run record (default: the first "
                 "checkpoint's _streamctl/fleet-runs/).")
 # the options every fleet-capable mutation shares
@@ -20,6 +23,8 @@ CHECKPOINTS_ARG = typer.Argument(None, help="A checkpoint path, URI or pipeline 
                                  "('/data/chk/*', 's3://b/chk/*'), make a fleet run.")
 SINK_PATTERN_OPT = typer.Option(None, "--sink-pattern", help=SINK_PATTERN_HELP)
 WORKERS_OPT = typer.Option(None, "--workers", help=WORKERS_HELP)
+ENGINE_OPT = typer.Option(None, "--engine", help=ENGINE_HELP)
+MASTER_OPT = typer.Option(None, "--master", help="Spark master URL for --engine spark (default local[2]).")
 RUN_DIR_OPT = typer.Option(None, "--run-dir", help=RUN_DIR_HELP)
 RESUME_RUN_OPT = typer.Option(None, "--resume-run", help="Continue every checkpoint a fleet run left unfinished "
                               "(its run record).")
@@ -68,7 +73,7 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
         planner_of: Callable[[dict[str, Any]], Callable[[Any], Any]], operation: Any, execute: bool,
         workers: Optional[int], run_dir: Optional[str], resume_run: Optional[str], undo_run: Optional[str],
         output_jsonl: Optional[str], output_parquet: Optional[str], backup_dir: Optional[str], break_lock: bool,
-        as_json: bool) -> None:
+        as_json: bool, engine: Optional[str] = None, master: Optional[str] = None) -> None:
     """Plan, execute, resume or undo a fleet run of `name`; exits with the fleet's exit code."""
     from streamctl.commands import options
     from streamctl.console import fleet_view, render
@@ -88,6 +93,7 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
                          "checkpoints or --sink-pattern")
     if workers is not None and workers < 1:
         raise UsageError(f"invalid value for --workers: {workers} (at least 1)")
+    fleet_run.check_engine(engine, master)
     fleet_view.check_outputs(output_jsonl, output_parquet)
     threads = workers or fleet_run.DEFAULT_WORKERS
     config = options.settings()
@@ -95,16 +101,15 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
     again = resume_run or undo_run
     if again:
         record = fleet_record.load(again, name)
-        with render.progress(not as_json) as tick:
+        with fleet_run.engine(engine, master) as spark, render.progress(not as_json) as tick:
             if resume_run:
                 rows = fleet_run.resume_fleet(record, operation, planner_of(record.settings), exit_code_for, threads,
-                                              break_lock, tick)
+                                              break_lock, tick, spark)
             else:
-                rows = fleet_run.undo_fleet(record, operation, exit_code_for, threads, break_lock, tick)
+                rows = fleet_run.undo_fleet(record, operation, exit_code_for, threads, break_lock, tick, spark)
         kind = "Resumed" if resume_run else "Undo"
-        done = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo", record,
-                               name,
-                               f"{'Resumed' if resume_run else 'Undone'}: fleet run {record.run_id}")
+        done = fleet_view.emit(f"{options_title(name)}Fleet{kind}", rows, fmt, "resume" if resume_run else "undo",
+                               record, name, f"{'Resumed' if resume_run else 'Undone'}: fleet run {record.run_id}")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
         raise done
     if not checkpoints:
@@ -112,15 +117,15 @@ def run(name: str, checkpoints: Optional[list[str]], *, sink: Optional[str], sin
     entries = fleet_run.entries_of(_targets(checkpoints, sink_pattern, sink_kind, app_id, config))
     planner = planner_of(settings)
     if not execute:
-        with render.progress(not as_json) as tick:
-            rows = fleet_run.plan_fleet(entries, planner, exit_code_for, threads, tick)
+        with fleet_run.engine(engine, master) as spark, render.progress(not as_json) as tick:
+            rows = fleet_run.plan_fleet(entries, planner, exit_code_for, threads, tick, spark)
         done = fleet_view.emit(f"{options_title(name)}FleetPlan", rows, fmt, "plan", None, name,
                                "Plan (nothing changed; add --execute to carry it out)")
         fleet_view.write_outputs(rows, output_jsonl, output_parquet)
         raise done
     record = fleet_record.create(name, run_dir, entries, settings, operation.backup_under)
-    with render.progress(not as_json) as tick:
-        rows = fleet_run.execute_fleet(record, operation, planner, exit_code_for, threads, break_lock, tick)
+    with fleet_run.engine(engine, master) as spark, render.progress(not as_json) as tick:
+        rows = fleet_run.execute_fleet(record, operation, planner, exit_code_for, threads, break_lock, tick, spark)
     done = fleet_view.emit(f"{options_title(name)}FleetResult", rows, fmt, "execute", record, name,
                            f"Executed: fleet run {record.run_id}")
     fleet_view.write_outputs(rows, output_jsonl, output_parquet)

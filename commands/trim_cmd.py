@@ -60,6 +60,8 @@ def trim(
                                  "TrimFleetResult)."),
     sink_pattern: Optional[str] = fleet.SINK_PATTERN_OPT,
     workers: Optional[int] = fleet.WORKERS_OPT,
+    engine: Optional[str] = fleet.ENGINE_OPT,
+    master: Optional[str] = fleet.MASTER_OPT,
     run_dir: Optional[str] = fleet.RUN_DIR_OPT,
     resume_run: Optional[str] = fleet.RESUME_RUN_OPT,
     undo_run: Optional[str] = fleet.UNDO_RUN_OPT,
@@ -83,6 +85,7 @@ def trim(
       streamctl trim /data/chk/orders --keep-rollback-to 2026-11-21T02:55:00Z
       streamctl trim --undo /data/chk/orders/_streamctl/backups/trim-20261121T030000Z-1a2b
       streamctl trim '/data/chk/*' --sink-pattern '../../out/{name}' --keep-epochs 20 --execute  # a fleet
+      streamctl trim 's3://b/chk/*' --sink-pattern 's3://b/out/{name}' --engine spark --workers 8 --execute
       streamctl trim --resume-run /data/chk/a/_streamctl/fleet-runs/trim-fleet-20261121T030000Z-1a2b.json
     """
     from streamctl.commands import mutation
@@ -91,14 +94,16 @@ def trim(
 
     check_epoch_or_time(keep_rollback_to, "--keep-rollback-to")
 
-    if fleet.wanted(checkpoints, sink_pattern, workers, run_dir, resume_run, undo_run, output_jsonl, output_parquet):
+    if fleet.wanted(checkpoints, sink_pattern, workers, engine, master, run_dir, resume_run, undo_run,
+                    output_jsonl, output_parquet):
         config = options.settings()
         settings = {"keep_epochs": keep_epochs, "keep_rollback_to": keep_rollback_to, "purge": purge,
                     "async_progress": async_progress, "quiet_period_s": options.quiet_period(quiet_period, config)}
         fleet.run("trim", checkpoints, sink=sink, sink_pattern=sink_pattern, sink_kind=str(sink_kind), app_id=app_id,
                   settings=settings, planner_of=_planner, operation=operation(), execute=execute, workers=workers,
                   run_dir=run_dir, resume_run=resume_run, undo_run=undo_run, output_jsonl=output_jsonl,
-                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json)
+                  output_parquet=output_parquet, backup_dir=backup_dir, break_lock=break_lock, as_json=as_json,
+                  engine=engine, master=master)
         return
     checkpoint = checkpoints[0] if checkpoints else None
     target = mutation.front("trim", checkpoint, sink, str(sink_kind), app_id, resume, undo, break_lock, operation,

@@ -106,6 +106,15 @@ def inspect_checkpoint(location: str, progress: Optional[Progress] = None, sink:
     return join_sink(q, location, storage, sink, sink_kind, app_id, sink_absent, progress, known, missing)
 
 
+def _quietly(call: Any, *args: Any) -> Optional[StreamctlError]:
+    """call(*args), its failure returned, not raised (read_state lists again and says it there)."""
+    try:
+        call(*args)
+    except StreamctlError as exc:
+        return exc
+    return None
+
+
 def _parse_commit_at(batch: int, data: bytes, path: str) -> CommitEntry:
     return parse_commit(data, path, batch)
 
@@ -121,11 +130,16 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
                 raise StorageError(st.uri(name), "is a file, expected a folder")
 
         self.progress("listing offsets/ and commits/")
+        # on object stores state/'s one recursive listing (read_state's prefetch) goes with these: its
+        # pages follow one another, and no longer wait for the logs' listings and reads
+        state_listing = [lambda: _quietly(st.prefetch, STATE_DIR)] if STATE_DIR in root and not st.is_local else []
         if METADATA_FILE in root:
-            self.fetched[METADATA_FILE], offsets, commits = self.concurrently(
-                lambda: self._try_read(METADATA_FILE), lambda: self.log_listing(OFFSETS_DIR), lambda: self.log_listing(COMMITS_DIR))
+            self.fetched[METADATA_FILE], offsets, commits, *_ = self.concurrently(
+                lambda: self._try_read(METADATA_FILE), lambda: self.log_listing(OFFSETS_DIR),
+                lambda: self.log_listing(COMMITS_DIR), *state_listing)
         else:
-            offsets, commits = self.concurrently(lambda: self.log_listing(OFFSETS_DIR), lambda: self.log_listing(COMMITS_DIR))
+            offsets, commits, *_ = self.concurrently(lambda: self.log_listing(OFFSETS_DIR),
+                                                     lambda: self.log_listing(COMMITS_DIR), *state_listing)
         query_id = None
         data = self.fetched.get(METADATA_FILE)
         retired = None  # the tombstone names streamctl: anything else is Spark's (no lease module loaded)

@@ -219,6 +219,14 @@ class SparkRunner:
         task = functools.partial(_spark_task, quiet_period_s)
         return sc.parallelize(targets, n).map(task).collect()
 
+    def map(self, fn: Callable[[Any], Any], items: list[Any], tasks: int) -> list[Any]:
+        """fn(item) of every item inside `tasks` Spark tasks (each takes a contiguous share and runs
+        it one item after another, so at most `tasks` items are under way at once); results in
+        input order. fn and the items are pickled to the Python workers."""
+        if not items:
+            return []
+        return self.spark.sparkContext.parallelize(items, max(1, min(tasks, len(items)))).map(fn).collect()
+
     def close(self) -> None:
         if self.owned:
             self.spark.stop()

@@ -307,8 +307,9 @@ class Storage:
         answer later list_dir/list_names calls below it from memory: a state folder with hundreds
         of partitions costs a few requests instead of one per folder. A no-op locally, where one
         listing per folder is the cheapest way."""
-        if self._local_root is not None:
-            return
+        if self._local_root is not None or rel.strip("/") in getattr(self, "_prefetch_tried", ()):
+            return  # listed already (the inspection lists state/ together with offsets/ and commits/)
+        self._prefetch_tried = getattr(self, "_prefetch_tried", set()) | {rel.strip("/")}
         import pyarrow.fs as pafs
 
         assert self._fs is not None
@@ -316,6 +317,7 @@ class Storage:
         try:
             infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         except Exception as exc:
+            self._prefetch_tried.discard(rel.strip("/"))  # asked again, it fails where it is asked
             raise StorageError(self.uri(rel), _one_line(exc)) from None
         rel = rel.strip("/")
         folders: dict[str, list[Entry]] = {rel: []}

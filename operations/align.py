@@ -123,3 +123,12 @@ def operation() -> Any:
     from streamctl.operations.runner import Operation
 
     return Operation("align", _verify)
+
+
+def fleet_planner(settings: dict[str, Any]) -> Any:
+    """A fleet run's planner of one checkpoint, from the run's settings (kept in its run record)."""
+    def plan(e: Any) -> Any:
+        return plan_align(AlignRequest(e.checkpoint, e.sink, e.sink_kind, e.app_id, settings["quiet_period_s"],
+                                       **{k: v for k, v in settings.items() if k != "quiet_period_s"}))[0]
+
+    return plan

@@ -9,6 +9,7 @@ what an exception means to the operator (its exit code) too: `code_of`, console/
 """
 from __future__ import annotations
 
+import functools
 import posixpath
 import threading
 from contextlib import contextmanager
@@ -64,6 +65,29 @@ def inside(pattern: str, matches: list[str]) -> None:
         if real != real_base and not real.startswith(real_base.rstrip(os.sep) + os.sep):
             raise UsageError(f"{m}: matched by {pattern} but a symlink out of {base} (it resolves to {real}); "
                              "name it directly to act on it")
+
+
+def check_engine(engine: Optional[str], master: Optional[str]) -> None:
+    """UsageError for an --engine not known, or a --master without --engine spark."""
+    from streamctl.inspectors.fleet import ENGINES
+
+    if engine is not None and engine not in ENGINES:
+        raise UsageError(f"invalid value for --engine: {engine!r} (choose from {', '.join(ENGINES)})")
+    if master is not None and engine != "spark":
+        raise UsageError("--master is the Spark master of --engine spark; add --engine spark or drop --master")
+
+
+@contextmanager
+def engine(name: Optional[str], master: Optional[str]) -> Iterator[Any]:
+    """None for the local engine (threads of this process); for `spark`, inspectors/fleet.py's
+    SparkRunner (an active SparkSession reused, else one started on `master` and stopped after)."""
+    if name != "spark":
+        yield None
+        return
+    from streamctl.inspectors.fleet import DEFAULT_MASTER, SparkRunner
+
+    with SparkRunner(master or DEFAULT_MASTER, "streamctl-fleet-run") as runner:
+        yield runner
 
 
 @dataclass
@@ -146,24 +170,62 @@ def base_row(e: rec.Entry) -> dict[str, Any]:
             "liveness": "", "op_id": e.op_id, "backup": e.backup}
 
 
-def plan_fleet(entries: list[rec.Entry], planner: Callable[[rec.Entry], Plan], code_of: CodeOf, workers: int,
-               tick: Tick) -> list[dict[str, Any]]:
-    """Each checkpoint's plan, or why it refuses or cannot be read; nothing is changed."""
+Started = Callable[..., None]  # (field=value): the record told an operation started (local engine)
+EntryFn = Callable[[rec.Entry, Optional[Tick], Optional[Started]], dict[str, Any]]
+
+
+def plan_entry(e: rec.Entry, _meter: Optional[Tick], _started: Optional[Started], *,
+               planner: Callable[[rec.Entry], Plan], code_of: CodeOf) -> dict[str, Any]:
+    """One checkpoint's plan, or why it refuses or cannot be read; nothing is changed."""
+    row = base_row(e)
+    try:
+        plan = planner(e)
+    except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
+        code = int(code_of(exc))
+        row.update(status=status_of(code), reason=str(exc), exit_code=code)
+    else:
+        row.update(plan_row(plan), status="planned" if plan.steps else rec.NOTHING)
+    return row
+
+
+def run_each(fn: EntryFn, entries: list[rec.Entry], workers: int, spark: Any, tick: Tick,
+             done: Optional[Callable[[int, dict[str, Any]], None]] = None,
+             started: Optional[Callable[..., None]] = None) -> list[dict[str, Any]]:
+    """fn(entry, meter, started) of every entry, rows in input order, each handed to `done(i, row)`
+    (the run record) on the driver. The local engine: on at most `workers` threads, each row as it
+    comes, with the runner's meter. `spark` (inspectors/fleet.py's SparkRunner): `workers` Spark tasks
+    share the entries, each running fn on its own against the shared storage; no meter, no record
+    write inside a task: the rows come back when the job ends."""
     tally = Tally(len(entries))
+    if spark is not None:
+        tick(f"{len(entries)} checkpoint(s) in {max(1, min(workers, len(entries)))} Spark task(s)")
+        rows = spark.map(functools.partial(_in_task, fn), entries, workers)
+        for i, row in enumerate(rows):
+            if done is not None:
+                done(i, row)
+            tally.add(row, tick)
+        return rows
 
     def one(i: int) -> dict[str, Any]:
-        row = base_row(entries[i])
-        try:
-            plan = planner(entries[i])
-        except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
-            code = int(code_of(exc))
-            row.update(status=status_of(code), reason=str(exc), exit_code=code)
-        else:
-            row.update(plan_row(plan), status="planned" if plan.steps else rec.NOTHING)
+        e = entries[i]
+        say = (lambda **changes: started(i, **changes)) if started is not None else None
+        row = fn(e, tally.meter(e.checkpoint, tick), say)
+        if done is not None:
+            done(i, row)
         tally.add(row, tick)
         return row
 
     return pool_map(one, len(entries), workers)
+
+
+def _in_task(fn: EntryFn, e: rec.Entry) -> dict[str, Any]:
+    return fn(e, None, None)
+
+
+def plan_fleet(entries: list[rec.Entry], planner: Callable[[rec.Entry], Plan], code_of: CodeOf, workers: int,
+               tick: Tick, spark: Any = None) -> list[dict[str, Any]]:
+    """Each checkpoint's plan, or why it refuses or cannot be read; nothing is changed."""
+    return run_each(functools.partial(plan_entry, planner=planner, code_of=code_of), entries, workers, spark, tick)
 
 
 def _started(backup: str) -> bool:
@@ -176,11 +238,16 @@ def _started(backup: str) -> bool:
         return False
 
 
-def _finish(run: rec.FleetRun, i: int, row: dict[str, Any], tally: Tally, tick: Tick) -> dict[str, Any]:
-    keep = {k: row[k] for k in ("status", "reason", "exit_code", "files", "bytes", "op_id", "backup")}
-    run.update(i, **keep)
-    tally.add(row, tick)
-    return row
+def _recorder(run: rec.FleetRun, indexes: Optional[list[int]] = None) -> Callable[[int, dict[str, Any]], None]:
+    """What the record keeps of a row (`indexes`: the run's entry of each row, when a subset runs)."""
+    def done(k: int, row: dict[str, Any]) -> None:
+        i = k if indexes is None else indexes[k]
+        changes = row.pop("record", None)  # undo says itself what the record keeps
+        if changes is None:
+            changes = {key: row[key] for key in ("status", "reason", "exit_code", "files", "bytes", "op_id", "backup")}
+        run.update(i, **changes)
+
+    return done
 
 
 def _failed(row: dict[str, Any], exc: BaseException, code_of: CodeOf) -> None:
@@ -202,8 +269,8 @@ def _outcome(row: dict[str, Any], outcome: Any) -> None:
                           f"not the promised {outcome.plan.expected_verdict}")
 
 
-def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
-                break_lock: bool, tally: Tally, tick: Tick) -> dict[str, Any]:
+def execute_entry(e: rec.Entry, meter: Optional[Tick], started: Optional[Started], *, op: Any,
+                  planner: Callable[[rec.Entry], Plan], code_of: CodeOf, break_lock: bool) -> dict[str, Any]:
     """One checkpoint through the runner, under the operation id and backup folder the record
     named before the run started. Run again after a crash while it was being planned (its lock
     there, no plan yet), the lock of that same operation id is taken over once its process is gone."""
@@ -211,29 +278,28 @@ def execute_one(run: rec.FleetRun, i: int, op: Any, planner: Callable[[rec.Entry
     from streamctl.inspectors.storage import Storage
     from streamctl.operations import runner
 
-    e = run.entries[i]
     row = base_row(e)
     try:
         op_id = e.op_id or runner.new_op_id(op.command)
         backup = e.backup or Root("checkpoint", e.checkpoint).uri(f"{op.backup_under}/{op_id}")
         row.update(op_id=op_id, backup=backup, status=rec.RUNNING)
-        run.update(i, op_id=op_id, backup=backup, status=rec.RUNNING)
+        if started is not None:
+            started(op_id=op_id, backup=backup, status=rec.RUNNING)
         require_checkpoint(Storage.open(e.checkpoint))  # before the lock: nothing is created where no checkpoint is
         outcome = runner.execute(op, runner.Request(e.checkpoint, lambda _op, _b: planner(e), None, break_lock,
-                                                    op_id=op_id, takeover=True), meter=tally.meter(e.checkpoint, tick))
+                                                    op_id=op_id, takeover=True), meter=meter)
     except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
         _failed(row, exc, code_of)
     else:
         _outcome(row, outcome)
-    return _finish(run, i, row, tally, tick)
+    return row
 
 
 def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
-                  workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
-    tally = Tally(len(run.entries))
+                  workers: int, break_lock: bool, tick: Tick, spark: Any = None) -> list[dict[str, Any]]:
+    fn = functools.partial(execute_entry, op=op, planner=planner, code_of=code_of, break_lock=break_lock)
     with _interrupted(run):
-        return pool_map(lambda i: execute_one(run, i, op, planner, code_of, break_lock, tally, tick),
-                        len(run.entries), workers)
+        return run_each(fn, run.entries, workers, spark, tick, _recorder(run), run.update)
 
 
 @contextmanager
@@ -248,70 +314,70 @@ def _interrupted(run: rec.FleetRun) -> Iterator[None]:
         run.flush()
         raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
                           f"{run.location} (or undo it with --undo-run)") from None
+    except Exception:  # a Spark job that failed as a whole: every operation id is in the record
+        run.flush()
+        raise
     run.flush()
 
 
-def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
-                 workers: int, break_lock: bool, tick: Tick) -> list[dict[str, Any]]:
-    """Every checkpoint the run left unfinished: one that never started runs now; one whose
-    operation started (its plan is in its backup folder) resumes from its journal."""
+def resume_entry(e: rec.Entry, meter: Optional[Tick], started: Optional[Started], *, op: Any,
+                 planner: Callable[[rec.Entry], Plan], code_of: CodeOf, break_lock: bool) -> dict[str, Any]:
+    """A checkpoint the run left unfinished: one that never started runs now; one whose operation
+    started (its plan is in its backup folder) resumes from its journal."""
     from streamctl.operations import runner
 
+    if not _started(e.backup):
+        return execute_entry(e, meter, started, op=op, planner=planner, code_of=code_of, break_lock=break_lock)
+    row = base_row(e)
+    try:
+        outcome = runner.resume(op, e.backup, break_lock, meter=meter)
+    except Exception as exc:  # noqa: BLE001
+        row.update(status=rec.FAILED, reason=str(exc), exit_code=int(code_of(exc)))
+    else:
+        _outcome(row, outcome)
+    return row
+
+
+def resume_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Plan], code_of: CodeOf,
+                 workers: int, break_lock: bool, tick: Tick, spark: Any = None) -> list[dict[str, Any]]:
+    """Every checkpoint the run left unfinished, resumed or run (resume_entry)."""
     todo = [i for i, e in enumerate(run.entries) if e.status in rec.UNFINISHED]
-    tally = Tally(len(todo))
-
-    def one(k: int) -> dict[str, Any]:
-        i = todo[k]
-        e = run.entries[i]
-        if not _started(e.backup):
-            return execute_one(run, i, op, planner, code_of, break_lock, tally, tick)
-        row = base_row(e)
-        try:
-            outcome = runner.resume(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
-        except Exception as exc:  # noqa: BLE001
-            row.update(status=rec.FAILED, reason=str(exc), exit_code=int(code_of(exc)))
-        else:
-            _outcome(row, outcome)
-        return _finish(run, i, row, tally, tick)
-
+    fn = functools.partial(resume_entry, op=op, planner=planner, code_of=code_of, break_lock=break_lock)
     with _interrupted(run):
-        return pool_map(one, len(todo), workers)
+        return run_each(fn, [run.entries[i] for i in todo], workers, spark, tick, _recorder(run, todo),
+                        lambda k, **changes: run.update(todo[k], **changes))
+
+
+def undo_entry(e: rec.Entry, meter: Optional[Tick], _started: Optional[Started], *, op: Any, code_of: CodeOf,
+               break_lock: bool) -> dict[str, Any]:
+    """Put back one checkpoint from its backup folder (checked against its manifest first); a
+    refusal leaves it as it is and its status in the record unchanged (the row's `record`)."""
+    from streamctl.operations import runner
+
+    row = base_row(e)
+    if _undone(op, e.backup):  # undone before, after the record's last save
+        row.update(status=rec.UNDONE, record={"status": rec.UNDONE, "reason": ""})
+        return row
+    try:
+        done = runner.undo(op, e.backup, break_lock, meter=meter)
+    except Exception as exc:  # noqa: BLE001
+        code = int(code_of(exc))
+        row.update(status=status_of(code), reason=str(exc), exit_code=code, record={"reason": str(exc)})
+    else:
+        row.update(status=rec.UNDONE if done.verified else rec.NOT_VERIFIED, files=len(done.restored),
+                   exit_code=0 if done.verified else 5,
+                   reason="" if done.verified else f"{e.checkpoint}: undo ran but the positions differ")
+        row["record"] = {"status": rec.UNDONE if done.verified else e.status, "reason": row["reason"]}
+    return row
 
 
 def undo_fleet(run: rec.FleetRun, op: Any, code_of: CodeOf, workers: int, break_lock: bool,
-               tick: Tick) -> list[dict[str, Any]]:
-    """Put back every checkpoint the run changed (each from its backup folder, checked against its
-    manifest first); a refusal of one leaves it as it is and its status unchanged."""
-    from streamctl.operations import runner
-
+               tick: Tick, spark: Any = None) -> list[dict[str, Any]]:
+    """Put back every checkpoint the run changed (undo_entry)."""
     todo = [i for i, e in enumerate(run.entries) if e.status != rec.UNDONE and _started(e.backup)]
-    tally = Tally(len(todo))
-
-    def one(k: int) -> dict[str, Any]:
-        i = todo[k]
-        e = run.entries[i]
-        row = base_row(e)
-        if _undone(op, e.backup):  # undone before, after the record's last save
-            row.update(status=rec.UNDONE)
-            run.update(i, status=rec.UNDONE, reason="")
-            tally.add(row, tick)
-            return row
-        try:
-            done = runner.undo(op, e.backup, break_lock, meter=tally.meter(e.checkpoint, tick))
-        except Exception as exc:  # noqa: BLE001
-            code = int(code_of(exc))
-            row.update(status=status_of(code), reason=str(exc), exit_code=code)
-            run.update(i, reason=str(exc))
-        else:
-            row.update(status=rec.UNDONE if done.verified else rec.NOT_VERIFIED, files=len(done.restored),
-                       exit_code=0 if done.verified else 5,
-                       reason="" if done.verified else f"{e.checkpoint}: undo ran but the positions differ")
-            run.update(i, status=rec.UNDONE if done.verified else e.status, reason=row["reason"])
-        tally.add(row, tick)
-        return row
-
+    fn = functools.partial(undo_entry, op=op, code_of=code_of, break_lock=break_lock)
     with _interrupted(run):
-        return pool_map(one, len(todo), workers)
+        return run_each(fn, [run.entries[i] for i in todo], workers, spark, tick, _recorder(run, todo))
 
 
 def _undone(op: Any, backup: str) -> bool:
