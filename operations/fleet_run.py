@@ -133,8 +133,21 @@ class Tally:
         return head if now is None else f"{head}; {now[0]}: {now[1]}"
 
 
+# Set by the fleet's Ctrl-C handler (`_interrupted`): no checkpoint starts after it, even where
+# Python dropped the KeyboardInterrupt itself (raised inside a finalizer or weakref callback).
+CTRL_C = threading.Event()
+
+
+def _unless_interrupted(fn: Callable[[int], dict[str, Any]], i: int) -> dict[str, Any]:
+    if CTRL_C.is_set():
+        raise KeyboardInterrupt
+    return fn(i)
+
+
 def pool_map(fn: Callable[[int], dict[str, Any]], count: int, workers: int) -> list[dict[str, Any]]:
-    """fn(i) for every i, on at most `workers` threads; results in input order."""
+    """fn(i) for every i, on at most `workers` threads; results in input order. After a Ctrl-C
+    no further i starts (KeyboardInterrupt)."""
+    fn = functools.partial(_unless_interrupted, fn)
     if workers <= 1 or count <= 1:
         return [fn(i) for i in range(count)]
     from concurrent.futures import ThreadPoolExecutor
@@ -306,10 +319,20 @@ def execute_fleet(run: rec.FleetRun, op: Any, planner: Callable[[rec.Entry], Pla
 def _interrupted(run: rec.FleetRun) -> Iterator[None]:
     """The record saved at the end of the run; on Ctrl-C too (the checkpoints under way have
     finished or kept their locks), then the message names the run's resume (exit 130)."""
+    import signal
+
     from streamctl.operations.runner import Interrupted
 
+    def on_ctrl_c(_signum: int, _frame: Any) -> None:
+        CTRL_C.set()
+        raise KeyboardInterrupt
+
+    CTRL_C.clear()
+    previous = signal.signal(signal.SIGINT, on_ctrl_c) if threading.current_thread() is threading.main_thread() else None
     try:
         yield
+        if CTRL_C.is_set():  # the KeyboardInterrupt was dropped, but no checkpoint started after it
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         run.flush()
         raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
@@ -317,6 +340,9 @@ def _interrupted(run: rec.FleetRun) -> Iterator[None]:
     except Exception:  # a Spark job that failed as a whole: every operation id is in the record
         run.flush()
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     run.flush()
 
 
