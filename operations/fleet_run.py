@@ -341,6 +341,7 @@ def _interrupted(run: rec.FleetRun) -> Iterator[None]:
         run.flush()
         raise
     finally:
+        CTRL_C.clear()  # this run's: a later fleet in the same process starts unflagged
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     run.flush()
