@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +58,7 @@ def log(msg: str) -> None:
 def build(root: Path, count: int) -> Path:
     """root/chk/<name> (checkpoints), root/sinks/<name> (their file sinks), root/in (the input)."""
     from helpers import layouts
-    from streamctl.formats.checksum import hadoop_crc
+    from helpers.paths import repoint_source_logs
 
     chk = root / "chk"
     bf.ensure_fleet(chk, count, True, log)
@@ -67,16 +66,7 @@ def build(root: Path, count: int) -> Path:
     inp = root / "in"
     inp.mkdir()
     for ck in sorted(p for p in chk.iterdir() if p.is_dir()):
-        for src_log in (ck / "sources").glob("*/*"):  # as tests/helpers/paths.py's copy_spark35
-            if src_log.name.startswith(".") or not src_log.is_file():
-                continue
-            text = src_log.read_bytes()
-            new = re.sub(rb'"path":"file:[^"]*/', b'"path":"file://' + str(inp).encode() + b"/", text)
-            if new != text:
-                src_log.write_bytes(new)
-                crc = src_log.with_name(f".{src_log.name}.crc")
-                if crc.exists():
-                    crc.write_bytes(hadoop_crc(new))
+        repoint_source_logs(ck, inp)
         layouts.file_sink(root / "sinks" / ck.name, COMMITTED)
     return chk
 

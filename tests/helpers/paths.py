@@ -15,15 +15,23 @@ def copy_spark35(fixture: Path, dest: Path, inp: Path | None = None) -> Path:
     folder (`inp`, by default `<dest>/../input`; made here, empty: the fixture's input files were
     deleted after the run): the log names the folder the fixture was produced in, which exists on
     no other machine, and a restart fails when its input folder is gone (SOURCE_GONE)."""
-    import re
     import shutil
-
-    from streamctl.formats.checksum import hadoop_crc
 
     shutil.copytree(fixture, dest, symlinks=True)
     inp = inp or dest.parent / "input"
     inp.mkdir(parents=True, exist_ok=True)
-    for log in (dest / "sources").glob("*/*"):
+    repoint_source_logs(dest, inp)
+    return dest
+
+
+def repoint_source_logs(checkpoint: Path, inp: Path) -> None:
+    """The file source's log of `checkpoint` naming its input files under folder `inp` (their
+    `.crc` sidecars rewritten with them)."""
+    import re
+
+    from streamctl.formats.checksum import hadoop_crc
+
+    for log in (checkpoint / "sources").glob("*/*"):
         if log.name.startswith(".") or not log.is_file():
             continue
         text = log.read_bytes()
@@ -33,4 +41,3 @@ def copy_spark35(fixture: Path, dest: Path, inp: Path | None = None) -> Path:
             crc = log.with_name(f".{log.name}.crc")
             if crc.exists():
                 crc.write_bytes(hadoop_crc(new))
-    return dest
