@@ -1,4 +1,4 @@
-"""`streamctl copy` (issue 53) judged by real restarts: a stateful query with a file sink
+"""`streamctl copy` judged by real restarts: a stateful query with a file sink
 (dropDuplicates, HDFS state, sink-log compaction every 3 batches) built once per module, its
 pristine tree copied per test. After a copy the query restarts at the new place with more input
 and the new sink holds every id exactly once (a lost state entry would let a repeated id through,
