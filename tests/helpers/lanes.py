@@ -11,6 +11,7 @@ share (the Spark session, the object-store servers) stay up between them, as in 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Iterator, Optional
 
 import pytest
@@ -43,9 +44,11 @@ def pytest_runtestloop(session: pytest.Session) -> Optional[bool]:
     claimed: Iterator[str] = (f for f in order if _claim(folder, f))
     current = next(claimed, None)
     ran = 0
+    seconds: dict[str, float] = {}
     while current is not None:
         items = files[current]
         upcoming = None
+        started = time.monotonic()
         for i, item in enumerate(items):
             if i + 1 < len(items):
                 nextitem = items[i + 1]
@@ -58,8 +61,13 @@ def pytest_runtestloop(session: pytest.Session) -> Optional[bool]:
                 raise session.Failed(session.shouldfail)
             if session.shouldstop:
                 raise session.Interrupted(session.shouldstop)
+        seconds[current] = time.monotonic() - started
         current = upcoming
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"lanes: this lane ran {ran} of {len(session.items)} tests; the other lane ran the rest")
+        # Each file's wall time in this lane (its module fixtures included), to keep CI in budget.
+        slowest = sorted(seconds.items(), key=lambda kv: -kv[1])
+        reporter.write_line(f"lanes: {len(seconds)} files in {sum(seconds.values()):.0f} s; the slowest: "
+                            + ", ".join(f"{name} {s:.0f} s" for name, s in slowest[:25]))
     return True
