@@ -23,6 +23,11 @@ server on loopback: --s3-count, default 200):
    d. `--execute` then `--undo-run` of the whole fleet on each engine (--workers 4): every clean
       checkpoint trimmed, then put back (checked: every row done, then undone).
 3. Prints checkpoints per second of each, and deletes the fleet before the next store.
+
+On S3, `--delay SECONDS` puts the tests' counting proxy between streamctl and moto, adding that
+round trip to every request: moto on loopback answers in a few milliseconds from one Python
+process, where a real object store takes tens of milliseconds per request and serves many at
+once; the delay is what parallel workers and tasks can overlap. `--count 0` skips the local disk.
 """
 from __future__ import annotations
 
@@ -141,14 +146,16 @@ def measure(store: str, exe: str, pattern: str, sinks: str, names: list[str], ck
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--count", type=int, default=1000, help="checkpoints on the local disk (default 1,000)")
+    p.add_argument("--count", type=int, default=1000, help="checkpoints on the local disk (default 1,000; 0: none)")
     p.add_argument("--s3-count", type=int, default=200, help="checkpoints on the S3 server (default 200; 0: none)")
     p.add_argument("--sample", type=int, default=SAMPLE, help=f"timed runs of the shell loop (default {SAMPLE})")
+    p.add_argument("--delay", type=float, default=0.0,
+                   help="on S3, a simulated round trip per request in seconds (a proxy in front of moto; default none)")
     p.add_argument("--master", default="local[2]", help="Spark master of the Spark engine (default local[2])")
     p.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     args = p.parse_args(argv)
-    if args.count < 1 or args.s3_count < 0 or args.sample < 1:
-        p.error("--count and --sample must be >= 1, --s3-count >= 0")
+    if args.count < 0 or args.s3_count < 0 or args.sample < 1 or args.delay < 0:
+        p.error("--sample must be >= 1; --count, --s3-count and --delay >= 0")
     exe = bi.find_streamctl()
     if exe is None:
         raise SystemExit("bench-fleet-ops: streamctl executable not found")
@@ -167,16 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.update({k: env[k] for k in (*bs.CREDENTIALS, "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE")})
         session_s = spark_start(env, args.master)
 
-        local = Path(tmp) / "local"
-        log(f"local disk: building {args.count} checkpoints and their sinks ...")
-        chk = build(local, args.count)
-        names = sorted(p.name for p in chk.iterdir() if p.is_dir())
-        rows += measure("local disk", exe, f"{chk}/*", "../../sinks/{name}", names, lambda n: str(chk / n),
-                        lambda n: str(local / "sinks" / n), env, args, Path(tmp) / "runs-local")
-        shutil.rmtree(local)
+        if args.count:
+            local = Path(tmp) / "local"
+            log(f"local disk: building {args.count} checkpoints and their sinks ...")
+            chk = build(local, args.count)
+            names = sorted(p.name for p in chk.iterdir() if p.is_dir())
+            rows += measure("local disk", exe, f"{chk}/*", "../../sinks/{name}", names, lambda n: str(chk / n),
+                            lambda n: str(local / "sinks" / n), env, args, Path(tmp) / "runs-local")
+            shutil.rmtree(local)
 
         if args.s3_count:
-            from helpers.s3_fixtures import free_port
+            from helpers.s3_fixtures import CountingProxy, free_port
 
             remote = Path(tmp) / "s3"
             log(f"S3: building {args.s3_count} checkpoints and their sinks, starting moto, uploading ...")
@@ -184,22 +192,29 @@ def main(argv: list[str] | None = None) -> int:
             names = sorted(p.name for p in chk.iterdir() if p.is_dir())
             port = free_port()
             moto = bs.start_moto(port, Path(tmp) / "moto.log")
+            proxy = None
             try:
                 endpoint = f"http://127.0.0.1:{port}"
                 bs.upload(endpoint, remote)
                 shutil.rmtree(remote)
+                if args.delay:
+                    proxy = CountingProxy(port, delay=args.delay)
+                    port = proxy.port
                 opts = f"?endpoint_override=127.0.0.1:{port}&scheme=http"
                 base = f"s3://{bs.BUCKET}/{bs.PREFIX}"
-                rows += measure("S3 (moto)", exe, f"{base}/chk/*{opts}", f"{base}/sinks/{{name}}", names,
+                store = f"S3 (moto, {args.delay * 1000:g} ms per request)" if args.delay else "S3 (moto)"
+                rows += measure(store, exe, f"{base}/chk/*{opts}", f"{base}/sinks/{{name}}", names,
                                 lambda n: f"{base}/chk/{n}{opts}", lambda n: f"{base}/sinks/{n}{opts}", env, args,
                                 Path(tmp) / "runs-s3")
             finally:
+                if proxy is not None:
+                    proxy.close()
                 moto.terminate()
                 moto.wait(timeout=30)
     report = {"nproc": os.cpu_count(), "uptime_start": uptime_start,
               "uptime_end": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
               "git": bi.git_info(), "spark_session_start_s": session_s, "count": args.count,
-              "s3_count": args.s3_count, "sample": args.sample, "rows": rows}
+              "s3_count": args.s3_count, "delay_s": args.delay, "sample": args.sample, "rows": rows}
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0

@@ -15,12 +15,13 @@ import fnmatch
 import glob
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
-from streamctl.formats.errors import UsageError
+from streamctl.formats.errors import StreamctlError, UsageError
 from streamctl.inspectors.outputs import atomic_write, write_text_atomic
 from streamctl.inspectors.storage import REMOTE_SCHEMES, Storage
 
@@ -182,6 +183,36 @@ def default_tasks(checkpoints: int, parallelism: int) -> int:
     return max(1, min(checkpoints, want))
 
 
+class SparkJobFailed(StreamctlError):
+    """The Spark job of a fleet failed as a whole (a lost executor, a crashed Python worker): no
+    row came back. The message is Spark's reason in one line (exit 3; a fleet run turns it into
+    NotVerified, naming its --resume-run)."""
+
+
+def _collected(job: Callable[[], list[Any]]) -> list[Any]:
+    """job() (a Spark action), with a failure of the job turned into SparkJobFailed."""
+    try:
+        return job()
+    except StreamctlError:
+        raise
+    except Exception as exc:  # Py4JJavaError and PySpark's captured exceptions
+        if type(exc).__module__.split(".")[0] not in ("py4j", "pyspark"):
+            raise
+        raise SparkJobFailed(f"the Spark job failed: {spark_reason(str(exc))}") from None
+
+
+def spark_reason(text: str) -> str:
+    """Spark's reason for a failed job in one line: the innermost exception message of its first
+    line that names one ("Task 1 in stage 0.0 failed 1 times: Python worker exited unexpectedly
+    (crashed)"), at most 300 characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    line = next((x for x in lines if "Exception: " in x or "Error: " in x), lines[0] if lines else "")
+    task = re.search(r"Task \S+ in stage \S+ failed \d+ times?", line)
+    inner = re.split(r"(?:Exception|Error): ", line)[-1].split(". ")[0].strip().rstrip(".")
+    reason = f"{task.group(0)}: {inner}" if task and task.group(0) not in inner else inner
+    return reason[:300] or "no reason given"
+
+
 class SparkRunner:
     """Inspect checkpoints inside Spark tasks, several checkpoints per task. Reuses the active
     SparkSession when there is one (and then leaves it running); otherwise starts one on
@@ -217,7 +248,7 @@ class SparkRunner:
         sc = self.spark.sparkContext
         n = default_tasks(len(targets), sc.defaultParallelism) if tasks is None else max(1, min(tasks, len(targets)))
         task = functools.partial(_spark_task, quiet_period_s)
-        return sc.parallelize(targets, n).map(task).collect()
+        return _collected(lambda: sc.parallelize(targets, n).map(task).collect())
 
     def map(self, fn: Callable[[Any], Any], items: list[Any], tasks: int) -> list[Any]:
         """fn(item) of every item inside `tasks` Spark tasks (each takes a contiguous share and runs
@@ -225,7 +256,8 @@ class SparkRunner:
         input order. fn and the items are pickled to the Python workers."""
         if not items:
             return []
-        return self.spark.sparkContext.parallelize(items, max(1, min(tasks, len(items)))).map(fn).collect()
+        sc = self.spark.sparkContext
+        return _collected(lambda: sc.parallelize(items, max(1, min(tasks, len(items)))).map(fn).collect())
 
     def close(self) -> None:
         if self.owned:

@@ -337,8 +337,16 @@ def _interrupted(run: rec.FleetRun) -> Iterator[None]:
         run.flush()
         raise Interrupted(f"interrupted; resume the fleet run with: streamctl {run.command} --resume-run "
                           f"{run.location} (or undo it with --undo-run)") from None
-    except Exception:  # a Spark job that failed as a whole: every operation id is in the record
+    except Exception as exc:
         run.flush()
+        from streamctl.inspectors.fleet import SparkJobFailed
+
+        if isinstance(exc, SparkJobFailed):  # no row came back; every operation id is in the record
+            from streamctl.operations.plan import NotVerified
+
+            raise NotVerified(f"{exc}; the checkpoints its tasks reached may be part-way: resume the fleet run "
+                              f"with: streamctl {run.command} --resume-run {run.location} (or undo it with "
+                              "--undo-run)") from None
         raise
     finally:
         CTRL_C.clear()  # this run's: a later fleet in the same process starts unflagged

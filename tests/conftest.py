@@ -37,6 +37,17 @@ def _has_python_data_sources() -> bool:
 collect_ignore = [] if _has_python_data_sources() else ["test_coordinated_sink.py", "test_kafka_source.py"]
 
 
+@pytest.fixture(autouse=True)
+def empty_object_store_buckets() -> Any:
+    """After each test, the bucket `chk` of every moto server still running is emptied
+    (helpers/s3_fixtures.py SERVED): a later test starts from an empty bucket, and moto's listings
+    stay as fast as the test's own keys allow."""
+    from helpers import s3_fixtures
+
+    yield
+    s3_fixtures.empty_buckets()
+
+
 @pytest.fixture(scope="session")
 def terminal() -> Any:
     """helpers/terminal.py: streamctl as a real process on a pseudo-terminal."""

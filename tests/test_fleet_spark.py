@@ -101,3 +101,50 @@ def test_engine_and_master_are_checked_before_anything_changes(cli, tmp_path):
     assert lone.code == 2 and "--master is the Spark master of --engine spark" in lone.stderr
     assert {p.name: _files(p) for p in chk.iterdir()} == before
     assert not any(p.name == "_streamctl" for p in chk.rglob("*"))
+
+
+@pytest.mark.spark
+def test_a_spark_task_killed_mid_fleet_names_the_resume_and_the_run_resumes_on_spark(cli, spark, tmp_path):
+    """The crash hook ends a Python worker right after a journal record, inside a Spark task (its
+    own Spark in a subprocess, so the hook reaches the workers): the job fails as a whole, no row
+    comes back; the command says so in one line, exit 5, naming --resume-run. The resume, on the
+    Spark engine, finishes every checkpoint, the one whose trim the crash cut included (its lock,
+    held by the dead worker's pid, taken over), and --undo-run puts all of them back byte for byte."""
+    import subprocess
+    import sys
+
+    from streamctl.operations.journal import CRASH_EXIT
+
+    chk = tmp_path / "chk"
+    for n in "abcd":
+        copy_spark35(SPARK35 / "agg_rocksdb" / "checkpoint", chk / n, tmp_path / "in")
+    original = {n: _files(chk / n) for n in "abcd"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_TEST_")}
+    env.update(STREAMCTL_QUIET_PERIOD="0", STREAMCTL_CONFIG=str(tmp_path / "none.toml"), PYSPARK_PYTHON=sys.executable,
+               STREAMCTL_TEST_CRASH_AFTER="12")  # in the second checkpoint's trim of a task (9 records each)
+    (tmp_path / "none.toml").write_text("")
+    exe = str(Path(sys.executable).with_name("streamctl"))
+    crashed = subprocess.run([exe, "trim", f"{chk}/*", "--keep-epochs", "1", "--execute", "--engine", "spark",
+                              "--master", "local[1]", "--workers", "2", "--run-dir", str(tmp_path / "runs")],
+                             env=env, capture_output=True, text=True, timeout=600)
+    (record_path,) = (tmp_path / "runs").iterdir()
+    said = [line for line in crashed.stderr.splitlines() if line.startswith("streamctl:")]
+    assert crashed.returncode == 5 != CRASH_EXIT, crashed.stderr[-3000:]
+    assert said == [f"streamctl: the Spark job failed: {said[0].split('failed: ', 1)[1].split(';')[0]}; the "
+                    "checkpoints its tasks reached may be part-way: resume the fleet run with: streamctl trim "
+                    f"--resume-run {record_path} (or undo it with --undo-run)"], said
+    assert "Python worker exited unexpectedly" in said[0] and "Traceback" not in crashed.stderr
+    locked = [n for n in "abcd" if (chk / n / "_streamctl" / "lock.json").exists()]
+    assert len(locked) == 1, locked  # the checkpoint the crash cut keeps its lock
+
+    resumed = cli("trim", "--resume-run", str(record_path), "--engine", "spark", "--workers", "2", "--json")
+    assert resumed.code == 0, resumed.stderr
+    assert {Path(r["checkpoint"]).name: r["status"] for r in json.loads(resumed.stdout)["checkpoints"]} == dict.fromkeys(
+        "abcd", "done")
+    trimmed = _files(chk / "a")
+    for n in "abcd":
+        assert _files(chk / n) == trimmed and len(trimmed) < len(original[n]), n  # each as one uninterrupted trim
+        assert not (chk / n / "_streamctl" / "lock.json").exists(), n
+    undo = cli("trim", "--undo-run", str(record_path))
+    assert undo.code == 0 and "4 undone" in undo.stdout, undo.stdout + undo.stderr
+    assert {n: _files(chk / n) for n in "abcd"} == original

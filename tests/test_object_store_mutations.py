@@ -268,7 +268,9 @@ def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
     for BENCHMARKS.md)."""
     fs, port = s3
     counts = {}
-    for mode, epochs in (("purge", 1050), ("move", 300)):
+    # purge: over 1,000 files, so the purge takes two DeleteObjects requests; move: enough files
+    # that the fixed requests (listings, lock, journal) are small beside three per file
+    for mode, epochs in (("purge", 530), ("move", 120)):
         prefix = f"many-{mode}"
         _many_epochs(fs, prefix, epochs)
         proxy = CountingProxy(port, delay=0.002)
@@ -288,7 +290,7 @@ def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
         counts[mode] = (steps, reqs, in_flight)
     steps, reqs, _ = counts["purge"]
     batch_deletes = [p for m, p in reqs if m == "POST" and "delete" in p]
-    assert steps > 2000 and len(batch_deletes) == -(-steps // 1000), batch_deletes
+    assert steps > 1000 and len(batch_deletes) == -(-steps // 1000) == 2, batch_deletes
     assert not [p for m, p in reqs if m == "DELETE" and not p.endswith("/lock.json")], "no per-object delete"
     reads = [p for m, p in reqs if m in ("GET", "HEAD") and ("/offsets/" in p or "/commits/" in p)]
     assert len(reads) <= 40, reads  # the few small files each inspection reads, not one per purged file
@@ -302,7 +304,7 @@ def test_requests_per_moved_and_per_purged_file_on_s3(cli, s3):
     # per moved file: one read of the source (its sha256 in the begin record), one CopyObject, one
     # read of the copy; the sources go in DeleteObjects of up to 1,000 keys
     assert len(moved) <= 3 * msteps + 40, (len(moved), msteps, kinds)
-    assert len(mreqs) <= 3.5 * msteps, (len(mreqs), msteps, kinds)
+    assert len(mreqs) <= 3 * msteps + 150, (len(mreqs), msteps, kinds)  # 3 per file, a fixed part
     assert m_in_flight > 1, "the copies run in parallel"
     assert not [p for m, p in mreqs if m == "DELETE" and not p.endswith("/lock.json")], "sources go in batches"
     print(f"[requests] trim --purge of {steps} S3 objects: {len(reqs)} requests ({len(batch_deletes)} DeleteObjects), "

@@ -17,6 +17,19 @@ from helpers.trees import remove_tree
 
 moto_server = shutil.which("moto_server", path=str(Path(sys.executable).parent))
 
+# The file systems of the moto servers now running, each with its bucket `chk`. A server lives for a
+# module, but every test leaves its bucket empty (the autouse fixture `empty_object_store_buckets`
+# in conftest.py): moto answers a listing by walking every key of the bucket, so the keys of
+# earlier tests would slow every later listing. (fake-gcs-server and Azurite are not registered:
+# their listings do not grow so, and pyarrow cannot empty a GCS bucket by its root.)
+SERVED: list = []
+
+
+def empty_buckets() -> None:
+    """Delete every object of each running moto server's bucket `chk` (DeleteObjects in batches)."""
+    for fs in list(SERVED):
+        fs.delete_dir_contents("chk", missing_dir_ok=True)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -33,6 +46,7 @@ def s3(tmp_path_factory):
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    served = None
     try:
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -46,8 +60,11 @@ def s3(tmp_path_factory):
         fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
                                access_key="testing", secret_key="testing", allow_bucket_creation=True)
         fs.create_dir("chk")
+        served = fs
+        SERVED.append(fs)
         yield fs, port
     finally:
+        SERVED[:] = [f for f in SERVED if f is not served]
         proc.terminate()
         proc.wait(timeout=10)
         for k, v in saved.items():
