@@ -132,14 +132,21 @@ def is_local_location(location: str) -> bool:
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
+# A remote file up to this size is read whole at its first read: one request instead of one per
+# read (a zip's end record, its central directory, then each entry are three or more reads).
+WHOLE_READ_BYTES = 1 << 20
+
+
 class _RangedFile:
     """A seekable view of a remote file whose reads never start at or past its end (a GCS ranged
-    read there answers HTTP 416) and whose errors are StorageError naming the file."""
+    read there answers HTTP 416) and whose errors are StorageError naming the file. A small file
+    (WHOLE_READ_BYTES) is fetched whole once and read from memory."""
 
     def __init__(self, fh: Any, uri: str) -> None:
         self._fh, self._uri = fh, uri
         self._size = fh.size()
         self._pos = 0
+        self._whole: Optional[bytes] = None
 
     def seekable(self) -> bool:
         return True
@@ -157,7 +164,9 @@ class _RangedFile:
             return b""
         n = self._size - self._pos if n is None or n < 0 else min(n, self._size - self._pos)
         try:
-            data = self._fh.read_at(n, self._pos)
+            if self._whole is None and self._size <= WHOLE_READ_BYTES:
+                self._whole = bytes(self._fh.read_at(self._size, 0))
+            data = self._whole[self._pos:self._pos + n] if self._whole is not None else self._fh.read_at(n, self._pos)
         except Exception as exc:  # pyarrow's errors
             raise StorageError(self._uri, _one_line(exc)) from None
         self._pos += len(data)
