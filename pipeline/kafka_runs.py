@@ -60,9 +60,14 @@ def run_until_caught_up(
     reads one bounded batch only (see the module docstring).
 
     `start_query()` must start the query (``.start()``) on `checkpoint`. Raises the query's
-    exception if it fails, TimeoutError after `timeout_s` (the query is stopped first)."""
+    exception if it fails, TimeoutError after `timeout_s` (the query is stopped first).
+
+    A query that fails while it starts because its Python source's worker did not connect back
+    (Spark gives a new Python worker a fixed 10 s, which a loaded machine can exceed) is started
+    again, at most twice: nothing ran, so nothing of it is in the checkpoint."""
     query = start_query()
     deadline = time.monotonic() + timeout_s
+    restarts = 0
     try:
         while True:
             batch, line = last_committed_source_offset(Path(checkpoint), source_index)
@@ -70,6 +75,10 @@ def run_until_caught_up(
                 return query
             if not query.isActive:
                 exc = query.exception()
+                if exc is not None and restarts < 2 and _worker_did_not_connect(exc, query):
+                    restarts += 1
+                    query = start_query()
+                    continue
                 if exc is not None:
                     raise exc
                 raise RuntimeError(f"query stopped before reaching {json.dumps(target)} "
@@ -85,3 +94,9 @@ def run_until_caught_up(
             query.awaitTermination(60)
         except Exception:  # noqa: BLE001 - a failure is re-raised above or reported by exception()
             pass
+
+
+def _worker_did_not_connect(exc: BaseException, query: Any) -> bool:
+    """The query failed before its first batch of this run because a Python worker did not
+    connect back in time (Spark's PythonWorkerFactory: "Python worker failed to connect back")."""
+    return "Python worker failed to connect back" in str(exc) and query.lastProgress is None
