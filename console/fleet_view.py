@@ -20,11 +20,15 @@ PARQUET_COLUMNS = ("checkpoint", "sink", "status", "reason_code", "reason", "exi
 
 
 def reason_code(row: dict[str, Any]) -> str:
-    """A short name of why a checkpoint was refused or failed, for counting: the finding code
-    the message names (LIVE_QUERY, RETIRED, ...), `misaligned`, `locked`, else the status."""
+    """A short name of why a checkpoint was refused or failed, for counting: the refusal's own
+    code (`Refused.code`: LIVE_QUERY, RETIRED, ..., `misaligned`, `locked`) when the row carries
+    it; else, for a row written without one (an older run record), the finding code its message
+    names, `misaligned`, `locked`, else the status."""
     reason = row.get("reason") or ""
     if not reason:
         return ""
+    if row.get("reason_code"):
+        return str(row["reason_code"])
     reason = _short(row)  # not the checkpoint's own path
     if "misaligned (" in reason:
         return "misaligned"

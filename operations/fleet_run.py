@@ -195,7 +195,7 @@ def plan_entry(e: rec.Entry, _meter: Optional[Tick], _started: Optional[Started]
         plan = planner(e)
     except Exception as exc:  # noqa: BLE001 - one checkpoint's failure is its row, never the fleet's
         code = int(code_of(exc))
-        row.update(status=status_of(code), reason=str(exc), exit_code=code)
+        row.update(status=status_of(code), reason=str(exc), reason_code=getattr(exc, "code", ""), exit_code=code)
     else:
         row.update(plan_row(plan), status="planned" if plan.steps else rec.NOTHING)
     return row
@@ -266,7 +266,8 @@ def _recorder(run: rec.FleetRun, indexes: Optional[list[int]] = None) -> Callabl
 def _failed(row: dict[str, Any], exc: BaseException, code_of: CodeOf) -> None:
     code = int(code_of(exc))
     started = _started(row["backup"])
-    row.update(status=rec.FAILED if started else status_of(code), reason=str(exc), exit_code=code,
+    row.update(status=rec.FAILED if started else status_of(code), reason=str(exc),
+               reason_code=getattr(exc, "code", ""), exit_code=code,
                backup=row["backup"] if started else "", op_id=row["op_id"] if started else "")
 
 

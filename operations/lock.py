@@ -19,7 +19,7 @@ class LockHeld(Refused):
     """Another operation holds the checkpoint: a refusal (exit 4, nothing changed)."""
 
     def __init__(self, message: str, owner: dict[str, Any]) -> None:
-        super().__init__(message)
+        super().__init__(message, code="locked")
         self.owner = owner
 
 

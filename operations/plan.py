@@ -15,6 +15,8 @@ Contents of `write` steps are part of the plan, so a plan file fully describes w
 """
 from __future__ import annotations
 
+import re
+
 import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -173,11 +175,15 @@ class Plan:
 
 class Refused(StreamctlError):
     """A mutating command will not act (exit 4, nothing changed); `options` say what could be
-    done instead."""
+    done instead. `code` names why in one word, for counting (a fleet's refusals by reason): the
+    finding code of a message in the form `<where>: CODE: ...` (LIVE_QUERY, RETIRED, LOG_GAP, ...)
+    unless given, else empty."""
 
-    def __init__(self, message: str, options: Optional[list[Option]] = None) -> None:
+    def __init__(self, message: str, options: Optional[list[Option]] = None, code: str = "") -> None:
         super().__init__(message)
         self.options = options or []
+        found = re.search(r": ([A-Z][A-Z0-9_]{3,}): ", message)
+        self.code = code or (found.group(1) if found else "")
 
 
 class NotVerified(StreamctlError):

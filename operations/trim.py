@@ -63,7 +63,7 @@ def plan_trim(req: TrimRequest, q: Optional[QueryInspection] = None) -> tuple[Pl
     if q.verdict == "misaligned" and errors:
         codes = sorted({f.code for f in errors})
         raise Refused(f"{q.checkpoint}: misaligned ({', '.join(codes)}): run `streamctl align` first; trim never "
-                      "removes what a realignment may need")
+                      "removes what a realignment may need", code="misaligned")
     if q.committed is None:
         raise Refused(f"{q.checkpoint}: nothing committed yet: nothing to trim")
     C = q.committed
