@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional
 
 from streamctl.formats.journal import RENAMED, Event, JournalState
@@ -145,17 +146,25 @@ class Executor:
         todo = [i for i in range(len(self.plan.steps)) if i not in state.done]
         self.meter = Meter(len(todo), self.meter.out)  # a resumed run counts what is left
         at = self.gate[0] if self.gate is not None else len(self.plan.steps)
-        for phase in ([i for i in todo if i < at], [i for i in todo if i >= at]):
-            if phase and phase[0] >= at and self.gate is not None:
-                self.journal.append_many(pending)  # the steps before the gate on record before it looks
-                pending = []
-                self.gate[1]()
-            for k in range(0, len(phase), BATCH_STEPS):
-                batch = phase[k:k + BATCH_STEPS]
-                new = [i for i in batch if i not in state.begun]
-                commit = self._begin(new, self._pre_images(new), state, pending)
-                commit.wait()  # the begin records durable before any step of this batch acts
-                pending = self._act(batch, new, state, first_run)
+        # The next batch's files are read (their pre-images) on a thread while this batch acts:
+        # reads and renames both wait on the file system. Never across the gate: the files after
+        # it are read only once it has looked.
+        with ThreadPoolExecutor(max_workers=1) as ahead:
+            for phase in ([i for i in todo if i < at], [i for i in todo if i >= at]):
+                if phase and phase[0] >= at and self.gate is not None:
+                    self.journal.append_many(pending)  # the steps before the gate on record before it looks
+                    pending = []
+                    self.gate[1]()
+                batches = [phase[k:k + BATCH_STEPS] for k in range(0, len(phase), BATCH_STEPS)]
+                news = [[i for i in batch if i not in state.begun] for batch in batches]
+                read = ahead.submit(self._pre_images, news[0]) if batches else None
+                for j, batch in enumerate(batches):
+                    assert read is not None
+                    pres = read.result()
+                    read = ahead.submit(self._pre_images, news[j + 1]) if j + 1 < len(batches) else None
+                    commit = self._begin(news[j], pres, state, pending)
+                    commit.wait()  # the begin records durable before any step of this batch acts
+                    pending = self._act(batch, news[j], state, first_run)
         manifest = self._manifest(state)  # rebuilt from the journal's done records (each entry, or `renamed`)
         if not state.finished:
             pending.append({"event": Event.FINISHED})
