@@ -15,9 +15,8 @@ Contents of `write` steps are part of the plan, so a plan file fully describes w
 """
 from __future__ import annotations
 
-import re
-
 import base64
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
