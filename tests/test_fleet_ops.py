@@ -363,3 +363,24 @@ def test_ctrl_c_mid_fleet_names_the_resume_of_the_run(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert [e["status"] for e in json.loads(record_path.read_text())["checkpoints"]] == ["done"] * 3
     assert _files(chk / "a") == _files(chk / "b") == _files(chk / "c")
+
+
+def test_a_refusal_names_its_reason_code_and_a_failed_spark_job_its_reason_in_one_line():
+    from streamctl.inspectors.fleet import spark_reason
+    from streamctl.operations.lock import LockHeld
+    from streamctl.operations.plan import Refused
+
+    assert Refused("/data/chk/pay: LIVE_QUERY: its newest log file changed 3 s ago").code == "LIVE_QUERY"
+    assert Refused("s3://b/chk: RETIRED: drop-sink retired it").code == "RETIRED"
+    assert Refused("/data/chk: nothing committed yet: nothing to trim").code == ""
+    assert Refused("/data/chk: LIVE_QUERY: ...", code="misaligned").code == "misaligned"
+    assert LockHeld("/data/chk: held by align", {}).code == "locked"
+    # what Py4J says when a Python worker dies inside a task (PySpark 4.3, local mode)
+    text = ("An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+            ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 0.0 failed 1 "
+            "times, most recent failure: Lost task 1.0 in stage 0.0 (TID 1) (192.0.2.2 executor driver): "
+            "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). Consider setting "
+            "'spark.python.worker.faulthandler.enabled'\n\tat org.apache.spark.api.python.X(X.scala:1)\n"
+            "Caused by: java.io.EOFException\n")
+    assert spark_reason(text) == "Task 1 in stage 0.0 failed 1 times: Python worker exited unexpectedly (crashed)"
+    assert spark_reason("") == "no reason given"
