@@ -76,18 +76,22 @@ class NoTarget(Exception):
 
 # -- the files of a log --------------------------------------------------------------------------
 
-def _numbered(folder: Path, suffixes: tuple[str, ...] = ("",)) -> list[Path]:
-    """The files of `folder` named `<n><suffix>`, by number (Spark's log files, state versions)."""
+def _numbered(folder: Path, suffixes: tuple[str, ...] = ("",), unique_ids: bool = False) -> list[Path]:
+    """The files of `folder` named `<n><suffix>`, by number (Spark's log files, state versions);
+    with `unique_ids` also `<n>_<unique id><suffix>` (RocksDB state files of checkpoint format 2),
+    ordered by number, then name."""
     out = []
     if not folder.is_dir():
         return out
     for p in folder.iterdir():
         for suf in suffixes:
             stem = p.name[: len(p.name) - len(suf)] if suf and p.name.endswith(suf) else (p.name if not suf else None)
+            if stem is not None and unique_ids and "_" in stem:
+                stem = stem.split("_", 1)[0]
             if stem is not None and stem.isdigit():
-                out.append((int(stem), p))
+                out.append((int(stem), p.name, p))
                 break
-    return [p for _n, p in sorted(out)]
+    return [p for _n, _name, p in sorted(out)]
 
 
 def log_files(lay: Layout, log: str, sink: str) -> list[Path]:
@@ -112,7 +116,7 @@ def log_files(lay: Layout, log: str, sink: str) -> list[Path]:
                   and d.name != "SSTs"]
         folder = stores[0] if stores and not any(part.glob("*.delta")) and not any(part.glob("*.changelog")) \
             and not any(part.glob("*.zip")) else part
-        return _numbered(folder, (".delta", ".snapshot", ".changelog", ".zip"))
+        return _numbered(folder, (".delta", ".snapshot", ".changelog", ".zip"), unique_ids=True)
     raise ValueError(log)
 
 
