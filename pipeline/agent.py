@@ -55,7 +55,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from streamctl.formats.layout import COMMITS_DIR, LEASE_NAME, OFFSETS_DIR, STOP_NAME, STREAMCTL_DIR
 from streamctl.inspectors.lease import LEASE_VERSION, now_ms, read_stop_request
@@ -269,27 +269,33 @@ class Agent:
             return None
         return req.requested_at_ms
 
-    def _terminate_between_batches(self) -> bool:
-        """Set StreamExecution.state ACTIVE -> TERMINATED without interrupting the stream thread.
-        True when done (the loop exits after the batch in flight commits)."""
+    def _state_switch(self) -> Optional[Callable[[], bool]]:
+        """A call that sets StreamExecution.state ACTIVE -> TERMINATED without interrupting the
+        stream thread (True when it did: the loop exits after the batch in flight commits), or
+        None when this Spark has no such state. Everything but the compare-and-set itself is
+        looked up here, ahead: between the idle moment the agent sees and the switch, one JVM
+        call, so a trigger firing in between (a batch that would be interrupted) is unlikely."""
         try:
-            jvm = self.query._jsq.streamingQuery()  # StreamingQueryWrapper -> MicroBatchExecution
-            ref = jvm.state()
+            ref = self.query._jsq.streamingQuery().state()  # StreamingQueryWrapper -> MicroBatchExecution
             jlang = self._session()._jvm.java.lang
             for cls in _TERMINATED_CLASSES:
                 try:
                     terminated = jlang.Class.forName(cls).getField("MODULE$").get(None)
+                    active = jlang.Class.forName(cls.replace("TERMINATED$", "ACTIVE$")).getField("MODULE$").get(None)
                     break
                 except Exception:
                     continue
             else:
-                return False
-            current = ref.get()
-            if current.toString() != "ACTIVE":
-                return False
-            return bool(ref.compareAndSet(current, terminated))
+                return None
         except Exception:
-            return False
+            return None
+
+        def switch() -> bool:
+            try:
+                return bool(ref.compareAndSet(active, terminated))  # the case objects are singletons
+            except Exception:
+                return False
+        return switch
 
     def _thread_done(self) -> bool:
         """Whether the query's stream execution thread has exited (or the terminated event came)."""
@@ -365,12 +371,13 @@ class Agent:
         self._write(state="stopping", stop_request_ms=requested_at_ms)
         last_beat = time.monotonic()
         waited = None
+        switch = self._state_switch()
         if self._interrupts_planned_batches():
             waited = self._wait_until_idle(last_beat, or_executing=True)
             if waited == "withdrawn":
                 self._run_again()
                 return
-        if waited is None and self._terminate_between_batches():
+        if waited is None and switch is not None and switch():
             self.stop_mode = "graceful"
             # the stream thread finishes the batch in flight, then exits its loop
             # (query.awaitTermination(t) cannot tell: it returns `not isActive`, already true.)
