@@ -46,7 +46,7 @@ def s3(tmp_path_factory):
     env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    served = None
+    fs = None
     try:
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -60,11 +60,10 @@ def s3(tmp_path_factory):
         fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http", region="us-east-1",
                                access_key="testing", secret_key="testing", allow_bucket_creation=True)
         fs.create_dir("chk")
-        served = fs
         SERVED.append(fs)
         yield fs, port
     finally:
-        SERVED[:] = [f for f in SERVED if f is not served]
+        SERVED[:] = [f for f in SERVED if f is not fs]
         proc.terminate()
         proc.wait(timeout=10)
         for k, v in saved.items():
