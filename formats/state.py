@@ -240,6 +240,63 @@ def lz4_corrupt(data: bytes) -> Optional[str]:
     return None
 
 
+LINEAGE_HEAD = 64 << 10  # bytes of a changelog read for its lineage (Spark writes it first, in the first blocks)
+LINEAGE_VERSIONS = ("v3", "v4")  # StateStoreChangelogWriterV3/V4: a lineage after the version line
+
+
+def changelog_lineage(head: bytes) -> Optional[list[tuple[int, str]]]:
+    """The lineage a checkpoint-format-2 changelog records (`StateStoreChangelogReaderV3/V4`):
+    `writeUTF("v3"|"v4")` then `writeUTF(JSON [{"version", "checkpointUniqueId"}, ...])` at the
+    start of its LZ4Block stream, listing the versions below its own back to the snapshot its
+    writer loaded from (or 1). `head`: the file's first bytes (LINEAGE_HEAD). [] for a changelog
+    without one (v1/v2: a restart then finds no lineage); None when it cannot be told (another
+    codec, a stream that does not decode, a lineage longer than `head`)."""
+    if head[:8] != LZ4_MAGIC:
+        return None
+    out = bytearray()
+    pos, ended = 0, False
+    while pos + LZ4_HEADER <= len(head) and len(out) < 4 + 0x20000:
+        token = head[pos + 8]
+        comp, orig = (int.from_bytes(head[pos + i:pos + i + 4], "little", signed=True) for i in (9, 13))
+        if head[pos:pos + 8] != LZ4_MAGIC or comp < 0 or orig < 0:
+            return None
+        if orig == 0:
+            ended = True  # the end mark: the whole stream is `out`
+            break
+        body = head[pos + LZ4_HEADER:pos + LZ4_HEADER + comp]
+        if len(body) < comp:
+            break  # the rest lies beyond `head`
+        if token & 0xF0 == LZ4_METHOD_LZ4:
+            try:
+                body = _lz4_raw().decompress(body, decompressed_size=orig, asbytes=True)
+            except Exception:  # pyarrow's error for a malformed block
+                return None
+        out += body
+        pos += LZ4_HEADER + comp
+
+    def utf(at: int) -> Optional[tuple[str, int]]:
+        if at + 2 > len(out):
+            return None
+        n = int.from_bytes(out[at:at + 2], "big")
+        if at + 2 + n > len(out):
+            return None
+        return bytes(out[at + 2:at + 2 + n]).decode("utf-8", "replace"), at + 2 + n
+
+    first = utf(0)
+    if first is None:
+        return [] if ended else None  # an empty changelog, or one whose first line lies beyond `head`
+    if first[0] not in LINEAGE_VERSIONS:
+        return []  # a v1 changelog (records from the first byte) or v2: no lineage
+    text = utf(first[1])
+    if text is None:
+        return None
+    try:
+        items = json.loads(text[0])
+        return sorted((int(i["version"]), str(i["checkpointUniqueId"])) for i in items)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def _lz4_raw() -> Any:
     """pyarrow's raw LZ4 block codec (LZ4_decompress_safe), loaded on first use."""
     import pyarrow

@@ -10,9 +10,18 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from streamctl.formats.errors import StorageError
-from streamctl.formats.state import SST_DIR, STATE_CODEC_CONF, is_full_file, is_zip_file, state_file
+from streamctl.formats.state import (
+    LINEAGE_HEAD,
+    SST_DIR,
+    STATE_CODEC_CONF,
+    changelog_lineage,
+    is_full_file,
+    is_zip_file,
+    state_file,
+)
 from streamctl.inspectors.findings import summarize
 from streamctl.inspectors.state_file_checks import content_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
+from streamctl.inspectors.state_lineage import lineage_status
 from streamctl.inspectors.state_listing import StoreFiles, without_file
 from streamctl.inspectors.state_restore import StoreStatus, store_status
 from streamctl.inspectors.storage import Storage
@@ -26,6 +35,7 @@ class Chains:
     def __init__(self, storage: Storage, deep: bool = False) -> None:
         self.st = storage
         self.read_ends = storage.is_local or deep
+        self._lineages: dict[str, Optional[list[tuple[int, str]]]] = {}  # a changelog's lineage by path
         self.lz4 = False  # the conf a restart runs with names lz4 as the state codec (`set_codec`)
 
     def set_codec(self, conf: dict[str, str]) -> None:
@@ -39,7 +49,7 @@ class Chains:
         """store_status, with the deltas or changelogs of the restore chain judged by their own
         format: a torn one (no LZ4Block end mark, empty) is as good as gone, so the version it
         carries is not restorable and STATE_UNRESTORABLE names it (docs/formats/state.md#torn-files)."""
-        status = store_status(files, required, planned, valid)
+        status = self._status(files, required, planned, valid)
         torn: list[str] = []
         torn_names: set[str] = set()
         while self.read_ends and status.restorable_required and status.restore_files:
@@ -60,10 +70,30 @@ class Chains:
             torn.append(f"{bad[0]} (torn: {bad[1]})")
             torn_names.add(bad[0])
             files = without_file(files, parsed.version, parsed.unique_id, False)
-            status = store_status(files, required, planned, valid)
+            status = self._status(files, required, planned, valid)
         if torn:
             status = replace(status, missing=tuple(torn) + tuple(m for m in status.missing if m not in torn_names))
         return status
+
+    def _status(self, files: StoreFiles, required: Optional[int], planned: Optional[int],
+                valid: dict[int, str]) -> StoreStatus:
+        """store_status; for a checkpoint-format-2 RocksDB store whose files are read, narrowed to
+        what Spark's load by lineage restores (inspectors/state_lineage.py)."""
+        status = store_status(files, required, planned, valid)
+        if not (files.uses_unique_ids and files.provider == "rocksdb" and self.read_ends):
+            return status
+
+        def lineage_of(name: str) -> Optional[list[tuple[int, str]]]:
+            rel = f"{status.path}/{name}"
+            if rel not in self._lineages:
+                try:
+                    ends = self.st.read_ends(rel, LINEAGE_HEAD, 0)
+                except StorageError:
+                    ends = None
+                self._lineages[rel] = None if ends is None else changelog_lineage(ends[0])
+            return self._lineages[rel]
+
+        return lineage_status(status, files, valid, lineage_of)
 
     def judge(self, status: StoreStatus, files: StoreFiles) -> Optional[tuple[list[str], bool]]:
         """(texts of the bad files of `status`'s restore chain, whether an intact older chain is
@@ -87,7 +117,9 @@ class Chains:
         if not bad:
             return None
         texts = [f"{status.path}/{name} ({why})" for name, why in bad]
-        snapshot_only = [name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
+        # a named pipe or a device where the snapshot belongs blocks the restart: no repair follows
+        snapshot_only = ([name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
+                         and "not a regular file" not in bad[0][1])
         return texts, bool(snapshot_only and status.fallback_files and not (local and self.mismatches(
             status.path, status.fallback_files, files.lists)) and not self.torn_full(
             status.path, status.fallback_files[:1]))

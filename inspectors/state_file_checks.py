@@ -26,8 +26,8 @@ from streamctl.inspectors.storage import Storage
 def _ends(storage: Storage, rel: str, head: int, tail: int,
           data: Optional[bytes] = None) -> Optional[tuple[bytes, bytes, int] | str]:
     """A file's head and tail for the torn checks (from `data`, its bytes, when read already);
-    "empty file" for an empty one, "not a regular file" for a named pipe or a device where the
-    file belongs (the restart blocks or fails opening it); None when it cannot be judged
+    "empty file" for an empty one, "a folder, not a file" for a folder, "not a regular file" for a
+    named pipe or a device where the file belongs (the restart blocks or fails opening it); None when it cannot be judged
     (unreadable)."""
     if data is not None:
         return (data[:head], data[max(len(data) - tail, 0):], len(data)) if data else "empty file"
@@ -35,8 +35,8 @@ def _ends(storage: Storage, rel: str, head: int, tail: int,
         ends = storage.read_ends(rel, head, tail)
     except StorageError:
         return None
-    if ends is None:
-        return "not a regular file"
+    if ends is None:  # a folder fails the restart's read at once; a named pipe blocks it
+        return "a folder, not a file" if storage.kind(rel) == "dir" else "not a regular file"
     if ends[2] == 0:
         return "empty file"
     return ends

@@ -212,7 +212,9 @@ def _store_status(store: StoreFiles, required: Optional[int], planned: Optional[
     newest_snapshot = max([*store.full, *(v for v in store.full_ids if full_at(v))], default=None)
     chain = _restore_files(store, required, full_at, incr_at, valid_ids) if req_ok and required else None
     fallback = None
-    if chain and required is not None and is_full_file(chain[0]) and store.has_crc:  # only a checksum can call the snapshot corrupt
+    # Spark 4.1+'s auto snapshot repair: only a checksum can call the snapshot corrupt, and only a
+    # load without checkpoint ids repairs (checkpoint format 2 loads by lineage: state_lineage.py)
+    if chain and required is not None and is_full_file(chain[0]) and store.has_crc and not use_ids:
         base = state_file(chain[0])
         fallback = _restore_files(store, required, full_at, incr_at, valid_ids, below=base.version if base else None)
     return StoreStatus(

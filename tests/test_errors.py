@@ -110,7 +110,7 @@ def test_a_folder_where_the_state_file_a_restart_loads_belongs_is_unrestorable(c
     before = digests(ck.parent)
     r = cli("inspect", "epochs", str(ck), "--json")
     found = {f["code"]: f for f in r.json()["queries"][0]["findings"]}
-    assert r.code == 1 and "4.delta (torn: not a regular file)" in found["STATE_UNRESTORABLE"]["message"], found
+    assert r.code == 1 and "4.delta (torn: a folder, not a file)" in found["STATE_UNRESTORABLE"]["message"], found
     assert digests(ck.parent) == before
 
 

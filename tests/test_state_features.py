@@ -124,6 +124,33 @@ def test_trim_keeps_what_restart_reads(cli: Any, tws: Callable[[str], Any], kind
     assert code == 0 and q["committed"] == FILES, q["findings"]
 
 
+def test_format2_changelogs_record_the_lineage_their_load_follows(tws: Callable[[str], Any]) -> None:
+    """Every changelog Spark wrote in checkpoint format 2 carries a lineage (changelog v3/v4):
+    the versions just below its own, consecutive, back to the snapshot its writer loaded from or
+    to version 1, each with the id the commit log names for it. streamctl follows it as a
+    restart does (inspectors/state_lineage.py)."""
+    from streamctl.formats.state import changelog_lineage, state_file
+
+    p = tws("tws_v2")
+    named: dict[int, str] = {}  # version -> id, from commits/<v-1>.stateUniqueIds (partition 0)
+    for c in (p.checkpoint / "commits").glob("[0-9]*"):
+        ids = json.loads(c.read_text().split("\n", 1)[1]).get("stateUniqueIds") or {}
+        named[int(c.name) + 1] = ids["0"][0][0] if isinstance(ids["0"][0], list) else ids["0"][0]
+    store = p.checkpoint / "state/0/0"
+    zips = {state_file(f.name).version for f in store.glob("*_*.zip")}
+    seen = 0
+    for f in sorted(store.glob("*_*.changelog")):
+        v = state_file(f.name).version
+        lineage = changelog_lineage(f.read_bytes())
+        assert lineage is not None, f
+        versions = [x for x, _u in lineage]
+        assert versions == list(range(versions[0], v)) if versions else v == 1, (f.name, lineage)
+        assert not versions or versions[0] == 1 or versions[0] in zips, (f.name, lineage, zips)
+        assert all(named.get(x, u) == u for x, u in lineage), (f.name, lineage, named)
+        seen += 1
+    assert seen == FILES, sorted(store.iterdir())
+
+
 def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], Any]) -> None:
     p = tws("tws_v2")
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "3", "--execute", "--json")
