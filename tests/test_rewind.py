@@ -146,6 +146,17 @@ def test_a_time_outside_the_kept_window_is_refused_and_nothing_changes(cli, pipe
     assert no_zone.code == 2 and "has no zone" in no_zone.stderr
     future = cli("savepoint", "create", ck, "later", "--at", "2099-01-01T00:00:00Z")
     assert future.code == 4 and "in the future" in future.stderr
+    for args, words in ((("align", ck, "--to", "2026-13-01T00:00:00Z"), "month"),
+                        (("trim", ck, "--keep-rollback-to", "2026-11-26T02:55:00"), "has no zone"),
+                        (("trim", ck, "--keep-rollback-to", "yesterday"), "an epoch number or an ISO-8601 time"),
+                        (("kafka", "starting-offsets", ck, "--epoch", "2026-11-26 02:55"), "has no zone"),
+                        (("savepoint", "create", ck, "x", "--at", "2026-11-26T02:55:00+5"), "not an ISO-8601 time"),
+                        (("align", ck, "--to", "savepoint:nope", "--execute"), "has no savepoint nope"),
+                        (("align", ck, "--to", "savepoint:a/b"), "invalid savepoint name"),
+                        (("savepoint", "delete", ck, "nope"), "no savepoint nope")):
+        r = cli(*args)
+        assert r.code == 2 and words in r.stderr, (args, r)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert tree_snapshot(p.base) == snap
 
 
