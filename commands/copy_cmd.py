@@ -69,6 +69,7 @@ def copy(
     Copies what a restart reads (what trim keeps; every file with --all), carries every checksum
     sidecar, rewrites the file sink log's data-file paths to --sink-dest and, with --source-path,
     the file source's logged input paths; keeps the query id (--new-query-id: a fresh one).
+    Carries every intact savepoint (its sink's URI the new sink's).
     Refuses a live or misaligned query and a new place that holds any file. Verified: the new
     place inspects with the old one's verdict and positions. The old place is only read, or with
     --move retired once the copy verifies (a tombstone `metadata`). Run the query at one place only.

@@ -35,8 +35,8 @@ def _table() -> list[tuple[type[BaseException], ExitCode]]:
 
     return [
         (UsageError, ExitCode.USAGE),
-        (Refused, ExitCode.REFUSED),
-        (OutsideWindow, ExitCode.REFUSED),  # a time or savepoint the checkpoint no longer keeps  # also the lock held, an executor Conflict, a teardown refusal
+        (Refused, ExitCode.REFUSED),  # also the lock held, an executor Conflict, a teardown refusal
+        (OutsideWindow, ExitCode.REFUSED),  # a time or savepoint the checkpoint no longer keeps
         (NotVerified, ExitCode.NOT_VERIFIED),
         (StorageError, ExitCode.UNREADABLE),
         (StreamctlError, ExitCode.UNREADABLE),

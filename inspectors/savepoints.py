@@ -2,8 +2,9 @@
 (`_streamctl/savepoints/<name>.json`, formats/savepoint.py), read and judged. A savepoint is
 intact while every file a restart from its epoch reads is still there: `offsets/<X>` and
 `offsets/<X-1>`, `commits/<X>`, every state store able to restore version X+1, and the sink's
-record of epoch X (a file sink's log entry, a coordinated sink's commit record). A broken one is
-reported with what is missing, never skipped. Read-only.
+record of epoch X (a file sink's log entry, a coordinated sink's commit record), and `offsets/X`
+is still the batch it pinned (the same `batchTimestampMs`: a rewind below X and a restart write
+another batch X). A broken one is reported with what is missing, never skipped. Read-only.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from streamctl.formats.errors import StreamctlError
 from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR, SAVEPOINTS_DIR
 from streamctl.formats.savepoint import Savepoint, name_of_file, parse_savepoint, savepoint_file
 from streamctl.inspectors.query_inspection import QueryInspection
+from streamctl.inspectors.rewind_time import batch_time, iso
 from streamctl.inspectors.storage import Storage
 
 
@@ -59,6 +61,12 @@ def missing_for(q: QueryInspection, sp: Savepoint) -> list[str]:
     missing = []
     if x not in q.offsets.batch_ids:
         missing.append(f"{OFFSETS_DIR}/{x}")
+    elif sp.batch_timestamp_ms is not None:
+        # a rewind below X and a restart write a new batch X: the pinned one is gone, whatever its number
+        now_ms = batch_time(Storage.open(q.checkpoint), x)
+        if now_ms is not None and now_ms != sp.batch_timestamp_ms:
+            missing.append(f"{OFFSETS_DIR}/{x} as pinned (epoch {x} ran again: its batch started {iso(now_ms)}, "
+                           f"the pinned one {iso(sp.batch_timestamp_ms)})")
     if x > 0 and x - 1 not in q.offsets.batch_ids and not q.async_progress:
         missing.append(f"{OFFSETS_DIR}/{x - 1}")
     if x not in q.commits.batch_ids:

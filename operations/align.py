@@ -47,7 +47,7 @@ def _unique(steps: list[Step]) -> list[Step]:
 def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     """The plan for `req`, or Refused (with the options) / StorageError: evidence -> options ->
     choice -> steps."""
-    from streamctl.operations.align_rewind import resolve_to, with_savepoint_sink
+    from streamctl.operations.align_rewind import resolve_to, savepoints_lost, with_savepoint_sink
 
     req = with_savepoint_sink(req)
     pl = Planner(req)
@@ -92,6 +92,9 @@ def plan_align(req: AlignRequest) -> tuple[Plan, QueryInspection]:
     plan.before["liveness"] = liveness_evidence(q, req.quiet_period_s)
     if rewind is not None:
         plan.after["rewind"] = rewind
+    lost = savepoints_lost(q, x, plan.notes) if steps else []
+    if lost:
+        plan.after["savepoints_lost"] = lost
     if pl.damage.torn:  # the positions an undo puts back: the files as they are, torn ones included
         plan.before.update(pl.damage.on_disk)
     return plan, q

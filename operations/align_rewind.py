@@ -83,6 +83,11 @@ def resolve_to(q: QueryInspection, req: AlignRequest, notes: list[str]) -> tuple
             next_ms = batch_time(Storage.open(q.checkpoint), nxt) if nxt is not None else None
             notes.append(f"savepoint {name} (created {sp.created}): epoch {epoch}, started {iso(epoch_ms)}"
                          + (f"; epoch {nxt} (started {iso(next_ms)}) and every later batch runs again" if nxt is not None else ""))
+            position = (sp.sink or {}).get("position") or {}
+            if (sp.sink or {}).get("kind") == "delta" and position.get("table_version") is not None:
+                notes.append(f"savepoint {name} recorded Delta table version {position['table_version']}: streamctl "
+                             "does not roll a Delta table back, and a Delta RESTORE keeps the table's txn version, "
+                             "so the writer still skips the replayed epochs (docs/model.md#savepoints)")
             record: dict[str, Any] = {"to": to, "savepoint": name}
         else:
             rw = resolve_time(q, parse_time(to, "--to"), f"--to {to}")
@@ -94,3 +99,27 @@ def resolve_to(q: QueryInspection, req: AlignRequest, notes: list[str]) -> tuple
     record.update({"epoch": epoch, "epoch_time": iso(epoch_ms) if epoch_ms is not None else None,
                    "next_epoch": nxt, "next_time": iso(next_ms) if next_ms is not None else None})
     return replace(req, to=str(epoch)), record
+
+
+def savepoints_lost(q: QueryInspection, x: int, notes: list[str]) -> list[dict[str, Any]]:
+    """The savepoints of `q`'s checkpoint pinning an epoch above the target `x`: the rewind moves
+    their restore files into the backup (and a restart writes other batches with their numbers), so
+    the plan names each, never breaking one in silence; `[{name, epoch}]`, empty when there is none."""
+    from streamctl.formats.errors import StreamctlError
+    from streamctl.inspectors.savepoints import read_savepoint, savepoint_names
+    from streamctl.inspectors.storage import Storage
+
+    st = Storage.open(q.checkpoint)
+    lost = []
+    for name in savepoint_names(st):
+        try:
+            sp = read_savepoint(st, name)
+        except StreamctlError:
+            continue  # unreadable: savepoint list and trim already name it broken
+        if sp.epoch > x and not (sp.query_id and q.query_id and sp.query_id != q.query_id):
+            lost.append({"name": name, "epoch": sp.epoch})
+    if lost:
+        notes.append("breaks savepoint(s) " + ", ".join(f"{s['name']} (epoch {s['epoch']})" for s in lost)
+                     + f": their epochs are above {x}; --undo brings their files back, after a restart "
+                     "`streamctl savepoint delete` them (or pin them anew)")
+    return lost

@@ -2,7 +2,8 @@
 (docs/model.md#copy).
 
 What is copied is what a restart reads: every file `trim` keeps (its plan's complement, so the
-two never disagree) or, with `--all`, every file; streamctl's own `_streamctl/` stays behind.
+two never disagree) or, with `--all`, every file; streamctl's own `_streamctl/` stays behind but
+for the savepoints (operations/savepoints.py `carried`: the intact ones, with the new sink's URI).
 The copy steps write only at the new place, whose roots are `checkpoint` and `sink` (the runner
 locks, backs up under and verifies them); the old place is read (`from_checkpoint`,
 `from_sink`) and never changed. Files whose bytes name the old place are written instead of
@@ -34,6 +35,7 @@ from streamctl.operations.plan import (
     liveness_evidence,
     refuse_corrupt_state,
 )
+from streamctl.operations.savepoints import carried
 
 PARTS = ("logs", "state", "sources", "other", "sink_log", "sink_data")
 _RANK = {"sink_log": 1, "logs": 2}  # copied after the data and state they name
@@ -222,13 +224,18 @@ def plan_copy(req: CopyRequest, under_lock: bool = False, op_id: str = UNASSIGNE
     what = ("every file (--all)" if req.copy_all else "every file (nothing committed yet)" if q.committed is None
             else f"what `trim --keep-epochs {req.keep_epochs}` keeps")
     notes = [f"copies what a restart reads: {what}", _id_note(q, new_id)]
+    sp_files, sp_records, sp_notes = carried(q, req.sink, req.sink_dest, new_id)
+    # first: a copy cut short holds a savepoint only beside logs it cannot restart from yet
+    steps[:0] = [Step("write", "checkpoint", rel, "savepoint: its restore files are copied", data)
+                 for rel, data in sp_files.items()]
+    notes += sp_notes
     retire_from = _retire_steps(req, q, ck, steps, notes, op_id, backup, roots["checkpoint"])
     return Plan(command="copy", roots=roots, strategy="copy", target=q.committed, classification=EXACTLY_ONCE,
                 steps=steps, expected_verdict=q.verdict, before=before,
                 after={"planned": q.planned, "committed": q.committed, "sink_epoch": before["sink_epoch"],
                        "state_epoch": q.state_epoch, "parts": sizes, "left_out": skipped, "rewrites": rewrites,
                        "keep_epochs": None if req.copy_all else req.keep_epochs,
-                       "query_id": new_id or q.query_id},
+                       "query_id": new_id or q.query_id, "savepoints": sp_records},
                 notes=notes,
                 settings={"sink_kind": q.sink.kind if q.sink else None,
                           "app_id": req.app_id or (q.sink.app_id if q.sink else None),

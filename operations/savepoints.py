@@ -126,3 +126,40 @@ def delete(location: str, name: str, break_lock: bool) -> Savepoint:
         return sp
     finally:
         lock.release()
+
+
+def carried(q: QueryInspection, sink: Optional[str], sink_dest: Optional[str],
+            new_query_id: Optional[str]) -> tuple[dict[str, bytes], list[dict[str, Any]], list[str]]:
+    """What `streamctl copy` does with the old place's savepoints (docs/model.md#copy): every intact
+    one is written at the new place (a copy keeps what trim keeps, so its restore files come along),
+    its sink's URI the new place's when the sink moves with `--sink-dest`, its query id the new one
+    with `--new-query-id`; a broken one stays behind, named. (the files by path, the plan's records
+    `[{name, epoch, carried, why}]`, the notes)"""
+    from dataclasses import replace
+
+    from streamctl.inspectors.savepoints import list_savepoints
+
+    old_sink = Storage.open(sink).display if sink and sink_dest else None
+    new_sink = Storage.open(sink_dest).display if sink and sink_dest else None
+    files: dict[str, bytes] = {}
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for s in list_savepoints(q):
+        if not s.intact or s.savepoint is None:
+            records.append({"name": s.name, "epoch": s.savepoint.epoch if s.savepoint else None, "carried": False,
+                            "why": "broken: " + "; ".join(s.missing)})
+            notes.append(f"savepoint {s.name} is {s.status()}: not copied (it stays at the old place)")
+            continue
+        sp = s.savepoint
+        moved_sink = sp.sink
+        if sp.sink and old_sink is not None and sp.sink.get("uri") == old_sink:
+            moved_sink = {**sp.sink, "uri": new_sink}
+        sp = replace(sp, query_id=new_query_id or sp.query_id, sink=moved_sink)
+        files[savepoint_file(sp.name)] = serialize_savepoint(sp)
+        records.append({"name": sp.name, "epoch": sp.epoch, "carried": True,
+                        "why": "its restore files are copied" + (", its sink's URI the new place's"
+                                                                  if moved_sink is not s.savepoint.sink else "")})
+    if files:
+        notes.append("copies savepoint(s) " + ", ".join(f"{r['name']} (epoch {r['epoch']})" for r in records
+                                                       if r["carried"]) + " with their restore files")
+    return files, records, notes

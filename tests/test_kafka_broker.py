@@ -61,6 +61,26 @@ def test_starting_offsets_are_the_committed_line_byte_exact(cli, kafka_agg):
     assert r.stdout.strip() == (chk / "offsets/0").read_text().split("\n")[2]
 
 
+def test_starting_offsets_and_a_savepoint_at_a_time_between_two_batches(cli, kafka_agg):
+    """A time between two batches of the real query (written in +05:30): starting-offsets --epoch
+    TIME prints the older batch's logged line, and a savepoint --at TIME records the same offsets."""
+    from datetime import datetime, timedelta, timezone
+
+    chk, _topic = kafka_agg
+    lines = {int(p.name): p.read_text().split("\n") for p in (chk / "offsets").iterdir() if p.name.isdigit()}
+    times = {b: json.loads(text[1])["batchTimestampMs"] for b, text in lines.items()}
+    b = next(b for b in sorted(times) if b + 1 in times and times[b + 1] - times[b] >= 2)
+    at = datetime.fromtimestamp((times[b] + times[b + 1]) // 2 / 1000, tz=timezone(timedelta(hours=5, minutes=30)))
+    r = cli("kafka", "starting-offsets", str(chk), "--epoch", at.isoformat(timespec="milliseconds"), "--json")
+    assert r.code == 0 and r.json()["epoch"] == b, r
+    assert [s["starting_offsets"] for s in r.json()["sources"]] == [lines[b][2]]
+    made = cli("savepoint", "create", str(chk), "incident", "--at", at.isoformat(timespec="milliseconds"), "--json")
+    try:
+        assert made.code == 0 and made.json()["epoch"] == b and made.json()["kafka"] == r.json()["sources"], made
+    finally:
+        assert cli("savepoint", "delete", str(chk), "incident").code == 0
+
+
 def test_commit_offsets_plan_execute_idempotent(cli, kafka_broker, kafka_agg):
     from streamctl.inspectors.kafka import KafkaBroker
 

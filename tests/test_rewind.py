@@ -146,6 +146,17 @@ def test_a_time_outside_the_kept_window_is_refused_and_nothing_changes(cli, pipe
     assert no_zone.code == 2 and "has no zone" in no_zone.stderr
     future = cli("savepoint", "create", ck, "later", "--at", "2099-01-01T00:00:00Z")
     assert future.code == 4 and "in the future" in future.stderr
+    for args, words in ((("align", ck, "--to", "2026-13-01T00:00:00Z"), "month"),
+                        (("trim", ck, "--keep-rollback-to", "2026-11-26T02:55:00"), "has no zone"),
+                        (("trim", ck, "--keep-rollback-to", "yesterday"), "an epoch number or an ISO-8601 time"),
+                        (("kafka", "starting-offsets", ck, "--epoch", "2026-11-26 02:55"), "has no zone"),
+                        (("savepoint", "create", ck, "x", "--at", "2026-11-26T02:55:00+5"), "not an ISO-8601 time"),
+                        (("align", ck, "--to", "savepoint:nope", "--execute"), "has no savepoint nope"),
+                        (("align", ck, "--to", "savepoint:a/b"), "invalid savepoint name"),
+                        (("savepoint", "delete", ck, "nope"), "no savepoint nope")):
+        r = cli(*args)
+        assert r.code == 2 and words in r.stderr, (args, r)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert tree_snapshot(p.base) == snap
 
 
@@ -167,3 +178,93 @@ def test_a_broken_savepoint_is_listed_and_refused_by_name(cli, pipe, tree_snapsh
     missing = cli("align", ck, "--to", "savepoint:nope")
     assert missing.code == 2 and "no savepoint nope (savepoints: early)" in missing.stderr
     assert tree_snapshot(p.base) == snap
+
+
+def test_a_rewind_names_the_savepoints_it_breaks_its_undo_restores_them_and_copy_carries_them(
+        cli, pipe, spark, align_pipeline, tree_snapshot):
+    """Two savepoints (epochs 1 and 3): a rewind to the older names the newer as broken (plan and
+    JSON), its undo puts every file back and the newer is intact again; a copy carries both with the
+    sink's new URI, and a rewind at the new place restarts exactly once; at the old place the same
+    rewind and a restart run epoch 3 again, so the newer savepoint is broken (another batch 3)."""
+    p = pipe
+    ck, out = str(p.checkpoint), str(p.output)
+    for name, epoch in (("sp1", "1"), ("sp3", str(BATCHES - 1))):
+        assert cli("savepoint", "create", ck, name, "--epoch", epoch, "--sink", out).code == 0
+    snap = tree_snapshot(p.base)
+
+    plan = cli("align", ck, "--to", "savepoint:sp1", "--json").json()["plan"]
+    assert plan["target"] == 1 and plan["after"]["savepoints_lost"] == [{"name": "sp3", "epoch": BATCHES - 1}]
+    assert any(n.startswith(f"breaks savepoint(s) sp3 (epoch {BATCHES - 1})") for n in plan["notes"])
+    done = cli("align", ck, "--to", "savepoint:sp1", "--execute", "--json")
+    assert done.code == 0 and done.json()["verified"] is True, done
+    status = {s["name"]: s for s in cli("savepoint", "list", ck, "--json").json()["savepoints"]}
+    assert status["sp1"]["status"] == "intact" and status["sp3"]["status"] == "broken"
+    assert f"commits/{BATCHES - 1}" in status["sp3"]["missing"]
+    undo = cli("align", "--undo", done.json()["backup"], "--json")
+    assert undo.code == 0, undo
+    wait_quiet(p.base, 0.2, 10)
+    after = {k: v for k, v in tree_snapshot(p.base).items() if "_streamctl/backups" not in str(k)}
+    assert after == snap
+    assert all(s["intact"] for s in cli("savepoint", "list", ck, "--json").json()["savepoints"])
+
+    new_base = p.base.parent / "copied"
+    copied = cli("copy", ck, str(new_base / "checkpoint"), "--sink", out, "--sink-dest", str(new_base / "output"),
+                 "--keep-epochs", "1", "--execute", "--json")
+    assert copied.code == 0, copied
+    assert copied.json()["plan"]["after"]["savepoints"] == [
+        {"name": "sp1", "epoch": 1, "carried": True, "why": "its restore files are copied, its sink's URI the new place's"},
+        {"name": "sp3", "epoch": BATCHES - 1, "carried": True,
+         "why": "its restore files are copied, its sink's URI the new place's"}]
+    there = cli("savepoint", "list", str(new_base / "checkpoint"), "--json").json()["savepoints"]
+    assert [(s["name"], s["status"], s["sink"]["uri"]) for s in there] == [
+        ("sp1", "intact", str(new_base / "output")), ("sp3", "intact", str(new_base / "output"))]
+    moved = align_pipeline.Pipeline(p.base.parent, "dedup_file", spark, name="copied")
+    moved.input, moved.files = p.input, p.files  # the copy reads the old input folder (no --source-path)
+    back = cli("align", str(new_base / "checkpoint"), "--to", "savepoint:sp1", "--execute", "--json")
+    assert back.code == 0 and back.json()["plan"]["roots"]["sink"] == str(new_base / "output"), back
+    moved.run()
+    wait_quiet(moved.base, SETTLE_S, 30)
+    assert moved.delivery()["ok"], moved.delivery()
+
+    assert cli("align", ck, "--to", "savepoint:sp1", "--execute").code == 0
+    restart_and_check(p, 1)
+    (sp3,) = [s for s in cli("savepoint", "list", ck, "--json").json()["savepoints"] if s["name"] == "sp3"]
+    assert sp3["status"] == "broken" and sp3["missing"][0].startswith(
+        f"offsets/{BATCHES - 1} as pinned (epoch {BATCHES - 1} ran again"), sp3
+
+
+def test_trim_keeps_a_rollback_time_and_a_savepoint_then_a_rewind_to_that_time_restarts_exactly_once(cli, pipe):
+    """Eight batches, a savepoint at batch 5: trim --keep-rollback-to a time after the savepoint
+    keeps the savepoint's epoch (the earlier point wins); executed with a time between batches 2
+    and 3 it keeps epoch 2; align --to that time (written in another zone) restarts exactly once
+    and breaks the savepoint (named in the plan, listed broken after the restart); a time before the
+    trimmed window is refused."""
+    p = pipe
+    ck, out = str(p.checkpoint), str(p.output)
+    p.add_input(p.files, 4)
+    p.run()
+    wait_quiet(p.base, SETTLE_S, 30)
+    t = [batch_ms(p.checkpoint, b) for b in range(8)]
+    made = cli("savepoint", "create", ck, "mid", "--at", in_zone(t[5], 9), "--sink", out, "--json")
+    assert made.code == 0 and made.json()["epoch"] == 5, made
+
+    later = cli("trim", ck, "--sink", out, "--keep-epochs", "1", "--keep-rollback-to", in_zone((t[6] + t[7]) // 2, 0),
+                "--json").json()["plan"]
+    assert later["after"]["oldest_rollback"] == 5 and later["after"]["savepoints"][0]["status"] == "intact"
+    assert any(n.startswith("--keep-rollback-to ") and "is epoch 6" in n for n in later["notes"])
+    between = (t[2] + t[3]) // 2
+    trim = cli("trim", ck, "--sink", out, "--keep-epochs", "1", "--keep-rollback-to", in_zone(between, 2), "--execute",
+               "--json")
+    assert trim.code == 0 and trim.json()["verified"] is True, trim
+    assert trim.json()["plan"]["after"]["oldest_rollback"] == 2
+    assert not (p.checkpoint / "offsets" / "0").exists() and (p.checkpoint / "offsets" / "2").exists()
+    assert cli("savepoint", "list", ck, "--json").json()["savepoints"][0]["status"] == "intact"
+
+    back = cli("align", ck, "--sink", out, "--to", in_zone(between, -7), "--execute", "--json")
+    assert back.code == 0 and back.json()["plan"]["target"] == 2, back
+    assert back.json()["plan"]["after"]["savepoints_lost"] == [{"name": "mid", "epoch": 5}]
+    restart_and_check(p, 1)
+    (mid,) = cli("savepoint", "list", ck, "--json").json()["savepoints"]
+    assert mid["status"] == "broken" and mid["missing"][0].startswith("offsets/5")  # gone, or another batch 5
+    early = cli("align", ck, "--sink", out, "--to", in_zone((t[0] + t[1]) // 2, 0))
+    assert early.code == 4 and "before the kept window" in early.stderr, early
