@@ -5,11 +5,12 @@ and the new sink holds every id exactly once (a lost state entry would let a rep
 a sink log still naming the old place would hide rows), and the old place is byte for byte and
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
-process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
-(moto) -> local, and S3 -> GCS -> Azure -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
-restart there fails on the tombstone, streamctl's mutations refuse it), undo brings it back, a
-batch planned at the old place during the copy stops the move at its gate, a crash while retiring
-resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
+process killed while it copies, to the local disk and to the S3 server), undo, a Delta sink kept
+byte for byte, and local -> the S3 server (moto) -> local, and S3 -> GCS -> Azure -> local. `--move`:
+the new place restarts exactly once, the old place is retired (a real restart there fails on the
+tombstone, streamctl's mutations refuse it), on the local disk and from the S3 server home, undo
+brings it back, a batch planned at the old place during the copy stops the move at its gate, a
+crash while retiring resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
 the query id refused.
 """
 from __future__ import annotations
