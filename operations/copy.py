@@ -86,7 +86,7 @@ def _wave(root: str, rel: str) -> tuple[str, int, bool]:
 def copy_wave(step: Step) -> tuple[str, int, bool]:
     """The executor's wave of a copy step (operations/executor.py: copies on an object store go
     on threads, a wave at a time): `_wave`, so no file is copied before a file the plan orders
-    before it in an earlier wave is whole (the logs never before what they name, `metadata` last)."""
+    before it in an earlier wave is whole (the logs after the data and state, `metadata` last)."""
     return _wave(step.root, step.path)
 
 

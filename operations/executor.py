@@ -53,7 +53,7 @@ class Executor:
         side run on COPY_THREADS threads (each request a round trip), a wave at a time: a run of
         consecutive copy steps of one wave (the key it gives a step); a step of the next wave
         begins only once every step of the wave before it is done (streamctl copy: the query's
-        logs after the files they name, its `metadata` last). Without it, one at a time."""
+        logs after its data and state, its `metadata` last). Without it, one at a time."""
         self.manifest_ahead = manifest_ahead
         self.copy_wave = copy_wave
         self.gate = gate
