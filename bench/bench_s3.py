@@ -19,13 +19,17 @@ What it does:
    a. a bare listing of the objects (boto3 `ListObjectsV2`, 1,000 keys a page): the floor;
    b. `streamctl inspect epochs <uri> --json`;
    c. `streamctl trim <uri> --keep-epochs N --json` (the plan);
-   d. `streamctl trim <uri> --keep-epochs N --execute --json` (copy -> verify -> delete of every
+   d. `streamctl copy <uri> <uri>-copy --keep-epochs N --execute --json` (every file a restart
+      reads, copied within the store: S3 CopyObject) and `streamctl copy <local tree> <uri>-upload
+      ...` (the same files uploaded from the local disk), each verified;
+   e. `streamctl trim <uri> --keep-epochs N --execute --json` (copy -> verify -> delete of every
       file the plan moves, backup in the checkpoint's `_streamctl/backups/`).
 4. Prints the requests of each by HTTP method, the most requests in flight at once beside the
    thread pools' bounds, requests per listed file for inspect (the bare listing's beside it) and
    requests per moved file for trim --execute, all of them and those on the moved files' own keys,
-   each beside its bound (at most 3 per moved file). Wall times are printed for
-   context only: moto and the proxy are in the way.
+   each beside its bound (at most 3 per moved file), and for each copy its requests and files per
+   second (the copies' wall time is the figure there: with `--delay` it is what the copy threads
+   overlap). Other wall times are printed for context only: moto and the proxy are in the way.
 """
 from __future__ import annotations
 
@@ -153,11 +157,11 @@ def pool_bounds() -> str:
     """The thread pools' sizes as the code has them (read, not assumed; '?' if renamed)."""
     try:
         from streamctl.inspectors import checkpoint_reads
-        from streamctl.operations import executor
+        from streamctl.operations import object_moves
     except ImportError:
         return "?"
     return (f"inspect reads {getattr(checkpoint_reads, 'READ_WORKERS', '?')}, "
-            f"trim copies {getattr(executor, 'COPY_THREADS', '?')}")
+            f"object-store copies {getattr(object_moves, 'COPY_THREADS', '?')}")
 
 
 def per(n: int, d: int) -> str:
@@ -222,6 +226,16 @@ def main(argv: list[str] | None = None) -> int:
             log(f"streamctl trim --keep-epochs {args.keep_epochs} (plan) ...")
             plan, r = run_phase(proxy, f"trim --keep-epochs {args.keep_epochs} (plan)", trim, env)
             moved_paths = [s["path"] for s in parse(r, "trim (plan)")["plan"]["steps"]]
+            copies = []
+            for what, src, dest in (("S3 -> S3", uri, uri.replace(f"/{PREFIX}?", f"/{PREFIX}-copy?")),
+                                    ("local -> S3", str(source), uri.replace(f"/{PREFIX}?", f"/{PREFIX}-upload?"))):
+                log(f"streamctl copy {what} --keep-epochs {args.keep_epochs} --execute ...")
+                ph, r = run_phase(proxy, f"copy {what} --execute", [exe, "copy", src, dest, "--keep-epochs",
+                                                                  str(args.keep_epochs), "--execute", "--json"], env)
+                doc = parse(r, f"copy {what}")
+                if not doc.get("verified"):
+                    raise SystemExit(f"bench-s3: copy {what} did not verify")
+                copies.append((ph, sum(1 for s in doc["plan"]["steps"] if s["action"] in ("copy", "write"))))
             log(f"streamctl trim --keep-epochs {args.keep_epochs} --execute ({len(moved_paths)} files) ...")
             execute, r = run_phase(proxy, f"trim --keep-epochs {args.keep_epochs} --execute", [*trim, "--execute"], env)
             done = parse(r, "trim --execute")
@@ -253,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         "phases": [{"name": ph.name, "requests": len(ph.requests), "by_kind": dict(sorted(ph.kinds.items())),
                     "max_in_flight": ph.in_flight, "seconds": round(ph.seconds, 2)}
                    for ph in (floor, inspect, plan, execute)],
+        "copies": [{"name": ph.name, "files": n, "requests": len(ph.requests), "per_file": len(ph.requests) / n,
+                    "max_in_flight": ph.in_flight, "seconds": round(ph.seconds, 2),
+                    "files_per_s": round(n / ph.seconds, 1)} for ph, n in copies],
         "per_file": {
             "bare_listing_per_listed_file": len(floor.requests) / listed,
             "inspect_per_listed_file": len(inspect.requests) / listed,
@@ -302,6 +319,11 @@ def main(argv: list[str] | None = None) -> int:
              per(len(execute.requests) - on_source - on_copy, moved), "-", "-", "INFO"),
         ]
     print(table(("requests", "count", "files", "per file", "floor per file", "bound", "status"), rows))
+    print()
+    print(table(("copy (what trim keeps), whole command", "files", "requests", "per file", "most in flight",
+                 "seconds", "files/s"),
+                [(c["name"], str(c["files"]), str(c["requests"]), f"{c['per_file']:.2f}", str(c["max_in_flight"]),
+                  f"{c['seconds']:.2f}", f"{c['files_per_s']:.1f}") for c in result["copies"]]))
     return 0
 
 

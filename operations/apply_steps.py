@@ -138,8 +138,9 @@ class StepApplier:
         if want is None:
             raise Conflict(f"{src.uri(step.path)} is gone since the plan was made; the copy stops here (resume once "
                            "it is back, or undo the copy)")
-        if root.exists(step.path):
-            got = root.digest(step.path)
+        # what is there: on an object store one read (None: no object; a key never replaces a folder's)
+        got = root.digest_if_exists(step.path) if root.is_local else root.file_digest(step.path)
+        if got is not None:
             if got != want and pre is not None:
                 raise Conflict(f"{root.uri(step.path)} holds other content than {src.uri(step.path)}; refusing to "
                                "overwrite it")

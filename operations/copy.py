@@ -79,6 +79,19 @@ def _part(rel: str, sink: bool) -> str:
     return {STATE_DIR: "state", SOURCES_DIR: "sources"}.get(top, "other")
 
 
+def _wave(root: str, rel: str) -> tuple[str, int, bool]:
+    """(root, rank, is `metadata`): the plan copies a root's files in this order, data and state
+    first, then the sink log, then the query's logs, `metadata` (and its sidecar) last."""
+    return root, _RANK.get(_part(rel, root == "sink"), 0), rel == METADATA_FILE or crc_target(rel) == METADATA_FILE
+
+
+def copy_wave(step: Step) -> tuple[str, int, bool]:
+    """The executor's wave of a copy step (operations/executor.py: copies on an object store go
+    on threads, a wave at a time): `_wave`, so no file is copied before a file the plan orders
+    before it in an earlier wave is whole (the logs after the data and state, `metadata` last)."""
+    return _wave(step.root, step.path)
+
+
 def _refuse_unready(q: Any, ck: Storage) -> None:
     """What a copy will not carry: a query that does not restart as it stands (align first), a
     held streamctl lock on the old place (another operation is changing it)."""
@@ -205,8 +218,7 @@ def plan_copy(req: CopyRequest, under_lock: bool = False, op_id: str = UNASSIGNE
 
     for root, _src, files, written in parts:
         # the logs last, `metadata` very last: a copy cut short holds no query a restart takes for whole
-        order = sorted(files, key=lambda f: (_RANK.get(_part(f[0], root == "sink"), 0),
-                                             f[0] == METADATA_FILE or crc_target(f[0]) == METADATA_FILE, f[0]))
+        order = sorted(files, key=lambda f: (*_wave(root, f[0])[1:], f[0]))
         for rel, sz in order:
             part = _part(rel, root == "sink")
             sizes[part]["files"] += 1

@@ -129,9 +129,12 @@ def operation() -> Any:
 
 
 def _steps(plan: Plan, roots: dict[str, Root], backup: Root, say: Any, meter: Any) -> Any:
-    """The runner's executor, with --move's gate before the first retiring step."""
+    """The runner's executor, with --move's gate before the first retiring step and the copies on
+    object stores on threads, wave by wave (copy.py's `copy_wave`)."""
+    from streamctl.operations.copy import copy_wave
     from streamctl.operations.executor import Executor
 
     at = plan.settings.get("retire_from")
     gate = (at, lambda: check_before_retiring(plan, backup.location)) if at is not None else None
-    return Executor(plan, roots, backup, progress=say, meter=meter, manifest_ahead=True, gate=gate)
+    return Executor(plan, roots, backup, progress=say, meter=meter, manifest_ahead=True, gate=gate,
+                    copy_wave=copy_wave)

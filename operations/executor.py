@@ -23,11 +23,12 @@ from streamctl.operations.files import Pending, Root
 from streamctl.operations.journal import Commit, Conflict, Journal, journal_location
 from streamctl.operations.meter import Meter
 from streamctl.operations.object_moves import delete_remote, move_by_copy, parallel
-from streamctl.operations.plan import PUT_BACK_TO, Plan, Step
+from streamctl.operations.plan import COPY_FROM, PUT_BACK_TO, Plan, Step
 
 DELAY_ENV = "STREAMCTL_TEST_STEP_DELAY"
 BATCH_STEPS = 8192  # journal group commit: records per fsync at most
 BATCH_SECONDS = 1.0  # and done records durable at the latest this long after their batch started
+WAVE_STEPS = 256  # copy steps on threads between two looks at the clock (BATCH_SECONDS)
 
 
 def _digest_record(d: Optional[tuple[int, str]]) -> Optional[dict[str, Any]]:
@@ -40,15 +41,21 @@ class Executor:
     def __init__(self, plan: Plan, roots: dict[str, Root], backup: Root,
                  progress: Optional[Callable[[str], None]] = None,
                  meter: Optional[Callable[[str], None]] = None, manifest_ahead: bool = False,
-                 gate: Optional[tuple[int, Callable[[], None]]] = None) -> None:
+                 gate: Optional[tuple[int, Callable[[], None]]] = None,
+                 copy_wave: Optional[Callable[[Step], Any]] = None) -> None:
         """`progress` gets one line per step; `meter` a throttled status (files done, bytes, rate,
         eta) for a terminal. `manifest_ahead`: `run` returns with manifest.json still being
         written on a thread, durable before the journal's next record (the runner's `verified`,
         written after its verification), else durable when `run` returns. `gate` (index, check):
         no step from that index on begins before every step below it is done and durable and
         the check returned (it raises to stop there: copy --move's retirement of the old place
-        waits for the verified copy)."""
+        waits for the verified copy). `copy_wave`: `copy` steps with an object store on either
+        side run on COPY_THREADS threads (each request a round trip), a wave at a time: a run of
+        consecutive copy steps of one wave (the key it gives a step); a step of the next wave
+        begins only once every step of the wave before it is done (streamctl copy: the query's
+        logs after its data and state, its `metadata` last). Without it, one at a time."""
         self.manifest_ahead = manifest_ahead
+        self.copy_wave = copy_wave
         self.gate = gate
         self.plan = plan
         self.roots = roots
@@ -211,13 +218,25 @@ class Executor:
         deletes: list[int] = []  # remote deletes (--purge) go in batched requests, in plan order
         copies: list[int] = []  # moves by copy: parallel copies, then batched deletes, in plan order
         renames: list[int] = []  # local moves: renamed, then recorded in plan order
+        wave: list[int] = []  # copy steps with an object store on a side: on threads, a wave at a time
         copied = {i for i in new if first_run and i in self._objects}
         t0 = time.monotonic()
+
+        def copy_wave() -> None:
+            """The wave's copies on threads, recorded in plan order; the done records so far
+            committed once a batch has run BATCH_SECONDS."""
+            nonlocal pending, touched, t0
+            self._record(wave, self._copy_many(wave, state), state, pending, touched, delayed=False)
+            wave.clear()
+            if time.monotonic() - t0 > BATCH_SECONDS:
+                self.commit_done(touched, pending)
+                pending, touched, t0 = [], [], time.monotonic()
 
         def flush() -> None:
             self._record(deletes, self._delete_remote(deletes, state), state, pending, touched)
             self._record(copies, self._move_by_copy(copies, state), state, pending, touched)
             self._rename_many(renames, state, pending, touched)
+            copy_wave()
             deletes.clear()
             copies.clear()
             renames.clear()
@@ -226,6 +245,11 @@ class Executor:
             step = self.plan.steps[i]
             if step.action == "delete" and not self.roots[step.root].is_local:
                 deletes.append(i)
+                continue
+            if self._threaded_copy(step):
+                if wave and (len(wave) >= WAVE_STEPS or self._wave(wave[-1]) != self._wave(i)):
+                    flush()
+                wave.append(i)
                 continue
             if i in copied:
                 copies.append(i)
@@ -245,8 +269,9 @@ class Executor:
         return pending
 
     def _record(self, indices: list[int], entries: list[Optional[dict[str, Any]]], state: JournalState,
-                pending: list[dict[str, Any]], touched: list[Step]) -> None:
-        """The done records of these steps, with their manifest entries, into `pending`."""
+                pending: list[dict[str, Any]], touched: list[Step], delayed: bool = True) -> None:
+        """The done records of these steps, with their manifest entries, into `pending`
+        (`delayed`: the test hook's delay after each; threaded copies had theirs on their thread)."""
         for i, entry in zip(indices, entries, strict=True):
             rec = {"event": Event.DONE, "step": i, "manifest": entry}
             pending.append(rec)
@@ -254,7 +279,7 @@ class Executor:
             touched.append(self.plan.steps[i])
             pre = state.begun[i].get("pre")
             self.meter.tick(pre.get("size") or 0 if isinstance(pre, dict) else 0)
-            if self.delay:
+            if self.delay and delayed:
                 time.sleep(self.delay)
 
     def _pre_images(self, indices: list[int]) -> dict[int, Optional[dict[str, Any]]]:
@@ -262,17 +287,21 @@ class Executor:
         files are read here, one after the other. Files a --purge deletes on an object store get
         their size from one listing per folder, no read (no undo can use a digest of a purged
         file). Objects are read on COPY_THREADS threads, one request each; those that are plain
-        files are noted in `_objects` (their moves go by copy -> verify -> batched delete)."""
+        files are noted in `_objects` (their moves go by copy -> verify -> batched delete). A
+        copy step's new path on an object store is read the same way (what is there before it)."""
         steps = self.plan.steps
         pres: dict[int, Optional[dict[str, Any]]] = {}
         listed: dict[str, list[int]] = {}
         remote: list[int] = []
+        copies: list[int] = []
         local: dict[str, list[int]] = {}
         for i in indices:
             step = steps[i]
             root = self.roots[step.root]
             if step.action == "delete" and not root.is_local:
                 listed.setdefault(step.root, []).append(i)
+            elif step.action == "copy" and not root.is_local:
+                copies.append(i)
             elif step.action == "move" and not (root.is_local and self.backup.is_local):
                 remote.append(i)
             else:
@@ -286,6 +315,10 @@ class Executor:
                 self._objects.add(i)
             else:  # missing, or a folder: the general digest decides
                 d = self.roots[steps[i].root].digest_if_exists(steps[i].path)
+            pres[i] = _digest_record(d)
+        # a copy's new path on an object store: one read each, on threads (None: no object there)
+        for i, d in zip(copies, parallel(lambda i: self.roots[steps[i].root].file_digest(steps[i].path), copies),
+                        strict=True):
             pres[i] = _digest_record(d)
         for name, idx in listed.items():
             sizes = self.roots[name].listed_sizes([steps[i].path for i in idx])
@@ -349,6 +382,32 @@ class Executor:
             pending.append({"event": Event.DONE_CHUNK, "steps": renamed})
         if indices:
             self.meter.tick(size, len(indices))
+
+    def _threaded_copy(self, step: Step) -> bool:
+        """A copy step that goes on threads (`copy_wave` given): an object store on either side."""
+        return (self.copy_wave is not None and step.action == "copy"
+                and not (self.roots[step.root].is_local and self.roots[COPY_FROM[step.root]].is_local))
+
+    def _wave(self, i: int) -> Any:
+        assert self.copy_wave is not None
+        return self.copy_wave(self.plan.steps[i])
+
+    def _copy_many(self, indices: list[int], state: JournalState) -> list[Optional[dict[str, Any]]]:
+        """Copy steps whose begin records are durable, COPY_THREADS at once; each is
+        `StepApplier.apply`'s idempotent copy (never over other content, read back against its
+        source), so a crash mid-wave leaves begun steps that a resume runs again. The manifest
+        entries, in order; the first failure is raised once the wave's other copies ended."""
+        steps, begun = self.plan.steps, state.begun
+        for i in indices:
+            self._step_line(i)
+
+        def one(i: int) -> Optional[dict[str, Any]]:
+            entry = self.applier.apply(steps[i], begun[i].get("pre"))
+            if self.delay:  # the test hook: each thread slowed, so a crash test finds the copy mid-way
+                time.sleep(self.delay)
+            return entry
+
+        return parallel(one, indices)
 
     def _move_by_copy(self, indices: list[int], state: JournalState) -> list[Optional[dict[str, Any]]]:
         if not indices:

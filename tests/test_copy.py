@@ -5,11 +5,12 @@ and the new sink holds every id exactly once (a lost state entry would let a rep
 a sink log still naming the old place would hide rows), and the old place is byte for byte and
 mtime for mtime what it was; the same for RocksDB with changelogs and checkpoint format 2. Also: the input folder moved (--source-path), a non-empty
 destination refused with nothing written, a live query refused, a crash mid-copy resumed (a real
-process killed while it copies), undo, a Delta sink kept byte for byte, and local -> the S3 server
-(moto) -> local, and S3 -> GCS -> Azure -> local. `--move`: the new place restarts exactly once, the old place is retired (a real
-restart there fails on the tombstone, streamctl's mutations refuse it), undo brings it back, a
-batch planned at the old place during the copy stops the move at its gate, a crash while retiring
-resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
+process killed while it copies, to the local disk and to the S3 server), undo, a Delta sink kept
+byte for byte, and local -> the S3 server (moto) -> local, and S3 -> GCS -> Azure -> local. `--move`:
+the new place restarts exactly once, the old place is retired (a real restart there fails on the
+tombstone, streamctl's mutations refuse it), on the local disk and from the S3 server home, undo
+brings it back, a batch planned at the old place during the copy stops the move at its gate, a
+crash while retiring resumes; `--new-query-id`: the restart at the new place with the new id, a Delta sink keyed by
 the query id refused.
 """
 from __future__ import annotations
@@ -411,3 +412,88 @@ def test_new_query_id_refused_for_a_delta_sink_keyed_by_the_query_id(cli, layout
     r = cli(*args, "--execute", "--json")
     assert r.code == 4 and "txn appId" in r.json()["reason"], r
     assert not (tmp_path / "new").exists()
+
+
+def _keys(fs: Any, prefix: str) -> list[str]:
+    """The objects under chk/<prefix>/ on the S3 server, by their path below it; streamctl's own aside."""
+    import pyarrow.fs as pafs
+
+    base = f"chk/{prefix}"
+    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    rels = [i.path[len(base) + 1:] for i in infos if i.type == pafs.FileType.File]
+    return sorted(r for r in rels if not r.startswith("_streamctl/"))
+
+
+def _objects(fs: Any, prefix: str) -> dict[str, bytes]:
+    """The objects of `_keys` with their bytes."""
+    out = {}
+    for rel in _keys(fs, prefix):
+        with fs.open_input_stream(f"chk/{prefix}/{rel}") as fh:
+            out[rel] = fh.read()
+    return out
+
+
+def test_crash_mid_copy_to_s3_resumed(cli, spark, pristine, tmp_path, s3):
+    """A real process copying to the S3 server (moto; its copies on threads) killed (SIGKILL)
+    mid-way, some objects written and `metadata` not: `--resume` (its journal on the store)
+    finishes the copy, verified, and the query restarts exactly once from there. This Spark has no
+    S3 connector, so the restart runs on a plain copy of the resumed place brought home."""
+    fs, port = s3
+    p = old_place(pristine, tmp_path, spark)
+    before = old_state(p)
+    ck_uri, out_uri = _s3f.s3_uri(port, "crashed/checkpoint"), _s3f.s3_uri(port, "crashed/output")
+    proc = subprocess.Popen([str(STREAMCTL), *copy_args(p, ck_uri, out_uri), "--execute"],
+                            env=_env(STREAMCTL_TEST_STEP_DELAY="0.1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(_keys(fs, "crashed/checkpoint")) < 20 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.kill()
+    assert proc.wait(timeout=30) == -9, proc.stderr.read() if proc.stderr else ""
+    copied = _keys(fs, "crashed/checkpoint")
+    assert len(copied) >= 20 and "metadata" not in copied, "the copy was not cut short mid-way"
+    import pyarrow.fs as pafs
+
+    ops = fs.get_file_info(pafs.FileSelector("chk/crashed/checkpoint/_streamctl/backups"))
+    assert len(ops) == 1 and fs.get_file_info("chk/crashed/checkpoint/_streamctl/lock.json").is_file
+    r = cli("copy", "--resume", _s3f.s3_uri(port, f"crashed/checkpoint/_streamctl/backups/{ops[0].base_name}"),
+            "--json")
+    assert r.code == 0 and r.json()["verified"] is True and r.json()["resumed"] is True, r
+    assert not fs.get_file_info("chk/crashed/checkpoint/_streamctl/lock.json").is_file
+    assert old_state(p) == before
+    home_ck, home_out = tmp_path / "home" / "checkpoint", tmp_path / "home" / "output"
+    executed(cli, "copy", ck_uri, str(home_ck), "--sink", out_uri, "--sink-dest", str(home_out))
+    restart(at(p, home_ck, home_out))
+
+
+def test_move_from_s3_home_retires_the_s3_place(cli, spark, pristine, tmp_path, s3):
+    """`copy --move` from the S3 server (moto) to the local disk: the query restarts exactly once
+    at the new place; the old place on S3 is retired (its `metadata` the tombstone, every other
+    object as it was, the old sink too), streamctl's mutations there are refused (RETIRED) and
+    Spark refuses to start on its bytes. This Spark has no S3 connector (no hadoop-aws), so that
+    start runs on a download of the retired place: the only stand-in for a restart on the store."""
+    fs, port = s3
+    p = old_place(pristine, tmp_path, spark)
+    ck_uri, out_uri = _s3f.s3_uri(port, "old/checkpoint"), _s3f.s3_uri(port, "old/output")
+    executed(cli, *copy_args(p, ck_uri, out_uri))  # the query's place on S3, as a copy there leaves it
+    ck_before, out_before = _objects(fs, "old/checkpoint"), _objects(fs, "old/output")
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    doc = executed(cli, "copy", ck_uri, str(dest), "--sink", out_uri, "--sink-dest", str(sink_dest), "--move")
+    assert doc["after"]["old"]["retired"] == doc["plan"]["op_id"], doc["after"]["old"]
+    ck_after = _objects(fs, "old/checkpoint")
+    stone_bytes = ck_after.pop("metadata")
+    stone = json.loads(stone_bytes)
+    assert stone["moved_to"] == str(dest) and stone["query_id_was"] == doc["plan"]["before"]["query_id"], stone
+    assert ck_after == {k: v for k, v in ck_before.items() if k not in ("metadata", ".metadata.crc")}
+    assert _objects(fs, "old/output") == out_before
+    _code, q = epochs(cli, ck_uri, out_uri)
+    assert "RETIRED" in {f["code"] for f in q["findings"]}, q["findings"]
+    r = cli("trim", ck_uri, "--execute", "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr, r
+    r = cli("copy", ck_uri, str(tmp_path / "again/ck"), "--execute", "--json")
+    assert r.code == 4 and "RETIRED" in r.stdout + r.stderr and not (tmp_path / "again").exists(), r
+    _s3f.download(fs, "old/checkpoint", tmp_path / "retired")
+    with pytest.raises(Exception) as failed:  # noqa: B017 - Spark's own error: the tombstone is no stream metadata
+        at(p, tmp_path / "retired", tmp_path / "retired-output").run()
+    assert "No usable value for id" in str(failed.value), str(failed.value)[:2000]
+    restart(at(p, dest, sink_dest))
+    assert _objects(fs, "old/checkpoint") == dict(ck_after, metadata=stone_bytes)  # nothing there changed since
