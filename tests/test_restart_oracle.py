@@ -164,3 +164,33 @@ def test_a_lost_compaction_of_the_file_sink_log(harness: Any) -> None:
     assert r.agrees, r.detail()
     assert "LOG_GAP" in r.inspect.findings and r.restart.kind == "fails", r.detail()
     assert r.align is not None and r.align.code == 4 and "LOG_GAP" in r.align.text, r.detail()
+
+
+def test_a_snapshot_deleted_from_the_middle_of_a_format2_store(harness: Any) -> None:
+    """Checkpoint format 2 (RocksDB, unique ids): the middle zip deleted, every changelog from
+    version 1 still there. Spark loads by the lineage the required version's changelog records,
+    which starts at that zip: the restart fails (CANNOT_LOAD_STATE_STORE). It read "aligned" while
+    streamctl chained changelogs from version 1; STATE_UNRESTORABLE names the zip, and align rolls
+    back to a version whose lineage starts at version 1, after which the restart is exact."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "state", "middle", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.restart.kind == "fails" and "STATE_UNRESTORABLE" in r.inspect.findings, r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_a_torn_middle_snapshot_of_a_format2_store_is_repaired_by_spark(harness: Any) -> None:
+    """The same zip cut short: Spark 4.2+'s auto snapshot repair reads the lineage back through
+    the changelogs to version 1 and restarts exactly; streamctl's fallback follows that lineage
+    (a warning, exit 0), where no repair of a format-2 load was modelled and it said exit 1."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "state", "middle", "truncate", "keep"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 0 and "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "exact", r.detail()
+
+
+def test_a_named_pipe_where_a_snapshot_with_an_older_chain_belongs(harness: Any) -> None:
+    """A FIFO in place of the middle zip of a RocksDB store with changelogs: an older chain is
+    intact, but the restart blocks opening the pipe and never reaches the auto snapshot repair.
+    It read exit 0 (a warning: "Spark restarts from the older chain"); now exit 1, align refuses."""
+    r = harness.judge("dedup_rocksdb_changelog", Action("damage", "state", "middle", "fifo", "keep"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and r.restart.kind == "fails", r.detail()
