@@ -51,7 +51,7 @@ def _load(files: StoreFiles, v: int, uid: str, lineage_of: LineageOf) -> Optiona
         base, chain = 0, []
     else:  # the lineage starts at a snapshot that is gone
         return _Load([], [files.file_name(items[0][0], items[0][1], True)])
-    missing = []
+    missing: list[str] = []
     for x, u in items:
         if x > base:
             name = files.file_name(x, u, False)
@@ -137,7 +137,7 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
         broken_at=next((a + 1 for a, b in zip(real, real[1:], strict=False) if b != a + 1), None))
     req = status.required_version
     got = loads.get(req) if req else None
-    if got is not None and status.restorable_required:
+    if req and got is not None and status.restorable_required:
         if got.files:
             changes.update(restore_files=tuple(got.files))
             uid = _id_at(files, req, valid)
