@@ -118,7 +118,11 @@ class Shape:
                 rows = [{"id": i * ROWS + j, "key": f"k{(i * ROWS + j) % 3}", "ts": BASE_TS + 10 * i + j,
                          "side": src} for j in range(ROWS)]
                 if self.op == "dedup" and i > 0:
-                    rows.append(dict(rows[0], id=(i - 1) * ROWS))  # a repeat the state must remember
+                    # a repeat the state must remember, with the first one's key: a roll back
+                    # re-plans the batches after the one it replays (Spark merges what the source
+                    # log lists), and whichever of the two a batch keeps, the result is the same
+                    first = (i - 1) * ROWS
+                    rows.append(dict(rows[0], id=first, key=f"k{first % 3}"))
                 path, tmp = folder / f"part-{i:05d}.json", folder / f".part-{i:05d}.json.tmp"
                 tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
                 os.utime(tmp, (base_mtime + i, base_mtime + i))
