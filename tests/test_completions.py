@@ -143,12 +143,16 @@ printf 'nested:%s\\n' "${{COMPREPLY[@]}}"
     assert "inspect" not in nested
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
 def test_completion_fish_script_sourced_completes() -> None:
+    """fish from PATH, or Debian's package unpacked into .cache (helpers/fish.py)."""
+    from helpers.fish import fish
+
+    argv, extra = fish()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("_STREAMCTL", "_TYPER"))}
+    env.update(extra)
     env["PATH"] = f"{PROGRAM.parent}{os.pathsep}{env.get('PATH', '')}"
     result = subprocess.run(
-        ["fish", "--no-config", "-c", f"source {CHECKED_IN / 'streamctl.fish'}; complete -C 'streamctl ins'"],
+        [*argv, "--no-config", "-c", f"source {CHECKED_IN / 'streamctl.fish'}; complete -C 'streamctl ins'"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
