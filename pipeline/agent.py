@@ -40,7 +40,10 @@ check and executing, and only then sets TERMINATED: the next trigger sees it bef
 anything, or the executing batch commits and the loop exits. A job counts only once the batch's
 ``offsets/N`` is written and not committed: a batch whose planning runs Spark jobs (a source's
 parallel file listing, for one) runs them before that write, and setting TERMINATED then would
-reach the check. (A job after the write and before the check can still be caught.)
+reach the check. (A job after the write and before the check can still be caught.) An idle
+moment counts only when seen on two looks in a row (the loop waits for its next tick, not between
+two triggers) and, with a processing-time trigger, far enough from the next tick
+(`TICK_MARGIN_MS`) that the switch lands before the next trigger checks the state.
 
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
@@ -63,6 +66,11 @@ from streamctl.inspectors.outputs import write_text_atomic
 from streamctl.inspectors.storage import Storage
 
 __all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
+
+# On Spark 4.2+ the state switch waits for an idle moment seen twice (the trigger loop is in its
+# wait, not between two triggers) and at least this long (or a fifth of the interval) before the
+# next tick: a trigger that starts between the look and the switch would be interrupted.
+TICK_MARGIN_MS = 100
 
 log = logging.getLogger("streamctl.agent")
 
@@ -318,6 +326,23 @@ class Agent:
             return False
         return _newest(os.path.join(self.checkpoint, OFFSETS_DIR)) == _newest(os.path.join(self.checkpoint, COMMITS_DIR))
 
+    def _trigger_interval_ms(self) -> int:
+        """The query's processing-time trigger interval in ms (0: none, or not reachable).
+        Spark's ProcessingTimeExecutor starts a trigger at each multiple of it on the driver's
+        clock (`nextBatchTime`)."""
+        try:
+            return max(int(self.query._jsq.streamingQuery().trigger().intervalMs()), 0)
+        except Exception:
+            return 0
+
+    def _far_from_a_tick(self, interval_ms: int) -> bool:
+        """Whether the next trigger of a processing-time loop is far enough away that the state
+        switch lands before it: at least a fifth of the interval (at most 100 ms) to go."""
+        if interval_ms <= 0:
+            return True
+        left = interval_ms - int(time.time() * 1000) % interval_ms
+        return left >= min(interval_ms // 5, TICK_MARGIN_MS)
+
     def _interrupts_planned_batches(self) -> bool:
         """Whether this Spark interrupts a batch that starts after the state left ACTIVE (4.2+)."""
         try:
@@ -348,6 +373,8 @@ class Agent:
         job of this run is active (heartbeating meanwhile). Returns None then, "inactive" when the
         query ended, "withdrawn" when the request was withdrawn (the lease is back to running),
         "detached" when the agent is detached."""
+        interval = self._trigger_interval_ms() if or_executing else 0
+        idle_seen = False  # idle at the previous look too: the loop waits for its next tick
         while not self._stop_event.is_set():
             try:
                 if not self.query.isActive:
@@ -359,7 +386,11 @@ class Agent:
                     self._lease["stop_request_ms"] = None
                 self._write(state="running")
                 return "withdrawn"
-            if self._idle_between_batches() or (or_executing and self._running_a_job() and self._batch_written()):
+            idle = self._idle_between_batches()
+            if idle and (not or_executing or (idle_seen and self._far_from_a_tick(interval))):
+                return None
+            idle_seen = idle
+            if or_executing and self._running_a_job() and self._batch_written():
                 return None
             if time.monotonic() - last_beat >= self.heartbeat_s:
                 self.heartbeat()
