@@ -47,6 +47,7 @@ from helpers.oracle_damage import (
     log_files,
     move,
     pick,
+    release_readers,
     unblock,
 )
 from helpers.oracle_shapes import CHANGES, SHAPES, Layout, Shape
@@ -260,6 +261,7 @@ class Harness:
         finally:
             done.set()
             self._stop_all(lay)
+            release_readers(fifos(lay.checkpoint) + fifos(lay.output))
         if hung:
             wait_quiet(lay.checkpoint.parent)
             return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")

@@ -201,6 +201,28 @@ def unblock(path: Path) -> None:
     os.close(fd)
 
 
+def release_readers(paths: list[Path], timeout: float = 15.0) -> None:
+    """Unblock the FIFOs of `paths` until none has a reader left: a task thread blocked in open()
+    outlives the query the oracle stopped, and once the case's tree is put back its pipe is gone
+    from every path: that thread, and its executor slot, would stay blocked for every later case.
+    A writer's non-blocking open succeeds only while a reader is there."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while paths and time.monotonic() < deadline:
+        readers = False
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            os.close(fd)
+            readers = True
+        if not readers:
+            return
+        time.sleep(0.1)
+
+
 def fifos(root: Path) -> list[Path]:
     import stat
 
