@@ -30,6 +30,7 @@ from streamctl.inspectors.storage import parallel_map
 
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"  # in offsets confs of Spark 4.1+
 AUTO_REPAIR_CONF = "spark.sql.streaming.stateStore.autoSnapshotRepair.enabled"
+SOURCE_EVOLUTION_CONF = "spark.sql.streaming.queryEvolution.enableSourceEvolution"  # in offsets confs of Spark 4.2+
 
 
 class StateFindings(CheckpointReads):
@@ -128,18 +129,23 @@ class StateFindings(CheckpointReads):
             files = stores.get((status.partition, status.store))
             return None if files is None else self.chains.judge(status, files)
 
+        # Spark 4.1+ loads around a bad snapshot (auto snapshot repair), 4.2+ in checkpoint format
+        # 2 too (SPARK-56216); older lines fail. The line shows in the newest offsets conf: 4.1+
+        # records the row checksum setting there, 4.2+ the source evolution one. Not shown: the
+        # failing outcome is taken (align moves the snapshot aside: every line restarts).
+        conf = getattr(self, "newest_conf", {})
+        line_41, line_42 = ((ROW_CHECKSUM_CONF in conf, SOURCE_EVOLUTION_CONF in conf) if self.target_spark is None
+                            else (self.target_spark >= (4, 1), self.target_spark >= (4, 2)))  # the line named decides
+        auto_repair = str(conf.get(AUTO_REPAIR_CONF, "true")).lower() != "false"
+        around = line_41 and auto_repair
         fatal: list[str] = []
         repaired: list[str] = []
-        for judged in ([judge(s) for s in statuses] if local else parallel_map(judge, statuses, READ_WORKERS)):
+        judged_all = [judge(s) for s in statuses] if local else parallel_map(judge, statuses, READ_WORKERS)
+        for status, judged in zip(statuses, judged_all, strict=True):
             if judged is not None:
-                (repaired if judged[1] else fatal).extend(judged[0])
-        # Spark 4.1+ loads around a bad snapshot (auto snapshot repair); older lines fail. The
-        # line shows in the newest offsets conf: 4.1+ records the row checksum setting there. Not
-        # shown: the failing outcome is taken (align moves the snapshot aside: every line restarts).
-        line_41 = (ROW_CHECKSUM_CONF in getattr(self, "newest_conf", {}) if self.target_spark is None
-                   else self.target_spark >= (4, 1))  # the line named to restart it decides
-        auto_repair = str(getattr(self, "newest_conf", {}).get(AUTO_REPAIR_CONF, "true")).lower() != "false"
-        around = line_41 and auto_repair
+                # format 2: only a 4.2+ line repairs (a load by lineage has no older chain before it)
+                repairs = judged[1] and (not status.unique_ids or (line_42 and auto_repair))
+                (repaired if repairs else fatal).extend(judged[0])
         for items, severity, effect in (
                 (fatal, ERROR, "Spark's restart fails loading the store (CANNOT_LOAD_STATE_STORE); align and trim "
                                "refuse (exit 4)"),

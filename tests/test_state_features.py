@@ -151,6 +151,31 @@ def test_format2_changelogs_record_the_lineage_their_load_follows(tws: Callable[
     assert seen == FILES, sorted(store.iterdir())
 
 
+def test_a_torn_format2_zip_is_repaired_on_the_lines_that_repair_it(cli: Any, tws: Callable[[str], Any]) -> None:
+    """The zip the newest version of partition 0 restores from, cut short: Spark 4.2+ repairs a
+    format-2 load along the changelogs' full lineage (SPARK-56216), so the restart on this line
+    delivers every id once and inspect says a warning (exit 0); a 4.1 line loads format 2 without
+    repair and fails, so `--target-spark 4.1` says the error (exit 1)."""
+    p = tws("tws_v2")
+    store = p.checkpoint / "state/0/0"
+    required = FILES  # the version a restart after batch FILES-1 loads
+    zips = sorted((int(z.name.split("_", 1)[0]), z) for z in store.glob("*_*.zip"))
+    base = [z for v, z in zips if v <= required]
+    assert base, sorted(f.name for f in store.iterdir())  # the store uploaded a snapshot to restore from
+    data = base[-1].read_bytes()
+    base[-1].write_bytes(data[: len(data) // 2])
+    for sidecar in (store / f".{base[-1].name}.crc", store / f"{base[-1].name}.crc"):
+        sidecar.unlink(missing_ok=True)
+    code, q, codes = inspect(cli, p)
+    corrupt = [f for f in q["findings"] if f["code"] == "STATE_FILE_CORRUPT"]
+    assert code == 0 and corrupt and corrupt[0]["severity"] == "warning", q["findings"]
+    assert corrupt[0]["restart"] == "auto_snapshot_repair", corrupt
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--target-spark", "4.1", "--json")
+    found = {f["code"]: f for f in r.json()["queries"][0]["findings"]}
+    assert r.code == 1 and found["STATE_FILE_CORRUPT"]["severity"] == "error", found
+    restart_delivers(p)
+
+
 def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], Any]) -> None:
     p = tws("tws_v2")
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "3", "--execute", "--json")
