@@ -322,6 +322,53 @@ def zip_torn(head: bytes, tail: bytes) -> Optional[str]:
     return "truncated: no zip end of central directory record"
 
 
+def zip_stream_corrupt(data: bytes) -> Optional[str]:
+    """Why a RocksDB checkpoint zip fails the read a restart makes of it, None when it passes:
+    Spark unzips it with java.util.zip.ZipInputStream (`Utils.unzipFilesFromFile`), which walks
+    the local entries from the first byte, inflates each and checks its CRC-32 and size (from the
+    data descriptor Spark's ZipOutputStream writes after it), and stops at the first bytes that
+    are no local header: the entries after them are not unzipped, and without the `metadata`
+    entry the load fails. Stored and deflated entries are judged; another method is not."""
+    import struct
+    import zlib
+
+    pos, seen = 0, set()
+    while data[pos:pos + 4] == ZIP_HEAD:
+        if pos + 30 > len(data):
+            return f"the zip entry at byte {pos} is cut short"
+        _v, flag, method, _t, _d, crc, csize, usize, nlen, elen = struct.unpack("<HHHHHIIIHH", data[pos + 4:pos + 30])
+        name = data[pos + 30:pos + 30 + nlen].decode("utf-8", "replace")
+        at = pos + 30 + nlen + elen
+        if method == 8:
+            inflater = zlib.decompressobj(-15)
+            try:
+                out = inflater.decompress(data[at:])
+            except zlib.error:
+                return f"the zip entry {name} does not inflate"
+            if not inflater.eof:
+                return f"the zip entry {name} is cut short"
+            at = len(data) - len(inflater.unused_data)
+        elif method == 0 and not flag & 8:
+            out = data[at:at + csize]
+            at += csize
+        else:
+            return None  # a method or layout ZipOutputStream does not write here: not judged
+        if flag & 8:  # the data descriptor: an optional signature, then CRC-32 and both sizes
+            if data[at:at + 4] == b"PK\x07\x08":
+                at += 4
+            if at + 12 > len(data):
+                return f"the zip entry {name} is cut short"
+            crc, csize, usize = struct.unpack("<III", data[at:at + 12])
+            at += 12
+        if zlib.crc32(out) != crc or len(out) != usize:
+            return f"the zip entry {name} fails its CRC-32"
+        seen.add(name)
+        pos = at
+    if ZIP_METADATA not in seen:
+        return f"no {ZIP_METADATA} entry before byte {pos} (no local header there)"
+    return None
+
+
 MAX_ZIP_METADATA = 64 << 20  # a RocksDB zip's `metadata` entry larger than this is not read
 
 def parse_zip_metadata(text: str) -> dict[str, Optional[int]]:

@@ -12,12 +12,14 @@ from streamctl.formats.state import (
     LZ4_END,
     LZ4_MAGIC,
     MAX_ZIP_METADATA,
+    ZIP_HEAD,
     ZIP_METADATA,
     ZIP_TAIL,
     is_zip_file,
     lz4_corrupt,
     lz4_torn,
     parse_zip_metadata,
+    zip_stream_corrupt,
     zip_torn,
 )
 from streamctl.inspectors.storage import Storage
@@ -138,14 +140,16 @@ def content_mismatch(storage: Storage, folder: str, name: str, lists: Callable[[
     disagree, as HDFS, object stores and a hand copy without the sidecars leave it). `lz4`: the
     checkpoint's conf names lz4 as the state codec, so a file without the LZ4Block magic (its
     first bytes changed, or zeros where a crash left no data) fails the restart's read too. The
-    file is read once, whole, up to DEFAULT_MAX_READ bytes; RocksDB zips are not (their SSTs are
-    judged by size: Chains.missing_ssts)."""
-    if data is None and not is_zip_file(name):
+    file is read once, whole, up to DEFAULT_MAX_READ bytes; a RocksDB zip too, its entries read as
+    Spark's unzip reads them (zip_stream_corrupt; its SSTs are judged by size: Chains.missing_ssts)."""
+    if data is None:
         try:
             data = storage.read(f"{folder}/{name}")
         except StorageError:
             data = None  # too large, unreadable or not a regular file: judged where it is listed
     why = checksum_mismatch(storage, folder, name, lists, data)
+    if is_zip_file(name):
+        return why if why is not None or not data or data[:4] != ZIP_HEAD else zip_stream_corrupt(data)
     if why is None and data and lz4 and not is_zip_file(name) and data[:len(LZ4_MAGIC)] != LZ4_MAGIC:
         return "no LZ4Block magic at byte 0, and the checkpoint's state codec is lz4"
     if why is None and data is not None:

@@ -106,6 +106,29 @@ def test_lz4_block_checksums_of_a_spark_written_delta() -> None:
     assert state.lz4_stream(b"") == state.LZ4_MAGIC + bytes([0x15]) + bytes(12)
 
 
+def test_a_spark_written_zip_is_read_as_spark_unzips_it() -> None:
+    """zip_stream_corrupt walks a RocksDB checkpoint zip as java.util.zip.ZipInputStream does when
+    a restart unzips it: the zips PySpark 3.5 wrote pass; eight bytes changed inside an entry's
+    data, a zip cut short, or a first local header damaged (nothing unzipped, no `metadata`) fail."""
+    zips = sorted((Path(__file__).parent / "fixtures/spark-3.5/agg_rocksdb/checkpoint/state/0").glob("*/*.zip"))
+    assert zips
+    for z in zips:
+        data = z.read_bytes()
+        assert state.zip_stream_corrupt(data) is None, z
+    data = zips[0].read_bytes()
+    with zipfile.ZipFile(zips[0]) as zf:  # where each entry's compressed data lies
+        spans = [(i.header_offset + 30 + len(i.filename.encode()) + len(i.extra), i.compress_size)
+                 for i in zf.infolist() if i.compress_size >= 8]
+    assert spans
+    for start, size in spans:
+        for at in range(start, start + size - 8, max(1, size // 16)):
+            bad = bytearray(data)
+            bad[at:at + 8] = bytes(b ^ 0x5A for b in bad[at:at + 8])
+            assert state.zip_stream_corrupt(bytes(bad)) is not None, at
+    assert "cut short" in (state.zip_stream_corrupt(data[: len(data) // 2]) or "")
+    assert "no metadata entry" in (state.zip_stream_corrupt(b"PK\x03\x05" + data[4:]) or "")
+
+
 def test_state_end_marks_and_the_zip_manifest() -> None:
     end = b"LZ4Block" + bytes([0x10]) + bytes(12)  # lz4-java's empty end block
     assert state.lz4_torn(b"LZ4Block", end) is None
