@@ -194,3 +194,13 @@ def test_a_named_pipe_where_a_snapshot_with_an_older_chain_belongs(harness: Any)
     r = harness.judge("dedup_rocksdb_changelog", Action("damage", "state", "middle", "fifo", "keep"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and r.restart.kind == "fails", r.detail()
+
+
+def test_a_zip_changed_in_place_without_its_checksum_sidecar(harness: Any) -> None:
+    """Eight bytes changed inside the newest RocksDB zip (no changelogs), its `.crc` dropped: the
+    restart fails unzipping it (an entry's CRC-32). streamctl judged a zip by its end record and
+    its SSTs only and said aligned; it now walks the zip as Spark's unzip does: STATE_FILE_CORRUPT,
+    align refuses."""
+    r = harness.judge("dedup_rocksdb", Action("damage", "state", "newest", "corrupt", "drop"))
+    assert r.agrees, r.detail()
+    assert "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "fails", r.detail()
