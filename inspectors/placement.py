@@ -221,11 +221,13 @@ def new_root_spelling(raw: str, st: Storage, encoded: bool = True) -> str:
     store, or between two stores) as Spark spells the new one: `file:///...` locally, the
     store's Hadoop scheme (`s3a://` for S3, `gs://`, Azure's as named) and bucket remotely,
     never with user info. `encoded`: a local root percent-encoded as in a URI (the file sink
-    logs `Path.toUri.toString`); False for Hadoop's `Path.toString`, which keeps the characters
-    as they are (transformWithState's schema file paths)."""
+    logs `Path.toUri.toString`); False for Hadoop's `Path.toString` (transformWithState's schema
+    file paths), which keeps the characters as they are and spells a local file `file:/...`."""
     logged_local = urlparse(raw).scheme in ("file", "")
     if st.is_local:
         root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~") if encoded else root_of(st)
+        if not encoded and not logged_local:
+            return f"file:{root}"
         if raw.startswith("file:///") or raw.startswith("file://localhost/") or not logged_local:
             return f"file://{root}"
         if raw.startswith("file:"):

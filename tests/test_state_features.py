@@ -27,9 +27,12 @@ from typing import Any, Callable
 
 import pytest
 
+from helpers import s3_fixtures as _s3f
 from helpers.trees import copy_tree, snapshot_tree, tree, wait_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark4]  # transformWithState: Spark 4.0+
+
+s3 = _s3f.s3
 
 FILES = 6
 
@@ -254,7 +257,7 @@ def names_only(checkpoint: Path) -> None:
         assert not crc.exists() or crc.read_bytes() == hadoop_crc((checkpoint / V2 / batch).read_bytes()), crc
 
 
-def copied(cli: Any, p: Any, dest: Path, sink_dest: Path, *extra: str) -> dict:
+def copied(cli: Any, p: Any, dest: Path | str, sink_dest: Path | str, *extra: str) -> dict:
     r = cli("copy", str(p.checkpoint), str(dest), "--sink", str(p.output), "--sink-dest", str(sink_dest), *extra,
             "--execute", "--json")
     assert "Traceback" not in r.stderr and r.code == 0, r
@@ -351,3 +354,25 @@ def test_copy_refuses_a_schema_path_outside_the_old_place(cli: Any, tws: Callabl
     r = cli("copy", str(p.checkpoint), str(tmp_path / "new"), "--json")
     assert r.code == 4 and "outside the old checkpoint (file:/elsewhere/checkpoint/state/0/_stateSchema/" in r.stdout, r
     assert not (tmp_path / "new").exists()
+
+
+def test_copy_to_s3_and_home_restarts_exactly_once(cli: Any, tws: Callable[[str], Any], tmp_path: Path,
+                                                   s3: Any) -> None:
+    """Across stores the schema paths take the new store's spelling (`s3a://bucket/...` on the S3
+    server, `file:/...` back home); the copy brought home restarts exactly once."""
+    fs, port = s3
+    p = tws("tws")
+    ck_uri, out_uri = _s3f.s3_uri(port, "tws/checkpoint"), _s3f.s3_uri(port, "tws/output")
+    copied(cli, p, ck_uri, out_uri)
+    with fs.open_input_stream(f"chk/tws/checkpoint/{V2}/0") as fh:
+        meta = json.loads(fh.read().decode().split("\n", 1)[1])
+    paths = [x for st in meta["stateStoreInfo"] for x in st["stateSchemaFilePaths"]]
+    assert paths and all(x.startswith("s3a://chk/tws/checkpoint/state/0/_stateSchema/") for x in paths), paths
+    home = tmp_path / "home"
+    r = cli("copy", ck_uri, str(home / "checkpoint"), "--sink", out_uri, "--sink-dest", str(home / "output"),
+            "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    names_only(home / "checkpoint")
+    q = at(p, home / "checkpoint", home / "output")
+    restart_delivers(q)
+    names_only(q.checkpoint)
