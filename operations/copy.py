@@ -153,8 +153,8 @@ def _refuse_absolute(q: Any, src: Root, files: list[tuple[str, int]], written: d
     ck = Storage.open(q.checkpoint)
     needles = {ck.display.partition("?")[0].rstrip("/").encode(), place_key(ck).encode()}
     needles |= {n.split(b"://", 1)[-1] for n in needles if b"://" in n}
-    # the old place itself or a path below it, not a sibling that starts alike (`/ck` in `/ck2/...`)
-    named = re.compile(b"|".join(re.escape(n) + rb'(?=[/"\s]|$)' for n in sorted(needles) if n))
+    # the old place itself or a path below it, not a sibling whose name goes on (`/ck` in `/ck2/...`)
+    named = re.compile(b"|".join(re.escape(n) + rb"(?![A-Za-z0-9_.~%+-])" for n in sorted(needles) if n))
     for rel, size in files:
         parts = rel.split("/")
         scanned = rel == METADATA_FILE or (parts[0] == STATE_DIR and len(parts) > 2 and not parts[2].isdigit())
