@@ -11,10 +11,11 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from streamctl.formats.checksum import CHECKSUM_SUFFIX
 from streamctl.formats.errors import LogParseError
+from streamctl.formats.layout import STATE_DIR
 from streamctl.formats.reader import decode_text, load_json, parse_version_line, split_lines
 
 DEFAULT_STORE = "default"
@@ -69,6 +70,50 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
     name = info.get("operatorName") if isinstance(info, dict) else None
     schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in s.get("stateSchemaFilePaths") or [])
     return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path, schema_paths)
+
+
+def is_operator_metadata_v2(rel: str) -> bool:
+    """Whether `rel` (relative to the checkpoint) is an operator metadata v2 file,
+    `state/<op>/_metadata/v2/<batch>`."""
+    parts = rel.split("/")
+    return (len(parts) == 5 and parts[0] == STATE_DIR and parts[1].isdigit() and parts[2] == OPERATOR_METADATA_DIR
+            and parts[3] == OPERATOR_METADATA_V2 and parts[4].isdigit())
+
+
+def rewrite_schema_paths(data: bytes, path: str, new_path: Callable[[str], Optional[str]]) -> tuple[bytes, int, list[str]]:
+    """An operator metadata v2 file (`v2`, a newline, then the JSON Spark's json4s writes) with
+    each `stateStoreInfo[].stateSchemaFilePaths` entry replaced where `new_path` gives one: (the
+    new bytes, how many paths changed, the paths `new_path` left alone). The version line is kept
+    as written; a changed body is compact JSON in Spark's own key order (json4s `Serialization.write`
+    writes it so); an unchanged file comes back byte for byte."""
+    head, sep, body = data.partition(b"\n")
+    version = parse_version_line(decode_text(head, path), path, OPERATOR_METADATA_MAX_VERSION)
+    if version != 2 or not sep:
+        raise LogParseError(path, f"operator metadata v{version}: only v2 names state schema files")
+    try:
+        obj = load_json(decode_text(body, path))
+    except json.JSONDecodeError as exc:
+        raise LogParseError(path, f"operator metadata is not valid JSON ({exc.msg})") from None
+    stores = obj.get("stateStoreInfo") if isinstance(obj, dict) else None
+    if not isinstance(stores, list):
+        raise LogParseError(path, "operator metadata without a stateStoreInfo list")
+    count, kept = 0, []
+    for store in stores:
+        paths = store.get("stateSchemaFilePaths") if isinstance(store, dict) else None
+        if not isinstance(paths, list):
+            continue
+        for i, raw in enumerate(paths):
+            new = new_path(raw) if isinstance(raw, str) else None
+            if new is None:
+                kept.append(str(raw))
+            elif new != raw:
+                paths[i] = new
+                count += 1
+    if not count:
+        return data, 0, kept
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    trailing = body[len(body.rstrip()):]  # Spark writes none; whatever was there stays
+    return head + sep + text.encode("utf-8") + trailing, count, kept
 
 
 def _schema_rel(uri: str) -> str:

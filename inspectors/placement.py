@@ -215,15 +215,19 @@ def _rows(st: Storage, rels: list[str], total: int) -> Optional[int]:
     return rows
 
 
-def new_root_spelling(raw: str, st: Storage) -> str:
+def new_root_spelling(raw: str, st: Storage, encoded: bool = True) -> str:
     """The sink root spelled like the logged path `raw` (its scheme and URI style) when both are
     of one kind of store; across kinds (a sink moved between the local disk and an object
     store, or between two stores) as Spark spells the new one: `file:///...` locally, the
     store's Hadoop scheme (`s3a://` for S3, `gs://`, Azure's as named) and bucket remotely,
-    never with user info."""
+    never with user info. `encoded`: a local root percent-encoded as in a URI (the file sink
+    logs `Path.toUri.toString`); False for Hadoop's `Path.toString` (transformWithState's schema
+    file paths), which keeps the characters as they are and spells a local file `file:/...`."""
     logged_local = urlparse(raw).scheme in ("file", "")
     if st.is_local:
-        root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~")
+        root = quote(root_of(st), safe="/:=@!$&'()*+,;-._~") if encoded else root_of(st)
+        if not encoded and not logged_local:
+            return f"file:{root}"
         if raw.startswith("file:///") or raw.startswith("file://localhost/") or not logged_local:
             return f"file://{root}"
         if raw.startswith("file:"):

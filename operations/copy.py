@@ -8,13 +8,15 @@ The copy steps write only at the new place, whose roots are `checkpoint` and `si
 locks, backs up under and verifies them); the old place is read (`from_checkpoint`,
 `from_sink`) and never changed. Files whose bytes name the old place are written instead of
 copied: the file sink log's data-file paths, with `--source-path` the file source's logged
-input paths, each with a new Hadoop sidecar where the old file had one. The query id is kept, or
+input paths, transformWithState's state schema paths in its operator metadata v2, each with a new
+Hadoop sidecar where the old file had one. The query id is kept, or
 with `--new-query-id` a fresh one is written into the new `metadata`. With `--move` the old place
 is retired once the copy verifies (copy_verify.py's gate): its `metadata` becomes drop-sink's
 tombstone (the original kept in the backup), every other file of the old place stays as it is.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -143,21 +145,57 @@ def _files(root: Root, left: set[str]) -> tuple[list[tuple[str, int]], int, int]
     return keep, n, size
 
 
-def _refuse_absolute(q: Any, src: Root, files: list[tuple[str, int]]) -> None:
-    """Unknown means refuse: a metadata file (the query's, an operator's) whose bytes name the
-    old place by absolute path (transformWithState's `stateSchemaFilePaths`) would send a restart
-    back to it; this copy does not rewrite them."""
+def _refuse_absolute(q: Any, src: Root, files: list[tuple[str, int]], written: dict[str, bytes]) -> None:
+    """Unknown means refuse: a metadata file (the query's, an operator's: `_metadata/`,
+    `_stateSchema/`) whose bytes, as the copy writes them, still name the old place by absolute
+    path would send a restart back to it. transformWithState's `stateSchemaFilePaths` are
+    rewritten (`_schema_rewrites`), so this holds for anything else only."""
     ck = Storage.open(q.checkpoint)
     needles = {ck.display.partition("?")[0].rstrip("/").encode(), place_key(ck).encode()}
     needles |= {n.split(b"://", 1)[-1] for n in needles if b"://" in n}
+    # the old place itself or a path below it, not a sibling whose name goes on (`/ck` in `/ck2/...`)
+    named = re.compile(b"|".join(re.escape(n) + rb"(?![A-Za-z0-9_.~%+-])" for n in sorted(needles) if n))
     for rel, size in files:
         parts = rel.split("/")
         scanned = rel == METADATA_FILE or (parts[0] == STATE_DIR and len(parts) > 2 and not parts[2].isdigit())
         if scanned and size <= SCANNED_MAX and not is_checksum_name(parts[-1]):
-            data = src.read(rel)
-            if any(n and n in data for n in needles):
-                raise Refused(f"{src.uri(rel)}: names the old place {ck.display} by absolute path; streamctl copy does "
-                              "not rewrite this file (transformWithState's state schema paths): nothing was changed")
+            data = written[rel] if rel in written else src.read(rel)
+            if named.search(data):
+                raise Refused(f"{src.uri(rel)}: names the old place {ck.display} by absolute path outside what streamctl "
+                              "copy rewrites (transformWithState's stateSchemaFilePaths): nothing was changed")
+
+
+def _schema_rewrites(src: Root, new: Storage, files: list[tuple[str, int]],
+                     rewrites: list[dict[str, Any]]) -> dict[str, bytes]:
+    """transformWithState's operator metadata v2 (`state/<op>/_metadata/v2/<batch>`) with its
+    `stateSchemaFilePaths` at the new place. Spark names the state schema files there by absolute
+    path (Hadoop's `Path.toString`: `file:/old/ck/state/0/_stateSchema/default/0_<uuid>`); a
+    restart opens the newest file's paths as they stand and, when the schema did not change,
+    names the same paths again in the new run's metadata (TransformWithStateMetadataUtils
+    `validateAndWriteStateSchema`, StateSchemaCompatibilityChecker), so an unrewritten copy reads
+    the old place for good. A path outside the old checkpoint (a copy made by hand before) is
+    refused: which file it means is not this copy's to guess. docs/model.md#copy"""
+    from streamctl.formats.errors import LogParseError
+    from streamctl.formats.state import is_operator_metadata_v2, rewrite_schema_paths
+
+    present = {rel for rel, _ in files}
+    move = relocator(src.storage, new, encoded=False)
+    written: dict[str, bytes] = {}
+    for rel, _size in files:
+        if not is_operator_metadata_v2(rel):
+            continue
+        content = src.read(rel)
+        try:
+            got, count, kept = rewrite_schema_paths(content, src.uri(rel), move)
+        except LogParseError as exc:
+            raise Refused(f"{exc}: its state schema paths cannot be rewritten; nothing was changed") from None
+        if kept:
+            raise Refused(f"{src.uri(rel)}: names a state schema file outside the old checkpoint ({kept[0]}); a copy "
+                          "cannot point it at the new place: nothing was changed")
+        if got != content:
+            _with_sidecar(written, rel, got, present)
+            rewrites.append({"root": "checkpoint", "path": rel, "paths": count})
+    return written
 
 
 def _refuse_sink_kind(q: Any, sink: Storage) -> None:
@@ -202,8 +240,9 @@ def plan_copy(req: CopyRequest, under_lock: bool = False, op_id: str = UNASSIGNE
     files, n, size = _files(src, left.get("checkpoint", set()))
     skipped["files"] += n
     skipped["bytes"] += size
-    _refuse_absolute(q, src, files)
     ck_written = _source_rewrites(req, q, src, files, rewrites)
+    ck_written.update(_schema_rewrites(src, Storage.open(req.dest), files, rewrites))
+    _refuse_absolute(q, src, files, ck_written)
     new_id = _new_query_id(req, q, ck_written, {rel for rel, _ in files})
     parts.append(("checkpoint", src, files, ck_written))
     if req.sink and req.sink_dest:

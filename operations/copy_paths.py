@@ -87,17 +87,21 @@ def parse_source_paths(pairs: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def relocator(old: Storage, new: Storage) -> Callable[[str], Optional[str]]:
+def relocator(old: Storage, new: Storage, encoded: bool = True) -> Callable[[str], Optional[str]]:
     """A logged path under `old` to the same relative path under `new` (its last components
-    exactly as Spark encoded them); None for a path not under `old`."""
+    exactly as Spark encoded them); None for a path not under `old`. `encoded`: the new root as
+    a URI spells it (False: as Hadoop's `Path.toString` does, placement.new_root_spelling)."""
     old_root, local = root_of(old), old.is_local
+    roots = [old_root]
+    if local and os.path.realpath(old_root) != old_root:  # Spark logs the path it was given, or resolved
+        roots.append(os.path.realpath(old_root))
 
     def move(raw: str) -> Optional[str]:
-        rel = sink_rel(raw, old_root, local)
+        rel = next((r for r in (sink_rel(raw, root, local) for root in roots) if r is not None), None)
         if rel is None:
             return None
         tail = "/".join(raw.partition("?")[0].split("/")[-(rel.count("/") + 1):])
-        return f"{new_root_spelling(raw, new)}/{tail}"
+        return f"{new_root_spelling(raw, new, encoded)}/{tail}"
 
     return move
 

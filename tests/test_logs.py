@@ -187,3 +187,24 @@ def test_the_bounded_version_pattern_matches_exactly_the_greater_numbers():
             assert bool(pattern.match(run)) == (int(run) > n), (n, run)
         names = [f"{r}.delta" for r in sorted(runs)] + [f".{r}.snapshot.crc" for r in sorted(runs)][:50] + [f"{n}_x.zip", "a.delta"]
         assert state_versions(names, n) == [(m, f.version) for m, f in state_files(names) if f.version > n], n
+
+
+def test_operator_metadata_v2_schema_paths_rewritten_and_nothing_else():
+    """`rewrite_schema_paths` changes each `stateSchemaFilePaths` entry its function moves and no
+    other byte of Spark's compact JSON; an unmoved file comes back as it was, a path left alone is
+    named, a v1 file has no schema paths to rewrite."""
+    from streamctl.formats.state import is_operator_metadata_v2, rewrite_schema_paths
+
+    old = "file:/old/ck/state/0/_stateSchema/default/0_4f1c"
+    data = ('v2\n{"operatorInfo":{"operatorId":0,"operatorName":"transformWithStateInPySparkExec"},"stateStoreInfo":'
+            f'[{{"storeName":"default","numColsPrefixKey":0,"numPartitions":4,"stateSchemaFilePaths":["{old}"]}}],'
+            '"operatorPropertiesJson":"{\\"timeMode\\":\\"ProcessingTime\\",\\"stateVariables\\":[]}"}').encode()
+    got, count, kept = rewrite_schema_paths(data, "m", lambda p: p.replace("/old/", "/new place/"))
+    assert got == data.replace(b"/old/", b"/new place/") and (count, kept) == (1, [])
+    assert rewrite_schema_paths(data, "m", lambda p: p) == (data, 0, [])
+    assert rewrite_schema_paths(data, "m", lambda p: None) == (data, 0, [old])
+    with pytest.raises(LogParseError):
+        rewrite_schema_paths(b'v1\n{"operatorInfo":{},"stateStoreInfo":[]}', "m", lambda p: p)
+    assert is_operator_metadata_v2("state/0/_metadata/v2/12")
+    assert not any(map(is_operator_metadata_v2, ("state/0/_metadata/metadata", "state/0/_metadata/v2/.12.crc",
+                                                 "state/0/0/_metadata/v2", "sources/0/_metadata/v2/1")))

@@ -242,5 +242,9 @@ def test_a_new_sink_root_is_spelled_as_spark_spells_its_store() -> None:
     assert new_root_spelling("s3a://other/old/part-0.json", gcs) == "gs://bucket/new/out"
     assert new_root_spelling("gs://other/old/part-0.json", abfs) == "abfs://box@acct.dfs.core.windows.net/new/out"
     assert new_root_spelling("abfss://c@a.dfs.core.windows.net/old/p", Storage("s3://k:s@bucket/o")) == "s3a://bucket/o"
+    # Hadoop's Path.toString (transformWithState's schema paths): not encoded, `file:/` locally
+    assert new_root_spelling("file:/data/old/state/0", local, encoded=False) == "file:/data/new out"
+    assert new_root_spelling("s3a://other/old/state/0", local, encoded=False) == "file:/data/new out"
+    assert new_root_spelling("file:/data/old/state/0", s3, encoded=False) == "s3a://bucket/new/out"
     assert norm_uri("s3a://anonymous@bucket/k") == "s3://bucket/k" == norm_uri("s3://bucket/k")
     assert norm_uri("abfs://box@acct.dfs.core.windows.net/k") == "abfs://box@acct.dfs.core.windows.net/k"

@@ -5,25 +5,34 @@ state unique ids in commits/). Layout: state schema v3 files `state/0/_stateSche
 operator metadata v2 `state/0/_metadata/v2/<batch>` naming them.
 
 Each kind is built once per session (six batches, one per input file) and kept pristine; a test
-restores it in place (the file source log and the operator metadata hold absolute paths, so a copy
+restores it in place (the file source log and the operator metadata hold absolute paths, so a plain copy
 elsewhere would not restart), then:
 - damage -> `inspect` names what Spark's real restart then fails on;
 - clean -> `align` plans nothing, `trim` plans no schema/metadata file and nothing a kept
   restart reads, and a real restart after `trim --execute` / `align --to --execute` delivers
-  every id exactly once (a lost `seen` map-state entry would let a repeated id through).
+  every id exactly once (a lost `seen` map-state entry would let a repeated id through);
+- `copy --execute` to another folder rewrites the operator metadata's schema paths: the copy
+  inspects aligned at the same positions and restarts there exactly once, the old place byte for
+  byte unchanged (with `--move --new-query-id`, a crash, `--resume` and `--undo` too).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from helpers.trees import copy_tree, wait_quiet
+from helpers import s3_fixtures as _s3f
+from helpers.trees import copy_tree, snapshot_tree, tree, wait_quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.spark4]  # transformWithState: Spark 4.0+
+
+s3 = _s3f.s3
 
 FILES = 6
 
@@ -230,3 +239,165 @@ def test_damage_matches_restart(cli: Any, tws: Callable[[str], Any], kind: str, 
         r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--json")
         assert r.code == 4 and code in r.stderr + r.stdout, r
     assert spark_says in restart_error(p)
+
+
+# -- copy: the operator metadata's schema paths rewritten, judged by real restarts -------------------
+
+STREAMCTL = Path(sys.executable).parent / "streamctl"
+V2 = "state/0/_metadata/v2"
+
+
+def at(p: Any, checkpoint: Path, output: Path) -> Any:
+    """The same query at another place (its input folder where it is)."""
+    q = type(p)(p.base.parent, p.kind, p.spark, name=p.base.name)
+    q.checkpoint, q.output, q.files = checkpoint, output, p.files
+    return q
+
+
+def old_place(p: Any) -> list[Any]:
+    """The old checkpoint and sink byte for byte, and every file's size and mtime."""
+    wait_quiet(p.base)
+    return [tree(p.checkpoint), tree(p.output), snapshot_tree(p.checkpoint), snapshot_tree(p.output)]
+
+
+def schema_paths(checkpoint: Path) -> dict[str, list[str]]:
+    """batch -> the stateSchemaFilePaths of `state/0/_metadata/v2/<batch>`."""
+    out = {}
+    for f in sorted((checkpoint / V2).iterdir()):
+        if f.name.isdigit():
+            meta = json.loads(f.read_text().split("\n", 1)[1])
+            out[f.name] = [x for s in meta["stateStoreInfo"] for x in s["stateSchemaFilePaths"]]
+    return out
+
+
+def names_only(checkpoint: Path) -> None:
+    """Every schema path names a file under `checkpoint`, spelled as Hadoop's Path.toString spells
+    it there (`file:/…`), and every Hadoop sidecar matches its file."""
+    from streamctl.formats.checksum import hadoop_crc
+
+    for batch, paths in schema_paths(checkpoint).items():
+        assert paths and all(x.startswith(f"file:{checkpoint}/state/0/_stateSchema/") for x in paths), (batch, paths)
+        assert all(Path(x[len("file:"):]).is_file() for x in paths), paths
+        crc = checkpoint / V2 / f".{batch}.crc"
+        assert not crc.exists() or crc.read_bytes() == hadoop_crc((checkpoint / V2 / batch).read_bytes()), crc
+
+
+def copied(cli: Any, p: Any, dest: Path | str, sink_dest: Path | str, *extra: str) -> dict:
+    r = cli("copy", str(p.checkpoint), str(dest), "--sink", str(p.output), "--sink-dest", str(sink_dest), *extra,
+            "--execute", "--json")
+    assert "Traceback" not in r.stderr and r.code == 0, r
+    assert r.json()["verified"] is True, r.json()
+    return r.json()
+
+
+@pytest.mark.parametrize("kind", ["tws", "tws_v2"])
+def test_copy_rewrites_the_schema_paths_and_restarts_at_the_new_place(cli: Any, tws: Callable[[str], Any],
+                                                                      tmp_path: Path, kind: str) -> None:
+    """Operator metadata v2 names the state schema files by absolute path: the copy writes every
+    `_metadata/v2/<batch>` with the new place's paths (and a new sidecar), Spark's bytes otherwise
+    kept; nothing else the new checkpoint holds names the old one. The new place inspects as the
+    old one did, restarts there exactly once (the restart's own metadata names the new place: Spark
+    carries the paths it read on), and the old place is byte for byte and mtime for mtime as it was."""
+    p = tws(kind)
+    before = old_place(p)
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    r = cli("copy", str(p.checkpoint), str(dest), "--sink", str(p.output), "--sink-dest", str(sink_dest), "--json")
+    assert r.code == 0, r
+    v2 = {f"{V2}/{b}" for b in schema_paths(p.checkpoint)}
+    rewrites = {rw["path"]: rw["paths"] for rw in r.json()["plan"]["after"]["rewrites"] if rw["root"] == "checkpoint"}
+    assert set(rewrites) == v2 and all(rewrites.values()), rewrites
+    doc = copied(cli, p, dest, sink_dest)
+    old, new = doc["after"]["old"], doc["after"]["new"]
+    assert new["verdict"] == old["verdict"] == "aligned" and new["query_id"] == old["query_id"], doc["after"]
+    names_only(dest)
+    for rel in v2:  # only the paths changed
+        assert (dest / rel).read_bytes() == (p.checkpoint / rel).read_bytes().replace(
+            f"file:{p.checkpoint}/".encode(), f"file:{dest}/".encode()), rel
+    old_bytes = str(p.checkpoint).encode()
+    named = [f for f in dest.rglob("*") if f.is_file() and "_streamctl" not in f.parts and old_bytes in f.read_bytes()]
+    assert named == [], named
+    code, q, codes = inspect(cli, at(p, dest, sink_dest))
+    assert code == 0 and q["verdict"] == "aligned" and not codes, q["findings"]
+    assert (q["planned"], q["committed"], q["state_epoch"]) == (old["planned"], old["committed"], old["state_epoch"])
+    assert q["sink"]["epoch"] == old["sink_epoch"], q["sink"]
+    assert old_place(p) == before, "the copy changed the old place"
+
+    restart_delivers(at(p, dest, sink_dest))
+    assert str(FILES) in schema_paths(dest), "the restart wrote no operator metadata"
+    names_only(dest)
+    assert old_place(p) == before, "the restart at the new place read or wrote the old place"
+
+
+def test_copy_move_new_query_id_crash_resume_undo(cli: Any, tws: Callable[[str], Any], tmp_path: Path) -> None:
+    """`--move --new-query-id` killed (the journal's crash hook, a real process) once the first
+    metadata rewrite has begun: `--resume` writes it, verifies and retires the old place; `--undo`
+    takes the copy out and brings the old place back byte for byte; copied again, the query
+    restarts at the new place exactly once under the new id."""
+    p = tws("tws")
+    before = [tree(p.checkpoint), tree(p.output)]
+    dest, sink_dest = tmp_path / "new" / "checkpoint", tmp_path / "new" / "output"
+    args = ["copy", str(p.checkpoint), str(dest), "--sink", str(p.output), "--sink-dest", str(sink_dest), "--move",
+            "--new-query-id"]
+    steps = cli(*args, "--json").json()["plan"]["steps"]
+    first = next(i for i, s in enumerate(steps) if s["action"] == "write" and s["path"].startswith(V2))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMCTL_")}
+    env.update(STREAMCTL_QUIET_PERIOD="0", NO_COLOR="1", STREAMCTL_TEST_CRASH_AFTER=str(1 + 2 * first + 1))
+    r = subprocess.run([str(STREAMCTL), *args, "--execute"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 86, (r.stdout, r.stderr)
+    assert [tree(p.checkpoint), tree(p.output)] == before and not (dest / "metadata").exists()
+    backup = next((dest / "_streamctl" / "backups").iterdir())
+    r = cli("copy", "--resume", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True and r.json()["resumed"] is True, r
+    assert r.json()["after"]["old"]["retired"] == r.json()["plan"]["op_id"]
+    names_only(dest)
+    r = cli("copy", "--undo", str(backup), "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    assert [tree(p.checkpoint), tree(p.output)] == before
+    assert [f for f in tree(dest) if not f.startswith("_streamctl/")] == [] and tree(sink_dest) == {}
+
+    again = tmp_path / "again"
+    doc = copied(cli, p, again / "checkpoint", again / "output", "--move", "--new-query-id")
+    new_id = doc["after"]["new"]["query_id"]
+    assert new_id != doc["after"]["old"]["query_id"] and doc["after"]["old"]["retired"], doc["after"]
+    q = at(p, again / "checkpoint", again / "output")
+    restart_delivers(q)
+    names_only(q.checkpoint)
+    assert json.loads((q.checkpoint / "metadata").read_text())["id"] == new_id
+
+
+def test_copy_refuses_a_schema_path_outside_the_old_place(cli: Any, tws: Callable[[str], Any], tmp_path: Path) -> None:
+    """A schema path outside the old checkpoint (a copy made by hand before: a restart there still
+    reads the place it names) is refused by name, nothing written; a new place whose name merely
+    begins like the old one's (`checkpoint2` beside `checkpoint`) is no such path."""
+    p = tws("tws")
+    r = cli("copy", str(p.checkpoint), str(p.base / f"{p.checkpoint.name}2"), "--json")
+    assert r.code == 0 and r.json()["plan"]["after"]["rewrites"], r
+    newest = max(schema_paths(p.checkpoint), key=int)
+    meta = p.checkpoint / V2 / newest
+    meta.write_text(meta.read_text().replace(f"file:{p.checkpoint}/", "file:/elsewhere/checkpoint/"))
+    (p.checkpoint / V2 / f".{newest}.crc").unlink()
+    r = cli("copy", str(p.checkpoint), str(tmp_path / "new"), "--json")
+    assert r.code == 4 and "outside the old checkpoint (file:/elsewhere/checkpoint/state/0/_stateSchema/" in r.stdout, r
+    assert not (tmp_path / "new").exists()
+
+
+def test_copy_to_s3_and_home_restarts_exactly_once(cli: Any, tws: Callable[[str], Any], tmp_path: Path,
+                                                   s3: Any) -> None:
+    """Across stores the schema paths take the new store's spelling (`s3a://bucket/...` on the S3
+    server, `file:/...` back home); the copy brought home restarts exactly once."""
+    fs, port = s3
+    p = tws("tws")
+    ck_uri, out_uri = _s3f.s3_uri(port, "tws/checkpoint"), _s3f.s3_uri(port, "tws/output")
+    copied(cli, p, ck_uri, out_uri)
+    with fs.open_input_stream(f"chk/tws/checkpoint/{V2}/0") as fh:
+        meta = json.loads(fh.read().decode().split("\n", 1)[1])
+    paths = [x for st in meta["stateStoreInfo"] for x in st["stateSchemaFilePaths"]]
+    assert paths and all(x.startswith("s3a://chk/tws/checkpoint/state/0/_stateSchema/") for x in paths), paths
+    home = tmp_path / "home"
+    r = cli("copy", ck_uri, str(home / "checkpoint"), "--sink", out_uri, "--sink-dest", str(home / "output"),
+            "--execute", "--json")
+    assert r.code == 0 and r.json()["verified"] is True, r
+    names_only(home / "checkpoint")
+    q = at(p, home / "checkpoint", home / "output")
+    restart_delivers(q)
+    names_only(q.checkpoint)
