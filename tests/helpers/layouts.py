@@ -126,8 +126,28 @@ def build(root: Path, planned: int = 3, committed: int | None = 3, first: int = 
         d = root / "state" / store
         d.mkdir(parents=True, exist_ok=True)
         for f in files:
-            (d / f).write_bytes(b"LZ4Block\x15" + bytes(12))  # an empty LZ4 stream: its end block alone
+            (d / f).write_bytes(_state_bytes(f, files))
     return root
+
+
+def _state_bytes(name: str, files: list[str]) -> bytes:
+    """A state file's bytes: an empty LZ4 stream (its end block alone); a checkpoint-format-2
+    changelog `<v>_<id>.changelog` as Spark's changelog writer v3 starts one: `writeUTF("v3")`,
+    then its lineage (`writeUTF` of JSON): the versions below v back to the newest zip among
+    `files` (or to 1), each with the first id `files` name for it, then the end of records."""
+    from streamctl.formats.state import lz4_stream, state_file
+
+    parsed = state_file(name)
+    if parsed is None or parsed.unique_id is None or not name.endswith(".changelog"):
+        return b"LZ4Block\x15" + bytes(12)
+    known = [p for p in (state_file(f) for f in files) if p is not None and p.unique_id is not None]
+    zips = [p.version for p in known if p.ext == "zip" and p.version < parsed.version]
+    ids: dict[int, str] = {}
+    for p in known:
+        ids.setdefault(p.version, p.unique_id)
+    lineage = [{"version": v, "checkpointUniqueId": ids[v]} for v in range(max(zips, default=1), parsed.version) if v in ids]
+    text = json.dumps(lineage).encode()
+    return lz4_stream(b"\x00\x02v3" + len(text).to_bytes(2, "big") + text + b"\xff\xff\xff\xff")
 
 
 def deltas(lo: int, hi: int) -> list[str]:
