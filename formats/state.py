@@ -289,6 +289,16 @@ LINEAGE_HEAD = 64 << 10  # bytes of a changelog read for its lineage (Spark writ
 LINEAGE_VERSIONS = ("v3", "v4")  # StateStoreChangelogWriterV3/V4: a lineage after the version line
 
 
+def changelog_with_lineage(lineage: list[tuple[int, str]], version: str = "v3") -> bytes:
+    """A changelog without records as Spark's writer v3/v4 starts one, in one LZ4Block block:
+    `writeUTF(version)`, `writeUTF` of the lineage JSON, then the end of records (int -1; the
+    v4 reader reads its record type byte instead, also ending it). What changelog_lineage reads
+    (the tests' hand-built format-2 stores)."""
+    text = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage]).encode()
+    head = len(version).to_bytes(2, "big") + version.encode()
+    return lz4_stream(head + len(text).to_bytes(2, "big") + text + (-1).to_bytes(4, "big", signed=True))
+
+
 def changelog_lineage(head: bytes) -> Optional[list[tuple[int, str]]]:
     """The lineage a checkpoint-format-2 changelog records (`StateStoreChangelogReaderV3/V4`):
     `writeUTF("v3"|"v4")` then `writeUTF(JSON [{"version", "checkpointUniqueId"}, ...])` at the

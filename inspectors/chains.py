@@ -104,8 +104,8 @@ class Chains:
         sidecar)."""
         local = self.st.is_local
         first = status.restore_files[:1]
-        read: dict[str, bytes] = {}  # the first file's bytes for both checks (a zip is read in parts)
-        if local and first and not is_zip_file(first[0]):
+        read: dict[str, bytes] = {}  # the first file's bytes, read once for both checks
+        if local and first:
             try:
                 read[first[0]] = self.st.read(f"{status.path}/{first[0]}")
             except StorageError:

@@ -23,8 +23,10 @@ from typing import Any, Optional
 from streamctl.formats.checksum import crc_name, crc_target, hadoop_crc, is_checksum_name
 from streamctl.formats.compactible import compactible_name
 from streamctl.formats.delta_txn import DELTA_LOG
+from streamctl.formats.errors import LogParseError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.layout import CHECKPOINT_LOGS, LOCK_FILE, METADATA_FILE, SOURCES_DIR, STATE_DIR, STREAMCTL_DIR
+from streamctl.formats.state import is_operator_metadata_v2, rewrite_schema_paths
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.copy_paths import check_empty, check_places, place_key, relocator, rewrite_log
 from streamctl.operations.files import Root
@@ -175,9 +177,6 @@ def _schema_rewrites(src: Root, new: Storage, files: list[tuple[str, int]],
     `validateAndWriteStateSchema`, StateSchemaCompatibilityChecker), so an unrewritten copy reads
     the old place for good. A path outside the old checkpoint (a copy made by hand before) is
     refused: which file it means is not this copy's to guess. docs/model.md#copy"""
-    from streamctl.formats.errors import LogParseError
-    from streamctl.formats.state import is_operator_metadata_v2, rewrite_schema_paths
-
     present = {rel for rel, _ in files}
     move = relocator(src.storage, new, encoded=False)
     written: dict[str, bytes] = {}

@@ -6,6 +6,7 @@ needs, `align --to savepoint:NAME` rewinds to it.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Optional
 
@@ -19,7 +20,7 @@ from streamctl.inspectors.checkpoint import inspect_checkpoint, require_checkpoi
 from streamctl.inspectors.errors import raise_unreadable
 from streamctl.inspectors.query_inspection import QueryInspection
 from streamctl.inspectors.rewind_time import epoch_or_time, parse_time, resolve_time
-from streamctl.inspectors.savepoints import missing_for
+from streamctl.inspectors.savepoints import list_savepoints, missing_for
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.files import Root
 from streamctl.operations.lock import Lock
@@ -135,10 +136,6 @@ def carried(q: QueryInspection, sink: Optional[str], sink_dest: Optional[str],
     its sink's URI the new place's when the sink moves with `--sink-dest`, its query id the new one
     with `--new-query-id`; a broken one stays behind, named. (the files by path, the plan's records
     `[{name, epoch, carried, why}]`, the notes)"""
-    from dataclasses import replace
-
-    from streamctl.inspectors.savepoints import list_savepoints
-
     old_sink = Storage.open(sink).display if sink and sink_dest else None
     new_sink = Storage.open(sink_dest).display if sink and sink_dest else None
     files: dict[str, bytes] = {}
@@ -154,7 +151,7 @@ def carried(q: QueryInspection, sink: Optional[str], sink_dest: Optional[str],
         moved_sink = sp.sink
         if sp.sink and old_sink is not None and sp.sink.get("uri") == old_sink:
             moved_sink = {**sp.sink, "uri": new_sink}
-        sp = replace(sp, query_id=new_query_id or sp.query_id, sink=moved_sink)
+        sp = dataclasses.replace(sp, query_id=new_query_id or sp.query_id, sink=moved_sink)
         files[savepoint_file(sp.name)] = serialize_savepoint(sp)
         records.append({"name": sp.name, "epoch": sp.epoch, "carried": True,
                         "why": "its restore files are copied" + (", its sink's URI the new place's"

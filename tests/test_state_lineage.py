@@ -7,21 +7,18 @@ the lineages of a real Spark-written store are read in tests/test_state_features
 """
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import pytest
 
-from streamctl.formats.state import changelog_lineage, lz4_stream
+from streamctl.formats.state import changelog_lineage, changelog_with_lineage, lz4_stream
 from streamctl.inspectors.state_lineage import lineage_status
 from streamctl.inspectors.state_listing import StoreFiles
 from streamctl.inspectors.state_restore import store_status
 
 
 def _changelog(lineage: list[tuple[int, str]], version: str = "v3") -> bytes:
-    text = json.dumps([{"version": v, "checkpointUniqueId": u} for v, u in lineage]).encode()
-    head = len(version).to_bytes(2, "big") + version.encode()
-    return lz4_stream(head + len(text).to_bytes(2, "big") + text + (-1).to_bytes(4, "big", signed=True))
+    return changelog_with_lineage(lineage, version)
 
 
 def test_the_lineage_is_read_from_the_changelog_head() -> None:

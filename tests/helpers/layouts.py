@@ -135,7 +135,7 @@ def _state_bytes(name: str, files: list[str]) -> bytes:
     changelog `<v>_<id>.changelog` as Spark's changelog writer v3 starts one: `writeUTF("v3")`,
     then its lineage (`writeUTF` of JSON): the versions below v back to the newest zip among
     `files` (or to 1), each with the first id `files` name for it, then the end of records."""
-    from streamctl.formats.state import lz4_stream, state_file
+    from streamctl.formats.state import changelog_with_lineage, state_file
 
     parsed = state_file(name)
     if parsed is None or parsed.unique_id is None or not name.endswith(".changelog"):
@@ -145,9 +145,8 @@ def _state_bytes(name: str, files: list[str]) -> bytes:
     ids: dict[int, str] = {}
     for p in known:
         ids.setdefault(p.version, p.unique_id)
-    lineage = [{"version": v, "checkpointUniqueId": ids[v]} for v in range(max(zips, default=1), parsed.version) if v in ids]
-    text = json.dumps(lineage).encode()
-    return lz4_stream(b"\x00\x02v3" + len(text).to_bytes(2, "big") + text + b"\xff\xff\xff\xff")
+    lineage = [(v, ids[v]) for v in range(max(zips, default=1), parsed.version) if v in ids]
+    return changelog_with_lineage(lineage)
 
 
 def deltas(lo: int, hi: int) -> list[str]:
