@@ -21,7 +21,7 @@ from streamctl.formats.state import (
 )
 from streamctl.inspectors.findings import summarize
 from streamctl.inspectors.state_file_checks import content_mismatch, torn_full_reason, torn_reason, zip_sst_sizes
-from streamctl.inspectors.state_lineage import lineage_status
+from streamctl.inspectors.state_lineage import id_at, lineage_status
 from streamctl.inspectors.state_listing import StoreFiles, without_file
 from streamctl.inspectors.state_restore import StoreStatus, store_status
 from streamctl.inspectors.storage import Storage
@@ -30,7 +30,8 @@ from streamctl.inspectors.storage import Storage
 class Chains:
     """The restore chains of one checkpoint's stores. `read_ends`: whether the files of a chain
     are read (their heads and tails, checksums): always locally, on object stores and HDFS with
-    `deep` (a ranged read or two per store)."""
+    `deep` (a ranged read or two per store). Without it a checkpoint-format-2 store still has
+    the lineage of the version a restart loads read (one ranged read), as that load follows it."""
 
     def __init__(self, storage: Storage, deep: bool = False) -> None:
         self.st = storage
@@ -80,10 +81,19 @@ class Chains:
         """store_status; for a checkpoint-format-2 RocksDB store whose files are read, narrowed to
         what Spark's load by lineage restores (inspectors/state_lineage.py)."""
         status = store_status(files, required, planned, valid)
-        if not (files.uses_unique_ids and files.provider == "rocksdb" and self.read_ends):
+        if not (files.uses_unique_ids and files.provider == "rocksdb"):
             return status
+        only = None  # without `deep` on object stores and HDFS: the head of the version a restart loads
+        if not self.read_ends:
+            req = status.required_version
+            uid = id_at(files, req, valid) if req else None
+            if not req or uid is None or uid in files.full_ids.get(req, ()) or uid not in files.incr_ids.get(req, ()):
+                return status
+            only = files.file_name(req, uid, False)
 
         def lineage_of(name: str) -> Optional[list[tuple[int, str]]]:
+            if only is not None and name != only:
+                return None  # that version keeps its chain of files
             rel = f"{status.path}/{name}"
             if rel not in self._lineages:
                 try:

@@ -105,7 +105,7 @@ def _repair(files: StoreFiles, v: int, uid: str, tried: int, lineage_of: Lineage
     return chain
 
 
-def _id_at(files: StoreFiles, v: int, valid: dict[int, str]) -> Optional[str]:
+def id_at(files: StoreFiles, v: int, valid: dict[int, str]) -> Optional[str]:
     """The id a restart loads version v with: the commit log's, else the one id files of v carry."""
     if v in valid:
         return valid[v]
@@ -124,7 +124,7 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
     for v in sorted(status.restorable_versions):
         if v == 0:
             continue
-        uid = _id_at(files, v, valid)
+        uid = id_at(files, v, valid)
         got = None if uid is None else _load(files, v, uid, lineage_of)
         if got is not None:
             loads[v] = got
@@ -140,7 +140,7 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
     if req and got is not None and status.restorable_required:
         if got.files:
             changes.update(restore_files=tuple(got.files))
-            uid = _id_at(files, req, valid)
+            uid = id_at(files, req, valid)
             base = state_file(got.files[0])
             if files.has_crc and uid is not None and base is not None and is_full_file(got.files[0]):
                 changes.update(fallback_files=tuple(_repair(files, req, uid, base.version, lineage_of)))

@@ -185,6 +185,39 @@ def test_a_torn_format2_zip_is_repaired_on_the_lines_that_repair_it(cli: Any, tw
     restart_delivers(p)
 
 
+def test_deleted_zips_of_a_format2_store_are_judged_on_s3_without_deep(cli: Any, tws: Callable[[str], Any],
+                                                                       s3: Any) -> None:
+    """Every zip at or below the newest version deleted, the changelogs below it left: the restart
+    fails (Spark loads by the lineage, which starts at a zip that is gone, and its repair finds no
+    other zip in the full lineage). On an object store without `--deep` streamctl read no file's
+    content, and the chain of changelogs from version 1 made the version look restorable
+    ("aligned"); it now reads the one changelog head the restart's load follows, so the S3 copy
+    is judged as the local one is."""
+    from streamctl.formats.state import changelog_lineage
+
+    fs, port = s3
+    p = tws("tws_v2")
+    store = p.checkpoint / "state/0/0"
+    required = FILES
+    log = next(store.glob(f"{required}_*.changelog"))
+    lineage = changelog_lineage(log.read_bytes())
+    assert lineage and lineage[0][0] > 1, lineage  # it starts at a zip
+    zips = [z for z in store.glob("*_*.zip") if int(z.name.split("_", 1)[0]) <= required]
+    assert f"{lineage[0][0]}_{lineage[0][1]}.zip" in {z.name for z in zips}, sorted(z.name for z in zips)
+    for z in zips:
+        for f in (z, store / f".{z.name}.crc", store / f"{z.name}.crc"):
+            f.unlink(missing_ok=True)
+    uri = _s3f.s3_uri(port, "tws-lineage/checkpoint")
+    _s3f.upload(fs, p.checkpoint, "tws-lineage/checkpoint")
+    for where in (str(p.checkpoint), uri):
+        r = cli("inspect", "epochs", where, "--json")
+        q = r.json()["queries"][0]
+        gone = [f for f in q["findings"] if f["code"] == "STATE_UNRESTORABLE"]
+        assert r.code == 1 and gone and f"{lineage[0][0]}_{lineage[0][1]}.zip" in json.dumps(gone), (where, q["findings"])
+    err = restart_error(p)
+    assert "CANNOT_LOAD_STATE_STORE" in err, err[:2000]
+
+
 def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], Any]) -> None:
     p = tws("tws_v2")
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "3", "--execute", "--json")
