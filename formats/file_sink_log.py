@@ -17,12 +17,23 @@ def added_paths(batch: CompactibleBatch) -> tuple[str, ...]:
     return tuple(str(e.get("path")) for e in batch.entries if e.get("action", "add") == "add")
 
 
+def logged_size(entry: Mapping[str, object]) -> int:
+    """An entry's `size` as logged; -1 when it is not a size (unknown: counted as holding rows)."""
+    size = entry.get("size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else -1
+
+
+def added_sizes(batch: CompactibleBatch) -> dict[str, int]:
+    """path -> logged size (logged_size) of the files a log file adds."""
+    return {str(e.get("path")): logged_size(e) for e in batch.entries if e.get("action", "add") == "add"}
+
+
 def deleted_paths(batch: CompactibleBatch) -> tuple[str, ...]:
     return tuple(str(e.get("path")) for e in batch.entries if e.get("action") == "delete")
 
 
 def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, int]:
-    """The files a reader of the log sees (path -> logged size): the adds of the newest
+    """The files a reader of the log sees (path -> logged size, logged_size): the adds of the newest
     compaction and every batch after it, less their deletes, in log order."""
     live: dict[str, int] = {}
     for entries in batches:
@@ -33,6 +44,5 @@ def live_files(batches: Iterable[Iterable[Mapping[str, object]]]) -> dict[str, i
             if e.get("action", "add") == "delete":
                 live.pop(path, None)
             else:
-                size = e.get("size")
-                live[path] = size if isinstance(size, int) and size >= 0 else 0
+                live[path] = logged_size(e)
     return live

@@ -38,6 +38,16 @@ ROW_COUNT_BUDGET = 64 << 20  # bytes of moved files whose rows are counted; beyo
 MAX_EXAMPLES = 5
 
 
+def holds_rows(logged_size: int) -> bool:
+    """Whether a logged data file that no reader finds loses rows: not when the log records size
+    0, as no reader of the sink opens it (a scan drops 0-length files, `FileSourceScanExec`:
+    `files.filter(_.getLen > 0)`, the length the log gives; JSON's schema inference lists the
+    logged paths as roots and skips a missing one). Observed 4.3.0: a size-0 entry renamed to a
+    file that does not exist, and `spark.read.json` of the sink counts every row, with and
+    without a schema."""
+    return logged_size != 0  # -1: not a size in the log, unknown
+
+
 def norm_uri(uri: str) -> str:
     """One spelling per object store scheme (s3a/s3n -> s3, gcs -> gs), lower-case scheme, and
     on S3 and GCS the bucket without user info (`s3://anonymous@b/...` is pyarrow's way to ask
@@ -143,9 +153,9 @@ def place(st: Storage, named: Mapping[str, int], count_rows: bool = True) -> Pla
     for path, size in named.items():
         rel = sink_rel(path, root, local)
         if rel is not None:
-            if not present(rel):
+            if not present(rel) and holds_rows(size):
                 missing.append(path)
-                missing_bytes += size
+                missing_bytes += max(size, 0)
             continue
         target = target_of(path, local)
         if target is None:
@@ -154,14 +164,16 @@ def place(st: Storage, named: Mapping[str, int], count_rows: bool = True) -> Pla
         if found is not None and local and _same_file(target, posixpath.join(root, found[1])):
             continue  # the same file through another spelling of the root (a symlink)
         if found is None:  # outside the sink, no copy under it: readers skip it, exists or not
+            if not holds_rows(size):
+                continue
             missing.append(path)
-            missing_bytes += size
+            missing_bytes += max(size, 0)
             continue
         old_root, rel = found
         if old_root not in old_roots:
             old_roots.append(old_root)
         moved[path] = rel
-        moved_bytes += size
+        moved_bytes += max(size, 0)
     rows = _rows(st, sorted(set(moved.values())), moved_bytes) if moved and count_rows else None
     known = {rel for rel in (sink_rel(p, root, local) for p in named) if rel} | set(moved.values())
     unlisted = sorted(f"{head}/{name}" if head else name for head, names in folders.items() for name in names

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional
 
 from streamctl.formats.commits import serialize_commit
 from streamctl.formats.compactible import compactible_file
-from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths
+from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, added_sizes
 from streamctl.formats.layout import METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint import inspect_checkpoint
@@ -89,7 +89,7 @@ class Planner:
         files = list_file_sink_log(sink)
         parsed = {b: files.read(sink, b) for b in files.ids}
         entries = {b: list(added_paths(p)) for b, p in parsed.items()}
-        named = {path: 0 for paths in entries.values() for path in paths}
+        named = {path: size for p in parsed.values() for path, size in added_sizes(p).items()}
         return FileSinkLog(dict(files.present), entries, files.checksums, files.interval,
                             place(sink, named, count_rows=False), files)
 

@@ -204,3 +204,34 @@ def test_a_zip_changed_in_place_without_its_checksum_sidecar(harness: Any) -> No
     r = harness.judge("dedup_rocksdb", Action("damage", "state", "newest", "corrupt", "drop"))
     assert r.agrees, r.detail()
     assert "STATE_FILE_CORRUPT" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+
+
+def test_a_source_log_entry_with_another_batch_id(harness: Any) -> None:
+    """The `batchId` of the newest file-source log entry set to -7, on a windowed query that ended
+    on a no-data batch: the restart still reads that file (every file from the newest compaction
+    on, for the files it has seen, and the newest batch that read input) and fails ("assertion
+    failed"). streamctl parsed the entries without judging them and said aligned; each entry's
+    `batchId` must now be its file's: UNREADABLE names the file."""
+    r = harness.judge("window_nodata", Action("damage", "sources", "newest", "number", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and r.restart.kind == "fails", r.detail()
+
+
+def test_a_source_log_file_changed_behind_its_checksum(harness: Any) -> None:
+    """Eight bytes changed in the newest file-source log entry's path, its Hadoop `.crc` kept:
+    Spark does not check the sidecar, takes the changed path as a file it has seen, and reads the
+    real input file again (a window counted twice). streamctl said aligned; a source-log file a
+    restart reads that does not match its sidecar is now UNREADABLE, naming it."""
+    r = harness.judge("window_nodata", Action("damage", "sources", "newest", "corrupt", "keep"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and r.restart.kind == "differs", r.detail()
+
+
+def test_an_empty_data_file_the_sink_log_names_elsewhere(harness: Any) -> None:
+    """Eight bytes changed in the newest sink-log compaction, in the path of an entry whose data
+    file is empty: no reader of the sink opens a file logged with size 0, found or not.
+    streamctl said SINK_FILES_MISSING (exit 1, align refused) while every reader sees every row;
+    an entry logged with size 0 loses nothing and is no longer counted."""
+    r = harness.judge("window_nodata", Action("damage", "sink", "newest", "corrupt", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 0 and r.restart.kind == "exact", r.detail()

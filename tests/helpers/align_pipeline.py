@@ -225,7 +225,10 @@ def logged_sink_paths(log: Path) -> list[str]:
     first = max(compacts) if compacts else 0
     files: dict[str, None] = {}
     for b in sorted(x for x in batches if x >= first):
-        lines = (log / (f"{b}.compact" if batches[b] else str(b))).read_text().split("\n")
+        path = log / (f"{b}.compact" if batches[b] else str(b))
+        if not path.is_file():  # a named pipe would block every reader of the sink: none can read it
+            raise OSError(f"{path}: not a regular file")
+        lines = path.read_text().split("\n")
         assert lines[0] == "v1", (b, lines[:1])
         for line in lines[1:]:
             if line.strip():
