@@ -3,8 +3,10 @@ file-source log) and whether a restart can read its log (docs/formats/checkpoint
 bytes are formats/source_log.py's and formats/compactible.py's."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional
+from urllib.parse import unquote, urlparse
 
 from streamctl.formats.checksum import crc_name, hadoop_crc_mismatch
 from streamctl.formats.compactible import CompactibleBatch, compactible_file, compactible_name, parse_compactible
@@ -77,16 +79,21 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     start = compacts[-1] if compacts else 0
     chain = [(b, c) for b, c in batches if b >= start]
     sizes = {e.name: e.size for e in entries}
+    read: list[tuple[str, CompactibleBatch]] = []
     for b, c in chain:
         name = compactible_file(b, c)
         chain_rel = f"{rel}/{name}"
         if storage.is_local or c or b == latest_id:  # parsed whole; on object stores the others by size
             data = storage.read(chain_rel)
-            check_file_entries(parse_compactible(data, storage.uri(chain_rel), b, c), storage.uri(chain_rel))
+            batch = parse_compactible(data, storage.uri(chain_rel), b, c)
+            check_file_entries(batch, storage.uri(chain_rel))
+            read.append((chain_rel, batch))
             if storage.is_local and crc_name(name) in names:
                 _check_sidecar(storage, chain_rel, data)
         elif sizes.get(name) == 0:
             raise LogParseError(storage.uri(chain_rel), "empty file (incomplete log file)")
+    if storage.is_local:
+        _check_renamed(storage, read)
     missing = missing_ranges([b for b, _ in chain], start, latest_id)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
                       file_log_missing=tuple(missing))
@@ -108,3 +115,45 @@ def _check_sidecar(storage: Storage, rel: str, data: bytes) -> None:
                             f"checksum companion {crc_name(rel).rsplit('/', 1)[-1]}; a restart reads it as it "
                             "is now (an input file it names no longer may be read again). If the change is "
                             "known and meant, delete the companion")
+
+
+def _local(uri: str) -> Optional[str]:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
+        return None
+    return unquote(parsed.path) or None
+
+
+def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -> None:
+    """An entry of a batch file after the newest compaction (local input) whose path does not
+    exist, while a file beside the others that no entry names has its `timestamp` (the mtime
+    Spark logged, in ms): the entry's path was changed after Spark wrote it, without a sidecar
+    to tell. The restart takes the changed path as a file it has seen and reads the real one
+    again as new: its rows twice (observed 4.3.0, a windowed count counted twice). Cost: one
+    stat per entry of those batch files, one listing per folder that holds them. Not judged when
+    any such entry's file is gone without that twin: a clean-up (cleanSource, retention) removes
+    files of committed batches, and a new file may share a millisecond with one of them."""
+    named = {p for _rel, batch in read for p in (_local(str(e.get("path"))) for e in batch.entries) if p}
+    recent = [(rel, e, _local(str(e.get("path")))) for rel, batch in read if not batch.compact for e in batch.entries]
+    gone = [(rel, e, p) for rel, e, p in recent if p is not None and not os.path.exists(p)]
+    if not gone:
+        return
+    gone_paths = {p for _rel, _e, p in gone}
+    folders = {os.path.dirname(p) for _rel, _e, p in recent if p is not None and p not in gone_paths}
+    unnamed: dict[int, str] = {}
+    for folder in sorted(folders):
+        try:
+            with os.scandir(folder) as it:
+                for f in it:
+                    if f.is_file() and f.path not in named and not f.name.startswith((".", "_")):
+                        unnamed.setdefault(f.stat().st_mtime_ns // 1_000_000, f.path)
+        except OSError:
+            continue
+    twins = [unnamed.get(e.get("timestamp")) for _rel, e, _p in gone]  # type: ignore[arg-type]
+    if None in twins:
+        return  # input files gone without a twin: a clean-up (cleanSource, retention) is at play, not judged
+    for (rel, _e, p), twin in zip(gone, twins, strict=True):
+        if twin is not None:
+            raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which "
+                                "no entry names, has its timestamp: the entry was changed after Spark wrote it, and a "
+                                f"restart reads {twin} again as a new file (its rows twice)")

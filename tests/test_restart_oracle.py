@@ -235,3 +235,13 @@ def test_an_empty_data_file_the_sink_log_names_elsewhere(harness: Any) -> None:
     r = harness.judge("window_nodata", Action("damage", "sink", "newest", "corrupt", "drop"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
+
+
+def test_a_source_log_entry_renamed_without_its_checksum(harness: Any) -> None:
+    """The same eight bytes changed in the newest file-source log entry's path, its `.crc`
+    dropped: no sidecar tells, but the entry names a file that does not exist while the input
+    file it stood for, which no entry names, carries its logged timestamp. The restart reads
+    that file again; streamctl said aligned, and now names the entry (UNREADABLE)."""
+    r = harness.judge("window_nodata", Action("damage", "sources", "newest", "corrupt", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and r.restart.kind == "differs", r.detail()

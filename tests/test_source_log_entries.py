@@ -1,0 +1,99 @@
+"""A file source's log as a restart reads it (inspectors/sources.py `read_source`): every entry of
+the files from the newest compaction on is judged, against its Hadoop sidecar where there is one,
+and an entry whose path was changed is told by the input file it stood for. The restart oracle
+proves each rule with real restarts (tests/test_restart_oracle.py); these pin the edges."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from streamctl.formats.checksum import hadoop_crc
+from streamctl.formats.errors import LogParseError
+from streamctl.inspectors.sources import SourceInfo, read_source
+from streamctl.inspectors.storage import Storage
+
+T0 = 1_795_000_000_000  # ms
+
+
+def _input(tmp_path: Path, name: str, ms: int) -> Path:
+    f = tmp_path / "input" / name
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text('{"id": 1}\n')
+    os.utime(f, ns=(ms * 1_000_000, ms * 1_000_000))
+    return f
+
+
+def _log(tmp_path: Path, batch: int, entries: list[dict], crc: bool = False) -> Path:
+    folder = tmp_path / "checkpoint" / "sources" / "0"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = ("v1\n" + "\n".join(json.dumps(e, separators=(",", ":")) for e in entries)).encode()
+    (folder / str(batch)).write_bytes(data)
+    if crc:
+        (folder / f".{batch}.crc").write_bytes(hadoop_crc(data))
+    return folder / str(batch)
+
+
+def _entry(path: Path | str, ms: int, batch: int) -> dict:
+    return {"path": f"file://{path}", "timestamp": ms, "batchId": batch}
+
+
+def _read(tmp_path: Path) -> SourceInfo:
+    return read_source(Storage.open(str(tmp_path / "checkpoint")), 0)
+
+
+def test_a_whole_log_reads(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)], crc=True)
+    _log(tmp_path, 1, [_entry(b, T0 + 5, 1)], crc=True)
+    info = _read(tmp_path)
+    assert info.kind == "file" and info.file_log_latest == 1
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("batchId", -7, "batchId -7 is not the file's batch 1"),
+    ("batchId", 0, "batchId 0 is not the file's batch 1"),
+    ("timestamp", 9223372036854775808, "out of the Long range"),
+    ("timestamp", "12", "timestamp 12 is not a Java long"),
+    ("path", "", "no input file path"),
+])
+def test_an_entry_spark_cannot_take_is_named(tmp_path: Path, field: str, value: object, says: str) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)])
+    _log(tmp_path, 1, [{**_entry(b, T0 + 5, 1), field: value}])
+    with pytest.raises(LogParseError) as exc:
+        _read(tmp_path)
+    assert says in str(exc.value) and "sources/0/1" in str(exc.value), exc.value
+
+
+def test_a_file_that_does_not_match_its_sidecar_is_named(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)], crc=True)
+    f = _log(tmp_path, 1, [_entry(b, T0 + 5, 1)], crc=True)
+    f.write_bytes(f.read_bytes().replace(b"b.json", b"c.json"))
+    with pytest.raises(LogParseError) as exc:
+        _read(tmp_path)
+    assert "changed after Spark wrote it" in str(exc.value) and ".1.crc" in str(exc.value), exc.value
+
+
+def test_an_entry_renamed_away_from_its_input_file_is_named(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)])
+    _log(tmp_path, 1, [_entry(tmp_path / "input" / "b?6.json", T0 + 5, 1)])
+    with pytest.raises(LogParseError) as exc:
+        _read(tmp_path)
+    assert str(b) in str(exc.value) and "again" in str(exc.value), exc.value
+
+
+def test_input_files_cleaned_up_leave_the_log_unjudged(tmp_path: Path) -> None:
+    """cleanSource or a retention job removes the files of committed batches: a new file that
+    shares a millisecond with a removed one is no evidence of a changed entry."""
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _input(tmp_path, "new.json", T0 + 5)  # arrived since, same ms as b
+    _log(tmp_path, 0, [_entry(a, T0, 0)])
+    _log(tmp_path, 1, [_entry(b, T0 + 5, 1)])
+    a.unlink()
+    b.unlink()
+    assert _read(tmp_path).kind == "file"
