@@ -22,6 +22,8 @@ from streamctl.formats.source_log import (
 from streamctl.inspectors.findings import missing_ranges
 from streamctl.inspectors.storage import Storage
 
+PROBE = 64  # entries of the compaction whose files must be there for a changed entry to be judged
+
 
 def read_compactible_log(storage: Storage, rel: str = "") -> list[CompactibleBatch]:
     """Read every batch file of a compactible log folder, ordered by batch id."""
@@ -125,23 +127,19 @@ def _local(uri: str) -> Optional[str]:
 
 
 def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -> None:
-    """An entry of a batch file after the newest compaction (local input) whose path does not
-    exist, while a file beside the others that no entry names has its `timestamp` (the mtime
-    Spark logged, in ms): the entry's path was changed after Spark wrote it, without a sidecar
-    to tell. The restart takes the changed path as a file it has seen and reads the real one
-    again as new: its rows twice (observed 4.3.0, a windowed count counted twice). Cost: one
-    stat per entry of those batch files, one listing per folder that holds them. Not judged when
-    any such entry's file is gone without that twin: a clean-up (cleanSource, retention) removes
-    files of committed batches, and a new file may share a millisecond with one of them."""
-    named = {p for _rel, batch in read for p in (_local(str(e.get("path"))) for e in batch.entries) if p}
-    recent = [(rel, e, _local(str(e.get("path")))) for rel, batch in read if not batch.compact for e in batch.entries]
-    gone = [(rel, e, p) for rel, e, p in recent if p is not None and not os.path.exists(p)]
-    if not gone:
-        return
-    gone_paths = {p for _rel, _e, p in gone}
-    folders = {os.path.dirname(p) for _rel, _e, p in recent if p is not None and p not in gone_paths}
-    unnamed: dict[int, str] = {}
-    for folder in sorted(folders):
+    """An entry of the chain a restart reads (local input) whose path does not exist, while a file
+    in a folder the entries name, which no entry names, carries its `timestamp` (the mtime Spark
+    logged, in ms): the entry's path was changed after Spark wrote it, with no sidecar to tell.
+    The restart takes the changed path as a file it has seen and reads the real one again as new:
+    its rows twice (observed 4.3.0, a windowed count counted twice). Not judged when another
+    entry's file is gone too (the batch files' entries, and the newest PROBE of the compaction's):
+    a clean-up (cleanSource, retention) removes the files of committed batches, and a new file may
+    share a millisecond with one of them. Cost: one listing per folder the entries name; a stat
+    only for entries whose timestamp an unnamed file carries, and for the probe."""
+    entries = [(rel, batch.compact, e, _local(str(e.get("path")))) for rel, batch in read for e in batch.entries]
+    named = {p for _r, _c, _e, p in entries if p}
+    unnamed: dict[object, str] = {}
+    for folder in sorted({os.path.dirname(p) for p in named}):
         try:
             with os.scandir(folder) as it:
                 for f in it:
@@ -149,11 +147,20 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -
                         unnamed.setdefault(f.stat().st_mtime_ns // 1_000_000, f.path)
         except OSError:
             continue
-    twins = [unnamed.get(e.get("timestamp")) for _rel, e, _p in gone]  # type: ignore[arg-type]
-    if None in twins:
-        return  # input files gone without a twin: a clean-up (cleanSource, retention) is at play, not judged
-    for (rel, _e, p), twin in zip(gone, twins, strict=True):
-        if twin is not None:
-            raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which "
-                                "no entry names, has its timestamp: the entry was changed after Spark wrote it, and a "
-                                f"restart reads {twin} again as a new file (its rows twice)")
+    if not unnamed:
+        return
+    suspects = [(rel, e, p) for rel, _c, e, p in entries
+                if p is not None and e.get("timestamp") in unnamed and not os.path.exists(p)]
+    if not suspects:
+        return
+    gone = {p for _r, _e, p in suspects}
+    compacted = sorted(((e.get("batchId"), p) for _r, c, e, p in entries if c and p and p not in gone),
+                       key=lambda x: x[0] if isinstance(x[0], int) else -1)
+    probe = [p for _r, c, _e, p in entries if not c and p and p not in gone] + [p for _b, p in compacted[-PROBE:]]
+    if any(not os.path.exists(p) for p in probe):
+        return
+    rel, e, p = suspects[0]
+    twin = unnamed[e.get("timestamp")]
+    raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which no entry "
+                        "names, has its timestamp: the entry was changed after Spark wrote it, and a restart reads "
+                        f"{twin} again as a new file (its rows twice)")

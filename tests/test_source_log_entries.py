@@ -97,3 +97,16 @@ def test_input_files_cleaned_up_leave_the_log_unjudged(tmp_path: Path) -> None:
     a.unlink()
     b.unlink()
     assert _read(tmp_path).kind == "file"
+
+
+def test_a_compacted_entry_renamed_away_from_its_input_file_is_named(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    c = _input(tmp_path, "c.json", T0 + 9)
+    folder = tmp_path / "checkpoint" / "sources" / "0"
+    folder.mkdir(parents=True)
+    body = [_entry(a, T0, 0), _entry(tmp_path / "input" / "b;x.json", T0 + 5, 1)]
+    (folder / "1.compact").write_text("v1\n" + "\n".join(json.dumps(e) for e in body))
+    _log(tmp_path, 2, [_entry(c, T0 + 9, 2)])
+    with pytest.raises(LogParseError) as exc:
+        _read(tmp_path)
+    assert "sources/0/1.compact" in str(exc.value) and str(b) in str(exc.value), exc.value
