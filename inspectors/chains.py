@@ -130,7 +130,12 @@ class Chains:
         # a named pipe or a device where the snapshot belongs blocks the restart: no repair follows
         snapshot_only = ([name for name, _ in bad] == [status.restore_files[0]] and is_full_file(bad[0][0])
                          and "not a regular file" not in bad[0][1])
-        return texts, bool(snapshot_only and status.fallback_files and not (local and self.mismatches(
+        return texts, bool(snapshot_only and self.fallback_whole(status, files))
+
+    def fallback_whole(self, status: StoreStatus, files: StoreFiles) -> bool:
+        """Whether the files Spark's auto snapshot repair reads instead (`fallback_files`) are
+        there and whole: the snapshot they start from not torn; locally, their checksums."""
+        return bool(status.fallback_files and not (self.st.is_local and self.mismatches(
             status.path, status.fallback_files, files.lists)) and not self.torn_full(
             status.path, status.fallback_files[:1]))
 

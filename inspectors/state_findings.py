@@ -77,6 +77,7 @@ class StateFindings(CheckpointReads):
                                  "missing_count": count_of(gaps)}))
             self._schema_findings(op)
             bad = [s for s in statuses if not s.restorable_required]
+            bad = self._lineage_repairs(op, bad)
             if bad:
                 parts = [f"{s.path} (missing {', '.join(s.missing)})" for s in bad]
                 self.findings.append(Finding(
@@ -109,6 +110,41 @@ class StateFindings(CheckpointReads):
         return reports
 
 
+    def _repair_lines(self) -> tuple[bool, bool, bool]:
+        """(4.1+ line, 4.2+ line, auto snapshot repair on) of the restart: the line named by
+        `--target-spark`, else the newest offsets conf's (4.1+ records the row checksum setting
+        there, 4.2+ the source evolution one); not shown: the older line's failing outcome."""
+        conf = getattr(self, "newest_conf", {})
+        line_41, line_42 = ((ROW_CHECKSUM_CONF in conf, SOURCE_EVOLUTION_CONF in conf) if self.target_spark is None
+                            else (self.target_spark >= (4, 1), self.target_spark >= (4, 2)))
+        return line_41, line_42, str(conf.get(AUTO_REPAIR_CONF, "true")).lower() != "false"
+
+    def _lineage_repairs(self, op: OperatorFiles, bad: list[StoreStatus]) -> list[StoreStatus]:
+        """`bad` less the checkpoint-format-2 stores whose lineage starts at a zip that is gone
+        while Spark 4.2+'s auto snapshot repair loads an older zip of the full lineage (observed
+        4.3.0: the zip deleted, an older one kept, the restart exact): a warning on a line that
+        repairs (STATE_FILE_CORRUPT, `restart` `auto_snapshot_repair`); the rest stay
+        STATE_UNRESTORABLE. Judged where the chains' files are read (local, `--deep`)."""
+        _l41, line_42, auto_repair = self._repair_lines()
+        if not (line_42 and auto_repair and self.read_ends):
+            return bad
+        stores = {(s.partition, s.store): s for s in op.stores()}
+        repaired = [s for s in bad if s.unique_ids and s.fallback_files and (files := stores.get((s.partition, s.store)))
+                    is not None and self.chains.fallback_whole(s, files)]
+        if repaired:
+            gone = [f"{s.path}/{s.missing[0]}" for s in repaired]
+            self.findings.append(Finding(
+                "STATE_FILE_CORRUPT",
+                f"operator {op.operator_id}: {len(gone)} zip(s) a format-2 lineage starts from are gone: "
+                f"{summarize(gone, 3)}; an older zip of each store's full lineage and the changelogs above it are "
+                "intact: Spark 4.2+ restarts from them (auto snapshot repair, "
+                + ("the --target-spark line)" if self.target_spark is not None else "this checkpoint's line)"),
+                severity=WARNING,
+                details={"operator": op.operator_id, "files": [self.st.uri(g) for g in gone],
+                         "restart": "auto_snapshot_repair", "snapshot_aside": False}))
+        taken = {id(s) for s in repaired}
+        return [s for s in bad if id(s) not in taken]
+
     def _corrupt_findings(self, op: OperatorFiles, statuses: list[StoreStatus]) -> None:
         """A file a restart reads that does not match its checksum companion. A corrupt delta or
         changelog fails the restart (observed 4.3.0: CANNOT_LOAD_STATE_STORE, "Stream is
@@ -133,10 +169,7 @@ class StateFindings(CheckpointReads):
         # 2 too (SPARK-56216); older lines fail. The line shows in the newest offsets conf: 4.1+
         # records the row checksum setting there, 4.2+ the source evolution one. Not shown: the
         # failing outcome is taken (align moves the snapshot aside: every line restarts).
-        conf = getattr(self, "newest_conf", {})
-        line_41, line_42 = ((ROW_CHECKSUM_CONF in conf, SOURCE_EVOLUTION_CONF in conf) if self.target_spark is None
-                            else (self.target_spark >= (4, 1), self.target_spark >= (4, 2)))  # the line named decides
-        auto_repair = str(conf.get(AUTO_REPAIR_CONF, "true")).lower() != "false"
+        line_41, line_42, auto_repair = self._repair_lines()
         around = line_41 and auto_repair
         fatal: list[str] = []
         repaired: list[str] = []

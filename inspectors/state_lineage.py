@@ -86,14 +86,16 @@ def _full_lineage(files: StoreFiles, v: int, uid: str, lineage_of: LineageOf) ->
 
 def _repair(files: StoreFiles, v: int, uid: str, tried: int, lineage_of: LineageOf) -> list[str]:
     """What Spark 4.2+'s auto snapshot repair of a format-2 load reads when the snapshot of
-    version `tried` fails to load: the lineage made full (`getAdditionalEligibleSnapshots`), its
-    newest other snapshot within maxChangeFileReplay, else the empty store when the full lineage
-    starts at 1, then its changelogs above that; [] when there is none."""
+    version `tried` fails to load (`AutoSnapshotLoader.loadSnapshot`; 0, the empty store, is the
+    first try when no zip of the lineage exists): the lineage made full
+    (`getAdditionalEligibleSnapshots`), its newest other snapshot within maxChangeFileReplay,
+    else the empty store when the full lineage starts at 1 and it was not the one tried, then its
+    changelogs above that; [] when there is none."""
     full = _full_lineage(files, v, uid, lineage_of)
     if full is None:
         return []
-    zips = [i for i in full if i[0] < tried and i[1] in files.full_ids.get(i[0], ())]
-    base = max(zips) if zips else (0, "") if full[0][0] == 1 else None
+    zips = [i for i in full if i[0] != tried and i[1] in files.full_ids.get(i[0], ())]
+    base = max(zips) if zips else (0, "") if full[0][0] == 1 and tried != 0 else None
     if base is None:
         return []
     chain = [files.file_name(base[0], base[1], True)] if base[0] else []
@@ -146,4 +148,9 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
                 changes.update(fallback_files=tuple(_repair(files, req, uid, base.version, lineage_of)))
         else:
             changes.update(restorable_required=False, missing=tuple(got.missing), restore_files=())
+            uid = id_at(files, req, valid)
+            if files.has_crc and uid is not None and got.missing[0].endswith(".zip"):
+                # the zip the lineage starts from is gone: Spark's first try is the empty store,
+                # which the short lineage cannot replay; its repair may load an older zip
+                changes.update(fallback_files=tuple(_repair(files, req, uid, 0, lineage_of)))
     return replace(status, **changes)  # type: ignore[arg-type]

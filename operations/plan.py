@@ -210,6 +210,11 @@ def refuse_corrupt_state(q: Any, snapshot_aside: bool = False) -> None:
     no plan decides which copy is right; refuse naming the files. `snapshot_aside`: align moves a
     bad snapshot with an intact older chain aside (`snapshot_aside` in the finding) instead."""
     for f in q.findings:
+        if f.code == "STATE_FILE_CORRUPT" and f.details.get("restart") == "auto_snapshot_repair" \
+                and not f.details.get("snapshot_aside"):  # a zip gone: nothing to move aside
+            raise Refused(f"{q.checkpoint}: STATE_FILE_CORRUPT: {f.message.split(': Spark', 1)[0]}; the restart loads "
+                          "around it by itself (auto snapshot repair): restart the query as is; streamctl moves no "
+                          "state a restart may read")
         if f.code == "STATE_FILE_CORRUPT" and not (snapshot_aside and f.details.get("snapshot_aside")):
             raise Refused(f"{q.checkpoint}: STATE_FILE_CORRUPT: {f.message.split(': Spark', 1)[0]}; streamctl moves no "
                           "state around a corrupt file: put it back from a copy of the checkpoint")

@@ -218,6 +218,36 @@ def test_deleted_zips_of_a_format2_store_are_judged_on_s3_without_deep(cli: Any,
     assert "CANNOT_LOAD_STATE_STORE" in err, err[:2000]
 
 
+def test_a_deleted_lineage_zip_is_repaired_on_the_lines_that_repair_it(cli: Any, tws: Callable[[str], Any]) -> None:
+    """The zip the newest version's lineage starts from deleted, an older zip of the store kept:
+    Spark 4.2+ first tries the empty store with the short lineage (which fails), then its auto
+    snapshot repair reads the full lineage back and loads the older zip (observed 4.3.0: the
+    restart delivers every id once). A warning on this line (exit 0); `--target-spark 4.1`, whose
+    format-2 load does not repair, keeps STATE_UNRESTORABLE (exit 1)."""
+    from streamctl.formats.state import changelog_lineage
+
+    p = tws("tws_v2")
+    store = p.checkpoint / "state/0/0"
+    lineage = changelog_lineage(next(store.glob(f"{FILES}_*.changelog")).read_bytes())
+    assert lineage and lineage[0][0] > 1, lineage
+    base = store / f"{lineage[0][0]}_{lineage[0][1]}.zip"
+    older = [z for z in store.glob("*_*.zip") if int(z.name.split("_", 1)[0]) < lineage[0][0]]
+    assert base.exists() and older, sorted(f.name for f in store.iterdir())
+    for f in (base, store / f".{base.name}.crc", store / f"{base.name}.crc"):
+        f.unlink(missing_ok=True)
+    code, q, codes = inspect(cli, p)
+    found = [f for f in q["findings"] if f["code"] == "STATE_FILE_CORRUPT"]
+    assert code == 0 and "STATE_UNRESTORABLE" not in codes, q["findings"]
+    assert found and found[0]["severity"] == "warning" and found[0]["restart"] == "auto_snapshot_repair", found
+    assert base.name in found[0]["message"], found
+    r = cli("inspect", "epochs", str(p.checkpoint), "--sink", str(p.output), "--target-spark", "4.1", "--json")
+    gone = [f for f in r.json()["queries"][0]["findings"] if f["code"] == "STATE_UNRESTORABLE"]
+    assert r.code == 1 and gone and base.name in gone[0]["message"], r.json()
+    a = cli("align", str(p.checkpoint), "--sink", str(p.output), "--execute")
+    assert a.code == 4 and "restart the query as is" in a.stderr, a  # nothing to move: the restart repairs
+    restart_delivers(p)
+
+
 def test_align_rollback_format2_restart_delivers(cli: Any, tws: Callable[[str], Any]) -> None:
     p = tws("tws_v2")
     r = cli("align", str(p.checkpoint), "--sink", str(p.output), "--to", "3", "--execute", "--json")
