@@ -101,8 +101,6 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
                       file_log_missing=tuple(missing))
 
 
-
-
 def _check_sidecar(storage: Storage, rel: str, data: bytes) -> None:
     """A file-source log file a restart reads against its Hadoop sidecar: Spark does not check it
     (observed 4.3.0), and every byte of an entry counts: a changed `path` makes the restart read
