@@ -68,7 +68,7 @@ def parse_operator_metadata(data: bytes, path: str) -> OperatorMetadata:
             raise LogParseError(path, "stateStoreInfo entry without numPartitions")
         stores.append((str(s.get("storeName", DEFAULT_STORE)), int(s["numPartitions"])))
     name = info.get("operatorName") if isinstance(info, dict) else None
-    schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in s.get("stateSchemaFilePaths") or [])
+    schema_paths = tuple(_schema_rel(str(p)) for s in stores_obj for p in _schema_values(s))
     return OperatorMetadata(version, name if isinstance(name, str) else None, tuple(stores), path, schema_paths)
 
 
@@ -82,7 +82,8 @@ def is_operator_metadata_v2(rel: str) -> bool:
 
 def rewrite_schema_paths(data: bytes, path: str, new_path: Callable[[str], Optional[str]]) -> tuple[bytes, int, list[str]]:
     """An operator metadata v2 file (`v2`, a newline, then the JSON Spark's json4s writes) with
-    each `stateStoreInfo[].stateSchemaFilePaths` entry replaced where `new_path` gives one: (the
+    each `stateStoreInfo[].stateSchemaFilePaths` entry (Spark 4.0: the one `stateSchemaFilePath`)
+    replaced where `new_path` gives one: (the
     new bytes, how many paths changed, the paths `new_path` left alone). The version line is kept
     as written; a changed body is compact JSON in Spark's own key order (json4s `Serialization.write`
     writes it so); an unchanged file comes back byte for byte."""
@@ -99,21 +100,38 @@ def rewrite_schema_paths(data: bytes, path: str, new_path: Callable[[str], Optio
         raise LogParseError(path, "operator metadata without a stateStoreInfo list")
     count, kept = 0, []
     for store in stores:
-        paths = store.get("stateSchemaFilePaths") if isinstance(store, dict) else None
-        if not isinstance(paths, list):
+        if not isinstance(store, dict):
             continue
-        for i, raw in enumerate(paths):
+        paths = store.get(SCHEMA_PATHS_KEY)
+        one = store.get(SCHEMA_PATH_KEY)
+        slots: list[tuple[Any, Any]] = [(paths, i) for i in range(len(paths))] if isinstance(paths, list) else []
+        slots += [(store, SCHEMA_PATH_KEY)] if isinstance(one, str) else []
+        for holder, key in slots:
+            raw = holder[key]
             new = new_path(raw) if isinstance(raw, str) else None
             if new is None:
                 kept.append(str(raw))
             elif new != raw:
-                paths[i] = new
+                holder[key] = new
                 count += 1
     if not count:
         return data, 0, kept
     text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
     trailing = body[len(body.rstrip()):]  # Spark writes none; whatever was there stays
     return head + sep + text.encode("utf-8") + trailing, count, kept
+
+
+# a store's state schema files in operator metadata v2: a list since Spark 4.1 (schema evolution
+# keeps every version), one path in Spark 4.0's `StateStoreMetadataV2(..., stateSchemaFilePath)`
+SCHEMA_PATHS_KEY, SCHEMA_PATH_KEY = "stateSchemaFilePaths", "stateSchemaFilePath"
+
+
+def _schema_values(store: object) -> list[object]:
+    """The schema file paths one `stateStoreInfo` entry names, in either shape."""
+    if not isinstance(store, dict):
+        return []
+    many, one = store.get(SCHEMA_PATHS_KEY), store.get(SCHEMA_PATH_KEY)
+    return [*(many if isinstance(many, list) else []), *([one] if isinstance(one, str) else [])]
 
 
 def _schema_rel(uri: str) -> str:

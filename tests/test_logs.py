@@ -205,6 +205,14 @@ def test_operator_metadata_v2_schema_paths_rewritten_and_nothing_else():
     assert rewrite_schema_paths(data, "m", lambda p: None) == (data, 0, [old])
     with pytest.raises(LogParseError):
         rewrite_schema_paths(b'v1\n{"operatorInfo":{},"stateStoreInfo":[]}', "m", lambda p: p)
+    # Spark 4.0's shape: one `stateSchemaFilePath` per store, rewritten the same way and named when left
+    one = data.replace(b'"stateSchemaFilePaths":["' + old.encode() + b'"]', b'"stateSchemaFilePath":"' + old.encode() + b'"')
+    got, count, kept = rewrite_schema_paths(one, "m", lambda p: p.replace("/old/", "/new place/"))
+    assert got == one.replace(b"/old/", b"/new place/") and (count, kept) == (1, [])
+    assert rewrite_schema_paths(one, "m", lambda p: None) == (one, 0, [old])
+    from streamctl.formats.state import parse_operator_metadata
+
+    assert parse_operator_metadata(one, "m").schema_paths == ("_stateSchema/default/0_4f1c",)
     assert is_operator_metadata_v2("state/0/_metadata/v2/12")
     assert not any(map(is_operator_metadata_v2, ("state/0/_metadata/metadata", "state/0/_metadata/v2/.12.crc",
                                                  "state/0/0/_metadata/v2", "sources/0/_metadata/v2/1")))
