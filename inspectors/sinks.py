@@ -32,7 +32,7 @@ from streamctl.formats.coordinated_log import (
     record_writers,
     writer_count,
 )
-from streamctl.formats.delta_txn import DELTA_LOG
+from streamctl.formats.delta_txn import DELTA_LOG, LAST_CHECKPOINT, log_file_version
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths, live_files
 from streamctl.formats.iceberg import METADATA_DIR as ICEBERG_METADATA
@@ -303,6 +303,11 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     except ImportError:  # pragma: no cover - deltalake is a dependency of the sink readers
         raise StorageError(st.display, "reading Delta tables needs the deltalake package (pip install deltalake)") from None
     uri, opts = _delta_options(st)
+    special = _delta_specials(st)
+    if special:
+        return SinkLog("delta", st.display, None, app_id=app_id, findings=(_unreadable(
+            st.uri(special), "not a regular file where the Delta log's newest files belong: readers skip or block "
+                             "on it, and a writer's commit of its version fails (\"Failed to commit transaction\")"),))
     try:
         table = DeltaTable(uri, storage_options=opts or None)
         version = table.version()
@@ -319,6 +324,28 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
         extra["note"] = "no app id given: the txn version needs --app-id or a checkpoint (its query id)"
     return SinkLog("delta", st.display, epoch, first_epoch=epoch, epoch_ids=(epoch,) if epoch is not None else (),
                    app_id=app_id, table_version=int(version), extra=extra)
+
+
+def _delta_specials(st: Storage) -> Optional[str]:
+    """The first Delta log file readers and the next commit read (`_last_checkpoint`, the newest
+    checkpoint and every commit after it) that is a folder, or locally a named pipe or device:
+    deltalake lists past a folder and would load the version before it, so the table looks one
+    commit behind while a writer can never commit that version (observed: `Failed to commit
+    transaction: 15`). Cost: the log's listing; locally a stat per file after the checkpoint."""
+    entries = st.list_dir(DELTA_LOG) or []
+    named = [(v, e) for e in entries if (v := log_file_version(e.name)) is not None or e.name == LAST_CHECKPOINT]
+    checkpoints = [v[0] for v, e in named if v is not None and v[1] and not e.is_dir]
+    floor = max(checkpoints) if checkpoints else -1
+    for v, e in sorted(named, key=lambda x: -1 if x[0] is None else x[0][0]):
+        if v is not None and v[0] < floor:
+            continue
+        rel = f"{DELTA_LOG}/{e.name}"
+        try:
+            if e.is_dir or (st.is_local and st.read_ends(rel, 0, 0) is None):
+                return rel
+        except StorageError:
+            return rel
+    return None
 
 
 def delta_version_of_epoch(st: Storage, app_id: str, epoch: int) -> Optional[int]:
