@@ -67,9 +67,11 @@ def entry_paths(batch: CompactibleBatch, batch_ids: Optional[Collection[int]] = 
 
 def check_file_entries(batch: CompactibleBatch, path: str) -> None:
     """A file-source log file's entries as a restart reads them (FileStreamSource.FileEntry):
-    `path` a string, `timestamp` and `batchId` Java longs, and each `batchId` the file's own (a
-    compaction's at most its own): Spark asserts it (observed 4.3.0: a `batchId` of -7 in the
-    newest file fails the restart, "assertion failed"). LogParseError names the first bad entry."""
+    `path` a string, `timestamp` and `batchId` Java longs, and in a batch file each `batchId` the
+    file's own: Spark asserts it (observed 4.3.0: a `batchId` of -7 in the newest file fails the
+    restart, "assertion failed"). A compaction's entries carry the batches they merge; a restart
+    takes them as seen files whatever their `batchId` (observed 4.3.0: -7 in one, the restart
+    exact). LogParseError names the first bad entry."""
     for i, e in enumerate(batch.entries):
         where = f"entry {i + 1}"
         p, ts, b = e.get("path"), e.get("timestamp"), e.get("batchId")
@@ -79,6 +81,5 @@ def check_file_entries(batch: CompactibleBatch, path: str) -> None:
             if isinstance(v, bool) or not isinstance(v, int):  # the Long range: formats/reader.py
                 raise LogParseError(path, f"{where}: {key} {str(v)[:40]} is not a Java long")
         assert isinstance(b, int)
-        if b < 0 or b > batch.batch_id or (b != batch.batch_id and not batch.compact):
-            raise LogParseError(path, f"{where}: batchId {b} is not the file's batch {batch.batch_id}"
-                                + (" or below it" if batch.compact else ""))
+        if b != batch.batch_id and not batch.compact:
+            raise LogParseError(path, f"{where}: batchId {b} is not the file's batch {batch.batch_id}")

@@ -247,6 +247,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         moved: set[SourceId] = set()
         if latest_offsets is not None and any(s.kind == "file" for s in sources):
             moved = self._moved_input_finding(sources, prev, latest_offsets)
+            self._outside_base_findings([s for s in sources if s.source_id not in moved], prev, latest_offsets)
         if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
                 and any(s.kind == "file" and s.source_id not in moved for s in sources):
             self._replay_finding([s for s in sources if s.source_id not in moved], committed_offsets, latest_offsets)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from streamctl.formats.errors import StreamctlError
+from streamctl.formats.errors import LogParseError, StreamctlError
 from streamctl.formats.layout import SOURCES_DIR
 from streamctl.formats.offsets import OffsetEntry, SourceId
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
@@ -35,6 +35,41 @@ class SourceFindings(CheckpointReads):
                 details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
                          "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
         return {m.source_id for m in found} | {g.source_id for g in gone}
+
+    def _outside_base_findings(self, sources: list[SourceInfo], start: Optional[OffsetEntry],
+                               end: Optional[OffsetEntry]) -> None:
+        """UNREADABLE: the newest batch read files (its `logOffset` is the log's newest) and an
+        entry of it lies outside the folder every other entry lies in, where no file is: on
+        restart Spark's getBatch of that batch fails (`Wrong basePath`). A file that is there
+        (the query's path changed with that batch) is not judged."""
+        from streamctl.inspectors.replay import log_offset
+
+        for s in sources:
+            if s.kind != "file" or not s.file_log_outside or s.file_log_latest is None:
+                continue
+            hi = log_offset(end, s.source_id)
+            lo = log_offset(start, s.source_id) if start is not None else -1
+            if hi != s.file_log_latest or lo is None or lo >= hi:
+                continue
+            lost = [p for p in s.file_log_outside if not self._input_exists(p)]
+            if lost:
+                path = self.st.uri(f"{SOURCES_DIR}/{s.source_id}")
+                self.unreadable(LogParseError(
+                    path, f"batch {end.batch_id if end else '?'} read {lost[0]}, which is not there and lies outside "
+                          f"{s.file_log_base}, where every other entry of the source's log lies: the entry was changed, "
+                          "and a restart reads that batch's files again with the query's path as their base and fails "
+                          "(\"Wrong basePath\")"))
+
+    @staticmethod
+    def _input_exists(uri: str) -> bool:
+        """Whether the input file a logged path names is there (unknown: taken as there)."""
+        from streamctl.inspectors.storage import Storage
+
+        head, _, name = uri.partition("?")[0].rpartition("/")
+        try:
+            return Storage.open(head).lookup(name) is not None
+        except StreamctlError:
+            return True
 
     def _source_log_gaps(self, sources: list[SourceInfo], latest: Optional[OffsetEntry], unread: set[SourceId]) -> None:
         """LOG_GAP of a file source's log: the files a restart reads (the newest compaction and

@@ -4,8 +4,9 @@ bytes are formats/source_log.py's and formats/compactible.py's."""
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import unquote, urlparse
 
 from streamctl.formats.checksum import crc_name, hadoop_crc_mismatch
@@ -52,26 +53,28 @@ class SourceInfo:
     file_log_latest: Optional[int] = None
     file_log_files: int = 0
     file_log_missing: tuple[tuple[int, int], ...] = ()  # batch files a restart reads that are gone (ranges)
+    # entries of the newest log file's own batch that lie outside the folder every other entry of
+    # the chain lies in (`file_log_base`): the restart's getBatch of that batch fails on them
+    file_log_outside: tuple[str, ...] = ()
+    file_log_base: Optional[str] = None
 
 
 def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     """Classify and read `sources/<source_id>/`. LogParseError/StorageError on bad files."""
     rel = f"{SOURCES_DIR}/{source_id}"
     entries = storage.list_dir(rel) or []
-    for e in entries:
-        if e.is_dir and compactible_name(e.name) is not None:  # no reader of the source log can read it
-            raise StorageError(storage.uri(f"{rel}/{e.name}"), "is a folder, expected a file")
-    names = {e.name for e in entries if not e.is_dir}
+    folders = {e.name for e in entries if e.is_dir and compactible_name(e.name) is not None}
+    names = {e.name for e in entries if not e.is_dir} | folders
     batches = sorted(p for p in (compactible_name(n) for n in names) if p is not None)
     if not batches:
         return SourceInfo(source_id, "empty")
-    first = storage.read(f"{rel}/{compactible_file(*batches[0])}")
-    if batches == [(0, False)] and first[:1] != b"v":
-        return SourceInfo(source_id, "kafka", kafka_initial=parse_kafka_initial_offsets(first, storage.uri(f"{rel}/0")))
-    if batches == [(0, False)]:
-        start = parse_rate_start(first, storage.uri(f"{rel}/0"))
-        if start is not None:
-            return SourceInfo(source_id, "rate", rate_start_ms=start)
+    if batches == [(0, False)]:  # the Kafka and rate sources write `0` alone; a file source may too
+        first = storage.read(f"{rel}/0")
+        if first[:1] != b"v":
+            return SourceInfo(source_id, "kafka", kafka_initial=parse_kafka_initial_offsets(first, storage.uri(f"{rel}/0")))
+        start_ms = parse_rate_start(first, storage.uri(f"{rel}/0"))
+        if start_ms is not None:
+            return SourceInfo(source_id, "rate", rate_start_ms=start_ms)
     # A file source: its restart reads the log the way CompactibleFileStreamLog.allFiles does, the
     # newest compaction and every batch file after it (every file from 0 before the first
     # compaction): a missing one fails it ("sources/0/4 doesn't exist"), a torn one too
@@ -82,39 +85,74 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     chain = [(b, c) for b, c in batches if b >= start]
     sizes = {e.name: e.size for e in entries}
     read: list[tuple[str, CompactibleBatch]] = []
+    changed: list[str] = []  # files that do not match their Hadoop sidecar
     for b, c in chain:
         name = compactible_file(b, c)
         chain_rel = f"{rel}/{name}"
+        if name in folders:  # a restart reads it: it fails (files below the chain are never read)
+            raise StorageError(storage.uri(chain_rel), "is a folder, expected a file")
         if storage.is_local or c or b == latest_id:  # parsed whole; on object stores the others by size
             data = storage.read(chain_rel)
             batch = parse_compactible(data, storage.uri(chain_rel), b, c)
             check_file_entries(batch, storage.uri(chain_rel))
             read.append((chain_rel, batch))
-            if storage.is_local and crc_name(name) in names:
-                _check_sidecar(storage, chain_rel, data)
+            if storage.is_local and crc_name(name) in names and _sidecar_differs(storage, chain_rel, data):
+                changed.append(chain_rel)
         elif sizes.get(name) == 0:
             raise LogParseError(storage.uri(chain_rel), "empty file (incomplete log file)")
     if storage.is_local:
-        _check_renamed(storage, read)
+        _check_renamed(storage, read, changed)
+    base, outside = _outside_base(read, latest_id)
     missing = missing_ranges([b for b, _ in chain], start, latest_id)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
-                      file_log_missing=tuple(missing))
+                      file_log_missing=tuple(missing), file_log_outside=outside, file_log_base=base)
 
 
-def _check_sidecar(storage: Storage, rel: str, data: bytes) -> None:
-    """A file-source log file a restart reads against its Hadoop sidecar: Spark does not check it
-    (observed 4.3.0), and every byte of an entry counts: a changed `path` makes the restart read
-    that input file again as new, a changed `timestamp` moves what its `maxFileAge` forgets."""
+def _sidecar_differs(storage: Storage, rel: str, data: bytes) -> bool:
+    """Whether a file-source log file no longer matches its Hadoop sidecar (Spark does not check
+    it, observed 4.3.0): changed after Spark wrote it. The change is judged by what it does
+    (`_check_renamed`): a changed `path` whose input file is still there is read again."""
     try:
         sums = storage.read(crc_name(rel))
     except StorageError:
-        return  # unreadable sidecar: Spark never reads it either
-    at = hadoop_crc_mismatch(sums, data)
-    if at is not None:
-        raise LogParseError(storage.uri(rel), f"changed after Spark wrote it: bytes from {at} do not match its "
-                            f"checksum companion {crc_name(rel).rsplit('/', 1)[-1]}; a restart reads it as it "
-                            "is now (an input file it names no longer may be read again). If the change is "
-                            "known and meant, delete the companion")
+        return False  # unreadable sidecar: Spark never reads it either
+    return hadoop_crc_mismatch(sums, data) is not None
+
+
+def _outside_base(read: list[tuple[str, CompactibleBatch]], latest_id: int) -> tuple[Optional[str], tuple[str, ...]]:
+    """(the folder every entry of the chain but the newest batch's lies in, the newest batch's
+    entries outside it). On restart Spark's getBatch of the newest batch builds a file index over
+    its logged paths with the query's path as `basePath`, and fails on a file outside it (`Wrong
+    basePath`, observed 4.3.0 after eight bytes of its path changed)."""
+    newest: list[str] = []
+    others: list[str] = []
+    for _rel, batch in read:
+        for e in batch.entries:
+            (newest if e.get("batchId") == latest_id else others).append(str(e.get("path")))
+    parts = [_uri_parts(p) for p in others]
+    if not newest or not parts or None in parts:
+        return None, ()
+    roots = {(sch, auth) for sch, auth, _d in parts}  # type: ignore[misc]
+    if len(roots) != 1:
+        return None, ()
+    folder = posixpath.commonpath([d for _s, _a, d in parts])  # type: ignore[misc]
+    if folder == "/":
+        return None, ()
+    (sch, auth), = roots
+    out = []
+    for p in newest:
+        got = _uri_parts(p)
+        if got is None or (got[0], got[1]) != (sch, auth) or not (got[2] + "/").startswith(folder.rstrip("/") + "/"):
+            out.append(p)
+    return f"{sch}://{auth}{folder}" if sch else folder, tuple(out)
+
+
+def _uri_parts(uri: str) -> Optional[tuple[str, str, str]]:
+    """(scheme, authority, folder) of a logged path as Spark's `new Path(new URI(path))` sees it."""
+    parsed = urlparse(uri)
+    if not parsed.path.startswith("/"):
+        return None
+    return parsed.scheme, parsed.netloc, posixpath.dirname(unquote(parsed.path))
 
 
 def _local(uri: str) -> Optional[str]:
@@ -124,7 +162,7 @@ def _local(uri: str) -> Optional[str]:
     return unquote(parsed.path) or None
 
 
-def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -> None:
+def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], changed: list[str]) -> None:
     """An entry of the chain a restart reads (local input) whose path does not exist, while a file
     in a folder the entries name, which no entry names, carries its `timestamp` (the mtime Spark
     logged, in ms): the entry's path was changed after Spark wrote it, with no sidecar to tell.
@@ -151,13 +189,20 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -
                 if p is not None and e.get("timestamp") in unnamed and not os.path.exists(p)]
     if not suspects:
         return
+    known = [x for x in suspects if x[0] in changed]  # its file changed after Spark wrote it: no probe needed
+    if known:
+        _renamed(storage, known[0], unnamed)
     gone = {p for _r, _e, p in suspects}
     compacted = sorted(((e.get("batchId"), p) for _r, c, e, p in entries if c and p and p not in gone),
                        key=lambda x: x[0] if isinstance(x[0], int) else -1)
     probe = [p for _r, c, _e, p in entries if not c and p and p not in gone] + [p for _b, p in compacted[-PROBE:]]
     if any(not os.path.exists(p) for p in probe):
         return
-    rel, e, p = suspects[0]
+    _renamed(storage, suspects[0], unnamed)
+
+
+def _renamed(storage: Storage, suspect: tuple[str, Any, str], unnamed: dict[object, str]) -> None:
+    rel, e, p = suspect
     twin = unnamed[e.get("timestamp")]
     raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which no entry "
                         "names, has its timestamp: the entry was changed after Spark wrote it, and a restart reads "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamctl.formats.checksum import hadoop_crc
-from streamctl.formats.errors import LogParseError
+from streamctl.formats.errors import LogParseError, StreamctlError
 from streamctl.inspectors.sources import SourceInfo, read_source
 from streamctl.inspectors.storage import Storage
 
@@ -68,14 +68,20 @@ def test_an_entry_spark_cannot_take_is_named(tmp_path: Path, field: str, value: 
     assert says in str(exc.value) and "sources/0/1" in str(exc.value), exc.value
 
 
-def test_a_file_that_does_not_match_its_sidecar_is_named(tmp_path: Path) -> None:
+def test_a_file_changed_behind_its_sidecar_is_judged_by_what_the_change_does(tmp_path: Path) -> None:
+    """A log file that no longer matches its sidecar changed after Spark wrote it: an entry whose
+    path now names nothing while its input file is still there is read again (named, even where
+    other input files were cleaned up); once that file is gone too (archived), nothing is."""
     a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
     _log(tmp_path, 0, [_entry(a, T0, 0)], crc=True)
     f = _log(tmp_path, 1, [_entry(b, T0 + 5, 1)], crc=True)
     f.write_bytes(f.read_bytes().replace(b"b.json", b"c.json"))
+    a.unlink()  # cleaned up: without the sidecar's word no entry would be judged
     with pytest.raises(LogParseError) as exc:
         _read(tmp_path)
-    assert "changed after Spark wrote it" in str(exc.value) and ".1.crc" in str(exc.value), exc.value
+    assert str(b) in str(exc.value) and "again" in str(exc.value), exc.value
+    b.unlink()
+    assert _read(tmp_path).kind == "file"
 
 
 def test_an_entry_renamed_away_from_its_input_file_is_named(tmp_path: Path) -> None:
@@ -110,3 +116,34 @@ def test_a_compacted_entry_renamed_away_from_its_input_file_is_named(tmp_path: P
     with pytest.raises(LogParseError) as exc:
         _read(tmp_path)
     assert "sources/0/1.compact" in str(exc.value) and str(b) in str(exc.value), exc.value
+
+
+def test_a_compaction_takes_its_entries_whatever_their_batch_id(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    folder = tmp_path / "checkpoint" / "sources" / "0"
+    folder.mkdir(parents=True)
+    (folder / "1.compact").write_text("v1\n" + json.dumps({**_entry(a, T0, 0), "batchId": -7}))
+    _log(tmp_path, 2, [_entry(b, T0 + 5, 2)])
+    assert _read(tmp_path).file_log_latest == 2
+
+
+def test_the_newest_batch_outside_the_folder_of_every_other_entry(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)])
+    _log(tmp_path, 1, [_entry(b, T0 + 5, 1)])
+    assert _read(tmp_path).file_log_outside == ()
+    _log(tmp_path, 2, [_entry(tmp_path / "inpu?x" / "c.json", T0 + 9, 2)])
+    info = _read(tmp_path)
+    assert info.file_log_base == f"file://{tmp_path}/input" and len(info.file_log_outside) == 1, info
+
+
+def test_a_folder_below_the_newest_compaction_is_never_read(tmp_path: Path) -> None:
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    folder = tmp_path / "checkpoint" / "sources" / "0"
+    (folder / "0").mkdir(parents=True)  # where batch 0's file was, below the compaction
+    (folder / "1.compact").write_text("v1\n" + json.dumps(_entry(a, T0, 0)))
+    _log(tmp_path, 2, [_entry(b, T0 + 5, 2)])
+    assert _read(tmp_path).file_log_latest == 2
+    (folder / "3").mkdir()
+    with pytest.raises(StreamctlError, match="is a folder"):
+        _read(tmp_path)
