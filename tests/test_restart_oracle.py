@@ -280,3 +280,14 @@ def test_source_log_damage_no_restart_reads(harness: Any, action: str) -> None:
     r = harness.judge("stateless_cleansource", Action.parse(action))
     assert r.agrees, r.detail()
     assert r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
+
+
+def test_a_roll_back_that_merges_batches_of_a_window_without_no_data_batches(harness: Any) -> None:
+    """A windowed count with no-data batches off, its newest offsets file lost: align rolls back
+    to the batch before, and the restart plans the lost batch's file and the new one as one batch
+    (the source log had logged the first). The window they close waits in state for the next
+    batch instead of being emitted by a batch of its own (observed 4.3.0: one more input file,
+    and it is emitted once). The oracle counted it missing; such rows are judged pending."""
+    r = harness.judge("window", Action("damage", "offsets", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact" and "still in state" in r.repaired.detail, r.detail()
