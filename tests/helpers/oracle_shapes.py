@@ -258,7 +258,8 @@ class Shape:
         """The rows of `missing` the query still holds in state: a windowed count in append mode
         emits a window once a batch runs with a watermark past its end, so where a restart
         re-planned batches (a roll back merges the files a lost offsets file listed into the next
-        batch) and no-data batches are off, a window waits for the next batch; it is not lost.
+        batch) or replayed one (its commit keeps the watermark it ran with: observed 4.3.0) and
+        no-data batches are off, a window waits for the next batch; it is not lost.
         Those whose end lies above the newest batch's watermark."""
         if self.op != "window":
             return Counter()
