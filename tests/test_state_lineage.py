@@ -94,6 +94,20 @@ def test_a_snapshot_deleted_from_the_middle_breaks_every_version_whose_lineage_s
     assert (status.first_restorable, status.durable_version, status.broken_at) == (1, 3, None)
 
 
+def test_a_deleted_snapshot_is_repaired_from_an_older_one_of_the_full_lineage() -> None:
+    """The zip 6's lineage starts from (3) deleted, the zip at 2 kept: Spark's first try is the
+    empty store with the short lineage, which fails; its repair (4.2+) reads the lineages back,
+    finds zip 2 and replays 3..6 (observed 4.3.0 with transformWithState: the restart exact). The
+    store stays unrestorable by the load itself (STATE_UNRESTORABLE where no line repairs); the
+    repair is its fallback. The empty store is not tried twice: with no other zip, none."""
+    crcs = [f".{n}.crc" for n in CHANGELOGS + ["2_b.zip"]]
+    _before, status = _judge(CHANGELOGS + ["2_b.zip"] + crcs, LINEAGES)
+    assert not status.restorable_required and status.missing == ("3_c.zip",)
+    assert status.fallback_files == ("2_b.zip", "3_c.changelog", "4_d.changelog", "5_e.changelog", "6_f.changelog")
+    _before, status = _judge(CHANGELOGS + [f".{n}.crc" for n in CHANGELOGS], LINEAGES)
+    assert not status.restorable_required and status.fallback_files == ()
+
+
 def test_a_lineage_from_version_1_restores_from_the_empty_store() -> None:
     lineages = {v: list(range(1, v)) for v in range(1, 7)}  # no snapshot was ever uploaded
     _before, status = _judge(CHANGELOGS, lineages)
