@@ -23,8 +23,6 @@ from streamctl.formats.source_log import (
 from streamctl.inspectors.findings import missing_ranges
 from streamctl.inspectors.storage import Storage
 
-PROBE = 64  # entries of the compaction whose files must be there for a changed entry to be judged
-
 
 def read_compactible_log(storage: Storage, rel: str = "") -> list[CompactibleBatch]:
     """Read every batch file of a compactible log folder, ordered by batch id."""
@@ -163,19 +161,23 @@ def _local(uri: str) -> Optional[str]:
 
 
 def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], changed: list[str]) -> None:
-    """An entry of the chain a restart reads (local input) whose path does not exist, while a file
-    in a folder the entries name, which no entry names, carries its `timestamp` (the mtime Spark
-    logged, in ms): the entry's path was changed after Spark wrote it, with no sidecar to tell.
-    The restart takes the changed path as a file it has seen and reads the real one again as new:
-    its rows twice (observed 4.3.0, a windowed count counted twice). Not judged when another
-    entry's file is gone too (the batch files' entries, and the newest PROBE of the compaction's):
-    a clean-up (cleanSource, retention) removes the files of committed batches, and a new file may
-    share a millisecond with one of them. Cost: one listing per folder the entries name; a stat
-    only for entries whose timestamp an unnamed file carries, and for the probe."""
-    entries = [(rel, batch.compact, e, _local(str(e.get("path")))) for rel, batch in read for e in batch.entries]
-    named = {p for _r, _c, _e, p in entries if p}
+    """An entry whose path does not exist while a file in a folder the entries name, which no
+    entry names, carries its `timestamp` (the mtime Spark logged, in ms): the entry's path was
+    changed after Spark wrote it. The restart takes the changed path as a file it has seen and
+    reads the real one again as new: its rows twice (observed 4.3.0, a windowed count counted
+    twice). Judged for the entries of the batch files after the newest compaction and of any file
+    whose Hadoop sidecar says it changed (`changed`); without that word, not when another batch
+    file's entry is gone too: a clean-up (cleanSource, retention) removes the files of committed
+    batches, and a new file may share a millisecond with one of them. Cost: a stat per judged
+    entry; only when one names nothing, a listing of the folders they name."""
+    entries = [(rel, e, _local(str(e.get("path")))) for rel, batch in read if not batch.compact or rel in changed
+               for e in batch.entries]
+    gone = [(rel, e, p) for rel, e, p in entries if p is not None and not os.path.exists(p)]
+    if not gone:
+        return
+    named = {p for _rel, batch in read for p in (_local(str(e.get("path"))) for e in batch.entries) if p}
     unnamed: dict[object, str] = {}
-    for folder in sorted({os.path.dirname(p) for p in named}):
+    for folder in sorted({os.path.dirname(p) for _r, _e, p in entries if p is not None}):
         try:
             with os.scandir(folder) as it:
                 for f in it:
@@ -183,27 +185,16 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], c
                         unnamed.setdefault(f.stat().st_mtime_ns // 1_000_000, f.path)
         except OSError:
             continue
-    if not unnamed:
-        return
-    suspects = [(rel, e, p) for rel, _c, e, p in entries
-                if p is not None and e.get("timestamp") in unnamed and not os.path.exists(p)]
-    if not suspects:
-        return
-    known = [x for x in suspects if x[0] in changed]  # its file changed after Spark wrote it: no probe needed
-    if known:
-        _renamed(storage, known[0], unnamed)
-    gone = {p for _r, _e, p in suspects}
-    compacted = sorted(((e.get("batchId"), p) for _r, c, e, p in entries if c and p and p not in gone),
-                       key=lambda x: x[0] if isinstance(x[0], int) else -1)
-    probe = [p for _r, c, _e, p in entries if not c and p and p not in gone] + [p for _b, p in compacted[-PROBE:]]
-    if any(not os.path.exists(p) for p in probe):
-        return
-    _renamed(storage, suspects[0], unnamed)
+    twins = [unnamed.get(e.get("timestamp")) for _r, e, _p in gone]
+    known = [(g, t) for g, t in zip(gone, twins, strict=True) if t is not None and g[0] in changed]
+    if known:  # its file changed after Spark wrote it: that is the change
+        _renamed(storage, known[0][0], known[0][1])
+    if twins and None not in twins:
+        _renamed(storage, gone[0], twins[0])  # type: ignore[arg-type]
 
 
-def _renamed(storage: Storage, suspect: tuple[str, Any, str], unnamed: dict[object, str]) -> None:
-    rel, e, p = suspect
-    twin = unnamed[e.get("timestamp")]
+def _renamed(storage: Storage, suspect: tuple[str, Any, Optional[str]], twin: str) -> None:
+    rel, _e, p = suspect
     raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which no entry "
                         "names, has its timestamp: the entry was changed after Spark wrote it, and a restart reads "
                         f"{twin} again as a new file (its rows twice)")

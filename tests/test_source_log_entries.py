@@ -105,17 +105,24 @@ def test_input_files_cleaned_up_leave_the_log_unjudged(tmp_path: Path) -> None:
     assert _read(tmp_path).kind == "file"
 
 
-def test_a_compacted_entry_renamed_away_from_its_input_file_is_named(tmp_path: Path) -> None:
+def test_a_compacted_entry_renamed_away_from_its_input_file_is_named_by_its_sidecar(tmp_path: Path) -> None:
+    """A compaction's entries are judged where its sidecar says it changed: without that word,
+    a stat per entry of every file ever seen is more than an inspection spends."""
     a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
     c = _input(tmp_path, "c.json", T0 + 9)
     folder = tmp_path / "checkpoint" / "sources" / "0"
     folder.mkdir(parents=True)
-    body = [_entry(a, T0, 0), _entry(tmp_path / "input" / "b;x.json", T0 + 5, 1)]
-    (folder / "1.compact").write_text("v1\n" + "\n".join(json.dumps(e) for e in body))
+    body = "v1\n" + "\n".join(json.dumps(e, separators=(",", ":")) for e in [_entry(a, T0, 0), _entry(b, T0 + 5, 1)])
+    (folder / "1.compact").write_text(body)
+    (folder / ".1.compact.crc").write_bytes(hadoop_crc(body.encode()))
     _log(tmp_path, 2, [_entry(c, T0 + 9, 2)])
+    assert _read(tmp_path).file_log_latest == 2
+    (folder / "1.compact").write_text(body.replace("b.json", "b;x.json"))
     with pytest.raises(LogParseError) as exc:
         _read(tmp_path)
     assert "sources/0/1.compact" in str(exc.value) and str(b) in str(exc.value), exc.value
+    (folder / ".1.compact.crc").unlink()
+    assert _read(tmp_path).file_log_latest == 2
 
 
 def test_a_compaction_takes_its_entries_whatever_their_batch_id(tmp_path: Path) -> None:
