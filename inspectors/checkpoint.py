@@ -251,7 +251,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         if planned is not None and latest_offsets is not None and planned == (-1 if committed is None else committed) + 1 \
                 and any(s.kind == "file" and s.source_id not in moved for s in sources):
             self._replay_finding([s for s in sources if s.source_id not in moved], committed_offsets, latest_offsets)
-        self._source_log_gaps(sources, latest_offsets, unread)
+        self._source_log_gaps(sources, latest_offsets, unread, prev)
 
         self._log_findings(offsets, commits, async_progress, unfinished,
                            "offsets_conf" if async_by_conf else "log_pattern")

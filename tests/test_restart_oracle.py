@@ -287,7 +287,21 @@ def test_a_roll_back_that_merges_batches_of_a_window_without_no_data_batches(har
     to the batch before, and the restart plans the lost batch's file and the new one as one batch
     (the source log had logged the first). The window they close waits in state for the next
     batch instead of being emitted by a batch of its own (observed 4.3.0: one more input file,
-    and it is emitted once). The oracle counted it missing; such rows are judged pending."""
+    and it is emitted once). The oracle counted it missing; a windowed shape's restart now runs
+    one more batch, as its undisturbed run does, before the sink is read."""
     r = harness.judge("window", Action("damage", "offsets", "newest", "delete", "drop"))
     assert r.agrees, r.detail()
-    assert r.repaired is not None and r.repaired.kind == "exact" and "still in state" in r.repaired.detail, r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_a_lost_newest_source_log_file_after_a_no_data_batch(harness: Any) -> None:
+    """The newest file-source log file (and its sidecar) deleted on a windowed query that ended on
+    a no-data batch: no batch a restart replays reads it; the restart logs the input it listed
+    again under that committed offset. With the oracle's maxFilesPerTrigger 1 the restart is
+    exact; without it the new files logged with them are never read (observed: two new files
+    lost), and that option is not on disk: LOG_GAP (exit 1) says both, no longer "the restart
+    fails", and align refuses."""
+    r = harness.judge("window_nodata", Action("damage", "sources", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert "LOG_GAP" in r.inspect.findings and r.restart.kind == "exact", r.detail()
+    assert "maxFilesPerTrigger" in r.inspect.text, r.detail()

@@ -67,6 +67,13 @@ HARM_OUTSIDE_RESTART = (
     # restart runs on a value nobody wrote (a watermark of Long.MinValue); streamctl refuses it
     ("UNREADABLE", "out of the Long range", "a number Spark wraps silently"),
     ("UNREADABLE", "is not a Long", "a number Spark wraps silently"),
+    # a changed file-source log entry: the restart reads its input file again for certain; a
+    # windowed query drops the rows of an old file as late (stateless and dedup shapes show it)
+    ("UNREADABLE", "again as a new file", "the input file is read again; a watermark dropped its rows as late"),
+    # a lost newest file-source log file after a no-data batch: the restart re-logs its files under
+    # the committed offset; the new files logged with them are lost unless maxFilesPerTrigger is 1
+    # (the harness's queries set it; observed without it: two new files never read)
+    ("LOG_GAP", "which a committed batch covers", "a setting not on disk decides: without maxFilesPerTrigger 1, new input is lost"),
     # the outcome hangs on the restart's Spark line, which is not on disk: the failing one is taken
     ("UNREADABLE", "metadata: missing (the query id is lost",
      "a lost metadata: Spark 4.2+ refuses to restart, older lines take a new query id"),
@@ -256,6 +263,13 @@ class Harness:
         query: Any = None
         try:
             query = shape.run(self.spark, lay, change=change)
+            if shape.op == "window" and not change:
+                # a windowed count emits a window once a batch runs with a watermark past its end:
+                # where the restart re-planned or replayed batches, one waits in state for the next
+                # batch (observed 4.3.0), and a wrong count of it would show only then; one more
+                # file, and its batch, emits them (the undisturbed run takes the same step)
+                shape.add_input(lay, FILES + NEW_FILES, 1)
+                query = shape.run(self.spark, lay)
         except Exception as exc:  # noqa: BLE001 - Spark's Py4J errors included
             error.append(exc)
         finally:
@@ -284,9 +298,6 @@ class Harness:
             return Outcome("exact")
         missing = ref - rows
         extra = rows - ref
-        waiting = shape.pending(lay, missing)
-        if not extra and waiting == missing:  # still in state: the next batch emits them
-            return Outcome("exact", f"{sum(waiting.values())} row(s) still in state")
         return Outcome("differs", f"{sum(missing.values())} row(s) missing, {sum(extra.values())} extra")
 
     def _stop_all(self, lay: Layout, timeout: float = 60.0) -> None:

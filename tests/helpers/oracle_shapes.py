@@ -254,23 +254,6 @@ class Shape:
         return q
 
     # -- the sink, as its readers see it --------------------------------------------------------
-    def pending(self, lay: Layout, missing: Counter) -> Counter:
-        """The rows of `missing` the query still holds in state: a windowed count in append mode
-        emits a window once a batch runs with a watermark past its end, so where a restart
-        re-planned batches (a roll back merges the files a lost offsets file listed into the next
-        batch) or replayed one (its commit keeps the watermark it ran with: observed 4.3.0) and
-        no-data batches are off, a window waits for the next batch; it is not lost.
-        Those whose end lies above the newest batch's watermark."""
-        if self.op != "window":
-            return Counter()
-        offsets = lay.checkpoint / "offsets"
-        ids = [int(f.name) for f in offsets.iterdir() if f.name.isdigit()] if offsets.is_dir() else []
-        if not ids:
-            return Counter()
-        head = (offsets / str(max(ids))).read_text().split("\n")[1]
-        wm = int(json.loads(head).get("batchWatermarkMs", 0))
-        return Counter({r: n for r, n in missing.items() if (dict(r)["start"] + 10) * 1000 > wm})
-
     def rows(self, lay: Layout) -> Counter:
         """The sink's rows as a reader of the sink at `lay.output` sees them: a file sink's log
         entries under the sink's own path (Spark's batch reader skips the others), a Delta
