@@ -197,4 +197,4 @@ def _renamed(storage: Storage, suspect: tuple[str, Any, Optional[str]], twin: st
     rel, _e, p = suspect
     raise LogParseError(storage.uri(rel), f"an entry names {p}, which does not exist, while {twin}, which no entry "
                         "names, has its timestamp: the entry was changed after Spark wrote it, and a restart reads "
-                        f"{twin} again as a new file (its rows twice, unless a watermark drops them as late)")
+                        f"{twin} again as a new file (a stateless query writes its rows twice)")

@@ -68,8 +68,8 @@ HARM_OUTSIDE_RESTART = (
     ("UNREADABLE", "out of the Long range", "a number Spark wraps silently"),
     ("UNREADABLE", "is not a Long", "a number Spark wraps silently"),
     # a changed file-source log entry: the restart reads its input file again for certain; a
-    # windowed query drops the rows of an old file as late (stateless and dedup shapes show it)
-    ("UNREADABLE", "again as a new file", "the input file is read again; a watermark dropped its rows as late"),
+    # stateless query writes its rows twice (observed), a deduplication or a watermark drops them
+    ("UNREADABLE", "again as a new file", "the input file is read again; this query's state dropped its rows"),
     # a lost newest file-source log file after a no-data batch: the restart re-logs its files under
     # the committed offset; the new files logged with them are lost unless maxFilesPerTrigger is 1
     # (the harness's queries set it; observed without it: two new files never read)
