@@ -394,7 +394,9 @@ def delta_add_paths(st: Storage) -> list[str]:
 
 def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     findings: list[Finding] = []
-    names = [e.name for e in st.list_dir(COORD_COMMITS) or [] if not e.is_dir]
+    # a folder where a commit record belongs is read as one (it fails: UNREADABLE): listed past,
+    # the epoch looked uncommitted and align replayed it into a sink that can never take it
+    names = [e.name for e in st.list_dir(COORD_COMMITS) or [] if not e.is_dir or epoch_of_record_name(e.name) is not None]
     temp = sorted(n for n in names if is_temp_name(n))
     ids = sorted(e for e in map(epoch_of_record_name, names) if e is not None)
     records: dict[int, dict[str, Any]] = {}

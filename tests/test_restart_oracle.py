@@ -247,13 +247,14 @@ def test_a_source_log_entry_renamed_without_its_checksum(harness: Any) -> None:
     assert r.inspect.code == 3 and r.restart.kind == "differs", r.detail()
 
 
-@pytest.mark.parametrize("how", ["fifo", "folder"])
-def test_a_special_file_where_the_newest_delta_commit_belongs(harness: Any, how: str) -> None:
-    """A named pipe or a folder in place of the Delta table's newest commit: deltalake lists past
-    it and loads the version before, so streamctl said SINK_BEHIND and align replayed the batch,
-    after which the restart failed as before (`Failed to commit transaction`: the version's path
-    is taken). It is now UNREADABLE, naming the file, and align refuses."""
-    r = harness.judge("delta", Action("damage", "sink", "newest", how, "keep"))
+@pytest.mark.parametrize("shape, how", [("delta", "fifo"), ("delta", "folder"), ("coordinated", "folder")])
+def test_a_special_file_where_the_newest_sink_commit_belongs(harness: Any, shape: str, how: str) -> None:
+    """A named pipe or a folder in place of the Delta table's newest commit, or a folder in place
+    of the coordinated sink's newest commit record: the sink's reader listed past it and took the
+    commit before, so streamctl said SINK_BEHIND and align replayed the batch, after which the
+    restart failed as before (Delta: `Failed to commit transaction`, the version's path is taken).
+    It is now UNREADABLE, naming the file, and align refuses."""
+    r = harness.judge(shape, Action("damage", "sink", "newest", how, "keep"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and r.restart.kind == "fails", r.detail()
 
