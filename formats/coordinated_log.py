@@ -89,7 +89,8 @@ def parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
     try:
         rec = load_json(data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise LogParseError(path, f"commit record is not valid JSON ({type(exc).__name__})") from None
+        why = exc.msg if isinstance(exc, json.JSONDecodeError) else type(exc).__name__
+        raise LogParseError(path, f"commit record is not valid JSON ({why})") from None
     if not isinstance(rec, dict) or rec.get("epoch") != epoch or not isinstance(rec.get("writers"), list):
         raise LogParseError(path, f"not a commit record of epoch {epoch} (needs \"epoch\": {epoch} and \"writers\")")
     if rec.get("version", RECORD_VERSION) != RECORD_VERSION:
