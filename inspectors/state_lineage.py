@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Optional
 
-from streamctl.formats.state import is_full_file, state_file
+from streamctl.formats.state import is_full_file, is_zip_file, state_file
 from streamctl.inspectors.state_listing import StoreFiles
 from streamctl.inspectors.state_restore import MAX_CHANGE_FILE_REPLAY, StoreStatus
 
@@ -149,7 +149,7 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
         else:
             changes.update(restorable_required=False, missing=tuple(got.missing), restore_files=())
             uid = id_at(files, req, valid)
-            if files.has_crc and uid is not None and got.missing[0].endswith(".zip"):
+            if files.has_crc and uid is not None and is_zip_file(got.missing[0]):
                 # the zip the lineage starts from is gone: Spark's first try is the empty store,
                 # which the short lineage cannot replay; its repair may load an older zip
                 changes.update(fallback_files=tuple(_repair(files, req, uid, 0, lineage_of)))
