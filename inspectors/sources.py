@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlparse
 
 from streamctl.formats.checksum import crc_name, hadoop_crc_mismatch
 from streamctl.formats.compactible import CompactibleBatch, compactible_file, compactible_name, parse_compactible
-from streamctl.formats.errors import LogParseError, StorageError
+from streamctl.formats.errors import LogParseError, StorageError, StreamctlError
 from streamctl.formats.layout import SOURCES_DIR
 from streamctl.formats.offsets import SourceId
 from streamctl.formats.source_log import (
@@ -179,11 +179,14 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], c
     unnamed: dict[object, str] = {}
     for folder in sorted({os.path.dirname(p) for _r, _e, p in entries if p is not None}):
         try:
-            with os.scandir(folder) as it:
-                for f in it:
-                    if f.is_file() and f.path not in named and not f.name.startswith((".", "_")):
-                        unnamed.setdefault(f.stat().st_mtime_ns // 1_000_000, f.path)
-        except OSError:
+            there = Storage.open(folder)
+            for f in there.list_dir("") or []:
+                path = os.path.join(folder, f.name)
+                if not f.is_dir and path not in named and not f.name.startswith((".", "_")):
+                    got = there.lookup(f.name)
+                    if got is not None and got.mtime_ns is not None:
+                        unnamed.setdefault(got.mtime_ns // 1_000_000, path)
+        except StreamctlError:
             continue
     twins = [unnamed.get(e.get("timestamp")) for _r, e, _p in gone]
     known = [(g, t) for g, t in zip(gone, twins, strict=True) if t is not None and g[0] in changed]
