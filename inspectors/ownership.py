@@ -41,17 +41,23 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def foreign_finding(foreign: list[int], sink_epoch: int, committed: Optional[int], preflight: bool = False) -> Finding:
+def foreign_finding(foreign: list[int], sink_epoch: int, committed: Optional[int], preflight: bool = False,
+                    kind: str = "file") -> Finding:
+    """`kind` "coordinated": streamctl's coordinated sink, which skips an epoch whose commit record
+    exists (pipeline/coordinated_sink.py, rule 2), as the file sink skips a logged batch id."""
     c = -1 if committed is None else committed
     what = ranges_text(_runs(foreign))
+    log, skips = (("the coordinated sink's _commits/", "the coordinated sink skips every epoch with a commit record")
+                  if kind == "coordinated" else ("the file sink's log", "Spark's file sink skips every batch id"))
     lost = (f"a query starting on this checkpoint skips batch ids 0..{sink_epoch}: the rows of those batches are "
-            f"never written" if preflight else
+            "never written, unless it plans the very batches the old query wrote (the same input files in the "
+            "same batches)" if preflight else
             f"this query's batches {c + 1}..{sink_epoch} write nothing (their rows are lost)" if sink_epoch > c else
             "this query's batches with those ids wrote nothing (their rows are lost)")
     return Finding(
         "SINK_FOREIGN_BATCHES",
-        f"the file sink's log holds batch(es) {what} that this checkpoint did not write (written before it planned "
-        f"them: another query's, or a lost history's). Spark's file sink skips every batch id up to {sink_epoch}: "
+        f"{log} holds batch(es) {what} that this checkpoint did not write (written before it planned "
+        f"them: another query's, or a lost history's). {skips} up to {sink_epoch}: "
         f"{lost}. align never rolls them back as this query's own; to keep every row, start the query on a new "
         "sink path (the old sink keeps its rows)",
         details={"epochs": ids_of(_runs(foreign)), "epoch_count": len(foreign), "sink_epoch": sink_epoch,

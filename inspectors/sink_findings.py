@@ -112,11 +112,11 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
         q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
                             None, (f,))
         return replace(q, sink=log)
-    if missing and log.kind == "file" and log.epoch is not None:
-        # a pre-flight: no checkpoint yet over a sink whose log holds batches (docs/model.md#sink-ownership)
+    if missing and log.kind in ("file", "coordinated") and log.epoch is not None:
+        # a pre-flight: no checkpoint yet over a sink that skips the batch ids it holds (docs/model.md#sink-ownership)
         empty = LogListing(exists=False)
         q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
-                            None, (foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True),))
+                            None, (foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True, kind=log.kind),))
         return replace(q, findings=q.findings + tuple(log.findings), sink=log)
     if known:  # derived from the checkpoint's positions only when they are known
         sink_findings, older = _repartition_sink_gaps(location, log, q)

@@ -180,11 +180,12 @@ def list_file_sink_log(st: Storage) -> FileSinkLogFiles:
     present: dict[int, bool] = {}
     crcs: dict[str, str] = {}
     for e in st.list_dir(FILE_SINK_LOG) or []:
-        if e.is_dir:
-            if compactible_name(e.name) is not None:  # never a gap or a skipped batch: no reader can read it
-                raise StorageError(st.uri(f"{FILE_SINK_LOG}/{e.name}"), "is a folder, expected a file")
-            continue
         parsed = compactible_name(e.name)
+        if e.is_dir and parsed is None:
+            continue
+        # a folder under a batch file's name is that batch, as Spark lists it (never a gap): a
+        # reader that opens it fails, and only the newest compaction and the batches after it
+        # are opened (reading it says "is a folder, not a regular file")
         if parsed is not None:
             present[parsed[0]] = parsed[1]
         elif (target := crc_target(e.name)) is not None:

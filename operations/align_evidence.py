@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 from streamctl.formats.commits import serialize_commit
 from streamctl.formats.compactible import compactible_file
+from streamctl.formats.errors import StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, added_sizes
 from streamctl.formats.layout import METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
 from streamctl.formats.offsets import parse_offsets
@@ -45,6 +46,7 @@ class FileSinkLog:
     interval: Optional[int]
     placement: Placement = Placement()  # where the files the entries name are (a moved sink)
     files: Optional[FileSinkLogFiles] = None  # the one listing it was read from
+    unreadable: Mapping[int, str] = field(default_factory=dict)  # batch id -> why, below the newest compaction
 
 
 class Planner:
@@ -86,12 +88,24 @@ class Planner:
 
     # -- the file sink -----------------------------------------------------------------------
     def file_sink_log(self, sink: Storage) -> FileSinkLog:
+        """The log's entries: the newest compaction and the batches after it (what every reader
+        reads; a bad one raises), and the older files a roll back below that compaction reads
+        (a bad one is only unreadable: no reader and no restart opens it)."""
         files = list_file_sink_log(sink)
-        parsed = {b: files.read(sink, b) for b in files.ids}
+        compacts = files.compactions
+        parsed: dict[int, Any] = {}
+        unreadable: dict[int, str] = {}
+        for b in files.ids:
+            try:
+                parsed[b] = files.read(sink, b)
+            except StreamctlError as exc:
+                if not compacts or b >= compacts[-1]:
+                    raise
+                unreadable[b] = str(exc)
         entries = {b: list(added_paths(p)) for b, p in parsed.items()}
         named = {path: size for p in parsed.values() for path, size in added_sizes(p).items()}
         return FileSinkLog(dict(files.present), entries, files.checksums, files.interval,
-                            place(sink, named, count_rows=False), files)
+                           place(sink, named, count_rows=False), files, unreadable)
 
 
 @dataclass

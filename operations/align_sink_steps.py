@@ -53,6 +53,10 @@ def file_sink_steps(sink: Storage, log: FileSinkLog, x: int,
         if b not in kept_ids:
             missing.append(b)
         b += 1
+    bad = [b for b in kept if b in log.unreadable]
+    if bad:
+        return [], [f"a roll back to batch {x} reads {FILE_SINK_LOG}/{compactible_file(bad[0], log.present[bad[0]])}, "
+                    f"which cannot be read ({log.unreadable[bad[0]]})"]
     steps: list[Step] = []
     kept_files: set[str] = set()
     for b in kept:

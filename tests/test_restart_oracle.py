@@ -306,3 +306,18 @@ def test_a_lost_newest_source_log_file_after_a_no_data_batch(harness: Any) -> No
     assert r.agrees, r.detail()
     assert "LOG_GAP" in r.inspect.findings and r.restart.kind == "exact", r.detail()
     assert "maxFilesPerTrigger" in r.inspect.text, r.detail()
+
+
+@pytest.mark.parametrize("shape", ["stateless", "coordinated", "dedup_hdfs"])
+def test_a_new_checkpoint_over_an_old_sink(harness: Any, shape: str) -> None:
+    """A new query (a checkpoint that does not exist yet) over a sink that skips the batch ids it
+    holds: the file sink and streamctl's coordinated sink (an epoch with a commit record). The
+    new query's batches 0..N write nothing; the restart is exact only where it plans the very
+    batches the old query wrote (the oracle's maxFilesPerTrigger 1 over the same input), and a
+    stateful one fails (a skipped batch commits no state version). streamctl said "not a
+    checkpoint" (exit 3) for the coordinated sink; it now says SINK_FOREIGN_BATCHES for both,
+    a pre-flight (exit 1), and align has nothing to align."""
+    r = harness.judge(shape, Action("scene", what="new_checkpoint"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SINK_FOREIGN_BATCHES" in r.inspect.findings, r.detail()
+    assert r.restart.kind == ("fails" if shape == "dedup_hdfs" else "exact"), r.detail()

@@ -74,6 +74,11 @@ HARM_OUTSIDE_RESTART = (
     # the committed offset; the new files logged with them are lost unless maxFilesPerTrigger is 1
     # (the harness's queries set it; observed without it: two new files never read)
     ("LOG_GAP", "which a committed batch covers", "a setting not on disk decides: without maxFilesPerTrigger 1, new input is lost"),
+    # a new checkpoint over a sink that skips the batch ids it holds (file, coordinated): the new
+    # query's batches 0..N write nothing; exact only when they are the very batches the old query
+    # wrote (the shapes' maxFilesPerTrigger 1 over the same input), which nothing on disk says
+    ("SINK_FOREIGN_BATCHES", "unless it plans the very batches",
+     "exact only because the new query plans the old one's batches (a read option, not on disk)"),
     # the outcome hangs on the restart's Spark line, which is not on disk: the failing one is taken
     ("UNREADABLE", "metadata: missing (the query id is lost",
      "a lost metadata: Spark 4.2+ refuses to restart, older lines take a new query id"),
