@@ -224,9 +224,9 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
         async_progress = async_by_conf or async_by_logs
         uses_ids = any(s.uses_unique_ids for op in state.operators.values() for s in op.stores())
         if uses_ids:
-            self.prefetch([f"{COMMITS_DIR}/{b}" for b in commits.batch_ids if b not in commit_entries])
+            self.prefetch([f"{COMMITS_DIR}/{b}" for b in commits.batch_ids if b not in commit_entries and b != committed])
             for b in commits.batch_ids:
-                if b not in commit_entries:
+                if b not in commit_entries and b != committed:  # commits/C was read above
                     entry = self.read(f"{COMMITS_DIR}/{b}", functools.partial(_parse_commit_at, b))
                     if entry is not None:
                         commit_entries[b] = entry

@@ -90,6 +90,31 @@ def _repartition_changes(location: str, batches: list[int]) -> Optional[dict[int
 
 
 
+def _skipped_replay(q: QueryInspection, sink: SinkLog) -> list[Finding]:
+    """The in-flight batch P = C + 1 the sink already holds (S == P), on a stateful query of
+    checkpoint format 2: the file sink (and Delta's writer, by its txn version) skips the replay
+    without running the query, so no state store commits and Spark's commit of the batch, which
+    must name every store's new checkpoint id, fails (`assertion failed: CheckpointInfo length:
+    0, numPartitions: N`; observed 4.3.0). Format 1 replays it as the in-flight case: the sink
+    skips, the state versions written before the crash stay. Rolling the sink back to C lets the
+    replay write the batch again (align's repair)."""
+    p, c = q.planned, q.committed
+    if (q.checkpoint_format != 2 or not q.stateful or sink.kind not in ("file", "delta") or sink.epoch is None
+            or p is None or sink.epoch != p or p != (-1 if c is None else c) + 1
+            or any(f.code == "UNREADABLE" for f in sink.findings)):
+        return []
+    return [Finding(
+        "SINK_AHEAD",
+        f"the {sink.kind} sink holds batch {p}, which the checkpoint planned and did not commit: the restart replays "
+        f"it, the sink skips it without running the query, and with checkpoint format 2 Spark's commit of the batch "
+        f"names no state store checkpoint and fails (\"assertion failed: CheckpointInfo length: 0\"); "
+        + (f"align rolls the sink back to batch {c} so that the replay writes it again" if sink.kind == "file" else
+           "a Delta table cannot be rolled back to the batch before it (a restore keeps its txn version): align "
+           "refuses"),
+        details={"sink_epoch": sink.epoch, "committed": c, "planned": p, "skipped": [p], "skipped_range": [p, p],
+                 "skipped_count": 1, "checkpoint_format": 2})]
+
+
 def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sink: str, sink_kind: str,
               app_id: Optional[str], sink_absent: frozenset[str], progress: Optional[Progress], known: bool,
               missing: bool) -> QueryInspection:
@@ -122,6 +147,7 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
         sink_findings, older = _repartition_sink_gaps(location, log, q)
         checkpoint_findings = q.findings + tuple(older)
         compared = _repartition_sink(log, compare_sink(log, q.planned, q.committed), checkpoint_findings)
+        compared += _skipped_replay(q, log)
         foreign = foreign_batches(storage, q, log) if storage is not None else []  # type: ignore[arg-type]
         if foreign:  # not this query's batches: never SINK_AHEAD (align would roll them back)
             compared = [f for f in compared if f.code != "SINK_AHEAD"] + [

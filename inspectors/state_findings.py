@@ -78,7 +78,11 @@ class StateFindings(CheckpointReads):
             self._schema_findings(op)
             bad = [s for s in statuses if not s.restorable_required]
             bad = self._lineage_repairs(op, bad)
-            if bad:
+            # format 2: the ids of the version a restart loads are in commits/<required - 1>; that
+            # file unreadable (its own UNREADABLE), which files the version needs is unknown
+            unknown = (required is not None and required >= 1 and required - 1 not in commits
+                       and any(s.uses_unique_ids for s in op.stores()))
+            if bad and not unknown:
                 parts = [f"{s.path} (missing {', '.join(s.missing)})" for s in bad]
                 self.findings.append(Finding(
                     "STATE_UNRESTORABLE",

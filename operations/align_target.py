@@ -95,6 +95,17 @@ def _classified(ev: Evidence, x: int, keep_next: bool, strategy: str) -> Option:
     return Option(strategy, x, cls, dup, loss, "; ".join(why))
 
 
+def _skipped_replay_fails(ev: Evidence, x: int) -> str:
+    """Why a restart from x fails on checkpoint format 2 over a Delta sink that holds a later batch:
+    the writer skips it by its txn version without running the query, no state store commits, and
+    Spark's commit of the batch names no store checkpoint (observed 4.3.0: "assertion failed:
+    CheckpointInfo length: 0"). A Delta table is not rolled back to x (a restore keeps the txn)."""
+    return (f"checkpoint format 2: the restart replays batch(es) {epochs_text(_span(x + 1, ev.s_))}, which the delta "
+            f"sink holds and skips without running the query, and Spark's commit of a batch whose state stores never "
+            f"ran fails (\"assertion failed: CheckpointInfo length: 0\"); the Delta table is not rolled back to "
+            f"batch {x} (a restore keeps its txn version)")
+
+
 def restart_options(pl: Planner, ev: Evidence, req: AlignRequest) -> list[Option]:
     """Every retained epoch as a restart point: feasible or why not, and its classification."""
     if ev.unfinished is not None:
@@ -110,6 +121,8 @@ def restart_options(pl: Planner, ev: Evidence, req: AlignRequest) -> list[Option
         if not reasons and log is not None and log.present and x < max(log.present):
             _, sink_reasons = file_sink_steps(ev.sink_st, log, x, check_only=True)  # type: ignore[arg-type]
             reasons += sink_reasons
+        if not reasons and ev.fmt2 and ev.sink is not None and ev.sink.kind == "delta" and ev.s_ > x:
+            reasons.append(_skipped_replay_fails(ev, x))
         opt = _classify(ev, x, keeps_next(ev, req, x))
         if reasons:
             opt.feasible = False

@@ -321,3 +321,43 @@ def test_a_new_checkpoint_over_an_old_sink(harness: Any, shape: str) -> None:
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and "SINK_FOREIGN_BATCHES" in r.inspect.findings, r.detail()
     assert r.restart.kind == ("fails" if shape == "dedup_hdfs" else "exact"), r.detail()
+
+
+def test_a_format2_batch_the_file_sink_holds_and_the_checkpoint_did_not_commit(harness: Any) -> None:
+    """Checkpoint format 2, `commits/4` lost with its sidecar (a crash between the sink's commit
+    and the checkpoint's): streamctl said IN_FLIGHT, exit 0 (recoverable), as under format 1.
+    The restart replays batch 4, the file sink skips it without running the query, and Spark's
+    commit of the batch, which must name every store's new checkpoint id, fails (`assertion
+    failed: CheckpointInfo length: 0, numPartitions: 2`). Now SINK_AHEAD; align rolls the sink
+    back to batch 3 and the restart after it is exact."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "commits", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SINK_AHEAD" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_a_format2_commit_out_of_range_is_unreadable_alone(harness: Any) -> None:
+    """Checkpoint format 2, a number beyond a Java long in the newest commit (which names the
+    state ids the restart loads): streamctl said UNREADABLE (twice) and STATE_UNRESTORABLE, while
+    which files the version needs is unknown, not missing. Now UNREADABLE alone; align's repair
+    (the commit taken as torn, the batch replayed into a rolled-back sink) restarts exact."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "commits", "newest", "number", "keep"))
+    assert r.agrees, r.detail()
+    assert r.inspect.findings == ["UNREADABLE"], r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_a_format2_batch_a_delta_sink_holds_and_the_checkpoint_did_not_commit(
+        harness: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same crash over a Delta sink (foreachBatch with a txn per batch, which returns on a
+    batch its txn version holds): the restart fails the same way (observed 4.3.0), and a Delta
+    table is not rolled back (a restore keeps its txn version). SINK_AHEAD, and align refuses
+    (exit 4) naming why, where it had planned a roll back that the restart failed after."""
+    import dataclasses
+
+    monkeypatch.setitem(SHAPES, "delta_v2", dataclasses.replace(SHAPES["dedup_rocksdb_v2"], name="delta_v2",
+                                                                sink="delta"))
+    r = harness.judge("delta_v2", Action("damage", "commits", "newest", "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SINK_AHEAD" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.align is not None and r.align.code == 4 and "CheckpointInfo length: 0" in r.align.text, r.detail()
