@@ -19,6 +19,13 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+def _shown(location: str) -> str:
+    """The checkpoint as every other command shows it (a local path made absolute)."""
+    from streamctl.inspectors.storage import Storage
+
+    return Storage.open(location).display
+
+
 NAME_ARG = typer.Argument(..., help="The savepoint's name: 1 to 64 of A-Z a-z 0-9 . _ -")
 
 
@@ -63,7 +70,7 @@ def create(
     sp, replaced = create_savepoint(location, name, sink or pipe_sink, str(sink_kind) if sink else pipe_kind,
                                     app_id or pipe_app, epoch, at, replace, break_lock)
     if as_json:
-        render.emit_json(document("Savepoint", {"checkpoint": location, "action": "replaced" if replaced else "created",
+        render.emit_json(document("Savepoint", {"checkpoint": _shown(location), "action": "replaced" if replaced else "created",
                                                 **sp.to_record()}))
         return
     at_pos = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in (sp.sink or {}).get("position", {}).items() if v is not None)
@@ -129,6 +136,6 @@ def delete(
     location = _location(checkpoint)[0]
     sp = delete_savepoint(location, name, break_lock)
     if as_json:
-        render.emit_json(document("Savepoint", {"checkpoint": location, "action": "deleted", **sp.to_record()}))
+        render.emit_json(document("Savepoint", {"checkpoint": _shown(location), "action": "deleted", **sp.to_record()}))
         return
     render.emit_text(f"Deleted savepoint {sp.name} (epoch {sp.epoch})\n")

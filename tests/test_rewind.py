@@ -89,13 +89,15 @@ def test_rewind_to_a_time_between_two_batches_replays_every_later_batch_exactly_
     restart_and_check(p, 1)  # batches 2.. replayed into the sink once, plus a new file
 
 
-def test_a_savepoint_survives_trim_and_a_rewind_to_it_delivers_exactly_once(cli, pipe):
+def test_a_savepoint_survives_trim_and_a_rewind_to_it_delivers_exactly_once(cli, pipe, monkeypatch):
     p = pipe
     ck, out = str(p.checkpoint), str(p.output)
-    made = cli("savepoint", "create", ck, "before-deploy", "--sink", out, "--json")
+    monkeypatch.chdir(p.checkpoint.parent)  # named relative to the working folder: shown as every command shows it
+    made = cli("savepoint", "create", p.checkpoint.name, "before-deploy", "--sink", out, "--json")
     assert made.code == 0, made
     sp = made.json()
     assert sp["kind"] == "Savepoint" and sp["epoch"] == BATCHES - 1 and sp["action"] == "created"
+    assert sp["checkpoint"] == ck, sp
     assert sp["batch_time"] == iso(batch_ms(p.checkpoint, BATCHES - 1))
     assert sp["sink"] == {"kind": "file", "uri": out, "position": {"log_batch": BATCHES - 1}}
     assert (p.checkpoint / "_streamctl" / "savepoints" / "before-deploy.json").is_file()
