@@ -417,6 +417,7 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
         if epoch_id is not None:
             published[epoch_id] = {f"{COORD_DATA}/{d}/{e.name}" for e in st.list_dir(f"{COORD_DATA}/{d}") or []
                                      if not e.is_dir and not e.name.startswith(".")}
+    findings += _lost_records(ids, published)
     epochs: list[SinkEpoch] = []
     num_writers = 0
     presence: dict[int, list[int]] = {}  # partition -> epochs it committed (with its files present)
@@ -453,7 +454,7 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
                 orphans += [f"{COORD_STAGING}/{entry.name}/{f}" for f in staged]
     named = {f for rec in records.values() for w in record_writers(rec) for f in w.files}
     for epoch_id, present_files in sorted(published.items()):
-        if epoch_id in records or epoch_id not in ids:
+        if epoch_id in records or (epoch_id not in ids and not (ids and epoch_id < ids[-1])):  # else a lost record's
             orphans += sorted(f for f in present_files if f not in named)
     if orphans:
         uncommitted = sorted(s for s in staged_epochs if not (s.isdigit() and int(s) in records))
@@ -471,6 +472,30 @@ def _read_coordinated(st: Storage, app_id: Optional[str], detail: bool) -> SinkL
     epoch = ids[-1] if ids else None
     return SinkLog("coordinated", st.display, epoch, first_epoch=ids[0] if ids else None, epochs=tuple(epochs),
                    epoch_ids=tuple(ids), writers=tuple(writers), findings=tuple(findings))
+
+
+def _lost_records(ids: list[int], published: dict[int, set[str]]) -> list[Finding]:
+    """Commit records missing below the newest: an epoch runs only once the one before it is
+    committed, and the checkpoint commits an epoch only after its record is written, so a hole
+    between records, or published files of an older epoch without its record, is a lost record:
+    readers never see those rows and no restart writes them again."""
+    if not ids:
+        return []
+    held = set(ids)
+    gaps = missing_ranges(ids, ids[0], ids[-1])
+    below = sorted(e for e, files in published.items() if e < ids[0] and files and e not in held)
+    gaps = sorted(gaps + [(e, e) for e in below])
+    if not gaps:
+        return []
+    rows = sorted(e for e in published if e not in held and e < ids[-1] and published[e])
+    return [Finding(
+        "LOG_GAP", f"{COORD_COMMITS}/: the commit record(s) of epoch(s) {ranges_text(gaps)} are missing below the "
+                   f"newest ({ids[-1]})" + (f", their published files still under {COORD_DATA}/ (epoch(s) "
+                                            f"{summarize([str(e) for e in rows], 3)})" if rows else "")
+                   + ": readers of the sink never see those rows, and no restart writes them again (the checkpoint "
+                     "committed them); align replays them from before the first one when the checkpoint still holds it",
+        details={"log": COORD_COMMITS, "missing": ids_of(gaps), "missing_count": count_of(gaps),
+                 "missing_ranges": [list(g) for g in gaps[:MAX_LISTED]]})]
 
 
 # --- Iceberg ---------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional
 
 from streamctl.formats.commits import serialize_commit
 from streamctl.formats.compactible import compactible_file
+from streamctl.formats.coordinated_log import COORD_COMMITS
 from streamctl.formats.errors import StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, added_sizes
 from streamctl.formats.layout import METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
@@ -187,6 +188,8 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
         for f in sink.findings:
             if f.code == "SINK_WRITER_MISSING":
                 missing_writer_epochs += list(f.details.get("epochs", []))
+            if f.code == "LOG_GAP" and f.details.get("log") == COORD_COMMITS:  # lost records: replayed from below
+                missing_writer_epochs += list(f.details.get("missing", []))
 
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)

@@ -80,7 +80,11 @@ def _classified(ev: Evidence, x: int, keep_next: bool, strategy: str) -> Option:
         if loss:
             held = f"the sink's newest epoch is {ev.S}" if ev.S is not None else "the sink holds no epoch"
             why.append(f"{held}: epochs {epochs_text(loss)} would be marked done without reaching it")
-        loss += [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
+        lacks = [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
+        if lacks:
+            why.append(f"the sink lacks committed epoch(s) {epochs_text(lacks)} (a writer or a commit record lost): "
+                       f"a restart from {x} never writes them again")
+        loss += lacks
         if not ev.rollbackable and s_ > x and not (keep_next and s_ == x + 1):
             back, text, _after = table_rollback(ev, x) if sink.kind == "iceberg" else (None, "", None)
             if back is not None:

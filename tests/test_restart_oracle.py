@@ -361,3 +361,22 @@ def test_a_format2_batch_a_delta_sink_holds_and_the_checkpoint_did_not_commit(
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and "SINK_AHEAD" in r.inspect.findings and r.restart.kind == "fails", r.detail()
     assert r.align is not None and r.align.code == 4 and "CheckpointInfo length: 0" in r.align.text, r.detail()
+
+
+@pytest.mark.parametrize("which", ["middle", "oldest"])
+def test_a_lost_commit_record_of_the_coordinated_sink(harness: Any, which: str) -> None:
+    """A commit record of the coordinated sink deleted below its newest: streamctl said aligned
+    (its published files a SINK_ORPHANS warning, which align would have moved away), and the
+    sink's readers never see that epoch's rows; the restart does not write them again (the
+    checkpoint committed it). Now LOG_GAP of `_commits/`: a middle one is replayed by a roll back
+    below it (the restart after it exact); the oldest has no restart point below it, and align
+    refuses naming the loss."""
+    r = harness.judge("coordinated", Action("damage", "sink", which, "delete", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "LOG_GAP" in r.inspect.findings and "SINK_ORPHANS" not in r.inspect.findings, \
+        r.detail()
+    assert r.restart.kind == "differs", r.detail()
+    if which == "middle":
+        assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+    else:
+        assert r.align is not None and r.align.code == 4 and "lacks committed epoch(s) 0" in r.align.text, r.detail()
