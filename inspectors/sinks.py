@@ -306,9 +306,7 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     uri, opts = _delta_options(st)
     special = _delta_specials(st)
     if special:
-        return SinkLog("delta", st.display, None, app_id=app_id, findings=(_unreadable(
-            st.uri(special), "not a regular file where the Delta log's newest files belong: readers skip or block "
-                             "on it, and a writer's commit of its version fails (\"Failed to commit transaction\")"),))
+        return SinkLog("delta", st.display, None, app_id=app_id, findings=(_unreadable(st.uri(special[0]), special[1]),))
     try:
         table = DeltaTable(uri, storage_options=opts or None)
         version = table.version()
@@ -327,12 +325,14 @@ def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
                    app_id=app_id, table_version=int(version), extra=extra)
 
 
-def _delta_specials(st: Storage) -> Optional[str]:
-    """The first Delta log file readers and the next commit read (`_last_checkpoint`, the newest
-    checkpoint and every commit after it) that is a folder, or locally a named pipe or device:
-    deltalake lists past a folder and would load the version before it, so the table looks one
-    commit behind while a writer can never commit that version (observed: `Failed to commit
-    transaction: 15`). Cost: the log's listing; locally a stat per file after the checkpoint."""
+def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:
+    """(the first Delta log file readers and the next commit read, why) (`_last_checkpoint`, the
+    newest checkpoint and every commit after it) that is a folder, or locally a named pipe or
+    device: deltalake lists past a folder and would load the version before it, so the table
+    looks one commit behind while a writer can never commit that version (observed: `Failed to
+    commit transaction: 15`); or an empty commit, which no writer leaves (each carries its
+    commitInfo) and readers take as a version without actions (observed, deltalake 1.6: its
+    rows gone). Cost: the log's listing; locally a stat per file after the checkpoint."""
     entries = st.list_dir(DELTA_LOG) or []
     named = [(v, e) for e in entries if (v := log_file_version(e.name)) is not None or e.name == LAST_CHECKPOINT]
     checkpoints = [v[0] for v, e in named if v is not None and v[1] and not e.is_dir]
@@ -342,10 +342,16 @@ def _delta_specials(st: Storage) -> Optional[str]:
             continue
         rel = f"{DELTA_LOG}/{e.name}"
         try:
-            if e.is_dir or (st.is_local and st.read_ends(rel, 0, 0) is None):
-                return rel
+            ends = st.read_ends(rel, 0, 0) if st.is_local and not e.is_dir else None
+            size = ends[2] if ends is not None else e.size
+            if e.is_dir or (st.is_local and ends is None):
+                return rel, ("not a regular file where the Delta log's newest files belong: readers skip or block on "
+                             "it, and a writer's commit of its version fails (\"Failed to commit transaction\")")
         except StorageError:
-            return rel
+            return rel, "cannot be read where the Delta log's newest files belong"
+        if v is not None and not v[1] and size == 0:
+            return rel, ("empty commit (a crash or a full disk): no writer leaves one, and readers take it as a "
+                         "version without actions, so the rows it added are gone from the table")
     return None
 
 
