@@ -24,3 +24,8 @@ def log_file_version(name: str) -> Optional[tuple[int, bool]]:
         return int(m.group(1)), False
     m = _CHECKPOINT.match(name)
     return (int(m.group(1)), True) if m else None
+
+
+def commit_file(version: int) -> str:
+    """The name of the commit of `version` in `_delta_log/`: 20 digits, `.json`."""
+    return f"{version:020d}.json"

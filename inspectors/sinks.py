@@ -32,7 +32,7 @@ from streamctl.formats.coordinated_log import (
     record_writers,
     writer_count,
 )
-from streamctl.formats.delta_txn import DELTA_LOG, LAST_CHECKPOINT, log_file_version
+from streamctl.formats.delta_txn import DELTA_LOG
 from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, deleted_paths, live_files
 from streamctl.formats.iceberg import METADATA_DIR as ICEBERG_METADATA
@@ -277,123 +277,10 @@ def _file_sink_orphans(st: Storage, log: FileSinkLogFiles, where: Any) -> list[F
 # --- Delta ----------------------------------------------------------------------------------
 
 
-def _delta_options(st: Storage) -> tuple[str, dict[str, str]]:
-    """deltalake's table URI and storage options for a Storage location."""
-    uri = st.display
-    opts: dict[str, str] = {}
-    if "?" in uri:  # s3://bucket/t?endpoint_override=host:port&scheme=http (pyarrow style)
-        from urllib.parse import parse_qsl
-
-        uri, _, query = uri.partition("?")
-        q = dict(parse_qsl(query))
-        if "endpoint_override" in q:
-            scheme = q.get("scheme", "https")
-            opts["AWS_ENDPOINT_URL"] = f"{scheme}://{q['endpoint_override']}"
-            if scheme == "http":
-                opts["AWS_ALLOW_HTTP"] = "true"
-        if "region" in q:
-            opts["AWS_REGION"] = q["region"]
-    if uri.startswith("s3a://") or uri.startswith("s3n://"):
-        uri = "s3://" + uri[6:]
-    return uri, opts
-
-
 def _read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
-    try:
-        from deltalake import DeltaTable
-    except ImportError:  # pragma: no cover - deltalake is a dependency of the sink readers
-        raise StorageError(st.display, "reading Delta tables needs the deltalake package (pip install deltalake)") from None
-    uri, opts = _delta_options(st)
-    special = _delta_specials(st)
-    if special:
-        return SinkLog("delta", st.display, None, app_id=app_id, findings=(_unreadable(st.uri(special[0]), special[1]),))
-    try:
-        table = DeltaTable(uri, storage_options=opts or None)
-        version = table.version()
-        txn = table.transaction_version(app_id) if app_id else None
-    except Exception as exc:  # deltalake raises its own error types with multi-line texts
-        text = str(exc).strip().splitlines()
-        reason = text[0] if text else type(exc).__name__
-        path = st.uri(DELTA_LOG)
-        return SinkLog("delta", st.display, None, app_id=app_id,
-                       findings=(_unreadable(path, f"Delta log cannot be loaded: {reason}"),))
-    epoch = int(txn) if txn is not None else None
-    extra: dict[str, Any] = {}
-    if not app_id:
-        extra["note"] = "no app id given: the txn version needs --app-id or a checkpoint (its query id)"
-    return SinkLog("delta", st.display, epoch, first_epoch=epoch, epoch_ids=(epoch,) if epoch is not None else (),
-                   app_id=app_id, table_version=int(version), extra=extra)
+    from streamctl.inspectors.delta_sink import read_delta  # deltalake's reader: loaded for a Delta sink only
 
-
-def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:
-    """(the first Delta log file readers and the next commit read, why) (`_last_checkpoint`, the
-    newest checkpoint and every commit after it) that is a folder, or locally a named pipe or
-    device: deltalake lists past a folder and would load the version before it, so the table
-    looks one commit behind while a writer can never commit that version (observed: `Failed to
-    commit transaction: 15`); or an empty commit, which no writer leaves (each carries its
-    commitInfo) and readers take as a version without actions (observed, deltalake 1.6: its
-    rows gone). Cost: the log's listing; locally a stat per file after the checkpoint."""
-    entries = st.list_dir(DELTA_LOG) or []
-    named = [(v, e) for e in entries if (v := log_file_version(e.name)) is not None or e.name == LAST_CHECKPOINT]
-    checkpoints = [v[0] for v, e in named if v is not None and v[1] and not e.is_dir]
-    floor = max(checkpoints) if checkpoints else -1
-    for v, e in sorted(named, key=lambda x: -1 if x[0] is None else x[0][0]):
-        if v is not None and v[0] < floor:
-            continue
-        rel = f"{DELTA_LOG}/{e.name}"
-        try:
-            ends = st.read_ends(rel, 0, 0) if st.is_local and not e.is_dir else None
-            size = ends[2] if ends is not None else e.size
-            if e.is_dir or (st.is_local and ends is None):
-                return rel, ("not a regular file where the Delta log's newest files belong: readers skip or block on "
-                             "it, and a writer's commit of its version fails (\"Failed to commit transaction\")")
-        except StorageError:
-            return rel, "cannot be read where the Delta log's newest files belong"
-        if v is not None and not v[1] and size == 0:
-            return rel, ("empty commit (a crash or a full disk): no writer leaves one, and readers take it as a "
-                         "version without actions, so the rows it added are gone from the table")
-    return None
-
-
-def delta_version_of_epoch(st: Storage, app_id: str, epoch: int) -> Optional[int]:
-    """The Delta table version whose commit wrote the query's epoch: the oldest version whose
-    newest `txn` of `app_id` is `epoch` (a streaming writer's txn versions rise with the table's,
-    so a bisection over the versions, each loaded by deltalake); None when no version holds it
-    (a replayed epoch the writer skipped, a vacuumed log) or the table cannot be read."""
-    from deltalake import DeltaTable
-
-    uri, opts = _delta_options(st)
-
-    def txn_at(version: int) -> int:
-        got = DeltaTable(uri, version=version, storage_options=opts or None).transaction_version(app_id)
-        return -1 if got is None else int(got)
-
-    try:
-        lo, hi = 0, DeltaTable(uri, storage_options=opts or None).version()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if txn_at(mid) < epoch:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo if txn_at(lo) == epoch else None
-    except Exception:  # noqa: BLE001 - deltalake's own errors: an old version's log is gone, or unreadable
-        return None
-
-
-def delta_add_paths(st: Storage) -> list[str]:
-    """The data-file paths of a Delta table's current version as its log names them (relative
-    to the table, or absolute: `streamctl copy` checks which); StorageError when the log cannot
-    be loaded."""
-    from deltalake import DeltaTable
-
-    uri, opts = _delta_options(st)
-    try:
-        actions = DeltaTable(uri, storage_options=opts or None).get_add_actions(flatten=True)
-        return [str(p) for p in actions.column("path").to_pylist()]
-    except Exception as exc:  # deltalake raises its own error types with multi-line texts
-        text = str(exc).strip().splitlines()
-        raise StorageError(st.uri(DELTA_LOG), f"Delta log cannot be loaded: {text[0] if text else type(exc).__name__}") from None
+    return read_delta(st, app_id, detail)
 
 
 # --- coordinated sink -----------------------------------------------------------------------

@@ -204,7 +204,7 @@ def _refuse_sink_kind(q: Any, sink: Storage) -> None:
     if kind in (None, "file", "coordinated"):
         return
     if kind == "delta":
-        from streamctl.inspectors.sinks import delta_add_paths
+        from streamctl.inspectors.delta_sink import delta_add_paths
 
         absolute = [p for p in delta_add_paths(sink) if "://" in p or p.startswith("/")]
         if absolute:

@@ -37,7 +37,7 @@ def _sink_position(q: QueryInspection, x: int) -> Optional[dict[str, Any]]:
     elif sink.kind == "delta":
         version = sink.table_version if sink.epoch == x else None
         if version is None and sink.app_id:
-            from streamctl.inspectors.sinks import delta_version_of_epoch
+            from streamctl.inspectors.delta_sink import delta_version_of_epoch
 
             version = delta_version_of_epoch(Storage.open(sink.uri), sink.app_id, x)
         position = {"txn_app_id": sink.app_id, "txn_version": x, "table_version": version}

@@ -264,3 +264,14 @@ def test_a_running_query_has_one_stable_verdict(cli, tmp_path):
     assert r.json()["queries"][0]["verdict"] == "recoverable"
 
 
+
+
+def test_a_deltalake_error_is_cut_before_its_rust_debug_dump() -> None:
+    from streamctl.inspectors.delta_sink import _deltalake_reason
+
+    exc = Exception('Kernel error: Generic delta kernel error: Expected contiguous commit files, but found gap: '
+                    'ParsedLogPath { location: FileMeta { location: Url { scheme: "file", password: None } } }\nmore')
+    assert _deltalake_reason(exc) == ("Kernel error: Generic delta kernel error: Expected contiguous commit files, "
+                                      "but found gap")
+    assert _deltalake_reason(Exception("No table metadata or protocol found in delta log.")) == \
+        "No table metadata or protocol found in delta log."
