@@ -100,8 +100,9 @@ def test_delta_log_with_a_missing_version_file(cli, tmp_path):
     delta_table(sink, QID, range(0, 4))
     (sink / "_delta_log" / f"{2:020d}.json").unlink()
     code, q = epochs(cli, checkpoint(tmp_path / "a", 3, 3), sink)
-    (f,) = [f for f in q["findings"] if f["code"] == "UNREADABLE"]
-    assert code == 3 and f["path"] == str(sink / "_delta_log")
+    (f,) = [f for f in q["findings"] if f["code"] == "UNREADABLE"]  # the missing commit is named
+    assert code == 3 and f["path"] == str(sink / "_delta_log" / f"{2:020d}.json"), f
+    assert "Expected contiguous commit files" in f["message"] and "None" not in f["message"], f
 
 
 # --- coordinated sink (layout of streamctl.pipeline.coordinated_sink) ------------------------
