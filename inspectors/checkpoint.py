@@ -227,7 +227,9 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
             self.prefetch([f"{COMMITS_DIR}/{b}" for b in commits.batch_ids if b not in commit_entries and b != committed])
             for b in commits.batch_ids:
                 if b not in commit_entries and b != committed:  # commits/C was read above
-                    entry = self.read(f"{COMMITS_DIR}/{b}", functools.partial(_parse_commit_at, b))
+                    # the ids of older versions (orphans, roll backs): no restart reads these files,
+                    # so a bad one is no finding here (a roll back that needs it refuses then)
+                    entry = self.read(f"{COMMITS_DIR}/{b}", functools.partial(_parse_commit_at, b), quietly=True)
                     if entry is not None:
                         commit_entries[b] = entry
         checkpoint_format = 2 if uses_ids or any(

@@ -123,7 +123,14 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
     lineage cannot be read keeps store_status's answer."""
     ok: set[int] = {0}
     loads: dict[int, _Load] = {}
-    for v in sorted(status.restorable_versions):
+    req = status.required_version
+    versions = set(status.restorable_versions)
+    if req and not status.restorable_required and req in valid:
+        # the version a restart loads, by the id the newest commit names: its lineage decides, not
+        # the chain of ids older commits name (no restart reads those; observed 4.3.0: one changed
+        # in a middle commit, the restart exact)
+        versions.add(req)
+    for v in sorted(versions):
         if v == 0:
             continue
         uid = id_at(files, v, valid)
@@ -137,11 +144,10 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
         restorable_versions=frozenset(ok), first_restorable=real[0] if real else None,
         durable_version=real[-1] if real else None, fallback_files=(),
         broken_at=next((a + 1 for a, b in zip(real, real[1:], strict=False) if b != a + 1), None))
-    req = status.required_version
     got = loads.get(req) if req else None
-    if req and got is not None and status.restorable_required:
+    if req and got is not None and (status.restorable_required or got.files):
         if got.files:
-            changes.update(restore_files=tuple(got.files))
+            changes.update(restore_files=tuple(got.files), restorable_required=True, missing=())
             uid = id_at(files, req, valid)
             base = state_file(got.files[0])
             if files.has_crc and uid is not None and base is not None and is_full_file(got.files[0]):
@@ -153,4 +159,10 @@ def lineage_status(status: StoreStatus, files: StoreFiles, valid: dict[int, str]
                 # the zip the lineage starts from is gone: Spark's first try is the empty store,
                 # which the short lineage cannot replay; its repair may load an older zip
                 changes.update(fallback_files=tuple(_repair(files, req, uid, 0, lineage_of)))
+    # a file a kept version's load reads is no orphan, whatever id the commit log names for its
+    # version (a changed older commit: align and trim must never move what the restart loads)
+    fallback: tuple[str, ...] = changes.get("fallback_files", ())  # type: ignore[assignment]
+    used = {n for load in loads.values() for n in load.files} | set(fallback)
+    if used & set(status.orphans):
+        changes.update(orphans=tuple(o for o in status.orphans if o not in used))
     return replace(status, **changes)  # type: ignore[arg-type]

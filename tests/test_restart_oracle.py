@@ -401,3 +401,21 @@ def test_an_empty_commit_in_the_delta_log(harness: Any, which: str) -> None:
     r = harness.judge("delta", Action("damage", "sink", which, "empty", "drop"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and "empty commit" in r.inspect.text and r.restart.kind == "differs", r.detail()
+
+
+@pytest.mark.parametrize("how", ["corrupt", "truncate"])
+def test_a_changed_or_torn_older_commit_of_a_format2_checkpoint(harness: Any, how: str) -> None:
+    """Checkpoint format 2, a middle `commits/` file changed (eight bytes of a state id) or cut
+    short: no restart reads it (the newest commit names the ids it loads, and their lineage the
+    rest), and the restart is exact. streamctl said UNREADABLE (every commit was read for its
+    ids) or STATE_UNRESTORABLE (the changed id's chain), and took the files of the version the
+    changed id stood for as orphans: align's plan moved the zip the newest version's lineage
+    loads from. Now aligned, and no plan moves a file a kept version's load reads."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "commits", "middle", how, "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
+    lay = oracle.Layout.under(harness.base(SHAPES["dedup_rocksdb_v2"]))
+    code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--json",
+                                      "--quiet-period", "0", home=harness.home)
+    steps = oracle.json.loads(out)["plan"]["steps"] if code == 0 else []
+    assert code == 0 and not [s["path"] for s in steps if s["path"].startswith("state/")], (code, out, err)
