@@ -180,6 +180,26 @@ def _choose(ev: Evidence, options: list[Option], req: AlignRequest) -> Option:
     return chosen
 
 
+def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: int) -> str:
+    """The log files a restart from x reads that cannot be read ("" when none): `commits/x`
+    (below the newest commit: the inspection judged only that one) and the two newest offsets
+    files the plan leaves. Checked for the chosen candidate only: cost follows the choice."""
+    from streamctl.formats.commits import parse_commit
+    from streamctl.formats.errors import StreamctlError
+    from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
+    from streamctl.formats.offsets import parse_offsets
+
+    top = x + 1 if keeps_next(ev, req, x) else x
+    reads = [(f"{COMMITS_DIR}/{x}", parse_commit, x)] if 0 <= x < ev.c_ and x in ev.K else []
+    reads += [(f"{OFFSETS_DIR}/{b}", parse_offsets, b) for b in (top, top - 1) if b in ev.O]
+    for rel, parse, b in reads:
+        try:
+            parse(pl.st.read(rel), pl.st.uri(rel), b)  # type: ignore[operator]
+        except StreamctlError as exc:
+            return f"{rel}, which cannot be read ({getattr(exc, 'reason', exc)})"
+    return ""
+
+
 def choose_replayable(pl: Planner, ev: Evidence, options: list[Option], req: AlignRequest) -> tuple[Option, list[Step], dict[str, str]]:
     """`_choose`, and never a restart point whose replayed batches cannot be read again: the files
     a file source's log lists for epochs X+1..C (and the kept in-flight batch) must be where it says (SOURCE_NOT_REPLAYABLE,
@@ -193,6 +213,11 @@ def choose_replayable(pl: Planner, ev: Evidence, options: list[Option], req: Ali
     while True:
         chosen = _choose(ev, options, req)
         x = int(chosen.target)  # type: ignore[arg-type]
+        bad = _unreadable_restart_reads(pl, ev, req, x)
+        if bad:
+            chosen.feasible = False
+            chosen.why = f"a restart from {x} reads {bad}"
+            continue
         # the replayed batches whose offsets exist (above them Spark plans anew from the sources),
         # the kept in-flight batch x+1 among them
         top = max(ev.c_, x + 1 if keeps_next(ev, req, x) else x)

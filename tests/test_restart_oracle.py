@@ -419,3 +419,20 @@ def test_a_changed_or_torn_older_commit_of_a_format2_checkpoint(harness: Any, ho
                                       "--quiet-period", "0", home=harness.home)
     steps = oracle.json.loads(out)["plan"]["steps"] if code == 0 else []
     assert code == 0 and not [s["path"] for s in steps if s["path"].startswith("state/")], (code, out, err)
+
+
+@pytest.mark.parametrize("shape, log", [("dedup_hdfs", "commits"), ("dedup_rocksdb_v2", "commits"),
+                                         ("stateless", "offsets")])
+def test_a_roll_back_onto_a_torn_older_log_file_is_refused(harness: Any, shape: str, log: str) -> None:
+    """A middle `commits/` or `offsets/` file cut short: no restart reads it (aligned, exact), but
+    `align --to` a batch whose restart reads it planned an exactly-once roll back that left the torn
+    file as the newest (the restart then fails reading it). Now refused (exit 4), naming it."""
+    r = harness.judge(shape, Action("damage", log, "middle", "truncate", "drop"))
+    assert r.agrees and r.inspect.code == 0, r.detail()
+    lay = oracle.Layout.under(harness.base(SHAPES[shape]))
+    names = sorted(int(n) for n in oracle.os.listdir(lay.checkpoint / log) if n.isdigit())
+    middle = names[len(names) // 2]
+    target = middle if log == "commits" else middle - 1  # a restart from it reads offsets/<it + 1>
+    code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", str(target),
+                                      "--allow-duplicates", "--json", "--quiet-period", "0", home=harness.home)
+    assert code == 4 and f"{log}/{middle}, which cannot be read" in out + err, (code, out, err)
