@@ -4,6 +4,8 @@ a roll back, a roll forward or a keep), the choice `--to` asks for, and never a 
 whose replayed batches cannot read their input again."""
 from __future__ import annotations
 
+from typing import Any
+
 from streamctl.operations.align_evidence import (
     AlignRequest,
     Evidence,
@@ -190,11 +192,11 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
     from streamctl.formats.offsets import parse_offsets
 
     top = x + 1 if keeps_next(ev, req, x) else x
-    reads = [(f"{COMMITS_DIR}/{x}", parse_commit, x)] if 0 <= x < ev.c_ and x in ev.K else []
+    reads: list[tuple[str, Any, int]] = [(f"{COMMITS_DIR}/{x}", parse_commit, x)] if 0 <= x < ev.c_ and x in ev.K else []
     reads += [(f"{OFFSETS_DIR}/{b}", parse_offsets, b) for b in (top, top - 1) if b in ev.O]
     for rel, parse, b in reads:
         try:
-            parse(pl.st.read(rel), pl.st.uri(rel), b)  # type: ignore[operator]
+            parse(pl.st.read(rel), pl.st.uri(rel), b)
         except StreamctlError as exc:
             return f"{rel}, which cannot be read ({getattr(exc, 'reason', exc)})"
     return ""
