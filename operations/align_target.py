@@ -202,6 +202,36 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
     return ""
 
 
+def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
+    """The first state file a restart from x reads to restore version x + 1 that is torn or does
+    not match its checksum ("" when none): the inspection judged the chain of C + 1 only. For
+    stores of checkpoint format 1 (format 2 loads by lineage, judged with the commit log's ids);
+    locally, and on object stores a ranged read or two per store, for the chosen candidate only."""
+    if x >= ev.c_ or not ev.stores:
+        return ""
+    from streamctl.formats.errors import StreamctlError
+    from streamctl.inspectors.chains import Chains
+
+    chains = Chains(pl.st, deep=True)
+    top = max((b for b in ev.O if b <= x + 1), default=None)
+    try:
+        if top is not None:
+            chains.set_codec(dict(pl.offsets_entry(top).conf))
+    except StreamctlError:
+        pass  # no conf: the codec is not judged (the offsets a restart reads are checked before)
+    for s in ev.stores:
+        files = getattr(s, "files", None)
+        if files is None or files.uses_unique_ids:
+            continue
+        status = chains.status_of(files, x + 1, ev.P, {})
+        if not status.restorable_required:
+            return f"{s.path}: version {x + 1}, which cannot be restored ({', '.join(status.missing[:2])})"
+        judged = chains.judge(status, files)
+        if judged:
+            return f"{judged[0][0]} to restore version {x + 1}"
+    return ""
+
+
 def choose_replayable(pl: Planner, ev: Evidence, options: list[Option], req: AlignRequest) -> tuple[Option, list[Step], dict[str, str]]:
     """`_choose`, and never a restart point whose replayed batches cannot be read again: the files
     a file source's log lists for epochs X+1..C (and the kept in-flight batch) must be where it says (SOURCE_NOT_REPLAYABLE,
@@ -215,7 +245,7 @@ def choose_replayable(pl: Planner, ev: Evidence, options: list[Option], req: Ali
     while True:
         chosen = _choose(ev, options, req)
         x = int(chosen.target)  # type: ignore[arg-type]
-        bad = _unreadable_restart_reads(pl, ev, req, x)
+        bad = _unreadable_restart_reads(pl, ev, req, x) or _torn_state_chain(pl, ev, x)
         if bad:
             chosen.feasible = False
             chosen.why = f"a restart from {x} reads {bad}"

@@ -436,3 +436,16 @@ def test_a_roll_back_onto_a_torn_older_log_file_is_refused(harness: Any, shape: 
     code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", str(target),
                                       "--allow-duplicates", "--json", "--quiet-period", "0", home=harness.home)
     assert code == 4 and f"{log}/{middle}, which cannot be read" in out + err, (code, out, err)
+
+
+def test_a_roll_back_onto_a_torn_older_state_file_is_refused(harness: Any) -> None:
+    """The oldest delta of a store cut short (its sidecar dropped): no restart reads it (aligned,
+    exact), but `align --to 1` planned an exactly-once roll back whose restart restores version
+    2 from it, and fails. The chain of the chosen restart point is now judged as the newest is:
+    refused (exit 4), naming the file."""
+    r = harness.judge("dedup_hdfs", Action("damage", "state", "oldest", "truncate", "drop"))
+    assert r.agrees and r.inspect.code == 0, r.detail()
+    lay = oracle.Layout.under(harness.base(SHAPES["dedup_hdfs"]))
+    code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", "1",
+                                      "--json", "--quiet-period", "0", home=harness.home)
+    assert code == 4 and "1.delta (torn" in out + err, (code, out, err)
