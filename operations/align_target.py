@@ -204,13 +204,17 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
 
 def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
     """The first state file a restart from x reads to restore version x + 1 that is torn or does
-    not match its checksum ("" when none): the inspection judged the chain of C + 1 only. For
-    stores of checkpoint format 1 (format 2 loads by lineage, judged with the commit log's ids);
-    locally, and on object stores a ranged read or two per store, for the chosen candidate only."""
+    not match its checksum ("" when none): the inspection judged the chain of C + 1 only. A
+    format-2 store loads the id `commits/x` names, by its lineage. Locally, and on object stores
+    a ranged read or two per store, for the chosen candidate only."""
     if x >= ev.c_ or not ev.stores:
         return ""
+    from streamctl.formats.commits import parse_commit
     from streamctl.formats.errors import StreamctlError
+    from streamctl.formats.layout import COMMITS_DIR
     from streamctl.inspectors.chains import Chains
+
+    named: Any = None  # commits/x's stateUniqueIds (format 2), read once
 
     chains = Chains(pl.st, deep=True)
     top = max((b for b in ev.O if b <= x + 1), default=None)
@@ -221,14 +225,30 @@ def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
         pass  # no conf: the codec is not judged (the offsets a restart reads are checked before)
     for s in ev.stores:
         files = getattr(s, "files", None)
-        if files is None or files.uses_unique_ids:
+        if files is None:
             continue
-        status = chains.status_of(files, x + 1, ev.P, {})
+        valid: dict[int, str] = {}
+        if files.uses_unique_ids:
+            if named is None:
+                rel = f"{COMMITS_DIR}/{x}"
+                try:
+                    named = parse_commit(pl.st.read(rel), pl.st.uri(rel), x).state_unique_ids or {}
+                except StreamctlError as exc:
+                    return f"{rel}, which cannot be read ({getattr(exc, 'reason', exc)})"
+            ids = named.get(str(files.operator_id), ())
+            have = files.incr_ids.get(x + 1, set()) | files.full_ids.get(x + 1, set())
+            uid = next((u for u in (ids[files.partition] if files.partition < len(ids) else ()) if u in have), None)
+            if uid is None:
+                return f"{s.path}: version {x + 1} with an id commits/{x} names, which is not there"
+            valid = {x + 1: uid}
+        status = chains.status_of(files, x + 1, ev.P, valid)
         if not status.restorable_required:
             return f"{s.path}: version {x + 1}, which cannot be restored ({', '.join(status.missing[:2])})"
         judged = chains.judge(status, files)
         if judged:
-            return f"{judged[0][0]} to restore version {x + 1}"
+            return (f"{judged[0][0]} to restore version {x + 1}"
+                    + (" (Spark 4.1+'s auto snapshot repair may read an older chain around it; a roll back does not "
+                       "count on it)" if judged[1] else ""))
     return ""
 
 

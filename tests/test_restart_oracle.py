@@ -449,3 +449,15 @@ def test_a_roll_back_onto_a_torn_older_state_file_is_refused(harness: Any) -> No
     code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", "1",
                                       "--json", "--quiet-period", "0", home=harness.home)
     assert code == 4 and "1.delta (torn" in out + err, (code, out, err)
+
+
+def test_a_roll_back_onto_a_torn_format2_zip_is_refused(harness: Any) -> None:
+    """Checkpoint format 2, a zip below the newest cut short: the newest version's lineage starts
+    there (STATE_FILE_CORRUPT, align refuses); `--to 2` restores version 3 from that zip too,
+    by the id commits/2 names: refused, naming it, where it had planned a roll back onto it."""
+    r = harness.judge("dedup_rocksdb_v2", Action("damage", "state", "middle", "truncate", "drop"))
+    assert r.agrees, r.detail()
+    lay = oracle.Layout.under(harness.base(SHAPES["dedup_rocksdb_v2"]))
+    code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", "2",
+                                      "--json", "--quiet-period", "0", home=harness.home)
+    assert code == 4 and ".zip (torn" in out + err and "to restore version 3" in out + err, (code, out, err)
