@@ -215,7 +215,6 @@ def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
     from streamctl.inspectors.chains import Chains
 
     named: Any = None  # commits/x's stateUniqueIds (format 2), read once
-
     chains = Chains(pl.st, deep=True)
     top = max((b for b in ev.O if b <= x + 1), default=None)
     try:
