@@ -258,10 +258,14 @@ class Shape:
         """The sink's rows as a reader of the sink at `lay.output` sees them: a file sink's log
         entries under the sink's own path (Spark's batch reader skips the others), a Delta
         table's current version, the coordinated sink's committed records."""
-        logs = {"delta": "_delta_log", "coordinated": "_commits"}.get(self.sink, "_spark_metadata")
-        for f in (lay.output / logs).glob("*") if (lay.output / logs).is_dir() else ():
+        # a named pipe in the log blocks a reader that opens it: every record of the coordinated
+        # sink, every Delta commit here (no checkpoint yet); a file sink's reader opens only the
+        # newest compaction and the batches after it (logged_sink_paths checks those; observed
+        # 4.3.0: a pipe where an older batch file was, `spark.read` reads every row)
+        logs = {"delta": "_delta_log", "coordinated": "_commits"}.get(self.sink)
+        for f in (lay.output / logs).glob("*") if logs and (lay.output / logs).is_dir() else ():
             if not f.name.startswith(".") and not f.is_file() and not f.is_dir():
-                raise OSError(f"{f}: not a regular file")  # a named pipe blocks every reader of the sink
+                raise OSError(f"{f}: not a regular file")
         if self.sink == "delta":
             from deltalake import DeltaTable
 
