@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from streamctl.formats.commits import serialize_commit
+from streamctl.formats.commits import parse_commit, serialize_commit
 from streamctl.formats.compactible import compactible_file
 from streamctl.formats.coordinated_log import COORD_COMMITS
 from streamctl.formats.errors import StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG, added_paths, added_sizes
-from streamctl.formats.layout import METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
+from streamctl.formats.layout import COMMITS_DIR, METADATA_FILE, OFFSETS_DIR, SOURCES_DIR
 from streamctl.formats.offsets import parse_offsets
 from streamctl.inspectors.checkpoint import inspect_checkpoint
 from streamctl.inspectors.masked import masked
@@ -58,6 +58,7 @@ class Planner:
         self.damage = assess(req)
         self.st = masked(Storage.open(req.checkpoint), self.damage.absent)
         self.notes: list[str] = list(self.damage.notes)
+        self._commits: dict[int, Any] = {}  # commit_entry's
 
     # -- evidence ----------------------------------------------------------------------------
     def inspect(self) -> QueryInspection:
@@ -79,6 +80,12 @@ class Planner:
 
     def offsets_entry(self, b: int) -> Any:
         return parse_offsets(self.st.read(f"{OFFSETS_DIR}/{b}"), self.st.uri(f"{OFFSETS_DIR}/{b}"), b)
+
+    def commit_entry(self, b: int) -> Any:
+        """`commits/b` parsed, read once per plan (the restart point's checks read it twice)."""
+        if b not in self._commits:
+            self._commits[b] = parse_commit(self.st.read(f"{COMMITS_DIR}/{b}"), self.st.uri(f"{COMMITS_DIR}/{b}"), b)
+        return self._commits[b]
 
     def commit_content(self, j: int, offsets_ids: set[int]) -> bytes:
         """`commits/j` as Spark writes it (v1): the watermark of the next batch when its offsets
@@ -128,7 +135,7 @@ class Evidence:
     S_before: Optional[int]
     S: Optional[int]
     rollbackable: bool
-    missing_writer_epochs: list[int]
+    lost_epochs: list[int]  # committed epochs the sink lacks (a writer or a coordinated commit record lost)
     unfinished: Optional[int]  # the planned batch of an unfinished state repartition
     sink_holes: list[int]  # repartition batches the file sink's log lacks (filled by the plan)
     fmt2: bool  # checkpoint format 2 with state: commits name state file ids
@@ -179,7 +186,7 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
     sink_st: Optional[Storage] = None
     file_log: Optional[FileSinkLog] = None
     S: Optional[int] = None
-    missing_writer_epochs: list[int] = []
+    lost_epochs: list[int] = []
     if sink is not None:
         sink_st = masked(Storage.open(req.sink), pl.damage.sink_absent)  # type: ignore[arg-type]
         S = sink.epoch
@@ -187,9 +194,9 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
             raise Refused(f"{sink.uri}: the app id the {sink.kind} sink keys its epochs on (the query id) is unknown; pass --app-id")
         for f in sink.findings:
             if f.code == "SINK_WRITER_MISSING":
-                missing_writer_epochs += list(f.details.get("epochs", []))
+                lost_epochs += list(f.details.get("epochs", []))
             if f.code == "LOG_GAP" and f.details.get("log") == COORD_COMMITS:  # lost records: replayed from below
-                missing_writer_epochs += list(f.details.get("missing", []))
+                lost_epochs += list(f.details.get("missing", []))
 
         if sink.kind == "file":
             file_log = pl.file_sink_log(sink_st)
@@ -208,7 +215,7 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
         table = read_table(sink_st, sink.app_id)
     return Evidence(q, pl.st, set(q.offsets.batch_ids), set(q.commits.batch_ids), q.planned, q.committed, stores,
                      sink, sink_st, file_log, S_before, S, sink is not None and sink.kind in ROLLBACK_SINKS,
-                     missing_writer_epochs, _unfinished_repartition(q), sink_holes,
+                     lost_epochs, _unfinished_repartition(q), sink_holes,
                      q.checkpoint_format == 2 and bool(stores), async_ok(q, req.async_progress), table)
 
 

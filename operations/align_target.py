@@ -82,7 +82,7 @@ def _classified(ev: Evidence, x: int, keep_next: bool, strategy: str) -> Option:
         if loss:
             held = f"the sink's newest epoch is {ev.S}" if ev.S is not None else "the sink holds no epoch"
             why.append(f"{held}: epochs {epochs_text(loss)} would be marked done without reaching it")
-        lacks = [e for e in ev.missing_writer_epochs if e <= x and e not in loss]
+        lacks = [e for e in ev.lost_epochs if e <= x and e not in loss]
         if lacks:
             why.append(f"the sink lacks committed epoch(s) {epochs_text(lacks)} (a writer or a commit record lost): "
                        f"a restart from {x} never writes them again")
@@ -186,19 +186,17 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
     """The log files a restart from x reads that cannot be read ("" when none): `commits/x`
     (below the newest commit: the inspection judged only that one) and the two newest offsets
     files the plan leaves. Checked for the chosen candidate only: cost follows the choice."""
-    from streamctl.formats.commits import parse_commit
     from streamctl.formats.errors import StreamctlError
     from streamctl.formats.layout import COMMITS_DIR, OFFSETS_DIR
-    from streamctl.formats.offsets import parse_offsets
 
     top = x + 1 if keeps_next(ev, req, x) else x
-    reads: list[tuple[str, Any, int]] = [(f"{COMMITS_DIR}/{x}", parse_commit, x)] if 0 <= x < ev.c_ and x in ev.K else []
-    reads += [(f"{OFFSETS_DIR}/{b}", parse_offsets, b) for b in (top, top - 1) if b in ev.O]
-    for rel, parse, b in reads:
+    reads: list[tuple[str, Any, int]] = [(COMMITS_DIR, pl.commit_entry, x)] if 0 <= x < ev.c_ and x in ev.K else []
+    reads += [(OFFSETS_DIR, pl.offsets_entry, b) for b in (top, top - 1) if b in ev.O]
+    for log, read, b in reads:
         try:
-            parse(pl.st.read(rel), pl.st.uri(rel), b)
+            read(b)
         except StreamctlError as exc:
-            return f"{rel}, which cannot be read ({getattr(exc, 'reason', exc)})"
+            return f"{log}/{b}, which cannot be read ({getattr(exc, 'reason', exc)})"
     return ""
 
 
@@ -209,7 +207,6 @@ def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
     a ranged read or two per store, for the chosen candidate only."""
     if x >= ev.c_ or not ev.stores:
         return ""
-    from streamctl.formats.commits import parse_commit
     from streamctl.formats.errors import StreamctlError
     from streamctl.formats.layout import COMMITS_DIR
     from streamctl.inspectors.chains import Chains
@@ -229,11 +226,10 @@ def _torn_state_chain(pl: Planner, ev: Evidence, x: int) -> str:
         valid: dict[int, str] = {}
         if files.uses_unique_ids:
             if named is None:
-                rel = f"{COMMITS_DIR}/{x}"
                 try:
-                    named = parse_commit(pl.st.read(rel), pl.st.uri(rel), x).state_unique_ids or {}
+                    named = pl.commit_entry(x).state_unique_ids or {}
                 except StreamctlError as exc:
-                    return f"{rel}, which cannot be read ({getattr(exc, 'reason', exc)})"
+                    return f"{COMMITS_DIR}/{x}, which cannot be read ({getattr(exc, 'reason', exc)})"
             ids = named.get(str(files.operator_id), ())
             have = files.incr_ids.get(x + 1, set()) | files.full_ids.get(x + 1, set())
             uid = next((u for u in (ids[files.partition] if files.partition < len(ids) else ()) if u in have), None)
