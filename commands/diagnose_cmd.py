@@ -38,6 +38,11 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
         return {"action": "manual", "command": None,
                 "why": "nothing to repair here: the path is not a checkpoint; diagnose the folder the query's "
                        "checkpointLocation names (or the pipeline's name)"}
+    if any(f.details.get("preflight") for f in q.findings):
+        return {"action": "manual", "command": None,
+                "why": "a pre-flight: the checkpoint does not exist yet, so there is nothing to repair; a query "
+                       "started on it over this sink goes wrong as the finding says: start it on a new sink path, or "
+                       "restart the query whose checkpoint wrote the sink"}
     live = [f for f in q.findings if f.code == "LIVE_QUERY"]
     if live and live[0].details.get("lease") is None:  # the quiet period's evidence: no agent to ask
         return {"action": "stop", "command": None,

@@ -2,13 +2,14 @@
 (docs/formats/sinks.md#delta): `{"txn":{"appId":<query id>,"version":<epoch>,"lastUpdated":<ms>}}`
 in a commit `_delta_log/<version, 20 digits>.json`. Reading a table's log (checkpoints, multi-part
 checkpoints, log compaction, the newest `txn` of an app id) is the `deltalake` package's
-(`DeltaTable.transaction_version`, inspectors/sinks.py); streamctl writes no Delta file, so this
-module names the log folder and its files.
+(`DeltaTable.transaction_version`, inspectors/delta_sink.py); streamctl writes no Delta file, so this
+module names the log folder and its files, and reads the app ids of its `txn` actions (which
+deltalake cannot list: a pre-flight names the streaming writers a new query id would not be).
 """
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Any, Optional
 
 DELTA_LOG = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
@@ -29,3 +30,36 @@ def log_file_version(name: str) -> Optional[tuple[int, bool]]:
 def commit_file(version: int) -> str:
     """The name of the commit of `version` in `_delta_log/`: 20 digits, `.json`."""
     return f"{version:020d}.json"
+
+
+def commit_txn_app_ids(data: bytes) -> set[str]:
+    """The app ids of the `txn` actions in a commit (one JSON action per line). A line that is
+    not JSON is skipped: the table was loaded by deltalake first, which judges the commits."""
+    import json
+
+    out: set[str] = set()
+    for line in data.splitlines():
+        if b'"txn"' not in line:
+            continue
+        try:
+            txn = json.loads(line).get("txn")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(txn, dict) and isinstance(txn.get("appId"), str):
+            out.add(txn["appId"])
+    return out
+
+
+def checkpoint_txn_app_ids(fh: Any, name: str) -> set[str]:
+    """The app ids of the `txn` actions in a checkpoint file, given as a seekable binary file:
+    a parquet's `txn` column only (classic, multi-part and V2 checkpoints; ranged reads), or a V2
+    checkpoint's JSON lines."""
+    if name.endswith(".json"):
+        return commit_txn_app_ids(fh.read())
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(fh)
+    if "txn" not in pf.schema_arrow.names:
+        return set()
+    rows = pf.read(columns=["txn"]).column("txn").to_pylist()
+    return {r["appId"] for r in rows if isinstance(r, dict) and isinstance(r.get("appId"), str)}

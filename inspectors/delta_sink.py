@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from streamctl.formats.delta_txn import DELTA_LOG, LAST_CHECKPOINT, commit_file, log_file_version
+from streamctl.formats.delta_txn import (
+    DELTA_LOG,
+    LAST_CHECKPOINT,
+    checkpoint_txn_app_ids,
+    commit_file,
+    commit_txn_app_ids,
+    log_file_version,
+)
 from streamctl.formats.errors import StorageError
 from streamctl.inspectors.findings import missing_ranges
 from streamctl.inspectors.sinks import SinkLog, _unreadable
-from streamctl.inspectors.storage import Storage
+from streamctl.inspectors.storage import Storage, parallel_map
+
+READ_THREADS = 8  # object stores: the commits after the newest checkpoint, read on a few threads
 
 
 def _delta_options(st: Storage) -> tuple[str, dict[str, str]]:
@@ -96,6 +105,31 @@ def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:
             "checkpoint) must all be there; readers and writers fail on the gap (\"Expected contiguous commit "
             "files\")")
     return None
+
+
+def delta_app_ids(st: Storage) -> Optional[list[str]]:
+    """The app ids of every `txn` action the table's snapshot holds (its streaming writers' query
+    ids), as a reader replays the log: the newest checkpoint's files and the commits after it
+    (deltalake has no call that lists them). None when the log cannot be read. For a pre-flight
+    only: cost is the checkpoint's `txn` column and every commit after it (on object stores on
+    READ_THREADS threads)."""
+    try:
+        entries = [e for e in st.list_dir(DELTA_LOG) or [] if not e.is_dir]
+        named = [(v, e.name) for e in entries if (v := log_file_version(e.name)) is not None]
+        floor = max((v for (v, cp), _n in named if cp), default=-1)
+        reads = [(n, cp) for (v, cp), n in named if (cp and v == floor) or (not cp and v > floor)]
+
+        def one(item: tuple[str, bool]) -> set[str]:
+            name, cp = item
+            if not cp:
+                return commit_txn_app_ids(st.read(f"{DELTA_LOG}/{name}"))
+            with st.open_random(f"{DELTA_LOG}/{name}") as fh:
+                return checkpoint_txn_app_ids(fh, name)
+
+        found = [one(r) for r in reads] if st.is_local else parallel_map(one, reads, READ_THREADS)
+    except Exception:  # noqa: BLE001 - a log streamctl cannot read here: the ids are unknown
+        return None
+    return sorted(set().union(*found)) if found else []
 
 
 def _deltalake_reason(exc: Exception) -> str:

@@ -115,6 +115,21 @@ def _skipped_replay(q: QueryInspection, sink: SinkLog) -> list[Finding]:
                  "skipped_count": 1, "checkpoint_format": 2})]
 
 
+def _writer_ids(log: SinkLog, sink: str) -> list[str]:
+    """The streaming writers' query ids a table holds (Iceberg: its snapshots' summaries; Delta:
+    its `txn` app ids), for a pre-flight; [] for other sinks or when unknown."""
+    if log.kind == "iceberg":
+        return list(log.extra.get("streaming_queries") or [])
+    if log.kind == "delta" and log.table_version is not None:
+        from streamctl.inspectors.delta_sink import delta_app_ids
+
+        try:
+            return delta_app_ids(Storage.open(sink)) or []
+        except StreamctlError:
+            return []
+    return []
+
+
 def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sink: str, sink_kind: str,
               app_id: Optional[str], sink_absent: frozenset[str], progress: Optional[Progress], known: bool,
               missing: bool) -> QueryInspection:
@@ -124,15 +139,18 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
-    if missing and log.kind == "iceberg" and log.extra.get("streaming_queries"):
-        # a pre-flight: a new checkpoint is a new query id, which the table never saw (docs/formats/sinks.md#iceberg)
-        others = list(log.extra["streaming_queries"])
+    others = _writer_ids(log, sink) if missing else []
+    if others:
+        # a pre-flight: a new checkpoint is a new query id, which the table never saw
+        # (docs/formats/sinks.md#iceberg, #delta)
         empty = LogListing(exists=False)
+        held = ("epochs of {n} streaming query id(s)" if log.kind == "iceberg"
+                else "txn versions of {n} streaming writer(s)' app id(s)").format(n=len(others))
         f = Finding("SINK_NEW_QUERY",
-                    f"{location} does not exist yet and the Iceberg table {log.uri} holds epochs of "
-                    f"{len(others)} streaming query id(s) ({summarize(others, 2)}): a new checkpoint starts a new query "
-                    "id, which the table skips nothing for, so the source is read again from its starting position and "
-                    "every row it already delivered arrives again (duplicates) unless that position says otherwise",
+                    f"{location} does not exist yet and the {log.kind.capitalize()} table {log.uri} holds {held} "
+                    f"({summarize(others, 2)}): a new checkpoint starts a new query id, which the table skips nothing "
+                    "for, so the source is read again from its starting position and every row it already delivered "
+                    "arrives again (duplicates) unless that position says otherwise",
                     details={"query_ids": others, "preflight": True})
         q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
                             None, (f,))

@@ -323,6 +323,17 @@ def test_a_new_checkpoint_over_an_old_sink(harness: Any, shape: str) -> None:
     assert r.restart.kind == ("fails" if shape == "dedup_hdfs" else "exact"), r.detail()
 
 
+def test_a_new_checkpoint_over_a_delta_table_a_streaming_query_wrote(harness: Any) -> None:
+    """A new query over a Delta table its old query wrote: the new checkpoint is a new query id,
+    the table holds no txn version for it, and the restart delivers every row again. The
+    pre-flight reads the table's txn app ids (the newest checkpoint and the commits after it;
+    deltalake cannot list them) and says SINK_NEW_QUERY naming the old query's id, exit 1."""
+    r = harness.judge("delta", Action("scene", what="new_checkpoint"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SINK_NEW_QUERY" in r.inspect.findings, r.detail()
+    assert r.restart.kind == "differs" and "extra" in r.restart.detail, r.detail()
+
+
 def test_a_format2_batch_the_file_sink_holds_and_the_checkpoint_did_not_commit(harness: Any) -> None:
     """Checkpoint format 2, `commits/4` lost with its sidecar (a crash between the sink's commit
     and the checkpoint's): streamctl said IN_FLIGHT, exit 0 (recoverable), as under format 1.

@@ -149,7 +149,7 @@ def test_cli_sink_kinds_match_the_readers():
 
 def test_delta_txn_survives_a_checkpoint_and_log_cleanup(cli, tmp_path):
     """The txn version comes from the Delta checkpoint once the JSON commits before it are gone
-    (the deltalake package reads checkpoints; streamctl does not hand-parse the log)."""
+    (the deltalake package reads checkpoints for the txn version)."""
     from deltalake import DeltaTable
 
     sink = tmp_path / "table"
@@ -161,6 +161,32 @@ def test_delta_txn_survives_a_checkpoint_and_log_cleanup(cli, tmp_path):
     assert any(p.name.endswith(".checkpoint.parquet") for p in (sink / "_delta_log").iterdir())
     code, q = epochs(cli, checkpoint(tmp_path / "a", 3, 3), sink)
     assert code == 0 and q["sink"]["epoch"] == 3
+
+
+def test_delta_preflight_names_the_streaming_writers_a_new_query_is_not(cli, tmp_path):
+    """A checkpoint that does not exist yet over a Delta table streaming queries wrote: a new query
+    id that the table skips nothing for (duplicates; a real restart in
+    test_restart_oracle.py). The app ids come from the newest Delta checkpoint's `txn` column
+    and the commits after it, whose files before the checkpoint are gone; a table no
+    streaming writer wrote gives no pre-flight ("not a checkpoint", exit 3)."""
+    from deltalake import DeltaTable
+
+    sink = tmp_path / "table"
+    delta_table(sink, QID, range(0, 3))
+    DeltaTable(str(sink)).create_checkpoint()
+    delta_table(sink, "someone-else", range(0, 2))
+    for v in range(0, 3):  # commits covered by the checkpoint: the old app id is only in its parquet
+        (sink / "_delta_log" / f"{v:020d}.json").unlink()
+    code, q = epochs(cli, tmp_path / "new", sink)
+    assert code == 1 and codes(q) == ["SINK_NEW_QUERY"], q
+    assert q["findings"][0]["query_ids"] == sorted([QID, "someone-else"]) and q["findings"][0]["preflight"] is True
+    r = cli("diagnose", str(tmp_path / "new"), "--sink", str(sink))
+    assert r.code == 1 and "a pre-flight" in r.stdout and "new sink path" in r.stdout, r
+    plain = tmp_path / "plain"
+    delta_table(plain, None, range(0, 1))
+    code, q = epochs(cli, tmp_path / "new", plain)
+    assert code == 3 and "not a checkpoint" in q["findings"][0]["message"], q
+    assert not (tmp_path / "new").exists()
 
 
 def test_files_streamctl_wrote_are_no_sign_of_a_live_query(cli, tmp_path):

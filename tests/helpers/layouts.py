@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
 QID = "11111111-2222-3333-4444-555555555555"
 META = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{"spark.sql.shuffle.partitions":"2"}}'
@@ -71,13 +72,14 @@ def codes(q: dict) -> list[str]:
     return sorted(f["code"] for f in q["findings"])
 
 
-def delta_table(path: Path, app_id: str, versions: range) -> None:
+def delta_table(path: Path, app_id: Optional[str], versions: range) -> None:
+    """Commits of a streaming writer (`app_id`'s txn per version), or plain appends (None)."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     for v in versions:
-        write_deltalake(str(path), pa.table({"batch": [v], "value": [v * 10]}), mode="append",
-                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id=app_id, version=v)]))
+        txn = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=v)]) if app_id else None
+        write_deltalake(str(path), pa.table({"batch": [v], "value": [v * 10]}), mode="append", commit_properties=txn)
 
 
 def coordinated(root: Path, epochs_: int, writers: int = 2) -> Path:
