@@ -151,6 +151,13 @@ class _RangedFile:
     def seekable(self) -> bool:
         return True
 
+    def readable(self) -> bool:
+        return True
+
+    @property
+    def closed(self) -> bool:  # pyarrow's reader of a Python file (a parquet footer and columns) asks
+        return bool(self._fh.closed)
+
     def tell(self) -> int:
         return self._pos
 

@@ -148,3 +148,22 @@ def test_torn_state_file_is_found_on_s3_as_locally(cli, s3, tmp_path, scenario, 
     if code == "STATE_FILE_CORRUPT":  # PySpark 3.5's checkpoint: no sign of a 4.1+ line, the failing outcome
         (f,) = [f for f in remote.json()["queries"][0]["findings"] if f["code"] == code]
         assert f["severity"] == "error" and f["snapshot_aside"] and f["restart"] == "fails", f
+
+
+def test_delta_preflight_reads_the_txn_app_ids_on_s3(cli, s3, tmp_path):
+    """The Delta pre-flight on S3: deltalake loads the table through the endpoint, and streamctl
+    reads the newest checkpoint's `txn` column (ranged reads) and the commits after it on threads."""
+    from deltalake import DeltaTable
+
+    from helpers.layouts import QID, delta_table
+
+    fs, port = s3
+    table = tmp_path / "table"
+    delta_table(table, QID, range(0, 3))
+    DeltaTable(str(table)).create_checkpoint()
+    delta_table(table, "someone-else", range(0, 12))
+    upload(fs, table, "delta")
+    opts = f"?endpoint_override=127.0.0.1:{port}&scheme=http"
+    r = cli("inspect", "epochs", f"s3://chk/new{opts}", "--sink", f"s3://chk/delta{opts}", "--json")
+    (f,) = r.json()["queries"][0]["findings"]
+    assert r.code == 1 and f["code"] == "SINK_NEW_QUERY" and f["query_ids"] == sorted([QID, "someone-else"]), r
