@@ -685,7 +685,15 @@ def sample(spark4: bool = True, size: int = 0, small: bool = False) -> list[tupl
     return out
 
 
-def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print, verbose: bool = False) -> list[Result]:
+def report_line(r: Result) -> str:
+    return json.dumps({"shape": r.shape, "action": r.action, "line": r.line(), "agrees": r.agrees,
+                       "skipped": r.skipped})
+
+
+def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print, verbose: bool = False,
+              report: Any = None) -> list[Result]:
+    """Judge each case in turn; `report` (a text file) gets each result's JSON line as it ends,
+    so an interrupted run keeps what it judged (`--resume`)."""
     results = []
     for shape, action in cases:
         started = time.monotonic()
@@ -695,6 +703,9 @@ def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print,
             r = Result(shape, action.id(), disagreements=[f"harness error: {type(exc).__name__}: {exc}"[:400]])
         results.append(r)
         say(f"[{time.monotonic() - started:5.1f}s] {r.detail() if verbose else r.line()}")
+        if report is not None:
+            report.write(report_line(r) + "\n")
+            report.flush()
     return results
 
 
@@ -710,7 +721,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--count", type=int, default=40)
     ap.add_argument("--shape", action="append", help="only these shapes")
     ap.add_argument("--case", action="append", help="only these actions (ids as printed)")
-    ap.add_argument("--report", type=Path, help="write the results as JSON lines here")
+    ap.add_argument("--report", type=Path, help="write the results as JSON lines here, each as its case ends")
+    ap.add_argument("--resume", action="store_true",
+                    help="append to --report, skipping the cases it holds (a long run over several sittings)")
     ap.add_argument("-v", "--verbose", action="store_true", help="every finding's message and align's answer")
     ns = ap.parse_args(argv)
     import pyspark
@@ -730,23 +743,34 @@ def main(argv: Optional[list[str]] = None) -> int:
             cases = [(s, Action.parse(a)) for s in ns.shape for a in ns.case]
     elif ns.case:
         cases = [c for c in cases if c[1].id() in ns.case]
+    if ns.resume and not ns.report:
+        ap.error("--resume needs --report")
+    held: list[dict[str, Any]] = []
+    if ns.resume and ns.report.exists():
+        held = [json.loads(line) for line in ns.report.read_text().splitlines() if line.strip()]
+        done = {(d["shape"], d["action"]) for d in held}
+        cases = [c for c in cases if (c[0], c[1].id()) not in done]
     spark = get_spark("streamctl-oracle", {"spark.sql.streaming.stopTimeout": "20s"})
     spark.sparkContext.setLogLevel("OFF")
+    report = open(ns.report, "a" if ns.resume else "w") if ns.report else None
     with tempfile.TemporaryDirectory(prefix="streamctl-oracle-") as tmp:
         h = Harness(spark, Path(tmp))
-        print(f"oracle: {len(cases)} case(s) on PySpark {pyspark.__version__}", flush=True)
-        results = run_cases(h, cases, lambda m: print(m, flush=True), ns.verbose)
+        print(f"oracle: {len(cases)} case(s) on PySpark {pyspark.__version__}"
+              + (f" ({len(held)} judged before, in {ns.report})" if held else ""), flush=True)
+        results = run_cases(h, cases, lambda m: print(m, flush=True), ns.verbose, report)
     spark.stop()
+    if report is not None:
+        report.close()
     judged = [r for r in results if not r.skipped]
     bad = [r for r in judged if not r.agrees]
-    if ns.report:
-        with open(ns.report, "w") as fh:
-            for r in results:
-                fh.write(json.dumps({"shape": r.shape, "action": r.action, "line": r.line(), "agrees": r.agrees,
-                                     "skipped": r.skipped}) + "\n")
+    before = [d for d in held if not d["skipped"]]
+    before_bad = [d for d in before if not d["agrees"]]
+    if held:
+        print(f"oracle: before this sitting {len(before)} judged, {len(before_bad)} disagree"
+              + "".join(f"\n  {d['line']}" for d in before_bad))
     print(f"oracle: {len(judged)} judged, {len(judged) - len(bad)} agree, {len(bad)} disagree, "
           f"{len(results) - len(judged)} not applicable" + (f" (seed {ns.seed})" if ns.seed is not None else ""))
-    return 1 if bad else 0
+    return 1 if bad or before_bad else 0
 
 
 if __name__ == "__main__":
