@@ -160,21 +160,25 @@ def _local(uri: str) -> Optional[str]:
     return unquote(parsed.path) or None
 
 
+RENAMED_JUDGED = 8  # more entries naming nothing than a few changed bytes make: a clean-up (see below)
+
+
 def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], changed: list[str]) -> None:
     """An entry whose path does not exist while a file in a folder the entries name, which no
     entry names, carries its `timestamp` (the mtime Spark logged, in ms): the entry's path was
     changed after Spark wrote it. The restart takes the changed path as a file it has seen and
     reads the real one again as new: its rows twice (observed 4.3.0, a windowed count counted
-    twice). Judged for the entries of the batch files after the newest compaction and of any file
-    whose Hadoop sidecar says it changed (`changed`); without that word, not when another batch
-    file's entry is gone too: a clean-up (cleanSource, retention) removes the files of committed
-    batches, and a new file may share a millisecond with one of them. Cost: a stat per judged
-    entry; only when one names nothing, a listing of the folders they name."""
-    entries = [(rel, e, _local(str(e.get("path")))) for rel, batch in read if not batch.compact or rel in changed
-               for e in batch.entries]
+    twice; a stateless query's rows written twice). Judged for every entry of the chain a restart
+    reads (the newest compaction and the batch files after it): where a file's Hadoop sidecar says
+    it changed (`changed`), by the twin of any entry of it; without that word, only when every
+    entry that names nothing has its twin: a clean-up (cleanSource, retention) removes the files
+    of committed batches, and a new file may share a millisecond with one of them. Cost: a stat
+    per entry (the log is parsed whole anyway); only when one to RENAMED_JUDGED name nothing (or
+    the sidecar spoke), a listing of the folders the entries name."""
+    entries = [(rel, e, _local(str(e.get("path")))) for rel, batch in read for e in batch.entries]
     gone = [(rel, e, p) for rel, e, p in entries if p is not None and not os.path.exists(p)]
-    if not gone:
-        return
+    if not gone or (len(gone) > RENAMED_JUDGED and not any(g[0] in changed for g in gone)):
+        return  # many gone without a sidecar's word: a clean-up, whose twins need not be looked for
     named = {p for _rel, batch in read for p in (_local(str(e.get("path"))) for e in batch.entries) if p}
     unnamed: dict[object, str] = {}
     for folder in sorted({os.path.dirname(p) for _r, _e, p in entries if p is not None}):

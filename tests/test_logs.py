@@ -216,3 +216,55 @@ def test_operator_metadata_v2_schema_paths_rewritten_and_nothing_else():
     assert is_operator_metadata_v2("state/0/_metadata/v2/12")
     assert not any(map(is_operator_metadata_v2, ("state/0/_metadata/metadata", "state/0/_metadata/v2/.12.crc",
                                                  "state/0/0/_metadata/v2", "sources/0/_metadata/v2/1")))
+
+
+def _source_log(root, files: int, compact_at: int) -> list:
+    """A file source's log over `files` input files, one per batch, a compaction at `compact_at`
+    holding every entry up to it; returns the input paths (mtimes set to distinct seconds)."""
+    import json
+    import os
+
+    inp, log = root / "input", root / "chk" / "sources" / "0"
+    inp.mkdir(parents=True)
+    log.mkdir(parents=True)
+    paths = []
+    for b in range(files):
+        p = inp / f"part-{b:05d}.json"
+        p.write_text('{"id": 1}\n')
+        os.utime(p, (1_700_000_000 + b, 1_700_000_000 + b))
+        paths.append(p)
+
+    def entry(b: int) -> str:
+        return json.dumps({"path": f"file://{paths[b]}", "timestamp": (1_700_000_000 + b) * 1000, "batchId": b})
+
+    for b in range(files):
+        if b < compact_at:
+            continue
+        lines = [entry(k) for k in range(b + 1)] if b == compact_at else [entry(b)]
+        (log / (f"{b}.compact" if b == compact_at else str(b))).write_text("v1\n" + "\n".join(lines))
+    return paths
+
+
+def test_a_changed_compaction_entry_is_told_by_the_input_file_it_stood_for(tmp_path):
+    """An entry of the newest compaction whose path names nothing while an input file no entry
+    names has its timestamp: the path was changed after Spark wrote it (a restart reads that
+    file again). Judged in a compaction without a sidecar too; a clean-up (more than
+    RENAMED_JUDGED entries naming nothing) is not a change."""
+    from streamctl.inspectors.sources import RENAMED_JUDGED, read_source
+    from streamctl.inspectors.storage import Storage
+
+    _source_log(tmp_path, 5, 2)
+    compact = tmp_path / "chk/sources/0/2.compact"
+    compact.write_text(compact.read_text().replace("part-00001", "part-0000X"))
+    with pytest.raises(LogParseError) as exc:
+        read_source(Storage.open(str(tmp_path / "chk")), 0)
+    assert exc.value.path.endswith("sources/0/2.compact") and "part-00001.json, which no entry names" in str(exc.value)
+
+    many = tmp_path / "many"
+    paths = _source_log(many, RENAMED_JUDGED + 4, RENAMED_JUDGED + 2)
+    compact = many / f"chk/sources/0/{RENAMED_JUDGED + 2}.compact"
+    text = compact.read_text()
+    for p in paths[:RENAMED_JUDGED + 1]:  # each moved away under another name, its mtime kept
+        text = text.replace(p.name, "gone-" + p.name)
+    compact.write_text(text)
+    assert read_source(Storage.open(str(many / "chk")), 0).kind == "file"

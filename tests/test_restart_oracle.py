@@ -283,6 +283,20 @@ def test_source_log_damage_no_restart_reads(harness: Any, action: str) -> None:
     assert r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
 
 
+@pytest.mark.parametrize("shape", ["stateless", "join_hdfs"])
+def test_a_compaction_entry_changed_without_its_checksum(harness: Any, shape: str) -> None:
+    """Eight bytes of an entry's path changed in the newest compaction of the file-source log,
+    its sidecar dropped: the restart takes the changed path as seen and reads the real input file
+    again (observed 4.3.0: its rows written twice). streamctl judged a compaction's entries only
+    where the sidecar said it changed: aligned, exit 0. Every entry of the chain a restart reads
+    is now judged by the input file it stood for (the unnamed file with its timestamp):
+    UNREADABLE, and align refuses."""
+    r = harness.judge(shape, Action("damage", "sources", "middle", "corrupt", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "UNREADABLE" in r.inspect.findings and "which no entry names" in r.inspect.text
+    assert r.restart.kind == "differs" and "extra" in r.restart.detail, r.detail()
+
+
 def test_a_roll_back_that_merges_batches_of_a_window_without_no_data_batches(harness: Any) -> None:
     """A windowed count with no-data batches off, its newest offsets file lost: align rolls back
     to the batch before, and the restart plans the lost batch's file and the new one as one batch
