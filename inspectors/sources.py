@@ -145,21 +145,36 @@ def _outside_base(read: list[tuple[str, CompactibleBatch]], latest_id: int) -> t
     return f"{sch}://{auth}{folder}" if sch else folder, tuple(out)
 
 
+def _split(uri: str) -> tuple[str, str, str]:
+    """(scheme, authority, unquoted path) of a logged path; a plain `file:` URI (what Spark logs
+    for a local file) without a word urlparse would read is split by hand: a compaction holds
+    every input file ever read, and urlparse costs more than parsing its entry."""
+    if uri.startswith("file:") and not any(c in uri for c in "%?#;\t\r\n") and uri == uri.rstrip():
+        rest = uri[5:]
+        if rest.startswith("///"):
+            return "file", "", rest[2:]
+        if rest.startswith("/") and not rest.startswith("//"):
+            return "file", "", rest
+    parsed = urlparse(uri)
+    return parsed.scheme, parsed.netloc, unquote(parsed.path)
+
+
 def _uri_parts(uri: str) -> Optional[tuple[str, str, str]]:
     """(scheme, authority, folder) of a logged path as Spark's `new Path(new URI(path))` sees it."""
-    parsed = urlparse(uri)
-    if not parsed.path.startswith("/"):
+    scheme, netloc, path = _split(uri)
+    if not path.startswith("/"):
         return None
-    return parsed.scheme, parsed.netloc, posixpath.dirname(unquote(parsed.path))
+    return scheme, netloc, posixpath.dirname(path)
 
 
 def _local(uri: str) -> Optional[str]:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file") or parsed.netloc not in ("", "localhost"):
+    scheme, netloc, path = _split(uri)
+    if scheme not in ("", "file") or netloc not in ("", "localhost"):
         return None
-    return unquote(parsed.path) or None
+    return path or None
 
 
+LISTED_OVER = 32  # a folder named by more entries is listed once instead of a stat per entry
 RENAMED_JUDGED = 8  # more entries naming nothing than a few changed bytes make: a clean-up (see below)
 
 
@@ -172,11 +187,13 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], c
     reads (the newest compaction and the batch files after it): where a file's Hadoop sidecar says
     it changed (`changed`), by the twin of any entry of it; without that word, only when every
     entry that names nothing has its twin: a clean-up (cleanSource, retention) removes the files
-    of committed batches, and a new file may share a millisecond with one of them. Cost: a stat
-    per entry (the log is parsed whole anyway); only when one to RENAMED_JUDGED name nothing (or
-    the sidecar spoke), a listing of the folders the entries name."""
+    of committed batches, and a new file may share a millisecond with one of them. Cost: a
+    listing of each folder more than LISTED_OVER entries name, a stat per entry of the others;
+    only when one to RENAMED_JUDGED name nothing (or the sidecar spoke), a listing of the folders
+    the entries name."""
     entries = [(rel, e, _local(str(e.get("path")))) for rel, batch in read for e in batch.entries]
-    gone = [(rel, e, p) for rel, e, p in entries if p is not None and not os.path.exists(p)]
+    existing = _existing({p for _rel, _e, p in entries if p is not None})
+    gone = [(rel, e, p) for rel, e, p in entries if p is not None and p not in existing]
     if not gone or (len(gone) > RENAMED_JUDGED and not any(g[0] in changed for g in gone)):
         return  # many gone without a sidecar's word: a clean-up, whose twins need not be looked for
     named = {p for _rel, batch in read for p in (_local(str(e.get("path"))) for e in batch.entries) if p}
@@ -198,6 +215,26 @@ def _check_renamed(storage: Storage, read: list[tuple[str, CompactibleBatch]], c
         _renamed(storage, known[0][0], known[0][1])
     if twins and None not in twins:
         _renamed(storage, gone[0], twins[0])  # type: ignore[arg-type]
+
+
+def _existing(paths: set[str]) -> set[str]:
+    """Those of `paths` that exist (a name a listing holds counts, a dangling link too: no path was
+    changed there): a folder named by many of them is listed once (a compaction holds every input
+    file ever read: a stat each costs as much as parsing it), the others are stat'ed."""
+    by_folder: dict[str, list[str]] = {}
+    for p in paths:
+        by_folder.setdefault(os.path.dirname(p), []).append(p)
+    out: set[str] = set()
+    for folder, ps in by_folder.items():
+        if len(ps) > LISTED_OVER:
+            try:
+                names = set(os.listdir(folder))
+            except OSError:
+                names = set()
+            out.update(p for p in ps if os.path.basename(p) in names)
+        else:
+            out.update(p for p in ps if os.path.exists(p))
+    return out
 
 
 def _renamed(storage: Storage, suspect: tuple[str, Any, Optional[str]], twin: str) -> None:

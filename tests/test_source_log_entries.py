@@ -105,9 +105,11 @@ def test_input_files_cleaned_up_leave_the_log_unjudged(tmp_path: Path) -> None:
     assert _read(tmp_path).kind == "file"
 
 
-def test_a_compacted_entry_renamed_away_from_its_input_file_is_named_by_its_sidecar(tmp_path: Path) -> None:
-    """A compaction's entries are judged where its sidecar says it changed: without that word,
-    a stat per entry of every file ever seen is more than an inspection spends."""
+def test_a_compacted_entry_renamed_away_from_its_input_file_is_named_with_or_without_its_sidecar(
+        tmp_path: Path) -> None:
+    """A compaction's entries are judged as a batch file's: a restart reads them all (observed
+    4.3.0: a compaction's entry changed, its sidecar dropped, the input file's rows written twice).
+    The sidecar's word decides only where more entries name nothing than a change makes."""
     a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
     c = _input(tmp_path, "c.json", T0 + 9)
     folder = tmp_path / "checkpoint" / "sources" / "0"
@@ -118,11 +120,31 @@ def test_a_compacted_entry_renamed_away_from_its_input_file_is_named_by_its_side
     _log(tmp_path, 2, [_entry(c, T0 + 9, 2)])
     assert _read(tmp_path).file_log_latest == 2
     (folder / "1.compact").write_text(body.replace("b.json", "b;x.json"))
-    with pytest.raises(LogParseError) as exc:
+    for sidecar in (True, False):
+        if not sidecar:
+            (folder / ".1.compact.crc").unlink()
+        with pytest.raises(LogParseError) as exc:
+            _read(tmp_path)
+        assert "sources/0/1.compact" in str(exc.value) and str(b) in str(exc.value), exc.value
+
+
+def test_many_compacted_entries_naming_nothing_are_a_clean_up_unless_the_sidecar_speaks(tmp_path: Path) -> None:
+    """More than RENAMED_JUDGED entries naming nothing, each with a twin: without a sidecar that
+    says the compaction changed, a clean-up (no listing of the input folders is spent on it);
+    with one, the change is named."""
+    from streamctl.inspectors.sources import RENAMED_JUDGED
+
+    n = RENAMED_JUDGED + 1
+    files = [_input(tmp_path, f"f{k}.json", T0 + k) for k in range(n + 1)]
+    folder = tmp_path / "checkpoint" / "sources" / "0"
+    folder.mkdir(parents=True)
+    good = "v1\n" + "\n".join(json.dumps(_entry(f, T0 + k, k), separators=(",", ":")) for k, f in enumerate(files[:n]))
+    (folder / f"{n - 1}.compact").write_text(good.replace("/input/f", "/input/gone-f"))
+    _log(tmp_path, n, [_entry(files[n], T0 + n, n)])
+    assert _read(tmp_path).file_log_latest == n
+    (folder / f".{n - 1}.compact.crc").write_bytes(hadoop_crc(good.encode()))
+    with pytest.raises(LogParseError):
         _read(tmp_path)
-    assert "sources/0/1.compact" in str(exc.value) and str(b) in str(exc.value), exc.value
-    (folder / ".1.compact.crc").unlink()
-    assert _read(tmp_path).file_log_latest == 2
 
 
 def test_a_compaction_takes_its_entries_whatever_their_batch_id(tmp_path: Path) -> None:
