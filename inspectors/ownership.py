@@ -42,13 +42,18 @@ def _runs(ids: list[int]) -> list[tuple[int, int]]:
 
 
 def foreign_finding(foreign: list[int], sink_epoch: int, committed: Optional[int], preflight: bool = False,
-                    kind: str = "file") -> Finding:
+                    kind: str = "file", app_id: Optional[str] = None) -> Finding:
     """`kind` "coordinated": streamctl's coordinated sink, which skips an epoch whose commit record
-    exists (pipeline/coordinated_sink.py, rule 2), as the file sink skips a logged batch id."""
+    exists (pipeline/coordinated_sink.py, rule 2), as the file sink skips a logged batch id;
+    "delta": a Delta table's txn of the app id a writer is given (`txnAppId`), whose version a
+    writer with that app id skips up to."""
     c = -1 if committed is None else committed
     what = ranges_text(_runs(foreign))
-    log, skips = (("the coordinated sink's _commits/", "the coordinated sink skips every epoch with a commit record")
-                  if kind == "coordinated" else ("the file sink's log", "Spark's file sink skips every batch id"))
+    log, skips = {
+        "coordinated": ("the coordinated sink's _commits/", "the coordinated sink skips every epoch with a commit record"),
+        "delta": (f"the Delta table's txn of app id {app_id}",
+                  "A Delta writer given that app id (txnAppId) skips every batch id"),
+    }.get(kind, ("the file sink's log", "Spark's file sink skips every batch id"))
     lost = (f"a query starting on this checkpoint skips batch ids 0..{sink_epoch}: the rows of those batches are "
             "never written, unless it plans the very batches the old query wrote (the same input files in the "
             "same batches)" if preflight else
@@ -59,7 +64,7 @@ def foreign_finding(foreign: list[int], sink_epoch: int, committed: Optional[int
         f"{log} holds batch(es) {what} that this checkpoint did not write (written before it planned "
         f"them: another query's, or a lost history's). {skips} up to {sink_epoch}: "
         f"{lost}. align never rolls them back as this query's own; to keep every row, start the query on a new "
-        "sink path (the old sink keeps its rows)",
+        "sink path (the old sink keeps its rows)" + (", or give its writer a new txnAppId" if kind == "delta" else ""),
         details={"epochs": ids_of(_runs(foreign)), "epoch_count": len(foreign), "sink_epoch": sink_epoch,
                  "committed": committed, "preflight": preflight})
 

@@ -139,6 +139,14 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
     if progress:
         progress(f"reading sink {sink}")
     log = read_sink(sink, sink_kind, app_id or q.query_id, absent=sink_absent)
+    if missing and log.kind == "delta" and app_id and log.epoch is not None:
+        # a pre-flight with the app id the writer is given: a new query's batch ids restart at 0,
+        # and the writer skips every one up to the table's txn version of that id
+        empty = LogListing(exists=False)
+        f = foreign_finding([log.epoch], log.epoch, None, preflight=True, kind="delta", app_id=app_id)
+        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                            None, (f,))
+        return replace(q, sink=log)
     others = _writer_ids(log, sink) if missing else []
     if others:
         # a pre-flight: a new checkpoint is a new query id, which the table never saw

@@ -189,6 +189,21 @@ def test_delta_preflight_names_the_streaming_writers_a_new_query_is_not(cli, tmp
     assert not (tmp_path / "new").exists()
 
 
+def test_delta_preflight_with_the_writers_fixed_app_id_names_the_batches_it_skips(cli, tmp_path):
+    """A foreachBatch writer given a fixed app id (Delta's `txnAppId`, `--app-id` here): a new
+    checkpoint's batch ids restart at 0, and the writer skips every one up to the table's txn
+    version of that id (Delta documents it: a new checkpoint needs a new txnAppId). The
+    pre-flight is SINK_FOREIGN_BATCHES with the version, not SINK_NEW_QUERY."""
+    sink = tmp_path / "table"
+    delta_table(sink, "orders-to-delta", range(0, 4))
+    code, q = epochs(cli, tmp_path / "new", sink, "--app-id", "orders-to-delta")
+    (f,) = q["findings"]
+    assert code == 1 and f["code"] == "SINK_FOREIGN_BATCHES" and f["preflight"] is True and f["sink_epoch"] == 3, q
+    assert "batch ids 0..3" in f["message"] and "new txnAppId" in f["message"]
+    code, q = epochs(cli, tmp_path / "new", sink, "--app-id", "another-writer")
+    assert code == 1 and codes(q) == ["SINK_NEW_QUERY"], q
+
+
 def test_files_streamctl_wrote_are_no_sign_of_a_live_query(cli, tmp_path):
     """Right after align wrote `commits/3` (a roll forward), inspect with the default quiet period
     does not call the query live: the runner noted the files it wrote (`_streamctl/written.json`).
