@@ -27,6 +27,16 @@ def log_file_version(name: str) -> Optional[tuple[int, bool]]:
     return (int(m.group(1)), True) if m else None
 
 
+def checkpoint_part(name: str) -> Optional[tuple[int, int]]:
+    """(part, parts) of a multi-part checkpoint's file name `<v>.checkpoint.<part>.<parts>.parquet`;
+    None for any other name. Readers take a multi-part checkpoint only when every part is there."""
+    m = _CHECKPOINT.match(name)
+    if not m or not m.group(2):
+        return None
+    part, parts = m.group(2)[1:].split(".")
+    return int(part), int(parts)
+
+
 def commit_file(version: int) -> str:
     """The name of the commit of `version` in `_delta_log/`: 20 digits, `.json`."""
     return f"{version:020d}.json"

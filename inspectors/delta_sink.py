@@ -9,6 +9,7 @@ from typing import Any, Optional
 from streamctl.formats.delta_txn import (
     DELTA_LOG,
     LAST_CHECKPOINT,
+    checkpoint_part,
     checkpoint_txn_app_ids,
     commit_file,
     commit_txn_app_ids,
@@ -116,7 +117,7 @@ def delta_app_ids(st: Storage) -> Optional[list[str]]:
     try:
         entries = [e for e in st.list_dir(DELTA_LOG) or [] if not e.is_dir]
         named = [(v, e.name) for e in entries if (v := log_file_version(e.name)) is not None]
-        floor = max((v for (v, cp), _n in named if cp), default=-1)
+        floor = max((v for (v, cp), _n in named if cp and _complete(v, named)), default=-1)
         reads = [(n, cp) for (v, cp), n in named if (cp and v == floor) or (not cp and v > floor)]
 
         def one(item: tuple[str, bool]) -> set[str]:
@@ -130,6 +131,13 @@ def delta_app_ids(st: Storage) -> Optional[list[str]]:
     except Exception:  # noqa: BLE001 - a log streamctl cannot read here: the ids are unknown
         return None
     return sorted(set().union(*found)) if found else []
+
+
+def _complete(version: int, named: list[tuple[tuple[int, bool], str]]) -> bool:
+    """Whether the checkpoint of `version` is whole: a multi-part one needs every part (a crash
+    while it was written leaves some; readers fall back to an older checkpoint)."""
+    parts = [p for (v, cp), n in named if cp and v == version and (p := checkpoint_part(n)) is not None]
+    return not parts or len({p for p, _of in parts}) == parts[0][1]
 
 
 def _deltalake_reason(exc: Exception) -> str:

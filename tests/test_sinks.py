@@ -182,6 +182,10 @@ def test_delta_preflight_names_the_streaming_writers_a_new_query_is_not(cli, tmp
     assert q["findings"][0]["query_ids"] == sorted([QID, "someone-else"]) and q["findings"][0]["preflight"] is True
     r = cli("diagnose", str(tmp_path / "new"), "--sink", str(sink))
     assert r.code == 1 and "a pre-flight" in r.stdout and "new sink path" in r.stdout, r
+    # a multi-part checkpoint a crash left with one part of two: readers fall back to the older one
+    (sink / "_delta_log" / f"{4:020d}.checkpoint.0000000001.0000000002.parquet").write_bytes(b"PAR1 torn")
+    code, q = epochs(cli, tmp_path / "new", sink)
+    assert code == 1 and q["findings"][0]["query_ids"] == sorted([QID, "someone-else"]), q
     plain = tmp_path / "plain"
     delta_table(plain, None, range(0, 1))
     code, q = epochs(cli, tmp_path / "new", plain)
