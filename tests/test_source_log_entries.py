@@ -176,3 +176,21 @@ def test_a_folder_below_the_newest_compaction_is_never_read(tmp_path: Path) -> N
     (folder / "3").mkdir()
     with pytest.raises(StreamctlError, match="is a folder"):
         _read(tmp_path)
+
+
+def test_a_logged_path_is_split_as_urlparse_splits_it() -> None:
+    """The hand split of plain `file:` paths (a compaction's entries are many) gives what
+    urlparse and unquote give, for every spelling: one slash or three, an authority, escapes,
+    queries, fragments, whitespace."""
+    import random
+    from urllib.parse import unquote, urlparse
+
+    from streamctl.inspectors.sources import _split
+
+    rnd = random.Random(5)
+    alphabet = "ab/:%?#; \t\n.-_~é2F"
+    cases = ["file:///tmp/a b.json", "file:/tmp/x.json", "file://host/tmp/x", "file:////x", "/tmp/x", "s3a://b/k"]
+    cases += ["file:" + "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 14))) for _ in range(20000)]
+    for uri in cases:
+        parsed = urlparse(uri)
+        assert _split(uri) == (parsed.scheme, parsed.netloc, unquote(parsed.path)), uri
