@@ -130,6 +130,13 @@ def _writer_ids(log: SinkLog, sink: str) -> list[str]:
     return []
 
 
+def _preflight(q: QueryInspection, log: SinkLog, *findings: Finding) -> QueryInspection:
+    """The inspection of a checkpoint that does not exist yet: no positions, the sink, `findings`."""
+    empty = LogListing(exists=False)
+    return QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
+                           None, tuple(findings), sink=log)
+
+
 def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sink: str, sink_kind: str,
               app_id: Optional[str], sink_absent: frozenset[str], progress: Optional[Progress], known: bool,
               missing: bool) -> QueryInspection:
@@ -142,16 +149,12 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
     if missing and log.kind == "delta" and app_id and log.epoch is not None:
         # a pre-flight with the app id the writer is given: a new query's batch ids restart at 0,
         # and the writer skips every one up to the table's txn version of that id
-        empty = LogListing(exists=False)
-        f = foreign_finding([log.epoch], log.epoch, None, preflight=True, kind="delta", app_id=app_id)
-        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
-                            None, (f,))
-        return replace(q, sink=log)
+        return _preflight(q, log, foreign_finding([log.epoch], log.epoch, None, preflight=True, kind="delta",
+                                                  app_id=app_id))
     others = _writer_ids(log, sink) if missing else []
     if others:
         # a pre-flight: a new checkpoint is a new query id, which the table never saw
         # (docs/formats/sinks.md#iceberg, #delta)
-        empty = LogListing(exists=False)
         held = ("epochs of {n} streaming query id(s)" if log.kind == "iceberg"
                 else "txn versions of {n} streaming writer(s)' app id(s)").format(n=len(others))
         f = Finding("SINK_NEW_QUERY",
@@ -160,15 +163,11 @@ def join_sink(q: QueryInspection, location: str, storage: Optional[Storage], sin
                     "for, so the source is read again from its starting position and every row it already delivered "
                     "arrives again (duplicates) unless that position says otherwise",
                     details={"query_ids": others, "preflight": True})
-        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
-                            None, (f,))
-        return replace(q, sink=log)
+        return _preflight(q, log, f)
     if missing and log.kind in ("file", "coordinated") and log.epoch is not None:
         # a pre-flight: no checkpoint yet over a sink that skips the batch ids it holds (docs/model.md#sink-ownership)
-        empty = LogListing(exists=False)
-        q = QueryInspection(q.checkpoint, None, None, None, None, empty, empty, False, 1, (), (), None, (), None,
-                            None, (foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True, kind=log.kind),))
-        return replace(q, findings=q.findings + tuple(log.findings), sink=log)
+        f = foreign_finding(list(log.epoch_ids), log.epoch, None, preflight=True, kind=log.kind)
+        return _preflight(q, log, f, *log.findings)
     if known:  # derived from the checkpoint's positions only when they are known
         sink_findings, older = _repartition_sink_gaps(location, log, q)
         checkpoint_findings = q.findings + tuple(older)
