@@ -42,6 +42,7 @@ from helpers.oracle_damage import (
     WHICH,
     Action,
     NoTarget,
+    blocked_on_pipe,
     damage,
     fifos,
     log_files,
@@ -246,20 +247,33 @@ class Harness:
         if add:
             shape.add_input(lay, FILES, NEW_FILES)
         # the query runs in this thread (a Python data source is looked up by the starting thread's
-        # session); a watchdog opens any named pipe the restart blocks on once the time is up
+        # session); a watchdog stops it once the time is up, or once a task or the micro-batch
+        # thread waits to open a named pipe of the case (three looks, 1.5 s: nobody writes it),
+        # and opens the pipes so that the blocked thread returns and the stop can end
         done = threading.Event()
-        hung: list[bool] = []
+        hung: list[str] = []
+        pipes = bool(fifos(lay.checkpoint) + fifos(lay.output))
 
-        def watchdog() -> None:
-            if done.wait(RESTART_TIMEOUT_S):
-                return
-            hung.append(True)
+        def stopper() -> None:
             while not done.wait(0.5):
                 for q in self.spark.streams.active:
                     try:
                         q.stop()
                     except Exception:  # noqa: BLE001 - the oracle records the hang, not the stop's error
                         pass
+
+        def watchdog() -> None:
+            looks = 0
+            deadline = time.monotonic() + RESTART_TIMEOUT_S
+            while not done.wait(0.5):
+                looks = looks + 1 if pipes and blocked_on_pipe() else 0
+                if looks >= 3 or time.monotonic() >= deadline:
+                    break
+            else:
+                return
+            hung.append("hung opening a named pipe" if looks >= 3 else f"hung for {RESTART_TIMEOUT_S:g}s")
+            threading.Thread(target=stopper, daemon=True).start()
+            while not done.wait(0.2):
                 for f in fifos(lay.checkpoint) + fifos(lay.output):
                     unblock(f)
 
@@ -283,7 +297,7 @@ class Harness:
             release_readers(fifos(lay.checkpoint) + fifos(lay.output))
         if hung:
             wait_quiet(lay.checkpoint.parent)
-            return Outcome("fails", f"hung for {RESTART_TIMEOUT_S:g}s")
+            return Outcome("fails", hung[0])
         wait_quiet(lay.checkpoint.parent if lay.checkpoint.parent.exists() else lay.checkpoint)
         if error:
             return Outcome("fails", _spark_error(error[0]))

@@ -223,6 +223,48 @@ def release_readers(paths: list[Path], timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
+# the thread names (Linux keeps 15 characters) of a Spark task and of the micro-batch thread: one of
+# them blocked opening a pipe stops the query for good; a maintenance thread's would not
+QUERY_THREADS = ("Executor task l", "stream executio")
+
+
+def blocked_on_pipe() -> bool:
+    """Whether a task or micro-batch thread of a process this one started (the JVM) waits in open()
+    for a named pipe's writer (its wait channel `wait_for_partner`, Linux): nobody writes the
+    oracle's pipes, so that restart waits forever. Read from /proc, never by opening the pipe
+    (a writer's open would let the reader on)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    todo, ours = list(children.get(os.getpid(), [])), []
+    while todo:
+        pid = todo.pop()
+        ours.append(pid)
+        todo.extend(children.get(pid, []))
+    for pid in ours:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/wchan") as f:
+                    if f.read().strip() != "wait_for_partner":
+                        continue
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip().startswith(QUERY_THREADS):
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def fifos(root: Path) -> list[Path]:
     import stat
 
