@@ -103,3 +103,43 @@ def parse_offsets(data: bytes, path: str, batch_id: int) -> OffsetEntry:
         sources.append(SourceOffset(sid, text))
     sources.sort(key=lambda s: source_sort_key(s.source_id))
     return OffsetEntry(batch_id, version, metadata, tuple(sources))
+
+
+def offsets_go_back(prev: Optional[OffsetEntry], cur: OffsetEntry) -> Optional[str]:
+    """What Spark never writes in `cur`'s source offsets after `prev`'s (None for nothing, and
+    for offsets of a kind streamctl does not read): a file source's `logOffset` below -1 or below
+    `prev`'s (FileStreamSource's log only grows), a Kafka partition's offset below 0 (offsets are
+    resolved before they are logged). A Kafka offset below `prev`'s is not judged: the connector
+    logs one when a topic was recreated, and runs it with failOnDataLoss=false."""
+    from streamctl.formats.kafka_offsets import parse_kafka_offsets
+
+    before = {s.source_id: s for s in prev.sources} if prev is not None else {}
+    for s in cur.sources:
+        try:
+            obj = s.parsed()
+        except json.JSONDecodeError:
+            continue  # unreadable: parse_offsets said so
+        if isinstance(obj, dict) and list(obj) == ["logOffset"]:
+            n, was = obj["logOffset"], _log_offset(before.get(s.source_id))
+            if isinstance(n, int) and not isinstance(n, bool):
+                if n < -1:
+                    return f"source {s.source_id}'s logOffset {n} is below -1"
+                if was is not None and n < was:
+                    return f"source {s.source_id}'s logOffset {n} is below batch {prev.batch_id}'s {was}"  # type: ignore[union-attr]
+            continue
+        for topic, parts in (parse_kafka_offsets(s.raw) or {}).items():
+            for part, off in sorted(parts.items()):
+                if part < 0:
+                    return f"source {s.source_id} names partition {part} of {topic}"
+                if off < 0:
+                    return f"source {s.source_id}'s offset {off} of {topic}-{part} is below 0"
+    return None
+
+
+def _log_offset(s: Optional[SourceOffset]) -> Optional[int]:
+    try:
+        obj = s.parsed() if s is not None else None
+    except json.JSONDecodeError:
+        return None
+    n = obj.get("logOffset") if isinstance(obj, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Optional
 
 from streamctl.formats.errors import LogParseError, StreamctlError
-from streamctl.formats.layout import SOURCES_DIR
-from streamctl.formats.offsets import OffsetEntry, SourceId
+from streamctl.formats.layout import OFFSETS_DIR, SOURCES_DIR
+from streamctl.formats.offsets import OffsetEntry, SourceId, offsets_go_back
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
 from streamctl.inspectors.findings import Finding, count_of, ids_of, ranges_text
 from streamctl.inspectors.sources import SourceInfo
@@ -35,6 +35,19 @@ class SourceFindings(CheckpointReads):
                 details={"source": m.source_id, "epochs": [m.batch], "old_folder": m.old_folder,
                          "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
         return {m.source_id for m in found} | {g.source_id for g in gone}
+
+    def _offsets_order_finding(self, prev: Optional[OffsetEntry], latest: OffsetEntry) -> None:
+        """UNREADABLE: the newest offsets hold a source offset Spark never writes after the batch
+        before's (offsets_go_back: a file source's logOffset going back or below -1, a Kafka
+        offset below 0): an edit or changed bytes the checksum did not catch. The restart's replay
+        of that batch fails (getBatch's range: `assertion failed`, observed 4.3.0; a Kafka
+        source's data-loss check); committed, the next batch starts there and fails or reads the
+        input between again. align moves an in-flight one aside as it does a torn one."""
+        why = offsets_go_back(prev, latest)
+        if why is not None:
+            self.unreadable(LogParseError(
+                self.st.uri(f"{OFFSETS_DIR}/{latest.batch_id}"),
+                f"{why}: Spark never writes that (an edit, or changed bytes); a restart fails on it or reads input again"))
 
     def _outside_base_findings(self, sources: list[SourceInfo], start: Optional[OffsetEntry],
                                end: Optional[OffsetEntry]) -> None:

@@ -192,11 +192,18 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
     top = x + 1 if keeps_next(ev, req, x) else x
     reads: list[tuple[str, Any, int]] = [(COMMITS_DIR, pl.commit_entry, x)] if 0 <= x < ev.c_ and x in ev.K else []
     reads += [(OFFSETS_DIR, pl.offsets_entry, b) for b in (top, top - 1) if b in ev.O]
+    got: dict[tuple[str, int], Any] = {}
     for log, read, b in reads:
         try:
-            read(b)
+            got[(log, b)] = read(b)
         except StreamctlError as exc:
             return f"{log}/{b}, which cannot be read ({getattr(exc, 'reason', exc)})"
+    if (OFFSETS_DIR, top) in got:
+        from streamctl.formats.offsets import offsets_go_back
+
+        why = offsets_go_back(got.get((OFFSETS_DIR, top - 1)), got[(OFFSETS_DIR, top)])
+        if why is not None:
+            return f"{OFFSETS_DIR}/{top}, which Spark cannot have written ({why})"
     return ""
 
 

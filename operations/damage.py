@@ -30,7 +30,7 @@ from streamctl.formats.errors import StorageError, StreamctlError
 from streamctl.formats.file_sink_log import FILE_SINK_LOG
 from streamctl.formats.layout import COMMITS_DIR, METADATA_FILE, OFFSETS_DIR
 from streamctl.formats.metadata import parse_query_metadata, serialize_query_metadata
-from streamctl.formats.offsets import parse_offsets
+from streamctl.formats.offsets import offsets_go_back, parse_offsets
 from streamctl.inspectors.storage import Storage
 from streamctl.operations.plan import Refused, Step
 
@@ -62,6 +62,20 @@ class Damage:
 
 def _offsets_at(batch: int, data: bytes, path: str) -> Any:
     return parse_offsets(data, path, batch)
+
+
+def _goes_back(st: Storage, batch: int) -> Optional[str]:
+    """What in offsets/batch Spark never writes after offsets/batch-1 (offsets_go_back): a batch
+    planned from it cannot run, and Spark plans it anew once it is moved aside, as a torn one."""
+    try:
+        cur = parse_offsets(st.read(f"{OFFSETS_DIR}/{batch}"), st.uri(f"{OFFSETS_DIR}/{batch}"), batch)
+    except StreamctlError:
+        return None
+    try:
+        prev = parse_offsets(st.read(f"{OFFSETS_DIR}/{batch - 1}"), st.uri(f"{OFFSETS_DIR}/{batch - 1}"), batch - 1)
+    except StreamctlError:
+        prev = None  # trimmed or unreadable: the offset is judged alone
+    return offsets_go_back(prev, cur)
 
 
 def _commit_at(batch: int, data: bytes, path: str) -> Any:
@@ -133,7 +147,7 @@ def assess(req: Any) -> Damage:
                 continue
             P, C = q.offsets.latest, q.commits.latest
             if P is not None and rel == f"{OFFSETS_DIR}/{P}" and (C is None or C < P):
-                why = _torn(st, rel, functools.partial(_offsets_at, P))
+                why = _torn(st, rel, functools.partial(_offsets_at, P)) or _goes_back(st, P)
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)

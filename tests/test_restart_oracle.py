@@ -486,3 +486,31 @@ def test_a_roll_back_onto_a_torn_format2_zip_is_refused(harness: Any) -> None:
     code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", "2",
                                       "--json", "--quiet-period", "0", home=harness.home)
     assert code == 4 and ".zip (torn" in out + err and "to restore version 3" in out + err, (code, out, err)
+
+
+@pytest.mark.parametrize("shape", ["stateless", "dedup_rocksdb_v2"])
+def test_a_source_offset_below_any_spark_writes(harness: Any, shape: str) -> None:
+    """The newest offsets' file-source `logOffset` set to -7, its sidecar dropped: `aligned`,
+    exit 0, and the restart failed (getBatch's range: "assertion failed"). Spark never writes a
+    logOffset below -1, or below the batch before's (its log only grows): UNREADABLE, and align
+    refuses (the batch is committed)."""
+    r = harness.judge(shape, Action("damage", "offsets", "newest", "set.logOffset.low", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "logOffset -7 is below -1" in r.inspect.text, r.detail()
+    assert r.restart.kind == "fails" and r.align is not None and r.align.code == 3, r.detail()
+
+
+def test_an_in_flight_batch_whose_source_offset_went_back(harness: Any) -> None:
+    """A crash before the newest batch's commit, and that batch's offsets file edited: its
+    `logOffset` two below the batch before's. The restart's replay fails (getBatch's range).
+    UNREADABLE naming it; align moves the offsets file aside as it does a torn one, Spark plans
+    the batch anew from the file-source log, and the restart after it is exact."""
+    shape = SHAPES["stateless"]
+    harness.ensure(shape)
+    lay = harness.fresh(shape)
+    lay = harness.apply(shape, Action("damage", "commits", "newest", "delete", "drop"), lay)
+    lay = harness.apply(shape, Action("damage", "offsets", "newest", "set.logOffset.back", "drop"), lay)
+    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, "in-flight-logOffset-back"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "below batch" in r.inspect.text and r.restart.kind == "fails", r.detail()
+    assert r.repaired is not None and r.repaired.kind == "exact", r.detail()

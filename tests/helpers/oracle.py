@@ -35,10 +35,12 @@ from typing import Any, Iterable, Optional
 
 from helpers.oracle_damage import (
     CRCS,
+    FIELDS,
     HOWS,
     LOGS,
     MOVES,
     SCENES,
+    SIDES,
     WHICH,
     Action,
     NoTarget,
@@ -361,6 +363,10 @@ class Harness:
             return self._judge_live(shape, lay, res, action.what)
         if action.kind == "change":
             return self._judge_change(shape, lay, res, action.what)
+        return self.judge_damaged(shape, lay, res)
+
+    def judge_damaged(self, shape: Shape, lay: Layout, res: Result) -> Result:
+        """Judge the damaged pipeline at `lay` (what an action, or a test's own steps, left)."""
         outside = self._outside(shape, lay)
         before = tree(self.work(shape))
         args = [str(lay.checkpoint), "--sink", str(lay.output)]
@@ -653,6 +659,8 @@ def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
     actions += [Action("move", what=m) for m in MOVES]
     actions += [Action("scene", what=s) for s in SCENES]
     actions += [Action("change", what=c) for c in CHANGES]
+    actions += [Action("damage", log, "newest", f"set.{name}.{side}", "drop")
+                for log, names in FIELDS.items() for name in names for side in SIDES]
     return [(s.name, a) for s in SHAPES.values() if spark4 or not s.spark4 for a in actions]
 
 

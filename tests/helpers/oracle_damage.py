@@ -11,6 +11,10 @@ Dimensions:
   place), ``number`` (a numeric field of a JSON line out of range), ``fifo`` (a named pipe in its
   place), ``folder`` (an empty folder in its place), ``zeroed`` (its bytes all zero, its size
   kept: what a crash leaves of a file whose data never reached the disk);
+* ``set.<field>.<low|high|back>``: that numeric field of the newest file (its last occurrence)
+  set below zero, above a Java long, or two below its value (in range, and wrong: a batch or an
+  offset gone back), its checksum companions dropped (kept, Hadoop's checksum fails the read of
+  any change, as ``number`` shows): every field of :data:`FIELDS`;
 * ``crc``: its checksum companions (Hadoop's ``.N.crc``, Spark's ``N.crc``) ``keep`` as they are
   or ``drop`` with it;
 * ``move``: the ``checkpoint``, the ``output``, the ``input`` or ``all`` three (the pipeline's
@@ -39,6 +43,17 @@ CRCS = ("keep", "drop")
 MOVES = ("checkpoint", "output", "input", "all")
 SCENES = ("new_checkpoint", "retired", "reprocess", "live_busy", "live_idle", "live_stopping")
 OUT_OF_RANGE = ("-7", "9223372036854775808")  # below every id, above a Java long
+# the numeric fields of each JSON log (the set.<field>.<side> actions); a shape whose newest file
+# has no such field has no case
+FIELDS = {
+    "offsets": ("batchWatermarkMs", "batchTimestampMs", "logOffset", "0"),  # "0": a Kafka partition's offset
+    "commits": ("nextBatchWatermarkMs",),
+    "sources": ("timestamp", "batchId"),
+    "sink": ("size", "modificationTime", "blockReplication", "blockSize",  # a file sink's entries (Delta's add too)
+             "version", "timestamp", "lastUpdated", "readVersion",  # Delta's txn and commitInfo
+             "epoch", "committed_at_ms", "num_writers", "partition", "attempt", "rows"),  # a coordinated record
+}
+SIDES = ("low", "high", "back")  # below zero, above a Java long, two below its value
 
 
 @dataclass(frozen=True)
@@ -167,6 +182,12 @@ def damage(path: Path, how: str, crc: str) -> str:
         if new is None:
             raise NoTarget("no numeric field")
         path.write_bytes(new)
+    elif how.startswith("set."):
+        _set, name, side = how.split(".")
+        new = _field_set(data, name, side)
+        if new is None:
+            raise NoTarget(f"no numeric field {name}")
+        path.write_bytes(new)
     elif how == "fifo":
         path.unlink()
         os.mkfifo(path)
@@ -190,6 +211,25 @@ def _number_out_of_range(data: bytes) -> Optional[bytes]:
     m = found[-1]
     value = OUT_OF_RANGE[len(found) % 2]
     return (text[: m.start(2)] + value + text[m.end(2):]).encode()
+
+
+def _field_set(data: bytes, name: str, side: str) -> Optional[bytes]:
+    """The last numeric value of the JSON field `name` set below zero, above a Java long, or two
+    below what it was (None when there is no such field, or it is below 2 to go back from)."""
+    import re
+
+    text = data.decode("utf-8", "replace")
+    found = list(re.finditer(r'"' + re.escape(name) + r'"\s*:\s*(-?\d+)', text))
+    if not found:
+        return None
+    m = found[-1]
+    if side == "back":
+        if int(m.group(1)) < 2:
+            return None
+        value = str(int(m.group(1)) - 2)
+    else:
+        value = OUT_OF_RANGE[SIDES.index(side)]
+    return (text[: m.start(1)] + value + text[m.end(1):]).encode()
 
 
 def unblock(path: Path) -> None:
