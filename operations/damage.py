@@ -5,7 +5,8 @@ lose `metadata`. Spark's restart fails on each (`Incomplete log file`,
 `STREAMING_CHECKPOINT_MISSING_METADATA_FILE`), and `inspect epochs` says UNREADABLE. align
 repairs what the evidence proves, through the same plan, backup, journal, verify and undo:
 
-- a torn newest `offsets/P` of a batch nothing committed: moved aside, Spark plans batch P anew
+- a torn newest `offsets/P` of a batch nothing committed, or one holding a source offset Spark
+  never writes after `offsets/P-1`'s (formats/offsets.offsets_go_back): moved aside, Spark plans batch P anew
   (the batch never ran: offsets are written before the batch starts);
 - a torn newest `commits/C`: taken as missing, so the planner either writes it as Spark does (a
   roll forward, when the sink and every state store prove batch C complete) or keeps it moved
@@ -151,7 +152,7 @@ def assess(req: Any) -> Damage:
                 if why is not None:
                     absent |= _with_crc(st, rel)
                     dmg.torn.append(rel)
-                    dmg.notes.append(f"offsets/{P} is torn ({why}) and nothing committed batch {P}: moved aside, "
+                    dmg.notes.append(f"offsets/{P} is damaged ({why}) and nothing committed batch {P}: moved aside, "
                                      f"Spark plans batch {P} anew from the input after offsets/{P - 1}")
             elif C is not None and rel == f"{COMMITS_DIR}/{C}":
                 why = _torn(st, rel, functools.partial(_commit_at, C))
