@@ -463,6 +463,20 @@ def test_a_roll_back_onto_a_torn_older_log_file_is_refused(harness: Any, shape: 
     assert code == 4 and f"{log}/{middle}, which cannot be read" in out + err, (code, out, err)
 
 
+def test_a_roll_back_onto_an_older_offsets_file_that_went_back_is_refused(harness: Any) -> None:
+    """A middle `offsets/` file's `logOffset` set two below its own (below the batch before's):
+    no restart reads it (aligned, exact), but `align --to` the batch before it would leave it as
+    the batch the restart replays, whose range Spark refuses. Refused (exit 4), naming it."""
+    r = harness.judge("stateless", Action("damage", "offsets", "middle", "set.logOffset.back", "drop"))
+    assert r.agrees and r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
+    lay = oracle.Layout.under(harness.base(SHAPES["stateless"]))
+    names = sorted(int(n) for n in oracle.os.listdir(lay.checkpoint / "offsets") if n.isdigit())
+    middle = names[len(names) // 2]
+    code, out, err = oracle.streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", str(middle - 1),
+                                      "--allow-duplicates", "--json", "--quiet-period", "0", home=harness.home)
+    assert code == 4 and f"offsets/{middle}, which Spark cannot have written" in out + err, (code, out, err)
+
+
 def test_a_roll_back_onto_a_torn_older_state_file_is_refused(harness: Any) -> None:
     """The oldest delta of a store cut short (its sidecar dropped): no restart reads it (aligned,
     exact), but `align --to 1` planned an exactly-once roll back whose restart restores version
