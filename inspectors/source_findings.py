@@ -151,8 +151,16 @@ class SourceFindings(CheckpointReads):
     def _replay_finding(self, sources: list[SourceInfo], start: Optional[OffsetEntry], end: OffsetEntry) -> None:
         """SOURCE_NOT_REPLAYABLE: the in-flight batch, which the restart replays, reads input
         files that are gone (docs/model.md#replayable-batches)."""
-        from streamctl.inspectors.replay import unreplayable
+        from streamctl.inspectors.replay import log_offset, unreplayable
 
+        for s in sources:  # a batch file of the replayed range holding another batch's entry
+            hi, lo = log_offset(end, s.source_id), log_offset(start, s.source_id) if start is not None else -1
+            bad = [f for f in s.file_log_foreign if hi is not None and lo is not None and lo < f[0] <= hi]
+            if bad:
+                b, path, what = bad[0]
+                self.unreadable(LogParseError(path, f"{what}: the replay of batch {end.batch_id} reads that file's "
+                                              f"entries of batch {b} only, and skips the other's input file (its "
+                                              "rows are lost unless the sink holds the batch)"))
         try:
             gone = unreplayable(self.st, sources, start, end)
         except StreamctlError as exc:

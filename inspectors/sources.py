@@ -55,6 +55,9 @@ class SourceInfo:
     # the chain lies in (`file_log_base`): the restart's getBatch of that batch fails on them
     file_log_outside: tuple[str, ...] = ()
     file_log_base: Optional[str] = None
+    # batch files of the chain holding an entry of another batch: (batch id, file, what), which a
+    # replay of that batch skips (check_file_entries)
+    file_log_foreign: tuple[tuple[int, str, str], ...] = ()
 
 
 def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
@@ -84,6 +87,7 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
     sizes = {e.name: e.size for e in entries}
     read: list[tuple[str, CompactibleBatch]] = []
     changed: list[str] = []  # files that do not match their Hadoop sidecar
+    foreign: list[tuple[int, str, str]] = []
     for b, c in chain:
         name = compactible_file(b, c)
         chain_rel = f"{rel}/{name}"
@@ -92,18 +96,71 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
         if storage.is_local or c or b == latest_id:  # parsed whole; on object stores the others by size
             data = storage.read(chain_rel)
             batch = parse_compactible(data, storage.uri(chain_rel), b, c)
-            check_file_entries(batch, storage.uri(chain_rel))
+            other = check_file_entries(batch, storage.uri(chain_rel))
+            if other is not None:
+                foreign.append((b, storage.uri(chain_rel), other))
             read.append((chain_rel, batch))
             if storage.is_local and crc_name(name) in names and _sidecar_differs(storage, chain_rel, data):
                 changed.append(chain_rel)
         elif sizes.get(name) == 0:
             raise LogParseError(storage.uri(chain_rel), "empty file (incomplete log file)")
+    if len(read) == len(chain):
+        _check_last_entry(storage, read)
     if storage.is_local:
         _check_renamed(storage, read, changed)
+        _check_purged(storage, read, changed)
     base, outside = _outside_base(read, latest_id)
     missing = missing_ranges([b for b, _ in chain], start, latest_id)
     return SourceInfo(source_id, "file", file_log_latest=latest_id, file_log_files=len(batches),
-                      file_log_missing=tuple(missing), file_log_outside=outside, file_log_base=base)
+                      file_log_missing=tuple(missing), file_log_outside=outside, file_log_base=base,
+                      file_log_foreign=tuple(foreign))
+
+
+def _check_last_entry(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -> None:
+    """The chain's last entry carries a `batchId` of 0 or more: a restart's restore of the log
+    takes the newest compaction from it (`getAllValidBatches` asserts it; observed 4.3.0: -7
+    fails the restart, "assertion failed")."""
+    for rel, batch in reversed(read):
+        if batch.entries:
+            b = batch.entries[-1].get("batchId")
+            if isinstance(b, int) and b < 0:
+                raise LogParseError(storage.uri(rel), f"entry {len(batch.entries)}: batchId {b} is below 0, and a "
+                                    "restart's restore of the log asserts the last entry's (\"assertion failed\")")
+            return
+
+
+MAX_FILE_AGE_MS = 7 * 24 * 3600 * 1000  # FileStreamSource's default maxFileAge; the option is not on disk
+
+
+def _check_purged(storage: Storage, read: list[tuple[str, CompactibleBatch]], changed: list[str]) -> None:
+    """An entry whose `timestamp` lies more than maxFileAge below the newest entry's while its
+    input file is there with a newer modification time: the restart's restore forgets it as
+    purged (SeenFilesMap.purge) and its listing takes the file as new, its rows read again
+    (observed 4.3.0: a stateless query's rows twice). Spark logs the file's own modification
+    time, so only an entry changed, or a file changed after Spark read it, does this. Judged
+    for the batch files after the newest compaction, a file its sidecar says changed, and an
+    entry below zero anywhere: a stat each; a compaction's other entries are not (a stat per
+    file ever read)."""
+    stamps = [t for _rel, batch in read for e in batch.entries if isinstance(t := e.get("timestamp"), int)]
+    if not stamps:
+        return
+    purge = max(stamps) - MAX_FILE_AGE_MS
+    for rel, batch in read:
+        judged = not batch.compact or rel in changed
+        for e in batch.entries:
+            ts = e.get("timestamp")
+            if not isinstance(ts, int) or ts >= purge or not (judged or ts < 0):
+                continue
+            p = _local(str(e.get("path")))
+            try:
+                mtime = os.stat(p).st_mtime_ns // 1_000_000 if p is not None else None
+            except OSError:
+                continue  # gone (archived, cleaned up): nothing to read again
+            if mtime is not None and mtime >= purge:
+                raise LogParseError(storage.uri(rel), f"a restart reads {p} again as a new file: its entry's timestamp "
+                                    f"{ts} lies more than maxFileAge (7 days by default) below the newest entry's, "
+                                    f"so the restart forgets it as purged, and the file was modified at {mtime} (the "
+                                    "entry, or the file, changed after Spark read it)")
 
 
 def _sidecar_differs(storage: Storage, rel: str, data: bytes) -> bool:

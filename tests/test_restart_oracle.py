@@ -209,9 +209,9 @@ def test_a_zip_changed_in_place_without_its_checksum_sidecar(harness: Any) -> No
 def test_a_source_log_entry_with_another_batch_id(harness: Any) -> None:
     """The `batchId` of the newest file-source log entry set to -7, on a windowed query that ended
     on a no-data batch: the restart still reads that file (every file from the newest compaction
-    on, for the files it has seen, and the newest batch that read input) and fails ("assertion
-    failed"). streamctl parsed the entries without judging them and said aligned; each entry's
-    `batchId` must now be its file's: UNREADABLE names the file."""
+    on, for the files it has seen) and fails ("assertion failed": its restore of the log asserts
+    the last entry's `batchId`). streamctl parsed the entries without judging them and said
+    aligned; UNREADABLE now names the file."""
     r = harness.judge("window_nodata", Action("damage", "sources", "newest", "number", "drop"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and r.restart.kind == "fails", r.detail()
@@ -528,3 +528,32 @@ def test_an_in_flight_batch_whose_source_offset_went_back(harness: Any) -> None:
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and "below batch" in r.inspect.text and r.restart.kind == "fails", r.detail()
     assert r.repaired is not None and r.repaired.kind == "exact", r.detail()
+
+
+def test_a_source_entry_whose_timestamp_was_set_far_back(harness: Any) -> None:
+    """The newest file-source log entry's `timestamp` set to -7, its sidecar dropped: `aligned`,
+    and the restart read its input file again (four rows twice): its restore forgets an entry
+    more than maxFileAge below the newest as purged, and the listing takes the file, modified
+    later, as new. UNREADABLE now names the entry and the file."""
+    r = harness.judge("stateless", Action("damage", "sources", "newest", "set.timestamp.low", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "again as a new file" in r.inspect.text, r.detail()
+    assert r.restart.kind == "differs" and "extra" in r.restart.detail, r.detail()
+
+
+def test_a_source_entry_of_another_batch_matters_only_to_a_replay(harness: Any) -> None:
+    """The newest file-source log entry's `batchId` set two below its file's. Committed, no
+    restart replays it and the restart is exact: streamctl said UNREADABLE (an alarm), now
+    aligned. In flight, with the sink's entry of the batch lost too (a crash before either
+    commit), the replay keeps the file's entries of its own batch only and skips that input
+    file (four rows lost): UNREADABLE, and align refuses."""
+    r = harness.judge("stateless", Action("damage", "sources", "newest", "set.batchId.back", "drop"))
+    assert r.agrees and r.inspect.code == 0 and r.restart.kind == "exact", r.detail()
+    shape = SHAPES["stateless"]
+    lay = harness.fresh(shape)
+    for log, how in (("commits", "delete"), ("sink", "delete"), ("sources", "set.batchId.back")):
+        lay = harness.apply(shape, Action("damage", log, "newest", how, "drop"), lay)
+    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, "in-flight-batchId-back"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "skips the other's input file" in r.inspect.text, r.detail()
+    assert r.restart.kind == "differs" and "missing" in r.restart.detail, r.detail()

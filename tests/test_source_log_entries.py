@@ -53,9 +53,9 @@ def test_a_whole_log_reads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("field, value, says", [
-    ("batchId", -7, "batchId -7 is not the file's batch 1"),
-    ("batchId", 0, "batchId 0 is not the file's batch 1"),
+    ("batchId", -7, "batchId -7 is below 0, and a restart's restore of the log asserts"),
     ("timestamp", 9223372036854775808, "out of the Long range"),
+    ("timestamp", -7, "reads " + "{b}" + " again as a new file"),
     ("timestamp", "12", "timestamp 12 is not a Java long"),
     ("path", "", "no input file path"),
 ])
@@ -65,7 +65,34 @@ def test_an_entry_spark_cannot_take_is_named(tmp_path: Path, field: str, value: 
     _log(tmp_path, 1, [{**_entry(b, T0 + 5, 1), field: value}])
     with pytest.raises(LogParseError) as exc:
         _read(tmp_path)
-    assert says in str(exc.value) and "sources/0/1" in str(exc.value), exc.value
+    assert says.format(b=b) in str(exc.value) and "sources/0/1" in str(exc.value), exc.value
+
+
+def test_an_entry_of_another_batch_is_kept_for_the_replay_to_judge(tmp_path: Path) -> None:
+    """A batch file's entry of another batch is no error of the log: a restart that replays
+    nothing takes it as seen (observed 4.3.0, the restart exact); the replay of that batch
+    skips its input file, which the inspection judges from the replayed range."""
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, T0, 0)])
+    _log(tmp_path, 1, [_entry(b, T0 + 5, 0)])
+    info = _read(tmp_path)
+    assert [(f[0], f[2]) for f in info.file_log_foreign] == [(1, "entry 1: batchId 0 is not the file's batch 1")]
+
+
+def test_an_old_entry_is_judged_by_its_file_modification_time(tmp_path: Path) -> None:
+    """An entry more than maxFileAge (7 days) older than the newest is forgotten on restart:
+    harmless while its file is as old (Spark's own logs of old input), read again once the file
+    is newer (a changed entry, or a file changed after Spark read it). A file gone is not read."""
+    week = 7 * 24 * 3600 * 1000
+    a, b = _input(tmp_path, "a.json", T0 - 2 * week), _input(tmp_path, "b.json", T0)
+    _log(tmp_path, 0, [_entry(a, T0 - 2 * week, 0)])
+    _log(tmp_path, 1, [_entry(b, T0, 1)])
+    assert _read(tmp_path).file_log_latest == 1
+    os.utime(a, ns=(T0 * 1_000_000, T0 * 1_000_000))
+    with pytest.raises(LogParseError, match=f"reads {a} again as a new file"):
+        _read(tmp_path)
+    a.unlink()
+    assert _read(tmp_path).file_log_latest == 1
 
 
 def test_a_file_changed_behind_its_sidecar_is_judged_by_what_the_change_does(tmp_path: Path) -> None:
