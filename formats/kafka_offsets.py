@@ -32,8 +32,9 @@ def parse_kafka_offsets(raw: Optional[str]) -> Optional[Offsets]:
             return None
         tp: dict[int, int] = {}
         for p, off in parts.items():
-            if not (isinstance(p, str) and p.lstrip("-").isdigit()) or not isinstance(off, int) or isinstance(off, bool):
-                return None
+            if not (isinstance(p, str) and p.lstrip("-").isdigit() and len(p) <= 11) or not isinstance(off, int) \
+                    or isinstance(off, bool):
+                return None  # a partition is an Int (JsonUtils' toInt): never int() of 5,000 digits
             tp[int(p)] = off
         out[topic] = tp
     return out

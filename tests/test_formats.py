@@ -8,6 +8,7 @@ import zipfile
 import zlib
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import xxhash
@@ -239,3 +240,25 @@ def test_iceberg_table_metadata_names_snapshots_and_rollback() -> None:
     assert back["snapshot-log"] == [{"timestamp-ms": 9, "snapshot-id": 1}]
     assert back["metadata-log"][-1] == {"timestamp-ms": 5, "metadata-file": "s3://b/t/metadata/v2.metadata.json"}
     assert iceberg.version_hint(3) == b"3"
+
+
+def test_a_source_offset_spark_never_writes_after_the_batch_before() -> None:
+    """offsets_go_back: a file source's logOffset below -1 or below the batch before's, a Kafka
+    partition's offset below 0; not a Kafka offset below the batch before's (a recreated topic,
+    run with failOnDataLoss=false), nor offsets of a kind streamctl does not read."""
+    from streamctl.formats.offsets import offsets_go_back, parse_offsets
+
+    def entry(batch: int, *lines: str) -> Any:
+        return parse_offsets(("v1\n{}\n" + "\n".join(lines)).encode(), f"offsets/{batch}", batch)
+
+    assert offsets_go_back(entry(3, '{"logOffset":3}'), entry(4, '{"logOffset":4}')) is None
+    assert offsets_go_back(entry(3, '{"logOffset":3}'), entry(4, '{"logOffset":3}')) is None  # a no-data batch
+    assert offsets_go_back(None, entry(0, '{"logOffset":-1}')) is None
+    assert offsets_go_back(None, entry(4, '{"logOffset":-7}')) == "source 0's logOffset -7 is below -1"
+    assert offsets_go_back(entry(3, '{"logOffset":3}'), entry(4, '{"logOffset":2}')) == \
+        "source 0's logOffset 2 is below batch 3's 3"
+    assert offsets_go_back(entry(3, '{"t":{"0":5}}'), entry(4, '{"t":{"0":-7}}')) == \
+        "source 0's offset -7 of t-0 is below 0"
+    assert offsets_go_back(entry(3, '{"t":{"0":5}}'), entry(4, '{"t":{"0":2}}')) is None
+    assert offsets_go_back(entry(3, '{"logOffset":3}', '5'), entry(4, '{"logOffset":4}', '2')) is None  # a LongOffset
+    assert offsets_go_back(entry(3, '{"logOffset":3}'), entry(4, '{"logOffset":4}', '{"logOffset":0}')) is None
