@@ -60,6 +60,45 @@ def commit_txn_app_ids(data: bytes) -> set[str]:
     return out
 
 
+def commit_txn_versions(data: bytes) -> dict[str, Any]:
+    """app id -> the `version` of its `txn` action in a commit (as written: a number, or whatever
+    an edit left). A line that is not JSON is skipped, as in commit_txn_app_ids."""
+    import json
+
+    out: dict[str, Any] = {}
+    for line in data.splitlines():
+        if b'"txn"' not in line:
+            continue
+        try:
+            txn = json.loads(line).get("txn")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(txn, dict) and isinstance(txn.get("appId"), str):
+            out[txn["appId"]] = txn.get("version")
+    return out
+
+
+def commit_files(data: bytes) -> list[tuple[str, str, Any]]:
+    """The `add` and `remove` actions of a commit, in order: (kind, the file's path as written,
+    unescaped from its URI form; `add`'s logged `size`). Lines that are not JSON are skipped."""
+    import json
+    from urllib.parse import unquote
+
+    out: list[tuple[str, str, Any]] = []
+    for line in data.splitlines():
+        if b'"add"' not in line and b'"remove"' not in line:
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        for kind in ("add", "remove"):
+            action = obj.get(kind) if isinstance(obj, dict) else None
+            if isinstance(action, dict) and isinstance(action.get("path"), str):
+                out.append((kind, unquote(action["path"]), action.get("size")))
+    return out
+
+
 def checkpoint_txn_app_ids(fh: Any, name: str) -> set[str]:
     """The app ids of the `txn` actions in a checkpoint file, given as a seekable binary file:
     a parquet's `txn` column only (classic, multi-part and V2 checkpoints; ranged reads), or a V2

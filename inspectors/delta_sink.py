@@ -12,7 +12,9 @@ from streamctl.formats.delta_txn import (
     checkpoint_part,
     checkpoint_txn_app_ids,
     commit_file,
+    commit_files,
     commit_txn_app_ids,
+    commit_txn_versions,
     log_file_version,
 )
 from streamctl.formats.errors import StorageError
@@ -62,12 +64,75 @@ def read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
         path = st.uri(DELTA_LOG)
         return SinkLog("delta", st.display, None, app_id=app_id,
                        findings=(_unreadable(path, f"Delta log cannot be loaded: {reason}"),))
+    back = _log_checks(st, app_id if txn is not None else None)
+    if back:
+        return SinkLog("delta", st.display, None, app_id=app_id, table_version=int(version),
+                       findings=(_unreadable(st.uri(back[0]), back[1]),))
     epoch = int(txn) if txn is not None else None
     extra: dict[str, Any] = {}
     if not app_id:
         extra["note"] = "no app id given: the txn version needs --app-id or a checkpoint (its query id)"
     return SinkLog("delta", st.display, epoch, first_epoch=epoch, epoch_ids=(epoch,) if epoch is not None else (),
                    app_id=app_id, table_version=int(version), extra=extra)
+
+
+def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]:
+    """(the commit, why) for the first of these in the commits after the newest checkpoint:
+    - the app's `txn` version below 0 or below an earlier commit's: a streaming writer's txn
+      versions are its batch ids and only rise (a replayed batch is skipped, never written with a
+      lower one), so the table's epoch would be read from an edit or changed bytes, and a replay
+      of a batch the table holds would write its rows twice;
+    - a data file added (and not removed since) whose size is not the one logged, or that is not
+      there: readers fail on it (the parquet footer is read at the logged size; observed,
+      deltalake 1.6: "Parquet magic bytes not found", "Cannot seek past end of file").
+    Cost: those commits read, and a stat per file they add (on object stores on READ_THREADS
+    threads)."""
+    entries = [e for e in st.list_dir(DELTA_LOG) or [] if not e.is_dir]
+    named = [(v, e.name) for e in entries if (v := log_file_version(e.name)) is not None]
+    floor = max((v for (v, cp), _n in named if cp), default=-1)
+    commits = sorted((v, n) for (v, cp), n in named if not cp and v > floor)
+    try:
+        datas = [st.read(f"{DELTA_LOG}/{n}") for _v, n in commits] if st.is_local else \
+            parallel_map(lambda c: st.read(f"{DELTA_LOG}/{c[1]}"), commits, READ_THREADS)
+    except StorageError:
+        return None  # deltalake loaded the table: a commit it read is there
+    last: Optional[tuple[int, int]] = None
+    added: dict[str, tuple[str, Any]] = {}
+    for (v, name), data in zip(commits, datas, strict=True):
+        rel = f"{DELTA_LOG}/{name}"
+        for kind, path, size in commit_files(data):
+            if kind == "add":
+                added[path] = (rel, size)
+            else:
+                added.pop(path, None)
+        got = commit_txn_versions(data).get(app_id) if app_id else None
+        if got is None:
+            continue
+        if not isinstance(got, int) or isinstance(got, bool) or got < 0:
+            return rel, (f"a replay of a batch the table holds would write its rows twice: txn version {got} of app "
+                         f"{app_id} is not a batch id, which no streaming writer writes (an edit, or changed bytes)")
+        if last is not None and got < last[1]:
+            return rel, (f"a replay of a batch the table holds would write its rows twice: txn version {got} of app "
+                         f"{app_id} is below version {last[0]}'s {last[1]}, and a streaming writer's only rise (an "
+                         "edit, or changed bytes)")
+        last = (v, got)
+    files = sorted(p for p in added if "://" not in p and not p.startswith("/"))
+
+    def size_of(path: str) -> Optional[int]:
+        try:
+            e = st.lookup(path)
+        except StorageError:
+            return None
+        return e.size if e is not None and not e.is_dir else None
+
+    sizes = [size_of(p) for p in files] if st.is_local else parallel_map(size_of, files, READ_THREADS)
+    for path, size in zip(files, sizes, strict=True):
+        rel, logged = added[path]
+        if size != logged:
+            return rel, (f"readers of the table fail on {path}: it adds it with size {logged}, and the file "
+                         + ("is not there" if size is None else f"has {size} bytes") + " (an edit, changed bytes, "
+                         "or a file changed or lost after the commit)")
+    return None
 
 
 def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:

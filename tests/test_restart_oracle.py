@@ -557,3 +557,24 @@ def test_a_source_entry_of_another_batch_matters_only_to_a_replay(harness: Any) 
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and "skips the other's input file" in r.inspect.text, r.detail()
     assert r.restart.kind == "differs" and "missing" in r.restart.detail, r.detail()
+
+
+def test_a_delta_txn_version_gone_back(harness: Any) -> None:
+    """The newest Delta commit's `txn` version set two below its batch id (its sidecar dropped):
+    streamctl read the table's epoch from it, said SINK_BEHIND, and align's "exactly-once"
+    replay of the two batches the table holds wrote their rows twice (eight rows). A streaming
+    writer's txn versions only rise: UNREADABLE, align refuses; the restart itself is exact
+    (the next commit writes the true version)."""
+    r = harness.judge("delta", Action("damage", "sink", "newest", "set.version.back", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "would write its rows twice" in r.inspect.text, r.detail()
+    assert r.align is not None and r.align.code == 3 and r.repaired is None, r.detail()
+
+
+def test_a_delta_data_file_whose_logged_size_changed(harness: Any) -> None:
+    """The newest Delta commit's `add.size` two below its data file's: `aligned`, while readers
+    of the table fail (the parquet footer read at the logged size). UNREADABLE names the file."""
+    r = harness.judge("delta", Action("damage", "sink", "newest", "set.size.back", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "readers of the table fail on" in r.inspect.text, r.detail()
+    assert r.restart.kind == "fails", r.detail()
