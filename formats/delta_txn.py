@@ -45,19 +45,7 @@ def commit_file(version: int) -> str:
 def commit_txn_app_ids(data: bytes) -> set[str]:
     """The app ids of the `txn` actions in a commit (one JSON action per line). A line that is
     not JSON is skipped: the table was loaded by deltalake first, which judges the commits."""
-    import json
-
-    out: set[str] = set()
-    for line in data.splitlines():
-        if b'"txn"' not in line:
-            continue
-        try:
-            txn = json.loads(line).get("txn")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(txn, dict) and isinstance(txn.get("appId"), str):
-            out.add(txn["appId"])
-    return out
+    return set(commit_txn_versions(data))
 
 
 def commit_txn_versions(data: bytes) -> dict[str, Any]:
