@@ -98,7 +98,7 @@ def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]
         return None  # deltalake loaded the table: a commit it read is there
     last: Optional[tuple[int, int]] = None
     added: dict[str, tuple[str, Any]] = {}
-    for (v, name), data in zip(commits, datas, strict=True):
+    for (version, name), data in zip(commits, datas, strict=True):
         rel = f"{DELTA_LOG}/{name}"
         for kind, path, size in commit_files(data):
             if kind == "add":
@@ -115,7 +115,7 @@ def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]
             return rel, (f"a replay of a batch the table holds would write its rows twice: txn version {got} of app "
                          f"{app_id} is below version {last[0]}'s {last[1]}, and a streaming writer's only rise (an "
                          "edit, or changed bytes)")
-        last = (v, got)
+        last = (version, got)
     files = sorted(p for p in added if "://" not in p and not p.startswith("/"))
 
     def size_of(path: str) -> Optional[int]:
