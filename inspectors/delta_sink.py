@@ -52,7 +52,8 @@ def read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
     except ImportError:  # pragma: no cover - deltalake is a dependency of the sink readers
         raise StorageError(st.display, "reading Delta tables needs the deltalake package (pip install deltalake)") from None
     uri, opts = _delta_options(st)
-    special = _delta_specials(st)
+    listing = st.list_dir(DELTA_LOG) or []  # one listing for both checks of the log
+    special = _delta_specials(st, listing)
     if special:
         return SinkLog("delta", st.display, None, app_id=app_id, findings=(_unreadable(st.uri(special[0]), special[1]),))
     try:
@@ -64,7 +65,7 @@ def read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
         path = st.uri(DELTA_LOG)
         return SinkLog("delta", st.display, None, app_id=app_id,
                        findings=(_unreadable(path, f"Delta log cannot be loaded: {reason}"),))
-    back = _log_checks(st, app_id if txn is not None else None)
+    back = _log_checks(st, listing, app_id if txn is not None else None)
     if back:
         return SinkLog("delta", st.display, None, app_id=app_id, table_version=int(version),
                        findings=(_unreadable(st.uri(back[0]), back[1]),))
@@ -76,7 +77,7 @@ def read_delta(st: Storage, app_id: Optional[str], detail: bool) -> SinkLog:
                    app_id=app_id, table_version=int(version), extra=extra)
 
 
-def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]:
+def _log_checks(st: Storage, listing: list[Any], app_id: Optional[str]) -> Optional[tuple[str, str]]:
     """(the commit, why) for the first of these in the commits after the newest checkpoint:
     - the app's `txn` version below 0 or below an earlier commit's: a streaming writer's txn
       versions are its batch ids and only rise (a replayed batch is skipped, never written with a
@@ -87,7 +88,7 @@ def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]
       deltalake 1.6: "Parquet magic bytes not found", "Cannot seek past end of file").
     Cost: those commits read, and a stat per file they add (on object stores on READ_THREADS
     threads)."""
-    entries = [e for e in st.list_dir(DELTA_LOG) or [] if not e.is_dir]
+    entries = [e for e in listing if not e.is_dir]
     named = [(v, e.name) for e in entries if (v := log_file_version(e.name)) is not None]
     floor = max((v for (v, cp), _n in named if cp), default=-1)
     commits = sorted((v, n) for (v, cp), n in named if not cp and v > floor)
@@ -135,7 +136,7 @@ def _log_checks(st: Storage, app_id: Optional[str]) -> Optional[tuple[str, str]]
     return None
 
 
-def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:
+def _delta_specials(st: Storage, entries: list[Any]) -> Optional[tuple[str, str]]:
     """(the first Delta log file readers and the next commit read, why) (`_last_checkpoint`, the
     newest checkpoint and every commit after it) that is a folder, or locally a named pipe or
     device: deltalake lists past a folder and would load the version before it, so the table
@@ -143,7 +144,6 @@ def _delta_specials(st: Storage) -> Optional[tuple[str, str]]:
     commit transaction: 15`); or an empty commit, which no writer leaves (each carries its
     commitInfo) and readers take as a version without actions (observed, deltalake 1.6: its
     rows gone). Cost: the log's listing; locally a stat per file after the checkpoint."""
-    entries = st.list_dir(DELTA_LOG) or []
     named = [(v, e) for e in entries if (v := log_file_version(e.name)) is not None or e.name == LAST_CHECKPOINT]
     checkpoints = [v[0] for v, e in named if v is not None and v[1] and not e.is_dir]
     floor = max(checkpoints) if checkpoints else -1

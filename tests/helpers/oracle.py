@@ -75,7 +75,7 @@ HARM_OUTSIDE_RESTART = (
     ("UNREADABLE", "again as a new file", "the input file is read again; this query's state dropped its rows"),
     # a Delta txn version gone back (or below zero): the next commit writes the true one; until
     # then a replay of a batch the table holds (a crash in flight) writes its rows twice, and
-    # align's reading of the table's epoch would replay them (it did: eight rows twice)
+    # align's reading of the table's epoch from it would replay them
     ("UNREADABLE", "would write its rows twice", "a replay of a batch the table holds writes it twice"),
     # a lost newest file-source log file after a no-data batch: the restart re-logs its files under
     # the committed offset; the new files logged with them are lost unless maxFilesPerTrigger is 1
