@@ -6,6 +6,7 @@ files under `_staging/<epoch>/`, the commit publishes them under `data/epoch=<e>
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, NamedTuple, Optional
 
 from streamctl.formats.errors import LogParseError
@@ -114,3 +115,36 @@ MAX_WRITERS = 100_000  # writers (partitions) of one epoch; more is an absurd va
 def _count(v: Any, limit: Optional[int] = MAX_WRITERS) -> bool:
     """A non-negative int (not a bool), at most `limit`."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0 and (limit is None or v <= limit)
+
+
+def committed_files(path: str) -> list[str]:
+    """The data files of every committed epoch of the coordinated sink at the local folder `path`,
+    in epoch order: what a reader of the sink reads (docs/coordinated-sink.md, *Reading the sink*).
+
+    Every record is read with the parse streamctl's inspection uses, so a reader fails exactly
+    where `inspect sink` says UNREADABLE: a record that is not one (`LogParseError`), a file it
+    names outside its epoch's folder (`LogParseError`), a file it names that is gone
+    (`FileNotFoundError`), something other than a file under a record's name (`LogParseError`).
+    """
+    commits = os.path.join(path, COORD_COMMITS)
+    try:
+        names = os.listdir(commits)
+    except FileNotFoundError:
+        return []
+    out: list[str] = []
+    for epoch, name in sorted((e, n) for n in names if (e := epoch_of_record_name(n)) is not None):
+        rec_path = os.path.join(commits, name)
+        if not os.path.isfile(rec_path):
+            raise LogParseError(rec_path, "not a regular file where a commit record belongs")
+        with open(rec_path, "rb") as fh:
+            rec = parse_commit_record(fh.read(), rec_path, epoch)
+        folder = f"{COORD_DATA}/{epoch_folder(epoch)}/"
+        for w in record_writers(rec):
+            for rel in w.files:
+                if not rel.startswith(folder) or "/" in rel[len(folder):] or rel[len(folder):] in ("", ".", ".."):
+                    raise LogParseError(rec_path, f"writer {w.partition} names {rel!r}, not a file of {folder}")
+                full = os.path.join(path, *rel.split("/"))
+                if not os.path.isfile(full):
+                    raise FileNotFoundError(f"{full}: a data file the commit record {rec_path} names is gone")
+                out.append(full)
+    return out

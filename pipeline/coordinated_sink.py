@@ -72,6 +72,10 @@ Commit protocol and idempotency rules:
 5. ``abort(epoch)`` (a task failed, or commit raised) deletes the epoch's staged files and
    ``_staging/<epoch>/`` entirely; it never touches ``data/`` or ``_commits/``.
 
+Readers read the files the records name, through ``committed_files(path)``: it parses every
+record as ``streamctl inspect sink`` does, so a reader fails where streamctl says UNREADABLE
+(docs/coordinated-sink.md, *Reading the sink*).
+
 Fault injection (for tests; both options take an epoch number):
 
 * ``crashBeforeCommitEpoch = N``: ``commit(N)`` raises at its start, so the staged files stay
@@ -127,6 +131,7 @@ from streamctl.formats.coordinated_log import (
     COORD_STAGING,
     commit_record,
     commit_record_name,
+    committed_files,
     epoch_folder,
     serialize_commit_record,
     writer_entry,
@@ -143,6 +148,7 @@ __all__ = [
     "InjectedFault",
     "register",
     "local_path",
+    "committed_files",
 ]
 
 SHORT_NAME = "streamctl-coordinated"

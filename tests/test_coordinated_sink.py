@@ -146,6 +146,42 @@ def test_record_written_meanwhile_wins(tmp_path, monkeypatch):
     assert os.listdir(out / "_commits") == ["0.json"]
 
 
+def test_the_sinks_reader_reads_committed_files_and_fails_where_inspect_says_unreadable(tmp_path):
+    from streamctl.formats.errors import LogParseError
+
+    out = tmp_path / "sink"
+    assert cs.committed_files(str(out)) == []
+    writer(out).commit([stage(out, 0, 0, [{"a": 1}]), stage(out, 0, 1, [{"a": 2}])], 0)
+    writer(out).commit([stage(out, 1, 0, [{"a": 3}])], 1)
+    stage(out, 2, 0, [{"a": 4}])  # staged, never committed: not data
+    (out / "_commits" / ".2.json.x.tmp").write_text("{}")
+    got = cs.committed_files(str(out))
+    assert [jsonl(Path(f)) for f in got] == [[{"a": 1}], [{"a": 2}], [{"a": 3}]]
+    good = (out / "_commits" / "1.json").read_text()
+    rec = json.loads(good)
+    bad = {"rows -7": {**rec, "rows": -7}, "version -7": {**rec, "version": -7}, "epoch 0 in 1.json": {**rec, "epoch": 0},
+           "num_writers -7": {**rec, "num_writers": -7},
+           "partition -7": {**rec, "writers": [{**rec["writers"][0], "partition": -7}]},
+           "a file outside its epoch": {**rec, "writers": [{**rec["writers"][0], "files": ["../../etc/passwd"]}]}}
+    for why, broken in bad.items():
+        (out / "_commits" / "1.json").write_text(json.dumps(broken))
+        with pytest.raises(LogParseError, match="1.json"):
+            cs.committed_files(str(out))
+        want = "SINK_WRITER_MISSING" if why == "a file outside its epoch" else "UNREADABLE"
+        assert [f.code for f in read_sink(out).findings if f.code != "SINK_ORPHANS"] == [want], why
+    (out / "_commits" / "1.json").write_text(good)
+    Path(got[-1]).unlink()
+    with pytest.raises(FileNotFoundError, match="1.json"):
+        cs.committed_files(str(out))
+    assert [f.code for f in read_sink(out).findings if f.code != "SINK_ORPHANS"] == ["SINK_WRITER_MISSING"]
+
+
+def read_sink(out: Path):
+    from streamctl.inspectors.sinks import read_sink
+
+    return read_sink(str(out))
+
+
 def test_commit_refuses_messages_of_another_epoch(tmp_path):
     out = tmp_path / "sink"
     with pytest.raises(RuntimeError, match="staged epoch 4, but Spark commits epoch 5"):

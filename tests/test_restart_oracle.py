@@ -578,3 +578,15 @@ def test_a_delta_data_file_whose_logged_size_changed(harness: Any) -> None:
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and "readers of the table fail on" in r.inspect.text, r.detail()
     assert r.restart.kind == "fails", r.detail()
+
+
+@pytest.mark.parametrize("field", ["rows.low", "epoch.back"])
+def test_a_coordinated_commit_record_field_out_of_place(harness: Any, field: str) -> None:
+    """The newest coordinated commit record's `rows` set below zero, or its `epoch` two below its
+    file name's: streamctl's parse of the record says UNREADABLE, while the restart's writer skips
+    the epoch by the record's name. The sink's own reader (`committed_files`) reads every record
+    with that parse, so a reader of the sink fails on it as streamctl says."""
+    r = harness.judge("coordinated", Action("damage", "sink", "newest", f"set.{field}", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "UNREADABLE" in r.inspect.findings, r.detail()
+    assert r.restart.kind == "fails" and "the sink cannot be read" in r.restart.detail, r.detail()

@@ -179,13 +179,11 @@ class Pipeline:
     def sink_ids(self) -> list[int]:
         ids: list[int] = []
         if self.kind == "coordinated":
-            for rec in sorted((self.output / "_commits").glob("*.json")):
-                if not rec.stem.isdigit():
-                    continue
-                for w in json.loads(rec.read_text())["writers"]:
-                    for rel in w["files"]:
-                        with open(self.output / rel) as fh:
-                            ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
+            from streamctl.formats.coordinated_log import committed_files
+
+            for path in committed_files(str(self.output)):
+                with open(path) as fh:
+                    ids.extend(int(json.loads(line)["id"]) for line in fh if line.strip())
             return ids
         return sink_log_ids(self.output / "_spark_metadata")
 

@@ -274,13 +274,10 @@ class Shape:
             table = DeltaTable(str(lay.output)).to_pyarrow_table()
             return Counter(tuple(sorted(r.items())) for r in table.to_pylist())
         if self.sink == "coordinated":
-            out: Counter = Counter()
-            for rec in sorted((lay.output / "_commits").glob("*.json")):
-                if rec.stem.isdigit():
-                    for w in json.loads(rec.read_text())["writers"]:
-                        for rel in w["files"]:
-                            out.update(_json_rows(lay.output / rel))
-            return out
+            # the sink's own reader: it reads every record with the parse `inspect sink` uses
+            from streamctl.formats.coordinated_log import committed_files
+
+            return Counter(r for path in committed_files(str(lay.output)) for r in _json_rows(Path(path)))
         return Counter(r for path in file_sink_paths(lay.output) for r in _json_rows(Path(path)))
 
 
