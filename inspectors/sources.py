@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import unquote, urlparse
@@ -106,6 +107,7 @@ def read_source(storage: Storage, source_id: SourceId) -> SourceInfo:
             raise LogParseError(storage.uri(chain_rel), "empty file (incomplete log file)")
     if len(read) == len(chain):
         _check_last_entry(storage, read)
+    _check_ahead(storage, read)
     if storage.is_local:
         _check_renamed(storage, read, changed)
         _check_purged(storage, read, changed)
@@ -130,6 +132,23 @@ def _check_last_entry(storage: Storage, read: list[tuple[str, CompactibleBatch]]
 
 
 MAX_FILE_AGE_MS = 7 * 24 * 3600 * 1000  # FileStreamSource's default maxFileAge; the option is not on disk
+
+
+def _check_ahead(storage: Storage, read: list[tuple[str, CompactibleBatch]], now_ms: Optional[int] = None) -> None:
+    """An entry whose `timestamp` lies more than maxFileAge ahead of this machine's clock: the
+    restart's restore takes the newest entry's timestamp as the latest file's, forgets files more
+    than maxFileAge below it, and its listing takes no file modified below that as new
+    (`SeenFilesMap.isNewFile`): every input file written from now until then is skipped, its
+    rows lost without an error. Spark logs each file's modification time, so only a changed
+    entry, or a file stamped by a clock far ahead, does this."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    ahead = [(ts, rel, i) for rel, batch in read for i, e in enumerate(batch.entries, 1)
+             if isinstance(ts := e.get("timestamp"), int) and ts - MAX_FILE_AGE_MS > now]
+    if ahead:
+        ts, rel, i = max(ahead)
+        raise LogParseError(storage.uri(rel), f"entry {i}: timestamp {ts} lies more than maxFileAge (7 days by default) "
+                            f"ahead of this machine's clock ({now}), so a restart takes no input file modified "
+                            f"before {ts - MAX_FILE_AGE_MS} as new: new files are skipped and their rows lost")
 
 
 def _check_purged(storage: Storage, read: list[tuple[str, CompactibleBatch]], changed: list[str]) -> None:

@@ -95,6 +95,25 @@ def test_an_old_entry_is_judged_by_its_file_modification_time(tmp_path: Path) ->
     assert _read(tmp_path).file_log_latest == 1
 
 
+def test_an_entry_far_ahead_of_the_clock_skips_every_new_file(tmp_path: Path) -> None:
+    """The restore takes the newest entry's timestamp as the latest file's and no file modified
+    more than maxFileAge below it as new: an entry more than that ahead of the clock (in any
+    file a restart reads, the compaction too) skips every file written until then. Less far
+    ahead (a clock a little fast) skips nothing at the default maxFileAge."""
+    import time
+
+    day = 24 * 3600 * 1000
+    now = int(time.time() * 1000)
+    a, b = _input(tmp_path, "a.json", T0), _input(tmp_path, "b.json", T0 + 5)
+    _log(tmp_path, 0, [_entry(a, now + 6 * day, 0)])
+    _log(tmp_path, 1, [_entry(b, T0 + 5, 1)])
+    assert _read(tmp_path).file_log_latest == 1
+    _log(tmp_path, 0, [_entry(a, now + 8 * day, 0)])
+    with pytest.raises(LogParseError, match="entry 1: timestamp .* ahead of this machine's clock") as exc:
+        _read(tmp_path)
+    assert "sources/0/0" in str(exc.value) and "new files are skipped" in str(exc.value), exc.value
+
+
 def test_a_file_changed_behind_its_sidecar_is_judged_by_what_the_change_does(tmp_path: Path) -> None:
     """A log file that no longer matches its sidecar changed after Spark wrote it: an entry whose
     path now names nothing while its input file is still there is read again (named, even where

@@ -39,6 +39,7 @@ from helpers.oracle_damage import (
     HOWS,
     LOGS,
     MOVES,
+    NOT_AHEAD,
     SCENES,
     SIDES,
     WHICH,
@@ -664,7 +665,8 @@ def grammar(spark4: bool = True) -> list[tuple[str, Action]]:
     actions += [Action("scene", what=s) for s in SCENES]
     actions += [Action("change", what=c) for c in CHANGES]
     actions += [Action("damage", log, "newest", f"set.{name}.{side}", "drop")
-                for log, names in FIELDS.items() for name in names for side in SIDES]
+                for log, names in FIELDS.items() for name in names for side in SIDES
+                if not (side == "ahead" and name in NOT_AHEAD)]
     return [(s.name, a) for s in SHAPES.values() if spark4 or not s.spark4 for a in actions]
 
 

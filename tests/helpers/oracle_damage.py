@@ -11,9 +11,11 @@ Dimensions:
   place), ``number`` (a numeric field of a JSON line out of range), ``fifo`` (a named pipe in its
   place), ``folder`` (an empty folder in its place), ``zeroed`` (its bytes all zero, its size
   kept: what a crash leaves of a file whose data never reached the disk);
-* ``set.<field>.<low|high|back>``: that numeric field of the newest file (its last occurrence)
-  set below zero, above a Java long, or two below its value (in range, and wrong: a batch or an
-  offset gone back), its checksum companions dropped (kept, Hadoop's checksum fails the read of
+* ``set.<field>.<low|high|back|ahead>``: that numeric field of the newest file (its last
+  occurrence) set below zero, above a Java long, two below its value (in range, and wrong: a
+  batch or an offset gone back), or ten years of milliseconds above it (in range: a clock or an
+  offset far forward; not the watermarks, which data with event times ahead moves as far), its
+  checksum companions dropped (kept, Hadoop's checksum fails the read of
   any change, as ``number`` shows): every field of :data:`FIELDS`;
 * ``crc``: its checksum companions (Hadoop's ``.N.crc``, Spark's ``N.crc``) ``keep`` as they are
   or ``drop`` with it;
@@ -53,7 +55,11 @@ FIELDS = {
              "version", "timestamp", "lastUpdated", "readVersion",  # Delta's txn and commitInfo
              "epoch", "committed_at_ms", "num_writers", "partition", "attempt", "rows"),  # a coordinated record
 }
-SIDES = ("low", "high", "back")  # below zero, above a Java long, two below its value
+SIDES = ("low", "high", "back", "ahead")  # below zero, above a Java long, two below, ten years above
+AHEAD_MS = 10 * 365 * 24 * 3600 * 1000
+# an event-time watermark ahead is what data with event times ahead gives: nothing on disk tells
+# a hand edit from it
+NOT_AHEAD = ("batchWatermarkMs", "nextBatchWatermarkMs")
 
 
 @dataclass(frozen=True)
@@ -214,8 +220,9 @@ def _number_out_of_range(data: bytes) -> Optional[bytes]:
 
 
 def _field_set(data: bytes, name: str, side: str) -> Optional[bytes]:
-    """The last numeric value of the JSON field `name` set below zero, above a Java long, or two
-    below what it was (None when there is no such field, or it is below 2 to go back from)."""
+    """The last numeric value of the JSON field `name` set below zero, above a Java long, two
+    below what it was, or AHEAD_MS above it (None when there is no such field, or it is below 2
+    to go back from)."""
     import re
 
     text = data.decode("utf-8", "replace")
@@ -227,6 +234,8 @@ def _field_set(data: bytes, name: str, side: str) -> Optional[bytes]:
         if int(m.group(1)) < 2:
             return None
         value = str(int(m.group(1)) - 2)
+    elif side == "ahead":
+        value = str(int(m.group(1)) + AHEAD_MS)
     else:
         value = OUT_OF_RANGE[SIDES.index(side)]
     return (text[: m.start(1)] + value + text[m.end(1):]).encode()
