@@ -590,3 +590,24 @@ def test_a_coordinated_commit_record_field_out_of_place(harness: Any, field: str
     assert r.agrees, r.detail()
     assert r.inspect.code == 3 and "UNREADABLE" in r.inspect.findings, r.detail()
     assert r.restart.kind == "fails" and "the sink cannot be read" in r.restart.detail, r.detail()
+
+
+def test_a_new_checkpoint_over_a_delta_table_whose_writer_has_a_fixed_app_id(harness: Any) -> None:
+    """A Delta writer with a fixed txn app id (Delta's txnAppId) skips every batch id up to that
+    id's txn version, whichever checkpoint runs it: a new query over the old table writes
+    nothing for its batches 0..N. The pre-flight given the app id (`--app-id`) says
+    SINK_FOREIGN_BATCHES (exit 1). The new query's restart is exact only while it plans the very
+    batches the old one wrote (the oracle's one file a batch, which nothing on disk says: harm
+    outside the restart); one that reads two files a batch skips the new files' rows."""
+    from dataclasses import replace
+
+    shape = replace(SHAPES["delta"], name="delta_fixed_app_id", app_id="orders-writer")
+    harness.ensure(shape)
+    lay = harness.apply(shape, Action("scene", what="new_checkpoint"), harness.fresh(shape))
+    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, "scene-new_checkpoint"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SINK_FOREIGN_BATCHES" in r.inspect.findings, r.detail()
+    assert "orders-writer" in r.inspect.text, r.detail()
+    assert r.restart.kind == "exact", r.detail()
+    two = harness.restart_copy(replace(shape, reader={"maxFilesPerTrigger": "2"}), lay)
+    assert two.kind == "differs" and "missing" in two.detail, two

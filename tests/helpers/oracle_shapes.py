@@ -81,6 +81,7 @@ class Shape:
     confs: dict[str, str] = field(default_factory=dict)
     reader: dict[str, str] = field(default_factory=dict)
     spark4: bool = False  # needs a Spark 4 feature (checkpoint format 2, Python data sources)
+    app_id: str = ""  # a Delta writer's fixed txn app id (Delta's txnAppId), else the query id
 
     @property
     def stateful(self) -> bool:
@@ -181,7 +182,7 @@ class Shape:
     def writer(self, spark: Any, lay: Layout, query_name: str, change: str = "") -> Any:
         df = self.frame(spark, lay, change)
         if self.sink == "delta":
-            w = df.writeStream.foreachBatch(_delta_batch(lay))
+            w = df.writeStream.foreachBatch(_delta_batch(lay, self.app_id))
         elif self.sink == "coordinated":
             from streamctl.pipeline.coordinated_sink import SHORT_NAME, register
 
@@ -305,17 +306,20 @@ def file_sink_paths(output: Path) -> list[str]:
     return [p for p in logged_sink_paths(log) if os.path.realpath(p).startswith(root) and os.path.isfile(p)]
 
 
-def _delta_batch(lay: Layout) -> Callable[[Any, int], None]:
-    """foreachBatch: append to the Delta table with txn(appId=query id, version=batch id), skipping
-    batches the table already has (what Delta's txnAppId/txnVersion writer options do)."""
+def _delta_batch(lay: Layout, fixed_app_id: str = "") -> Callable[[Any, int], None]:
+    """foreachBatch: append to the Delta table with txn(appId=query id, or `fixed_app_id`,
+    version=batch id), skipping batches the table already has (what Delta's txnAppId/txnVersion
+    writer options do)."""
     ckpt, out = str(lay.checkpoint), str(lay.output)
 
     def write_batch(batch_df: Any, batch_id: int) -> None:
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
         from deltalake.exceptions import TableNotFoundError
 
-        with open(os.path.join(ckpt, "metadata")) as fh:
-            app_id = json.loads(fh.read())["id"]
+        app_id = fixed_app_id
+        if not app_id:
+            with open(os.path.join(ckpt, "metadata")) as fh:
+                app_id = json.loads(fh.read())["id"]
         try:
             done = DeltaTable(out).transaction_version(app_id)
         except TableNotFoundError:
