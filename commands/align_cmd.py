@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from streamctl.commands import fleet_mutation as fleet
-from streamctl.commands import options
+from streamctl.commands import kafka_options, options
 
 
 def plan_lines(plan: Any, executed: bool = False) -> list[str]:
@@ -60,6 +60,9 @@ def align(
                                            "metadata file (when no lease proves it)."),
     break_lock: bool = options.BREAK_LOCK_OPT,
     quiet_period: Optional[float] = options.QUIET_OPT,
+    bootstrap: Optional[str] = kafka_options.BOOTSTRAP_OPT,
+    kafka_config: Optional[list[str]] = kafka_options.KAFKA_CONFIG_OPT,
+    kafka_timeout: Optional[float] = kafka_options.KAFKA_TIMEOUT_OPT,
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue a crashed --execute from its journal "
                                          "(the backup folder or its journal.jsonl)."),
     undo: Optional[str] = typer.Option(None, "--undo", help="Restore the exact files an earlier align changed "
@@ -94,6 +97,7 @@ def align(
       streamctl align /data/chk/orders --sink /data/out/orders --to 2026-11-21T02:55:00Z --allow-duplicates
       streamctl align /data/chk/orders --to savepoint:before-deploy-42 --execute
       streamctl align /data/chk/orders --query-id 4f1c0b7e-2d7a-4a8e-9a43-0d5c1e2b3a4f --execute  # lost metadata
+      streamctl align /data/chk/clicks --sink /data/out/clicks --bootstrap kafka1:9092  # refused if the broker lost offsets
       streamctl align --resume /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
       streamctl align --undo /data/chk/orders/_streamctl/backups/align-20261121T030000Z-1a2b
       streamctl align '/data/chk/*' --sink-pattern '../../out/{name}' --execute  # a fleet
@@ -105,19 +109,13 @@ def align(
     from streamctl.operations.align_rewind import check_to
 
     check_to(to)
-    if query_id is not None:
-        import uuid
-
-        try:
-            uuid.UUID(query_id)
-        except ValueError:
-            raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None
+    options.check_query_id(query_id)
     if fleet.wanted(checkpoints, sink_pattern, workers, engine, master, run_dir, resume_run, undo_run,
                     output_jsonl, output_parquet):
         from streamctl.operations.align import fleet_planner
 
-        if query_id:
-            raise UsageError("--query-id names one query's id; it cannot be given to several checkpoints")
+        if query_id or bootstrap or kafka_config:
+            raise UsageError("--query-id and the Kafka options name one query's; they cannot be given to several checkpoints")
         settings = {"quiet_period_s": options.quiet_period(quiet_period, options.settings()), "to": to,
                     "allow_duplicates": allow_duplicates, "allow_loss": allow_loss, "discard_in_flight": discard_in_flight,
                     "async_progress": async_progress, "sink_compact_interval": sink_compact_interval,
@@ -134,10 +132,14 @@ def align(
     if target is None:
         return
     location, sink, kind, app_id, config = target
+    from streamctl.console.config import resolve_checkpoint
+
+    kafka = kafka_options.kafka_settings(bootstrap, kafka_config, kafka_timeout, resolve_checkpoint(str(checkpoint), config)[1],
+                                         config, required=False)
     req = AlignRequest(location, sink, kind, app_id, options.quiet_period(quiet_period, config), to=to,
                        allow_duplicates=allow_duplicates, allow_loss=allow_loss, discard_in_flight=discard_in_flight,
                        async_progress=async_progress, query_id=query_id, sink_compact_interval=sink_compact_interval,
-                       source_archive=source_archive)
+                       source_archive=source_archive, kafka=kafka)
     # with --execute the lock comes first: the plan is made (and an empty one reported) only under it
     mutation.plan_or_execute("align", location, lambda: plan_align(req)[0], backup_dir, break_lock, execute, operation(),
                              plan_lines, as_json, lambda plan: (

@@ -111,3 +111,14 @@ def targets(args: list[str], sinks: Optional[list[str]], sink_kind: SinkKind, ap
     return out
 
 
+def check_query_id(query_id: Optional[str]) -> None:
+    """UsageError unless `query_id` (--query-id) is absent or a UUID, as Spark's query ids are."""
+    import uuid
+
+    from streamctl.formats.errors import UsageError
+
+    if query_id is not None:
+        try:
+            uuid.UUID(query_id)
+        except ValueError:
+            raise UsageError(f"invalid value for --query-id: {query_id[:60]!r} (a query id is a UUID)") from None

@@ -97,8 +97,10 @@ def parse_commit_record(data: bytes, path: str, epoch: int) -> dict[str, Any]:
     if rec.get("version", RECORD_VERSION) != RECORD_VERSION:
         raise LogParseError(path, f"unsupported commit record version {rec.get('version')!r}")
     for w in rec["writers"]:
-        if not isinstance(w, dict) or not _count(w.get("partition")) or not isinstance(w.get("files"), list):
+        if not isinstance(w, dict) or "partition" not in w or not isinstance(w.get("files"), list):
             raise LogParseError(path, "a writer entry lacks partition or files")
+        if not _count(w["partition"]):
+            raise LogParseError(path, f"a writer's partition {w['partition']!r} is not a count from 0 to {MAX_WRITERS}")
         if not all(isinstance(f, str) for f in w["files"]) or not _count(w.setdefault("rows", 0), None):
             raise LogParseError(path, f"writer {w['partition']}: files must be strings and rows a count")
     n = rec.get("num_writers")

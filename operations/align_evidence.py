@@ -35,6 +35,7 @@ class AlignRequest(CheckpointRequest):
     query_id: Optional[str] = None  # the query id a lost `metadata` is written with
     sink_compact_interval: Optional[int] = None  # the file sink's compaction interval, when its log cannot show it
     source_archive: Optional[str] = None  # a file source's sourceArchiveDir (cleanSource=archive)
+    kafka: Optional[Any] = None  # KafkaSettings of the broker a Kafka source reads (commands/kafka_options.py)
 
 
 @dataclass
@@ -73,6 +74,8 @@ class Planner:
         refuse_unsafe(q)
         if q.planned is None:
             raise Refused(f"{q.checkpoint}: nothing to align: offsets/ holds no batch")
+        if req.kafka is not None:
+            q = _refuse_source_moved(q, req.kafka)
         missing_parts = [f for f in q.findings if f.code == "STATE_PARTITION_MISSING"]
         if missing_parts:
             raise Refused(f"{q.checkpoint}: {missing_parts[0].message}: align cannot recreate a state partition")
@@ -154,6 +157,23 @@ class Evidence:
     def fillable(self, j: int) -> bool:
         """commits/j can be rebuilt: its offsets are known and it names no state file ids."""
         return not self.fmt2 and j in self.O
+
+
+def _refuse_source_moved(q: QueryInspection, kafka: Any) -> QueryInspection:
+    """`q` with the broker's word on its Kafka positions (inspect epochs --bootstrap); refused
+    when the broker no longer holds what a restart reads (SOURCE_EXPIRED, SOURCE_RESET): its
+    records or its topic's offsets are gone, which no epoch of the checkpoint brings back, and
+    the restart fails on it while failOnDataLoss is on (Spark's default)."""
+    from streamctl.inspectors.kafka import KafkaBroker, with_kafka
+
+    with KafkaBroker(kafka.bootstrap, kafka.config, kafka.timeout) as broker:
+        q = with_kafka(q, broker)[0]
+    moved = [f for f in q.findings if f.code in ("SOURCE_EXPIRED", "SOURCE_RESET")]
+    if moved:
+        raise Refused(f"{q.checkpoint}: {moved[0].code}: {moved[0].message}; align moves the checkpoint's and the "
+                      "sink's positions, not the broker's: restart with failOnDataLoss=false to accept the loss, or "
+                      "start a new checkpoint where `streamctl kafka starting-offsets` says")
+    return q
 
 
 def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:

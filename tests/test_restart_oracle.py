@@ -611,3 +611,17 @@ def test_a_new_checkpoint_over_a_delta_table_whose_writer_has_a_fixed_app_id(har
     assert r.restart.kind == "exact", r.detail()
     two = harness.restart_copy(replace(shape, reader={"maxFilesPerTrigger": "2"}), lay)
     assert two.kind == "differs" and "missing" in two.detail, two
+
+
+def test_a_kafka_offset_far_ahead_of_the_broker(harness: Any, kafka_broker: Any) -> None:
+    """The newest offsets' Kafka partition offset ten years of milliseconds ahead (a hand edit, or
+    a topic recreated under the query): the restart fails on data loss. Without the broker the
+    checkpoint cannot tell; with it (`--bootstrap`) inspect says SOURCE_RESET, and align, given
+    the broker too, refuses (exit 4) rather than say "nothing to do"."""
+    from helpers import oracle_kafka
+
+    oracle_kafka.use(kafka_broker)
+    r = harness.judge("kafka_dedup", Action("damage", "offsets", "newest", "set.0.ahead", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SOURCE_RESET" in r.inspect.findings and r.restart.kind == "fails", r.detail()
+    assert r.align is not None and r.align.code == 4 and "not the broker's" in r.align.text, r.detail()

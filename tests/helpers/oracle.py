@@ -375,12 +375,11 @@ class Harness:
         outside = self._outside(shape, lay)
         before = tree(self.work(shape))
         args = [str(lay.checkpoint), "--sink", str(lay.output)] + (["--app-id", shape.app_id] if shape.app_id else [])
-        kafka: list[str] = []
         if shape.source == "kafka":  # the operator's broker answers what the checkpoint cannot (SOURCE_RESET)
             from helpers import oracle_kafka
 
-            kafka = ["--bootstrap", oracle_kafka.broker().bootstrap]
-        code, out, err = streamctl("inspect", "epochs", *args, *kafka, "--json", home=self.home)
+            args += ["--bootstrap", oracle_kafka.broker().bootstrap]
+        code, out, err = streamctl("inspect", "epochs", *args, "--json", home=self.home)
         res.inspect = _verdict(code, out, err)
         if tree(self.work(shape)) != before:
             res.disagreements.append("inspect changed files")
