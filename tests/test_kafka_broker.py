@@ -265,6 +265,15 @@ def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_a
     assert f["code"] == "SOURCE_RESET" and len(f["partitions"]) == 3
     code, epochs = kafka(cli, "inspect", "epochs", str(copy), "--bootstrap", kafka_broker.bootstrap)
     assert code == 1 and "SOURCE_RESET" in [f["code"] for f in epochs["queries"][0]["findings"]]
+    # align given the broker refuses, naming it, and changes nothing; without it, it cannot tell
+    before = sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*"))
+    r = cli("align", str(copy), "--bootstrap", kafka_broker.bootstrap, "--kafka-config", f"sasl.plain.password={SECRET}",
+            "--quiet-period", "0", "--execute")
+    assert r.code == 4 and "SOURCE_RESET" in r.stderr and "failOnDataLoss=false" in r.stderr, r
+    assert SECRET not in r.stdout + r.stderr
+    assert sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*")) == before
+    r = cli("align", str(copy), "--bootstrap", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "1", "--quiet-period", "0")
+    assert r.code == 3 and "no broker answered" in r.stderr, r
 
 
 def test_retention_floor_is_the_start_of_the_oldest_kept_epoch(cli, kafka_agg):
