@@ -58,6 +58,11 @@ def next_step(q: Any, checkpoint: str, sink: Optional[str], sink_kind: str, app_
                else "the checkpoint and its writers agree")
         if sink is None:
             why += "; the sink was not checked (pass --sink to compare it with the checkpoint)"
+        from streamctl.inspectors.kafka import kafka_sources
+
+        if kafka_sources(q):
+            why += ("; its Kafka positions were not checked against the broker (streamctl inspect epochs --bootstrap "
+                    "checks them: a recreated topic or expired records fail the restart)")
         return {"action": "restart", "command": None, "why": f"restart the query as is: {why}"}
     sink_args = ["--sink", sink] if sink else []
     kind_args = ["--sink-kind", sink_kind] if sink and sink_kind != "auto" else []

@@ -246,6 +246,13 @@ def test_kafka_settings_from_a_named_pipeline_and_the_environment(cli, kafka_bro
     assert r.code == 3
 
 
+def test_diagnose_says_the_kafka_positions_were_not_checked(cli, kafka_agg):
+    """diagnose reads no broker: its "restart as is" says so for a Kafka query."""
+    chk, _topic = kafka_agg
+    r = cli("diagnose", str(chk), "--json", "--quiet-period", "0")
+    assert r.code == 0 and "not checked against the broker" in r.stdout, r
+
+
 def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_agg, tmp_path):
     """Runs last in this module: it deletes the scenario's topic."""
     chk, topic = kafka_agg
