@@ -134,14 +134,14 @@ def _check_last_entry(storage: Storage, read: list[tuple[str, CompactibleBatch]]
 MAX_FILE_AGE_MS = 7 * 24 * 3600 * 1000  # FileStreamSource's default maxFileAge; the option is not on disk
 
 
-def _check_ahead(storage: Storage, read: list[tuple[str, CompactibleBatch]], now_ms: Optional[int] = None) -> None:
+def _check_ahead(storage: Storage, read: list[tuple[str, CompactibleBatch]]) -> None:
     """An entry whose `timestamp` lies more than maxFileAge ahead of this machine's clock: the
     restart's restore takes the newest entry's timestamp as the latest file's, forgets files more
     than maxFileAge below it, and its listing takes no file modified below that as new
     (`SeenFilesMap.isNewFile`): every input file written from now until then is skipped, its
     rows lost without an error. Spark logs each file's modification time, so only a changed
     entry, or a file stamped by a clock far ahead, does this."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+    now = int(time.time() * 1000)
     ahead = [(ts, rel, i) for rel, batch in read for i, e in enumerate(batch.entries, 1)
              if isinstance(ts := e.get("timestamp"), int) and ts - MAX_FILE_AGE_MS > now]
     if ahead:
