@@ -71,9 +71,11 @@ HARM_OUTSIDE_RESTART = (
     # restart runs on a value nobody wrote (a watermark of Long.MinValue); streamctl refuses it
     ("UNREADABLE", "out of the Long range", "a number Spark wraps silently"),
     ("UNREADABLE", "is not a Long", "a number Spark wraps silently"),
-    # a changed file-source log entry: the restart reads its input file again for certain; a
-    # stateless query writes its rows twice (observed), a deduplication or a watermark drops them
-    ("UNREADABLE", "again as a new file", "the input file is read again; this query's state dropped its rows"),
+    # a changed file-source log entry: the restart reads its input file again; a stateless query
+    # writes its rows twice (observed), a deduplication or a watermark drops them, and cleanSource
+    # (a read option, not on disk) archives the newest batch's file before the listing (observed)
+    ("UNREADABLE", "again as a new file",
+     "the input file is read again, unless cleanSource (not on disk) archived it first; a query's state may drop its rows"),
     # a Delta txn version gone back (or below zero): the next commit writes the true one; until
     # then a replay of a batch the table holds (a crash in flight) writes its rows twice, and
     # align's reading of the table's epoch from it would replay them
