@@ -51,7 +51,9 @@ def get_spark(app_name: str = "streamctl-examples", confs: dict[str, str] | None
     from pyspark.sql import SparkSession
 
     log4j = _log4j_config_file()
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j}"
+    # a JVM crash report goes to the temp folder, never into the working directory
+    crash = Path(tempfile.gettempdir()) / "streamctl-hs_err_pid%p.log"
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Dlog4j.configurationFile=file:{log4j} -XX:ErrorFile={crash}"
     builder = (
         SparkSession.builder.master("local[2]")
         .appName(app_name)

@@ -59,6 +59,7 @@ from helpers.trees import copy_tree, remove_tree, wait_quiet
 
 FILES = 5  # the clean pipeline's input files (one batch each)
 NEW_FILES = 1  # input added before every restart
+EXIT_JVM_DIED = 75  # ./dev oracle's exit when Spark's JVM crashed under it (EX_TEMPFAIL: resume)
 RESTART_TIMEOUT_S = 30.0  # a restart here takes seconds; one blocked on a named pipe waits forever
 # Findings whose harm a restart of the query does not show, by code and a piece of the message:
 # the operator must hear about them even when the query restarts and delivers (docs/oracle.md).
@@ -724,6 +725,18 @@ def report_line(r: Result) -> str:
                        "skipped": r.skipped})
 
 
+class JvmDied(Exception):
+    """The Spark session's JVM is gone: no later case of this process can be judged."""
+
+
+def jvm_alive(spark: Any) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.System.currentTimeMillis()
+        return True
+    except Exception:  # noqa: BLE001 - any failure to reach the JVM means it is gone
+        return False
+
+
 def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print, verbose: bool = False,
               report: Any = None) -> list[Result]:
     """Judge each case in turn; `report` (a text file) gets each result's JSON line as it ends,
@@ -734,6 +747,8 @@ def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print,
         try:
             r = h.judge(shape, action)
         except Exception as exc:  # noqa: BLE001 - a harness error is reported with its case
+            if not jvm_alive(h.spark):  # Spark's own JVM crashed (a native RocksDB crash of 3.5 was seen)
+                raise JvmDied(f"{shape} {action.id()}: {type(exc).__name__}: {str(exc)[:200]}") from None
             r = Result(shape, action.id(), disagreements=[f"harness error: {type(exc).__name__}: {exc}"[:400]])
         results.append(r)
         say(f"[{time.monotonic() - started:5.1f}s] {r.detail() if verbose else r.line()}")
@@ -791,7 +806,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         h = Harness(spark, Path(tmp))
         print(f"oracle: {len(cases)} case(s) on PySpark {pyspark.__version__}"
               + (f" ({len(held)} judged before, in {ns.report})" if held else ""), flush=True)
-        results = run_cases(h, cases, lambda m: print(m, flush=True), ns.verbose, report)
+        try:
+            results = run_cases(h, cases, lambda m: print(m, flush=True), ns.verbose, report)
+        except JvmDied as exc:
+            # the case it died in is not in the report: --resume judges it again in a new JVM
+            print(f"oracle: the Spark JVM died judging {exc}; the report holds every case before it: go on with "
+                  "--resume", flush=True)
+            if report is not None:
+                report.close()
+            return EXIT_JVM_DIED
     spark.stop()
     if report is not None:
         report.close()
