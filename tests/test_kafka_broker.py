@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from helpers.trees import copy_tree
+from helpers.trees import copy_tree, snapshot_tree
 
 pytestmark = pytest.mark.spark
 
@@ -273,12 +273,12 @@ def test_topic_deleted_then_recreated_is_source_reset(cli, kafka_broker, kafka_a
     code, epochs = kafka(cli, "inspect", "epochs", str(copy), "--bootstrap", kafka_broker.bootstrap)
     assert code == 1 and "SOURCE_RESET" in [f["code"] for f in epochs["queries"][0]["findings"]]
     # align given the broker refuses, naming it, and changes nothing; without it, it cannot tell
-    before = sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*"))
+    before = snapshot_tree(copy)  # every file's size and mtime (align's lock changes only the folder's)
     r = cli("align", str(copy), "--bootstrap", kafka_broker.bootstrap, "--kafka-config", f"sasl.plain.password={SECRET}",
             "--quiet-period", "0", "--execute")
     assert r.code == 4 and "SOURCE_RESET" in r.stderr and "failOnDataLoss=false" in r.stderr, r
     assert SECRET not in r.stdout + r.stderr
-    assert sorted((p.relative_to(copy), p.stat().st_mtime_ns) for p in copy.rglob("*")) == before
+    assert snapshot_tree(copy) == before
     r = cli("align", str(copy), "--bootstrap", f"127.0.0.1:{_free_port()}", "--kafka-timeout", "1", "--quiet-period", "0")
     assert r.code == 3 and "no broker answered" in r.stderr, r
 
