@@ -747,7 +747,7 @@ def run_cases(h: Harness, cases: Iterable[tuple[str, Action]], say: Any = print,
         try:
             r = h.judge(shape, action)
         except Exception as exc:  # noqa: BLE001 - a harness error is reported with its case
-            if not jvm_alive(h.spark):  # Spark's own JVM crashed (a native RocksDB crash of 3.5 was seen)
+            if not jvm_alive(h.spark):  # Spark's own JVM is gone (a native crash): no later case can run
                 raise JvmDied(f"{shape} {action.id()}: {type(exc).__name__}: {str(exc)[:200]}") from None
             r = Result(shape, action.id(), disagreements=[f"harness error: {type(exc).__name__}: {exc}"[:400]])
         results.append(r)
