@@ -625,3 +625,16 @@ def test_a_kafka_offset_far_ahead_of_the_broker(harness: Any, kafka_broker: Any)
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and "SOURCE_RESET" in r.inspect.findings and r.restart.kind == "fails", r.detail()
     assert r.align is not None and r.align.code == 4 and "not the broker's" in r.align.text, r.detail()
+
+
+@pytest.mark.parametrize("shape", ["stateless", "window_nodata"])
+def test_a_source_entry_far_ahead_of_the_clock(harness: Any, shape: str) -> None:
+    """The newest file-source entry's `timestamp` ten years of milliseconds ahead (its sidecar
+    dropped): the restore takes it as the latest file's and the listing takes no file modified
+    more than maxFileAge below it as new, so the new input file is skipped without an error.
+    streamctl said `aligned`; now UNREADABLE, and align refuses."""
+    r = harness.judge(shape, Action("damage", "sources", "newest", "set.timestamp.ahead", "drop"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 3 and "ahead of this machine's clock" in r.inspect.text, r.detail()
+    assert r.restart.kind == "differs" and "missing" in r.restart.detail, r.detail()
+    assert r.align is not None and r.align.code == 3 and r.repaired is None, r.detail()
