@@ -136,6 +136,41 @@ def offsets_go_back(prev: Optional[OffsetEntry], cur: OffsetEntry) -> Optional[s
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Rewound:
+    """A Kafka partition the newer offsets take back: `offset` below `before`, or None where the
+    newer offsets no longer name the partition."""
+
+    source_id: SourceId
+    topic: str
+    partition: int
+    offset: Optional[int]
+    before: int
+
+
+def kafka_rewound(prev: Optional[OffsetEntry], cur: OffsetEntry) -> list[Rewound]:
+    """The Kafka partitions whose offset in `cur` is below `prev`'s, or which `prev` names and
+    `cur` does not. Spark's connector logs such offsets only when the broker's are lower (a topic
+    recreated, a subscribed topic deleted), and then reports data loss planning the batch; by
+    hand, they are an edit to read records again. Offsets below 0 are offsets_go_back's."""
+    from streamctl.formats.kafka_offsets import parse_kafka_offsets
+
+    if prev is None:
+        return []
+    before = {s.source_id: parse_kafka_offsets(s.raw) for s in prev.sources}
+    out: list[Rewound] = []
+    for s in cur.sources:
+        was, now = before.get(s.source_id), parse_kafka_offsets(s.raw)
+        if not was or now is None:
+            continue
+        for topic, parts in sorted(was.items()):
+            for part, off in sorted(parts.items()):
+                got = now.get(topic, {}).get(part)
+                if got is None or 0 <= got < off:
+                    out.append(Rewound(s.source_id, topic, part, got, off))
+    return out
+
+
 def _log_offset(s: Optional[SourceOffset]) -> Optional[int]:
     try:
         obj = s.parsed() if s is not None else None

@@ -248,7 +248,7 @@ class _Inspector(LogFindings, SourceFindings, StateFindings, LivenessFindings, S
                         unread.add(sid)
         moved: set[SourceId] = set()
         if latest_offsets is not None:
-            self._offsets_order_finding(prev, latest_offsets)
+            self._offsets_order_finding(prev, latest_offsets, committed)
         if latest_offsets is not None and any(s.kind == "file" for s in sources):
             moved = self._moved_input_finding(sources, prev, latest_offsets)
             self._outside_base_findings([s for s in sources if s.source_id not in moved], prev, latest_offsets)

@@ -62,6 +62,8 @@ CODES: dict[str, str] = {
     # `streamctl preflight`: a file source reads another path than the one its checkpoint's log names
     "SOURCE_PATH_CHANGED": ERROR,
     "SOURCE_TOPICS_CHANGED": ERROR,
+    # the newest offsets take a Kafka partition back below the batch before's (a recreated topic, an edit)
+    "SOURCE_REWOUND": ERROR,
     # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)
     "SINK_FILES_MISSING": ERROR,
     # a checkpoint streamctl drop-sink retired (its tombstone `metadata`): a state, not damage

@@ -8,7 +8,7 @@ from typing import Optional
 
 from streamctl.formats.errors import LogParseError, StreamctlError
 from streamctl.formats.layout import OFFSETS_DIR, SOURCES_DIR
-from streamctl.formats.offsets import OffsetEntry, SourceId, offsets_go_back
+from streamctl.formats.offsets import OffsetEntry, SourceId, kafka_rewound, offsets_go_back
 from streamctl.inspectors.checkpoint_reads import CheckpointReads
 from streamctl.inspectors.findings import Finding, count_of, ids_of, ranges_text
 from streamctl.inspectors.sources import SourceInfo
@@ -36,18 +36,53 @@ class SourceFindings(CheckpointReads):
                          "new_folder": m.new_folder, "old_base": m.old_base, "new_base": m.new_base}))
         return {m.source_id for m in found} | {g.source_id for g in gone}
 
-    def _offsets_order_finding(self, prev: Optional[OffsetEntry], latest: OffsetEntry) -> None:
+    def _offsets_order_finding(self, prev: Optional[OffsetEntry], latest: OffsetEntry, committed: Optional[int]) -> None:
         """UNREADABLE: the newest offsets hold a source offset Spark never writes after the batch
         before's (offsets_go_back: a file source's logOffset going back or below -1, a Kafka
         offset below 0): an edit or changed bytes the checksum did not catch. The restart's replay
         of that batch fails (getBatch's range: `assertion failed`, observed 4.3.0; a Kafka
         source's data-loss check); committed, the next batch starts there and fails or reads the
-        input between again. align moves an in-flight one aside as it does a torn one."""
+        input between again. align moves an in-flight one aside as it does a torn one. A Kafka
+        offset below the batch before's is SOURCE_REWOUND instead (Spark's connector writes one)."""
         why = offsets_go_back(prev, latest)
         if why is not None:
             self.unreadable(LogParseError(
                 self.st.uri(f"{OFFSETS_DIR}/{latest.batch_id}"),
                 f"{why}: Spark never writes that (an edit, or changed bytes); a restart fails on it or reads input again"))
+            return
+        self._rewound_finding(prev, latest, committed)
+
+    def _rewound_finding(self, prev: Optional[OffsetEntry], latest: OffsetEntry, committed: Optional[int]) -> None:
+        """SOURCE_REWOUND: the newest offsets take a Kafka partition back below the batch before's,
+        or drop it (formats/offsets.kafka_rewound). Spark's connector logs that only after the
+        topic was recreated, and its planning of the batch then reports data loss. In flight, the
+        replay fails (failOnDataLoss=true, the default); with false, or where the sink holds the
+        batch and skips it without reading (a file sink), the next batch starts there and reads the
+        records between again; committed, the restart does the same (observed 4.3.0, streamctl's
+        Kafka source, a stateless query into a file sink: those records twice, in flight and
+        committed). failOnDataLoss is not on disk: the failing outcome is named with the other."""
+        back = kafka_rewound(prev, latest)
+        if not back or prev is None:
+            return
+        n = latest.batch_id
+        parts = [{"source": r.source_id, "topic": r.topic, "partition": r.partition, "offset": r.offset,
+                  "before": r.before} for r in back]
+        what = "; ".join(f"{r.topic}-{r.partition} {'gone' if r.offset is None else r.offset} "
+                         f"(batch {prev.batch_id}: {r.before})" for r in back[:3]) + (" ..." if len(back) > 3 else "")
+        if committed is not None and committed >= n:
+            harm = (f"batch {n} is committed, so the restart starts there and reads the records in between again "
+                    "(a sink that does not drop them writes them twice; a partition gone, if the query still reads its "
+                    "topic, from its earliest offset)")
+        else:
+            harm = (f"batch {n} is in flight: its replay fails on data loss (failOnDataLoss=true, the default), or, "
+                    "where the sink holds the batch and skips it or with failOnDataLoss=false, the next batch reads "
+                    "the records in between again")
+        self.findings.append(Finding(
+            "SOURCE_REWOUND",
+            f"{OFFSETS_DIR}/{n} takes Kafka offsets back from batch {prev.batch_id}'s: {what}: a topic recreated "
+            f"under the query, or an edit; {harm}",
+            details={"source": back[0].source_id, "epochs": [n], "committed": committed is not None and committed >= n,
+                     "partitions": parts}))
 
     def _outside_base_findings(self, sources: list[SourceInfo], start: Optional[OffsetEntry],
                                end: Optional[OffsetEntry]) -> None:

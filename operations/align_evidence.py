@@ -192,6 +192,13 @@ def gather_evidence(pl: Planner, req: AlignRequest) -> Evidence:
     gone = [f for f in q.findings if f.code == "SOURCE_GONE"]
     if gone:  # where the input went is not on disk: no plan can point the source's log at it
         raise Refused(f"{q.checkpoint}: SOURCE_GONE: {gone[0].message}")
+    rewound = [f for f in q.findings if f.code == "SOURCE_REWOUND"]
+    if rewound and req.to in ("auto", "max"):  # which records the sink should get again is the operator's call
+        n = rewound[0].details["epochs"][0]
+        raise Refused(f"{q.checkpoint}: SOURCE_REWOUND: {rewound[0].message}; align does not decide whether the sink "
+                      f"gets those records again: restart as is to read them again, or roll batch {n} back with "
+                      f"--to {n - 1} --discard-in-flight (Spark plans it again from batch {n - 1}'s end; after a "
+                      "recreated topic, check the broker with --bootstrap first)")
     lost = [f for f in q.findings if f.code == "LOG_GAP" and str(f.details.get("log", "")).startswith(f"{SOURCES_DIR}/")]
     if lost:  # every restart reads the source's log: no choice of epoch brings its files back
         raise Refused(f"{q.checkpoint}: LOG_GAP: {lost[0].message}; align does not rebuild the file source's log: "

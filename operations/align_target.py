@@ -199,11 +199,16 @@ def _unreadable_restart_reads(pl: Planner, ev: Evidence, req: AlignRequest, x: i
         except StreamctlError as exc:
             return f"{log}/{b}, which cannot be read ({getattr(exc, 'reason', exc)})"
     if (OFFSETS_DIR, top) in got:
-        from streamctl.formats.offsets import offsets_go_back
+        from streamctl.formats.offsets import kafka_rewound, offsets_go_back
 
         why = offsets_go_back(got.get((OFFSETS_DIR, top - 1)), got[(OFFSETS_DIR, top)])
         if why is not None:
             return f"{OFFSETS_DIR}/{top}, which Spark cannot have written ({why})"
+        back = kafka_rewound(got.get((OFFSETS_DIR, top - 1)), got[(OFFSETS_DIR, top)])
+        if back:  # its replay fails on data loss, or the restart reads the records between again
+            r = back[0]
+            return (f"{OFFSETS_DIR}/{top}, which takes {r.topic}-{r.partition} back from batch {top - 1}'s offset "
+                    f"{r.before} (SOURCE_REWOUND)")
     return ""
 
 

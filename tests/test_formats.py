@@ -262,3 +262,23 @@ def test_a_source_offset_spark_never_writes_after_the_batch_before() -> None:
     assert offsets_go_back(entry(3, '{"t":{"0":5}}'), entry(4, '{"t":{"0":2}}')) is None
     assert offsets_go_back(entry(3, '{"logOffset":3}', '5'), entry(4, '{"logOffset":4}', '2')) is None  # a LongOffset
     assert offsets_go_back(entry(3, '{"logOffset":3}'), entry(4, '{"logOffset":4}', '{"logOffset":0}')) is None
+
+
+def test_kafka_offsets_taken_back_from_the_batch_before() -> None:
+    """kafka_rewound (SOURCE_REWOUND): a Kafka partition below the batch before's, or gone from
+    the newer offsets; not an equal one (a batch that read nothing there), a new partition, a
+    topic added, another source kind, nor the first batch."""
+    from streamctl.formats.offsets import Rewound, kafka_rewound, parse_offsets
+
+    def entry(batch: int, *lines: str) -> Any:
+        return parse_offsets(("v1\n{}\n" + "\n".join(lines)).encode(), f"offsets/{batch}", batch)
+
+    prev = entry(3, '{"t":{"0":5,"1":7}}', '{"logOffset":3}')
+    assert kafka_rewound(prev, entry(4, '{"t":{"0":5,"1":9,"2":0},"u":{"0":1}}', '{"logOffset":4}')) == []
+    assert kafka_rewound(prev, entry(4, '{"t":{"0":3,"1":7}}', '{"logOffset":4}')) == [Rewound(0, "t", 0, 3, 5)]
+    assert kafka_rewound(prev, entry(4, '{"t":{"0":5}}', '{"logOffset":4}')) == [Rewound(0, "t", 1, None, 7)]
+    assert kafka_rewound(prev, entry(4, '{"u":{"0":1}}', '{"logOffset":4}')) == \
+        [Rewound(0, "t", 0, None, 5), Rewound(0, "t", 1, None, 7)]
+    assert kafka_rewound(None, entry(0, '{"t":{"0":0}}')) == []
+    assert kafka_rewound(prev, entry(4, '-', '{"logOffset":4}')) == []
+    assert kafka_rewound(prev, entry(4, '{"t":{"0":-7,"1":7}}')) == []  # offsets_go_back's

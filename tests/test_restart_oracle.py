@@ -638,3 +638,48 @@ def test_a_source_entry_far_ahead_of_the_clock(harness: Any, shape: str) -> None
     assert r.inspect.code == 3 and "ahead of this machine's clock" in r.inspect.text, r.detail()
     assert r.restart.kind == "differs" and "missing" in r.restart.detail, r.detail()
     assert r.align is not None and r.align.code == 3 and r.repaired is None, r.detail()
+
+
+
+@pytest.mark.parametrize("batch", ["committed", "in_flight"])
+def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) -> None:
+    """The newest offsets' Kafka offset of partition 0 set two below the batch before's (its
+    sidecar dropped), on a query that does not drop repeated records (a stateless Kafka query):
+    what an operator's edit to read records again, or the connector after a recreated topic,
+    leaves. Committed, the restart reads the records between again and writes them twice; in
+    flight the same, as the file sink skips the batch's replay unread (else it fails on data
+    loss). streamctl said `aligned` and `recoverable` (exit 0);
+    now SOURCE_REWOUND (exit 1), align refuses to choose for the operator, and the roll back it
+    names (`--to N-1 --discard-in-flight`) restarts exact."""
+    import json
+    from dataclasses import replace
+
+    from helpers import oracle_kafka
+    from helpers.oracle import streamctl
+
+    oracle_kafka.use(kafka_broker)
+    shape = replace(SHAPES["kafka_dedup"], name="kafka_stateless", op="select")
+    harness.ensure(shape)
+    lay = harness.fresh(shape)
+    if batch == "in_flight":
+        lay = harness.apply(shape, Action("damage", "commits", "newest", "delete", "drop"), lay)
+    offsets = lay.checkpoint / "offsets"
+    n = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
+    before = json.loads((offsets / str(n - 1)).read_text().splitlines()[-1])
+    head, _, line = (offsets / str(n)).read_text().rpartition("\n")
+    now = json.loads(line)
+    (topic, parts), = now.items()
+    parts["0"] = before[topic]["0"] - 2
+    (offsets / str(n)).write_text(head + "\n" + json.dumps(now))
+    (offsets / f".{n}.crc").unlink()
+    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, f"{batch}-offsets-newest-0-below-the-batch-before"))
+    assert r.agrees, r.detail()
+    assert r.inspect.code == 1 and "SOURCE_REWOUND" in r.inspect.findings, r.detail()
+    # in flight too: the file sink holds batch N and skips its replay unread, so no data-loss check runs
+    assert r.restart.kind == "differs" and "0 row(s) missing" in r.restart.detail, r.detail()
+    assert r.align is not None and r.align.code == 4 and "--discard-in-flight" in r.align.text, r.detail()
+    code, out, err = streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", str(n - 1),
+                               "--discard-in-flight", "--quiet-period", "0", "--execute", home=harness.home)
+    assert code == 0, (out, err)
+    after = harness._restart(shape, lay)
+    assert after.kind == "exact", after
