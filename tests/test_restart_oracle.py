@@ -678,8 +678,10 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     # in flight too: the file sink holds batch N and skips its replay unread, so no data-loss check runs
     assert r.restart.kind == "differs" and "0 row(s) missing" in r.restart.detail, r.detail()
     assert r.align is not None and r.align.code == 4 and "--discard-in-flight" in r.align.text, r.detail()
-    code, out, err = streamctl("align", str(lay.checkpoint), "--sink", str(lay.output), "--to", str(n - 1),
-                               "--discard-in-flight", "--quiet-period", "0", "--execute", home=harness.home)
+    args = [str(lay.checkpoint), "--sink", str(lay.output), "--to", str(n - 1)]
+    code, out, err = streamctl("align", *args, "--quiet-period", "0", home=harness.home)  # it would replay batch N
+    assert code == 4 and "SOURCE_REWOUND" in err, (out, err)
+    code, out, err = streamctl("align", *args, "--discard-in-flight", "--quiet-period", "0", "--execute", home=harness.home)
     assert code == 0, (out, err)
     after = harness._restart(shape, lay)
     assert after.kind == "exact", after
