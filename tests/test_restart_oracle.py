@@ -652,13 +652,12 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     now SOURCE_REWOUND (exit 1), align refuses to choose for the operator, and the roll back it
     names (`--to N-1 --discard-in-flight`) restarts exact."""
     import json
-    from dataclasses import replace
 
     from helpers import oracle_kafka
     from helpers.oracle import streamctl
 
     oracle_kafka.use(kafka_broker)
-    shape = replace(SHAPES["kafka_dedup"], name="kafka_stateless", op="select")
+    shape = SHAPES["kafka_stateless"]
     harness.ensure(shape)
     lay = harness.fresh(shape)
     if batch == "in_flight":

@@ -346,6 +346,8 @@ SHAPES: dict[str, Shape] = {s.name: s for s in (
     Shape("delta", sink="delta", spark4=True),
     Shape("coordinated", sink="coordinated", spark4=True),
     Shape("kafka_dedup", op="dedup", source="kafka", spark4=True),
+    # records read again show only where nothing drops them
+    Shape("kafka_stateless", source="kafka", spark4=True),
 )}
 
 
