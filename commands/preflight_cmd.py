@@ -23,12 +23,14 @@ def preflight(
     compares its stateful operators (ids and names, as Spark numbers them) with the checkpoint's
     operator metadata, as Spark's restart does, then the state key types of the deduplication and
     aggregation operators it keeps with the checkpoint's state schema files, as Spark's first batch
-    does, the path each file source reads with the folder the checkpoint's source log names for
+    does, its number of sources with the newest offsets' (SOURCES_CHANGED: the restart fails), the
+    path each file source reads with the folder the checkpoint's source log names for
     its newest files (SOURCE_PATH_CHANGED: the restart fails or reads every file again), and the
     topics each Kafka source reads with those the newest offsets hold (SOURCE_TOPICS_CHANGED: a
     topic no longer read is data loss to the restart). Exit 0 when they fit, 1 when the restart
     would fail, read input again or drop a topic (STATEFUL_OPERATORS_CHANGED,
-    STATE_KEY_SCHEMA_CHANGED, naming Spark's error; SOURCE_PATH_CHANGED; SOURCE_TOPICS_CHANGED), 2
+    STATE_KEY_SCHEMA_CHANGED, SOURCES_CHANGED, naming Spark's error; SOURCE_PATH_CHANGED;
+    SOURCE_TOPICS_CHANGED), 2
     for a bad --query, 3 for an unreadable checkpoint. Value schemas, joins and transformWithState keys are not compared.
 
     Examples:
@@ -44,6 +46,7 @@ def preflight(
         compare_kafka_topics,
         compare_keys,
         compare_operators,
+        compare_source_count,
         compare_source_paths,
     )
     from streamctl.pipeline.preflight import (
@@ -51,6 +54,7 @@ def preflight(
         file_sources,
         kafka_sources,
         load_query,
+        source_count,
         state_keys,
         stateful_operators,
     )
@@ -73,6 +77,7 @@ def preflight(
         keys = state_keys(df)
         paths = file_sources(df)
         topics = kafka_sources(df)
+        count = source_count(df)
     except Exception as exc:  # the user's code: its own error, one line
         first_line = str(exc).splitlines()[0] if str(exc) else ""
         raise UsageError(f"--query {query}: {type(exc).__name__}: {first_line}") from None
@@ -80,6 +85,7 @@ def preflight(
     findings = compare_operators(q.committed, old, new, VERIFIED)
     if not findings and q.committed is not None:
         findings = compare_keys(q.checkpoint, old, new, keys)
+    findings += compare_source_count(q.checkpoint, q.planned, count)
     findings += compare_source_paths(q.checkpoint, q.planned, q.sources, paths)
     findings += compare_kafka_topics(q.checkpoint, q.planned, topics)
     verdict = verdict_of(findings)  # the findings are errors: misaligned when there are any
@@ -87,6 +93,7 @@ def preflight(
            "committed": q.committed,
            "checkpoint_operators": [{"id": i, "name": n} for i, n in sorted(old.items())],
            "query_operators": [{"id": i, "operator": node, "name": name} for i, (node, name) in sorted(new.items())],
+           "query_sources": count,
            "query_file_sources": [{"source": name if name is not None else i, "path": path} for i, name, path, _ in paths],
            "query_kafka_sources": [{"source": name if name is not None else i, "options": _topic_options(o)}
                                    for i, name, o in topics],
@@ -103,8 +110,8 @@ def preflight(
         drops = all(f.details.get("restart") == "drops" for f in findings)
         lines.append("verdict: " + ("the restart fails" if fails else "the restart drops a topic's records" if findings
                                     and drops else "the restart reads input again" if findings else
-                                    "fits: the operators, their state keys, the file sources' paths and the Kafka "
-                                    "sources' topics match"))
+                                    "fits: the operators, their state keys, the sources, the file sources' paths and "
+                                    "the Kafka sources' topics match"))
         render.emit_lines(lines, "plain")
     raise exit_for_verdict(verdict)
 

@@ -62,6 +62,8 @@ CODES: dict[str, str] = {
     # `streamctl preflight`: a file source reads another path than the one its checkpoint's log names
     "SOURCE_PATH_CHANGED": ERROR,
     "SOURCE_TOPICS_CHANGED": ERROR,
+    # `streamctl preflight`: the new query reads another number of sources than the checkpoint's offsets hold
+    "SOURCES_CHANGED": ERROR,
     # the newest offsets take a Kafka partition back below the batch before's (a recreated topic, an edit)
     "SOURCE_REWOUND": ERROR,
     # data files a file sink's log names that its readers do not see (a moved or copied folder, a hand clean-up)

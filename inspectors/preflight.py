@@ -200,6 +200,30 @@ def _common_folder(files: list[tuple[str, str, str]]) -> str:
     return _shown((scheme, netloc, folder))
 
 
+def compare_source_count(checkpoint: str, planned: Optional[int], query_sources: int) -> list[Any]:
+    """SOURCES_CHANGED when the new query reads another number of sources than the checkpoint's
+    newest offsets hold: a restart hands those offsets to the query's sources by position and
+    asserts the counts match (`OffsetSeq.toStreamProgress`: "There are [M] sources in the
+    checkpoint offsets and now there are [N] sources requested by the query. Cannot continue.",
+    observed 3.5.9 and 4.3.0: a stream-stream join's second source removed). Judged for the
+    positional offsets (v1); named sources (v2) are matched by name. `query_sources`:
+    `pipeline/preflight.py` `source_count`."""
+    if planned is None:  # nothing planned: the new query starts fresh
+        return []
+    newest = _offsets_at(Storage.open(checkpoint), planned)
+    if newest is None or newest.version != 1 or len(newest.sources) == query_sources:
+        return []
+    held = len(newest.sources)
+    error = (f"assertion failed: There are [{held}] sources in the checkpoint offsets and now there are "
+             f"[{query_sources}] sources requested by the query. Cannot continue.")
+    return [Finding(
+        "SOURCES_CHANGED",
+        f"the new query reads {query_sources} source(s) where offsets/{planned} holds {held}: its restart fails "
+        f"({error}). Keep the query's sources, or start the changed query on a new checkpoint",
+        details={"epochs": [planned], "checkpoint_sources": held, "query_sources": query_sources,
+                 "restart_error": error})]
+
+
 # -- the topics a Kafka source reads -----------------------------------------------------------
 
 def _subscribed(opts: dict[str, str], topic: str, partition: int) -> Optional[bool]:

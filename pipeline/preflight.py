@@ -160,6 +160,11 @@ def _streaming_relations(df: Any) -> list[Any]:
     return found
 
 
+def source_count(df: Any) -> int:
+    """How many sources a restart of the query numbers (one per distinct streaming relation)."""
+    return len(_streaming_relations(df))
+
+
 def file_sources(df: Any) -> list[tuple[int, Optional[str], str, str]]:
     """The file sources of a streaming DataFrame's plan, numbered as a restart numbers its
     sources (`MicroBatchExecution` replaces each streaming relation top-down, left to right, one

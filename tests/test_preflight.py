@@ -263,3 +263,26 @@ def test_kafka_topics_compared_with_the_newest_offsets(tmp_path, options, gone, 
     assert [f.details["restart"] for f in found] == ([restart] if restart else []), found
     assert all(f.code == "SOURCE_TOPICS_CHANGED" and "offsets/3" in f.message for f in found), found
     assert compare_kafka_topics(str(chk), None, [(0, None, options)]) == []  # nothing planned: a fresh start
+
+
+@pytest.mark.parametrize(("text", "query_sources", "found"), [
+    ('v1\n{}\n{"logOffset":3}\n{"logOffset":3}', 2, False),
+    ('v1\n{}\n{"logOffset":3}\n{"logOffset":3}', 1, True),  # a join's second source removed
+    ('v1\n{}\n{"logOffset":3}', 2, True),  # a source added
+    ('v1\n{}\n{"logOffset":3}\n-', 2, False),  # a source with no offset yet still counts
+    ('v2\n{}\n0:{"logOffset":3}\norders:{"logOffset":1}', 1, False),  # named sources: matched by name
+])
+def test_source_count_compared_with_the_newest_offsets(tmp_path, text, query_sources, found):
+    """SOURCES_CHANGED: the restart hands the newest offsets' lines to the sources by position and
+    asserts the counts match (proven by a real restart on both lines in
+    tests/test_restart_oracle.py, a join's second source removed)."""
+    from streamctl.inspectors.preflight import compare_source_count
+
+    chk = tmp_path / "chk"
+    (chk / "offsets").mkdir(parents=True)
+    (chk / "offsets" / "3").write_text(text)
+    got = compare_source_count(str(chk), 3, query_sources)
+    assert [f.code for f in got] == (["SOURCES_CHANGED"] if found else []), got
+    if found:
+        assert f"now there are [{query_sources}] sources" in got[0].details["restart_error"], got
+    assert compare_source_count(str(chk), None, query_sources) == []  # nothing planned: a fresh start

@@ -671,6 +671,8 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     parts["0"] = before[topic]["0"] - 2
     (offsets / str(n)).write_text(head + "\n" + json.dumps(now))
     (offsets / f".{n}.crc").unlink()
+    # below the batch before's: no run writes that, so the oracle counts no blind spot here
+    assert oracle.blind_spot(shape, Action("damage", "offsets", "newest", "set.0.back", "drop"), lay) is None
     r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, f"{batch}-offsets-newest-0-below-the-batch-before"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and "SOURCE_REWOUND" in r.inspect.findings, r.detail()
@@ -684,3 +686,31 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     assert code == 0, (out, err)
     after = harness._restart(shape, lay)
     assert after.kind == "exact", after
+
+
+def test_a_kafka_offset_set_back_to_the_batch_before_is_a_blind_spot(harness: Any, kafka_broker: Any) -> None:
+    """The grammar's `set.0.back` on a stateless Kafka query: partition 0 of the newest offsets two
+    below, which is the batch before's offset. A batch that took nothing from that partition writes
+    the very same file, so nothing on disk or at the broker tells the edit: streamctl says
+    `aligned` and the restart reads two records again. The oracle proves the offsets are ones a
+    run writes and reports the case as blind, not as agreement; one below the batch before's is
+    SOURCE_REWOUND (the test above)."""
+    from helpers import oracle_kafka
+
+    oracle_kafka.use(kafka_broker)
+    r = harness.judge("kafka_stateless", Action("damage", "offsets", "newest", "set.0.back", "drop"))
+    assert r.inspect is not None and r.inspect.code == 0, r.detail()
+    assert r.restart is not None and r.restart.kind == "differs" and "2 extra" in r.restart.detail, r.detail()
+    assert r.agrees and "batch before's" in r.blind, r.detail()
+
+
+@pytest.mark.spark_lines
+def test_a_join_whose_second_source_is_removed(harness: Any) -> None:
+    """The next version of a stream-stream join drops the join and its second source. The restart
+    fails on Spark's source count assertion (both lines). PySpark 3.5 writes no operator
+    metadata, so preflight saw no operator change and said it fits (exit 0); now the count of
+    sources against the newest offsets' is SOURCES_CHANGED on every line."""
+    r = harness.judge("join_hdfs", Action("change", what="op_removed"))
+    assert r.agrees, r.detail()
+    assert r.inspect is not None and r.inspect.code == 1 and "SOURCES_CHANGED" in r.inspect.findings, r.detail()
+    assert r.restart is not None and r.restart.kind == "fails" and "[2] sources" in r.restart.detail, r.detail()
