@@ -46,7 +46,7 @@ def preflight(
         compare_kafka_topics,
         compare_keys,
         compare_operators,
-        compare_source_count,
+        compare_sources,
         compare_source_paths,
     )
     from streamctl.pipeline.preflight import (
@@ -85,7 +85,8 @@ def preflight(
     findings = compare_operators(q.committed, old, new, VERIFIED)
     if not findings and q.committed is not None:
         findings = compare_keys(q.checkpoint, old, new, keys)
-    findings += compare_source_count(q.checkpoint, q.planned, count)
+    kinds = [(i, name, "file") for i, name, _p, _q in paths] + [(i, name, "kafka") for i, name, _o in topics]
+    findings += compare_sources(q.checkpoint, q.planned, count, kinds)
     findings += compare_source_paths(q.checkpoint, q.planned, q.sources, paths)
     findings += compare_kafka_topics(q.checkpoint, q.planned, topics)
     verdict = verdict_of(findings)  # the findings are errors: misaligned when there are any

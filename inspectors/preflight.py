@@ -200,28 +200,59 @@ def _common_folder(files: list[tuple[str, str, str]]) -> str:
     return _shown((scheme, netloc, folder))
 
 
-def compare_source_count(checkpoint: str, planned: Optional[int], query_sources: int) -> list[Any]:
-    """SOURCES_CHANGED when the new query reads another number of sources than the checkpoint's
-    newest offsets hold: a restart hands those offsets to the query's sources by position and
-    asserts the counts match (`OffsetSeq.toStreamProgress`: "There are [M] sources in the
-    checkpoint offsets and now there are [N] sources requested by the query. Cannot continue.",
-    observed 3.5.9 and 4.3.0: a stream-stream join's second source removed). Judged for the
-    positional offsets (v1); named sources (v2) are matched by name. `query_sources`:
-    `pipeline/preflight.py` `source_count`."""
+def compare_sources(checkpoint: str, planned: Optional[int], query_sources: int,
+                    kinds: Iterable[tuple[int, Optional[str], str]]) -> list[Any]:
+    """SOURCES_CHANGED when the new query's sources do not fit the checkpoint's newest offsets:
+    * another number of sources: a restart hands positional offsets (v1) to the query's sources
+      by position and asserts the counts match (`OffsetSeq.toStreamProgress`: "There are [M]
+      sources in the checkpoint offsets and now there are [N] sources requested by the query.
+      Cannot continue.", observed 3.5.9 and 4.3.0: a stream-stream join's second source
+      removed); named sources (v2) are matched by name, their count not judged;
+    * a source of another kind where the offsets held one: a file source's `{"logOffset": n}`
+      handed to a Kafka source, or a Kafka source's partition map to a file source; neither
+      reads the other's offset, and the restart fails deserializing it (observed 4.3.0: a file
+      query's checkpoint restarted reading a topic with streamctl's source).
+    `query_sources`: `pipeline/preflight.py` `source_count`; `kinds`: (ordinal, the name
+    `DataStreamReader.name` gave or None, `file` or `kafka`) of the sources whose kind is known."""
     if planned is None:  # nothing planned: the new query starts fresh
         return []
     newest = _offsets_at(Storage.open(checkpoint), planned)
-    if newest is None or newest.version != 1 or len(newest.sources) == query_sources:
+    if newest is None:
         return []
+    lines = {s.source_id: s.raw for s in newest.sources}
     held = len(newest.sources)
-    error = (f"assertion failed: There are [{held}] sources in the checkpoint offsets and now there are "
-             f"[{query_sources}] sources requested by the query. Cannot continue.")
+    details: dict[str, Any] = {"epochs": [planned], "checkpoint_sources": held, "query_sources": query_sources}
+    if newest.version == 1 and held != query_sources:
+        error = (f"assertion failed: There are [{held}] sources in the checkpoint offsets and now there are "
+                 f"[{query_sources}] sources requested by the query. Cannot continue.")
+        return [Finding(
+            "SOURCES_CHANGED",
+            f"the new query reads {query_sources} source(s) where offsets/{planned} holds {held}: its restart fails "
+            f"({error}). Keep the query's sources, or start the changed query on a new checkpoint",
+            details=dict(details, restart_error=error))]
+    swapped = []
+    for ordinal, name, kind in kinds:
+        sid: SourceId = name if name is not None and name in lines else ordinal
+        raw = lines.get(sid)
+        try:
+            obj = json.loads(raw) if raw is not None else None
+        except ValueError:
+            continue
+        was = ("kafka" if parse_kafka_offsets(raw) is not None else
+               "file" if isinstance(obj, dict) and list(obj) == ["logOffset"] else None)
+        if was is not None and was != kind:
+            swapped.append((sid, was, kind))
+    if not swapped:
+        return []
+    what = "; ".join(f"source {sid} is a {kind} source where offsets/{planned} holds a {was} source's offset"
+                     for sid, was, kind in swapped)
+    error = "the source cannot read the other kind's offset"
     return [Finding(
         "SOURCES_CHANGED",
-        f"the new query reads {query_sources} source(s) where offsets/{planned} holds {held}: its restart fails "
-        f"({error}). Keep the query's sources, or start the changed query on a new checkpoint",
-        details={"epochs": [planned], "checkpoint_sources": held, "query_sources": query_sources,
-                 "restart_error": error})]
+        f"{what}: its restart fails ({error}). Keep the source's kind at its place, or start the changed query on a "
+        "new checkpoint (with `streamctl kafka starting-offsets` for a Kafka source)",
+        details=dict(details, sources=[{"source": sid, "checkpoint_kind": was, "query_kind": kind}
+                                       for sid, was, kind in swapped], restart_error=error))]
 
 
 # -- the topics a Kafka source reads -----------------------------------------------------------

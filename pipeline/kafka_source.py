@@ -113,7 +113,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from streamctl.formats.kafka_offsets import SparkOffsets, flat, spark_shape
+from streamctl.formats.kafka_offsets import SparkOffsets, flat, parse_kafka_offsets, spark_shape
 from streamctl.pipeline.kafka_client import DataLossError, OffsetClient, current_end_offsets, read_range
 from streamctl.pipeline.kafka_options import EARLIEST, LATEST, SHORT_NAME, KafkaSourceOptions, consumer_config
 from streamctl.pipeline.kafka_runs import last_committed_source_offset, offsets_reached, run_until_caught_up
@@ -173,6 +173,17 @@ def rate_limit(start: Mapping[tuple[str, int], int], latest: Mapping[tuple[str, 
     for _r, tp in sorted(rems)[:leftover]:
         take[tp] += 1
     return {tp: (start[tp] + take[tp] if avail[tp] > 0 else latest[tp]) for tp in latest}
+
+
+def _positions(offsets: Any, which: str) -> dict[tuple[str, int], int]:
+    """A batch's offsets as {(topic, partition): offset}; a clear error for an offset this source
+    never writes (the checkpoint's offsets line of another source kind at this source's place: a
+    file source's `{"logOffset": n}`), instead of a failure deep in the planning."""
+    if offsets and parse_kafka_offsets(json.dumps(offsets)) is None:  # {}: no partition yet
+        raise ValueError(f"{SHORT_NAME}: the batch's {which} offset {json.dumps(offsets)[:200]} is not a Kafka "
+                         "source's (topic -> partition -> offset): the checkpoint's offsets at this source's place "
+                         "were written by another kind of source; start this query on a new checkpoint")
+    return flat(offsets)
 
 
 # --------------------------------------------------------------------------- data source
@@ -272,7 +283,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[KafkaInputPartition]:
         self._last_end = end
-        s, e = flat(start), flat(end)
+        s, e = _positions(start, "start"), _positions(end, "end")
         gone = sorted(tp for tp in s if tp not in e)
         if gone:
             self._data_loss(f"partitions {gone} were read before but are no longer in the batch's end offsets")

@@ -276,13 +276,86 @@ def test_source_count_compared_with_the_newest_offsets(tmp_path, text, query_sou
     """SOURCES_CHANGED: the restart hands the newest offsets' lines to the sources by position and
     asserts the counts match (proven by a real restart on both lines in
     tests/test_restart_oracle.py, a join's second source removed)."""
-    from streamctl.inspectors.preflight import compare_source_count
+    from streamctl.inspectors.preflight import compare_sources
 
     chk = tmp_path / "chk"
     (chk / "offsets").mkdir(parents=True)
     (chk / "offsets" / "3").write_text(text)
-    got = compare_source_count(str(chk), 3, query_sources)
+    got = compare_sources(str(chk), 3, query_sources, [])
     assert [f.code for f in got] == (["SOURCES_CHANGED"] if found else []), got
     if found:
         assert f"now there are [{query_sources}] sources" in got[0].details["restart_error"], got
-    assert compare_source_count(str(chk), None, query_sources) == []  # nothing planned: a fresh start
+    assert compare_sources(str(chk), None, query_sources, []) == []  # nothing planned: a fresh start
+
+
+@pytest.mark.parametrize(("line", "kinds", "swapped"), [
+    ('{"logOffset":3}', [(0, None, "file")], []),
+    ('{"orders":{"0":5}}', [(0, None, "kafka")], []),
+    ('{"logOffset":3}', [(0, None, "kafka")], [(0, "file", "kafka")]),  # files to a topic on the same checkpoint
+    ('{"orders":{"0":5}}', [(0, None, "file")], [(0, "kafka", "file")]),
+    ('{"logOffset":3}', [], []),  # a source of a kind streamctl does not know: not judged
+    ('-', [(0, None, "kafka")], []),  # no offset yet
+])
+def test_source_kind_compared_with_the_newest_offsets(tmp_path, line, kinds, swapped):
+    """SOURCES_CHANGED: a source of another kind where the newest offsets held one cannot read
+    its offset (proven by a real restart in test_preflight_predicts_a_file_query_turned_to_kafka)."""
+    from streamctl.inspectors.preflight import compare_sources
+
+    chk = tmp_path / "chk"
+    (chk / "offsets").mkdir(parents=True)
+    (chk / "offsets" / "3").write_text('v1\n{}\n' + line)
+    got = compare_sources(str(chk), 3, 1, kinds)
+    assert [(s["source"], s["checkpoint_kind"], s["query_kind"]) for f in got for s in f.details["sources"]] == swapped
+
+
+KINDS = '''
+from pyspark.sql import functions as F
+
+
+def files(spark):
+    return spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).json({a!r}).select("id")
+
+
+def topic(spark):  # the next version: the same records from a topic, on the same checkpoint
+    from streamctl.pipeline.kafka_source import SHORT_NAME, register
+
+    register(spark)
+    raw = (spark.readStream.format(SHORT_NAME).option("kafka.bootstrap.servers", {bootstrap!r})
+           .option("subscribe", {topic!r}).option("startingOffsets", "earliest").load())
+    return raw.select(F.get_json_object(F.col("value").cast("string"), "$.id").cast("long").alias("id"))
+'''
+
+
+@pytest.mark.spark
+@pytest.mark.spark4
+def test_preflight_predicts_a_file_query_turned_to_kafka(spark, cli, tmp_path, monkeypatch, kafka_broker, kafka_topic):
+    """A file query's checkpoint, and a next version reading the same records from a topic on it:
+    the source count is the same, and the restart fails, as the Kafka source cannot read the file
+    source's `{"logOffset": n}`. preflight said it fits (exit 0); now SOURCES_CHANGED naming both
+    kinds. The same file query still fits."""
+    import json
+
+    a = tmp_path / "in"
+    a.mkdir()
+    (a / "part-0.json").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(4)))
+    topic = kafka_topic(1)
+    kafka_broker.produce(topic, [json.dumps({"id": i}) for i in range(4, 8)])
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "kinds_v2.py").write_text(KINDS.format(a=str(a), bootstrap=kafka_broker.bootstrap, topic=topic))
+    monkeypatch.syspath_prepend(str(mods))
+    import kinds_v2  # noqa: E402
+
+    ckpt, out = tmp_path / "checkpoint", tmp_path / "out"
+    _run(kinds_v2.files(spark), ckpt, out)
+    r = cli("preflight", str(ckpt), "--query", "kinds_v2:files", "--json")
+    assert r.code == 0 and r.json()["findings"] == [], r.stdout
+    r = cli("preflight", str(ckpt), "--query", "kinds_v2:topic", "--json")
+    (f,) = r.json()["findings"]
+    assert r.code == 1 and f["code"] == "SOURCES_CHANGED", r.stdout
+    assert f["sources"] == [{"source": 0, "checkpoint_kind": "file", "query_kind": "kafka"}], f
+    copy = tmp_path / "restart"
+    copy_tree(ckpt, copy / "checkpoint")
+    copy_tree(out, copy / "out")
+    with pytest.raises(Exception, match="is not a Kafka source's"):  # streamctl's source names the offset
+        _run(kinds_v2.topic(spark), copy / "checkpoint", copy / "out")
