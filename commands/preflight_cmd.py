@@ -46,8 +46,8 @@ def preflight(
         compare_kafka_topics,
         compare_keys,
         compare_operators,
-        compare_sources,
         compare_source_paths,
+        compare_sources,
     )
     from streamctl.pipeline.preflight import (
         VERIFIED,
