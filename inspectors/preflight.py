@@ -190,6 +190,12 @@ def _offsets_at(st: Storage, batch: int) -> Optional[OffsetEntry]:
         return None
 
 
+def _newest_offsets(checkpoint: str, planned: Optional[int]) -> Optional[OffsetEntry]:
+    """`offsets/<planned>`, the offsets a restart starts from; None when nothing was planned (the
+    new query starts fresh) or it cannot be read."""
+    return None if planned is None else _offsets_at(Storage.open(checkpoint), planned)
+
+
 def _common_folder(files: list[tuple[str, str, str]]) -> str:
     """The folder the logged files share, shown as a local path or a URI."""
     heads = {p[:2] for p in files}
@@ -214,9 +220,7 @@ def compare_sources(checkpoint: str, planned: Optional[int], query_sources: int,
       query's checkpoint restarted reading a topic with streamctl's source).
     `query_sources`: `pipeline/preflight.py` `source_count`; `kinds`: (ordinal, the name
     `DataStreamReader.name` gave or None, `file` or `kafka`) of the sources whose kind is known."""
-    if planned is None:  # nothing planned: the new query starts fresh
-        return []
-    newest = _offsets_at(Storage.open(checkpoint), planned)
+    newest = _newest_offsets(checkpoint, planned)
     if newest is None:
         return []
     lines = {s.source_id: s.raw for s in newest.sources}
@@ -288,9 +292,7 @@ def compare_kafka_topics(checkpoint: str, planned: Optional[int],
     adds are read from their earliest offsets, as new partitions are: no finding. `query`:
     `pipeline/preflight.py` `kafka_sources` (ordinal, the name `DataStreamReader.name` gave or
     None, the source's options)."""
-    if planned is None:  # nothing planned: the new query starts fresh
-        return []
-    newest = _offsets_at(Storage.open(checkpoint), planned)
+    newest = _newest_offsets(checkpoint, planned)
     if newest is None:
         return []
     lines = {s.source_id: s.raw for s in newest.sources}
