@@ -110,7 +110,7 @@ def harm_outside_restart(v: Verdict) -> Optional[str]:
 
 def blind_spot(shape: Shape, action: Action, lay: Layout) -> Optional[str]:
     """Why the damaged checkpoint is one an undamaged run writes too, so that nothing on disk or at
-    the broker tells the damage (docs/oracle.md, "Blind spots"); None when it is not. Proven from
+    the broker tells the damage (docs/oracle.md, "The judgment"); None when it is not. Proven from
     the damaged files, not taken from the action's name:
 
     * a Kafka offset of the newest offsets set lower, yet no partition below the batch before's:
@@ -167,7 +167,7 @@ class Result:
     disagreements: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     skipped: str = ""
-    blind: str = ""  # exit 0 with a bad restart on damage a run writes too (BLIND_SPOTS): why nothing tells
+    blind: str = ""  # exit 0 with a bad restart on damage a run writes too (blind_spot): why nothing tells
 
     @property
     def agrees(self) -> bool:
@@ -183,9 +183,12 @@ class Result:
             parts.append(f"align exit {self.align.code}")
         if self.repaired is not None:
             parts.append(f"repaired restart {self.repaired}")
-        if self.blind:
+        if self.blind:  # counted apart: neither an agreement nor a disagreement
             parts.append(f"BLIND: {self.blind}")
-        parts.append("AGREES" if self.agrees else "DISAGREES: " + "; ".join(self.disagreements))
+        if not self.agrees:
+            parts.append("DISAGREES: " + "; ".join(self.disagreements))
+        elif not self.blind:
+            parts.append("AGREES")
         return " | ".join(parts)
 
     def detail(self) -> str:
@@ -857,7 +860,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     before = [d for d in held if not d["skipped"]]
     before_bad = [d for d in before if not d["agrees"]]
     if held:
-        print(f"oracle: before this sitting {len(before)} judged, {len(before_bad)} disagree"
+        print(f"oracle: before this sitting {len(before)} judged, {len(before_bad)} disagree, "
+              f"{sum(1 for d in before if d['agrees'] and d.get('blind'))} blind"
               + "".join(f"\n  {d['line']}" for d in before_bad))
     print(f"oracle: {len(judged)} judged, {len(judged) - len(bad) - len(blind)} agree, {len(bad)} disagree, "
           f"{len(blind)} blind (damage a run writes too: docs/oracle.md), {len(results) - len(judged)} not applicable"
