@@ -640,7 +640,6 @@ def test_a_source_entry_far_ahead_of_the_clock(harness: Any, shape: str) -> None
     assert r.align is not None and r.align.code == 3 and r.repaired is None, r.detail()
 
 
-
 @pytest.mark.parametrize("batch", ["committed", "in_flight"])
 def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) -> None:
     """The newest offsets' Kafka offset of partition 0 set two below the batch before's (its
@@ -648,9 +647,9 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     what an operator's edit to read records again, or the connector after a recreated topic,
     leaves. Committed, the restart reads the records between again and writes them twice; in
     flight the same, as the file sink skips the batch's replay unread (else it fails on data
-    loss). streamctl said `aligned` and `recoverable` (exit 0);
-    now SOURCE_REWOUND (exit 1), align refuses to choose for the operator, and the roll back it
-    names (`--to N-1 --discard-in-flight`) restarts exact."""
+    loss). streamctl said `aligned` and `recoverable` (exit 0); now SOURCE_REWOUND (exit 1),
+    align refuses to choose for the operator, and the roll back it names (`--to N-1
+    --discard-in-flight`) restarts exact; `--to N-1` alone, which replays batch N, is refused."""
     import json
 
     from helpers import oracle_kafka
