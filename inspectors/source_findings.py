@@ -67,7 +67,7 @@ class SourceFindings(CheckpointReads):
         n = latest.batch_id
         parts = [{"source": r.source_id, "topic": r.topic, "partition": r.partition, "offset": r.offset,
                   "before": r.before} for r in back]
-        what = "; ".join(f"{r.topic}-{r.partition} {'gone' if r.offset is None else r.offset} "
+        what = "; ".join(f"{r.topic}-{r.partition} {'gone' if r.offset is None else f'at {r.offset}'} "
                          f"(batch {prev.batch_id}: {r.before})" for r in back[:3]) + (" ..." if len(back) > 3 else "")
         if committed is not None and committed >= n:
             harm = (f"batch {n} is committed, so the restart starts there and reads the records in between again "
