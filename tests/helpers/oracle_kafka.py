@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import shutil
 import tempfile
 import threading
 import uuid
@@ -41,8 +42,9 @@ def broker() -> Any:
             from helpers.kafka_fixtures import TansuBroker
             from streamctl.pipeline.broker import resolve_binary
 
-            log = Path(tempfile.mkdtemp(prefix="streamctl-oracle-broker-")) / "tansu.log"
-            started = TansuBroker(resolve_binary(), log).start()
+            folder = Path(tempfile.mkdtemp(prefix="streamctl-oracle-broker-"))
+            started = TansuBroker(resolve_binary(), folder / "tansu.log").start()
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)  # runs after stop: last registered, first run
             atexit.register(started.stop)
             _broker = started
         return _broker
