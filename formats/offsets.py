@@ -136,6 +136,20 @@ def offsets_go_back(prev: Optional[OffsetEntry], cur: OffsetEntry) -> Optional[s
     return None
 
 
+def offset_kind(s: SourceOffset) -> Optional[str]:
+    """`file` for a file source's offset (`{"logOffset": n}`), `kafka` for a Kafka source's
+    (topic -> partition -> offset), None for no offset or another kind."""
+    from streamctl.formats.kafka_offsets import parse_kafka_offsets
+
+    try:
+        obj = s.parsed()
+    except json.JSONDecodeError:
+        return None
+    if isinstance(obj, dict) and list(obj) == ["logOffset"]:
+        return "file"
+    return "kafka" if parse_kafka_offsets(s.raw) is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class Rewound:
     """A Kafka partition the newer offsets take back: `offset` below `before`, or None where the

@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlparse
 from streamctl.formats.errors import StreamctlError
 from streamctl.formats.kafka_offsets import parse_kafka_offsets
 from streamctl.formats.layout import OFFSETS_DIR, STATE_DIR
-from streamctl.formats.offsets import OffsetEntry, SourceId, parse_offsets
+from streamctl.formats.offsets import OffsetEntry, SourceId, offset_kind, parse_offsets
 from streamctl.formats.state import SCHEMA_FILE, parse_state_schema, schema_field_types
 from streamctl.inspectors.findings import Finding
 from streamctl.inspectors.sources import SourceInfo
@@ -223,7 +223,7 @@ def compare_sources(checkpoint: str, planned: Optional[int], query_sources: int,
     newest = _newest_offsets(checkpoint, planned)
     if newest is None:
         return []
-    lines = {s.source_id: s.raw for s in newest.sources}
+    lines = {s.source_id: s for s in newest.sources}
     held = len(newest.sources)
     details: dict[str, Any] = {"epochs": [planned], "checkpoint_sources": held, "query_sources": query_sources}
     if newest.version == 1 and held != query_sources:
@@ -237,13 +237,7 @@ def compare_sources(checkpoint: str, planned: Optional[int], query_sources: int,
     swapped = []
     for ordinal, name, kind in kinds:
         sid: SourceId = name if name is not None and name in lines else ordinal
-        raw = lines.get(sid)
-        try:
-            obj = json.loads(raw) if raw is not None else None
-        except ValueError:
-            continue
-        was = ("kafka" if parse_kafka_offsets(raw) is not None else
-               "file" if isinstance(obj, dict) and list(obj) == ["logOffset"] else None)
+        was = offset_kind(lines[sid]) if sid in lines else None
         if was is not None and was != kind:
             swapped.append((sid, was, kind))
     if not swapped:

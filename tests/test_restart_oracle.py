@@ -640,12 +640,13 @@ def test_a_source_entry_far_ahead_of_the_clock(harness: Any, shape: str) -> None
     assert r.align is not None and r.align.code == 3 and r.repaired is None, r.detail()
 
 
-@pytest.mark.parametrize("batch", ["committed", "in_flight"])
-def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) -> None:
-    """The newest offsets' Kafka offset of partition 0 set two below the batch before's (its
-    sidecar dropped), on a query that does not drop repeated records (a stateless Kafka query):
-    what an operator's edit to read records again, or the connector after a recreated topic,
-    leaves. Committed, the restart reads the records between again and writes them twice; in
+@pytest.mark.parametrize(("batch", "how"), [("committed", "below"), ("in_flight", "below"), ("committed", "gone")])
+def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str, how: str) -> None:
+    """The newest offsets' Kafka offset of partition 0 set two below the batch before's, or
+    partition 1 dropped from them (`gone`: the restart takes it as new and reads it from its
+    earliest offset), their sidecar dropped, on a query that does not drop repeated records (a
+    stateless Kafka query): what an operator's edit to read records again, or the connector
+    after a recreated topic, leaves. Committed, the restart reads the records between again and writes them twice; in
     flight the same, as the file sink skips the batch's replay unread (else it fails on data
     loss). streamctl said `aligned` and `recoverable` (exit 0); now SOURCE_REWOUND (exit 1),
     align refuses to choose for the operator, and the roll back it names (`--to N-1
@@ -667,12 +668,15 @@ def test_a_kafka_offset_set_back(harness: Any, kafka_broker: Any, batch: str) ->
     head, _, line = (offsets / str(n)).read_text().rpartition("\n")
     now = json.loads(line)
     (topic, parts), = now.items()
-    parts["0"] = before[topic]["0"] - 2
+    if how == "gone":
+        del parts["1"]
+    else:
+        parts["0"] = before[topic]["0"] - 2
     (offsets / str(n)).write_text(head + "\n" + json.dumps(now))
     (offsets / f".{n}.crc").unlink()
     # below the batch before's: no run writes that, so the oracle counts no blind spot here
     assert oracle.blind_spot(shape, Action("damage", "offsets", "newest", "set.0.back", "drop"), lay) is None
-    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, f"{batch}-offsets-newest-0-below-the-batch-before"))
+    r = harness.judge_damaged(shape, lay, oracle.Result(shape.name, f"{batch}-offsets-newest-{how}"))
     assert r.agrees, r.detail()
     assert r.inspect.code == 1 and "SOURCE_REWOUND" in r.inspect.findings, r.detail()
     # in flight too: the file sink holds batch N and skips its replay unread, so no data-loss check runs
