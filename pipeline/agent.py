@@ -32,18 +32,20 @@ offsets and commits files agree, then calls ``query.stop()`` - a narrow race rem
 (a trigger starting in the same few milliseconds).
 
 Spark 4.2 and newer (checked on 4.3.0): ``MicroBatchExecution.runBatch`` interrupts its own thread
-when the state is no longer ACTIVE as the batch starts (after ``offsets/N`` is written), so a
-TERMINATED set while a batch is being planned leaves ``offsets/N`` without ``commits/N``. There
-the agent first waits, as in the fallback, until no trigger is active and offsets and commits
-agree, or until a Spark job of this run (job group = run id) is active, i.e. the batch is past that
-check and executing, and only then sets TERMINATED: the next trigger sees it before planning
-anything, or the executing batch commits and the loop exits. A job counts only once the batch's
-``offsets/N`` is written and not committed: a batch whose planning runs Spark jobs (a source's
-parallel file listing, for one) runs them before that write, and setting TERMINATED then would
-reach the check. (A job after the write and before the check can still be caught.) An idle
-moment counts only when seen on two looks in a row (the loop waits for its next tick, not between
-two triggers) and, with a processing-time trigger, far enough from the next tick
-(`TICK_MARGIN_MS`) that the switch lands before the next trigger checks the state.
+when the state is no longer ACTIVE once the batch is planned (after ``offsets/N`` is written and the
+query planning is done), so a TERMINATED set while a batch is being planned leaves ``offsets/N``
+without ``commits/N``. There the agent sets TERMINATED only where no batch is in that stretch:
+either idle (no trigger active and offsets and commits agree, seen on two looks in a row, so the
+loop waits for its next tick, and, with a processing-time trigger, far enough from that tick,
+`TICK_MARGIN_MS`), or executing (a Spark job of the newest batch, planned and not committed, is
+active: StreamExecution's job group is the run id and its job description names the batch). A
+look and the switch are two calls, and the agent's thread can be held up between them (a loaded
+driver), so after the switch the agent proves it landed where it looked: idle, no trigger has
+started since and the logs have not moved; executing, that batch is still not committed. Where
+the proof fails, it sets ACTIVE back at once (a batch being planned reaches the check after its
+planning, long after that call) and waits for the next such moment. A batch whose planning runs
+Spark jobs after ``offsets/N`` is written could still be caught; a source's file listing runs
+before that write.
 
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
@@ -54,11 +56,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from streamctl.formats.layout import COMMITS_DIR, LEASE_NAME, OFFSETS_DIR, STOP_NAME, STREAMCTL_DIR
 from streamctl.inspectors.lease import LEASE_VERSION, now_ms, read_stop_request
@@ -73,6 +76,17 @@ __all__ = ["Agent", "attach", "write_json_atomic", "now_ms"]
 TICK_MARGIN_MS = 100
 
 log = logging.getLogger("streamctl.agent")
+
+# StreamExecution's job description (getBatchDescriptionString) ends in "batch = N".
+_BATCH_OF_JOB = re.compile(r"(?m)^batch = (\d+)\s*$")
+
+
+class _Seen(NamedTuple):
+    """Where the agent saw the stream thread before the state switch: "idle" (no trigger, the
+    newest offsets committed) or "executing" (a job of the newest, uncommitted batch), and the
+    newest batch in offsets/ and in commits/ then."""
+    kind: str
+    position: tuple[Optional[int], Optional[int]]
 
 _TERMINATED_CLASSES = (
     "org.apache.spark.sql.execution.streaming.runtime.TERMINATED$",  # Spark 4.1
@@ -277,12 +291,11 @@ class Agent:
             return None
         return req.requested_at_ms
 
-    def _state_switch(self) -> Optional[Callable[[], bool]]:
-        """A call that sets StreamExecution.state ACTIVE -> TERMINATED without interrupting the
-        stream thread (True when it did: the loop exits after the batch in flight commits), or
-        None when this Spark has no such state. Everything but the compare-and-set itself is
-        looked up here, ahead: between the idle moment the agent sees and the switch, one JVM
-        call, so a trigger firing in between (a batch that would be interrupted) is unlikely."""
+    def _state_switch(self) -> Optional[tuple[Callable[[], bool], Callable[[], bool]]]:
+        """Two calls: one sets StreamExecution.state ACTIVE -> TERMINATED without interrupting
+        the stream thread (True when it did: the loop exits after the batch in flight commits),
+        one sets it back (True when it did); None when this Spark has no such state. Everything
+        but the compare-and-set itself is looked up here, ahead, so that each is one JVM call."""
         try:
             ref = self.query._jsq.streamingQuery().state()  # StreamingQueryWrapper -> MicroBatchExecution
             jlang = self._session()._jvm.java.lang
@@ -298,12 +311,12 @@ class Agent:
         except Exception:
             return None
 
-        def switch() -> bool:
+        def cas(expected: Any, new: Any) -> bool:
             try:
-                return bool(ref.compareAndSet(active, terminated))  # the case objects are singletons
+                return bool(ref.compareAndSet(expected, new))  # the case objects are singletons
             except Exception:
                 return False
-        return switch
+        return (lambda: cas(active, terminated)), (lambda: cas(terminated, active))
 
     def _thread_done(self) -> bool:
         """Whether the query's stream execution thread has exited (or the terminated event came)."""
@@ -317,14 +330,23 @@ class Agent:
             except Exception:
                 return True
 
-    def _idle_between_batches(self) -> bool:
+    def _trigger_active(self) -> Optional[bool]:
+        """Whether a trigger is running (None: the status is not reachable)."""
         try:
-            active = bool(self.query.status.get("isTriggerActive"))
+            return bool(self.query.status.get("isTriggerActive"))
         except Exception:
+            return None
+
+    def _position(self) -> tuple[Optional[int], Optional[int]]:
+        """The newest batch in offsets/ and in commits/."""
+        return (_newest(os.path.join(self.checkpoint, OFFSETS_DIR)),
+                _newest(os.path.join(self.checkpoint, COMMITS_DIR)))
+
+    def _idle_between_batches(self) -> bool:
+        if self._trigger_active() is not False:
             return False
-        if active:
-            return False
-        return _newest(os.path.join(self.checkpoint, OFFSETS_DIR)) == _newest(os.path.join(self.checkpoint, COMMITS_DIR))
+        planned, committed = self._position()
+        return planned == committed
 
     def _trigger_interval_ms(self) -> int:
         """The query's processing-time trigger interval in ms (0: none, or not reachable).
@@ -351,64 +373,108 @@ class Agent:
             return True  # unknown: waiting for an idle moment is safe on every version
         return (major, minor) >= (4, 2)
 
-    def _batch_written(self) -> bool:
-        """Whether the newest batch's offsets are written and not committed: a job of this run is
-        then the batch's own, not one of its planning (a source's parallel file listing runs
-        before offsets/N is written, and the check that interrupts the batch comes after it)."""
-        planned = _newest(os.path.join(self.checkpoint, OFFSETS_DIR))
-        committed = _newest(os.path.join(self.checkpoint, COMMITS_DIR))
-        return planned is not None and (committed is None or planned > committed)
-
-    def _running_a_job(self) -> bool:
-        """Whether a Spark job of this run (StreamExecution's job group is the run id) is active."""
+    def _running_batch(self, batch: int) -> bool:
+        """Whether a Spark job of batch `batch` of this run is active. StreamExecution's job
+        group is the run id and its job description ends in ``batch = N``; a job whose
+        description is not reachable counts for any batch of the run."""
         try:
-            tracker = self._session().sparkContext.statusTracker()
-            active = set(tracker.getActiveJobsIds())
-            return bool(active) and bool(active & set(tracker.getJobIdsForGroup(self.run_id)))
+            sc = self._session().sparkContext
+            tracker = sc.statusTracker()
+            jobs = set(tracker.getActiveJobsIds()) & set(tracker.getJobIdsForGroup(self.run_id))
+            if not jobs:
+                return False
+            store = sc._jsc.sc().statusStore()
         except Exception:
             return False
+        for job in jobs:
+            try:
+                desc = store.job(job).description()
+                text = str(desc.get()) if desc.isDefined() else ""
+            except Exception:
+                return True
+            m = _BATCH_OF_JOB.search(text)
+            if m is None or int(m.group(1)) == batch:
+                return True
+        return False
 
-    def _wait_until_idle(self, last_beat: float, or_executing: bool = False) -> Optional[str]:
+    def _wait_until_idle(self, last_beat: float, or_executing: bool = False) -> tuple[Optional[str], Optional[_Seen]]:
         """Wait until no trigger is active and offsets and commits agree, or (`or_executing`) a
-        job of this run is active (heartbeating meanwhile). Returns None then, "inactive" when the
-        query ended, "withdrawn" when the request was withdrawn (the lease is back to running),
-        "detached" when the agent is detached."""
+        job of the newest batch is active while that batch is planned and not committed
+        (heartbeating meanwhile). Returns (None, what was seen) then; ("inactive", None) when the
+        query ended, ("withdrawn", None) when the request was withdrawn (the lease is back to
+        running), ("detached", None) when the agent is detached."""
         interval = self._trigger_interval_ms() if or_executing else 0
         idle_seen = False  # idle at the previous look too: the loop waits for its next tick
         while not self._stop_event.is_set():
             try:
                 if not self.query.isActive:
-                    return "inactive"
+                    return "inactive", None
             except Exception:
-                return "inactive"
+                return "inactive", None
             if self._pending_request() is None:  # the request was withdrawn: keep running
                 with self._lock:
                     self._lease["stop_request_ms"] = None
                 self._write(state="running")
-                return "withdrawn"
-            idle = self._idle_between_batches()
+                return "withdrawn", None
+            trigger = self._trigger_active()
+            position = self._position()
+            idle = trigger is False and position[0] == position[1]
             if idle and (not or_executing or (idle_seen and self._far_from_a_tick(interval))):
-                return None
+                return None, _Seen("idle", position)
             idle_seen = idle
-            if or_executing and self._running_a_job() and self._batch_written():
-                return None
+            planned, committed = position
+            if (or_executing and planned is not None and (committed is None or planned > committed)
+                    and self._running_batch(planned) and self._position() == position):
+                return None, _Seen("executing", position)
             if time.monotonic() - last_beat >= self.heartbeat_s:
                 self.heartbeat()
                 last_beat = time.monotonic()
             time.sleep(0.01)
-        return "detached"
+        return "detached", None
+
+    def _still_between(self, seen: _Seen) -> bool:
+        """After the state switch: whether the stream thread was, when it landed, where `seen`
+        found it. Idle: no trigger has started since (a trigger that started before the switch
+        would be running now; one that starts after it sees TERMINATED and runs nothing) and the
+        logs have not moved. Executing: the batch seen is still planned and not committed, so the
+        switch landed while it executed (past the check that interrupts a batch)."""
+        if seen.kind == "idle" and self._trigger_active() is not False:
+            return False
+        return self._position() == seen.position
+
+    def _switch_between_batches(self, switch: Callable[[], bool], unswitch: Callable[[], bool],
+                                last_beat: float) -> Optional[str]:
+        """Spark 4.2+: set TERMINATED only where no batch can be between its offsets and the
+        check that interrupts it, and prove it after the switch; where the proof fails (the
+        agent's thread was held up and the query moved on), set ACTIVE back at once and wait
+        again. Returns None once switched, else why not ("inactive", "withdrawn", "detached",
+        "lost": the state was not ACTIVE)."""
+        while True:
+            waited, seen = self._wait_until_idle(last_beat, or_executing=True)
+            if waited is not None or seen is None:
+                return waited
+            if not switch():
+                return "lost"
+            if self._still_between(seen):
+                return None
+            unswitch()
+            log.info("streamctl agent: the query moved on while the stop was being set; set back, waiting again")
+            last_beat = time.monotonic()
 
     def _stop_gracefully(self, requested_at_ms: int) -> None:
         self._write(state="stopping", stop_request_ms=requested_at_ms)
         last_beat = time.monotonic()
-        waited = None
-        switch = self._state_switch()
-        if self._interrupts_planned_batches():
-            waited = self._wait_until_idle(last_beat, or_executing=True)
+        switches = self._state_switch()
+        if switches is not None and self._interrupts_planned_batches():
+            waited = self._switch_between_batches(*switches, last_beat)
             if waited == "withdrawn":
                 self._run_again()
                 return
-        if waited is None and switch is not None and switch():
+            switched = waited is None
+        else:
+            waited = None
+            switched = switches is not None and switches[0]()
+        if switched:
             self.stop_mode = "graceful"
             # the stream thread finishes the batch in flight, then exits its loop
             # (query.awaitTermination(t) cannot tell: it returns `not isActive`, already true.)
@@ -416,9 +482,9 @@ class Agent:
                 if time.monotonic() - last_beat >= self.heartbeat_s:
                     self.heartbeat()
                     last_beat = time.monotonic()
-        elif waited is None:
+        elif waited is None or waited == "lost":
             self.stop_mode = "fallback"
-            if self._wait_until_idle(last_beat) == "withdrawn":
+            if self._wait_until_idle(last_beat)[0] == "withdrawn":
                 self._run_again()
                 return
         self._stop_query_beating(last_beat)

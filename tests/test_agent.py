@@ -230,6 +230,60 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
                 agent.detach()
 
 
+@pytest.mark.spark
+def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli: Any, align_pipeline: Any) -> None:
+    """The agent's thread is held up between its look and the state switch (a loaded driver):
+    here the first switch lands right after the next batch's offsets are written, while that batch
+    is being planned, where Spark 4.2+ interrupts a batch that finds the query no longer ACTIVE.
+    The agent proves after each switch that it landed where it looked; this one it cannot, so it
+    sets the state back before the batch's check, and the stop ends between batches: nothing in
+    flight, no error."""
+    from streamctl.pipeline.agent import attach
+
+    q, ckpt, _ = _start_query(spark, tmp_path, "agent_held_up")
+    agent = None
+    calls = {"switch": 0, "back": 0, "landed_after": None}
+    try:
+        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
+        real = agent._state_switch
+
+        def held_up() -> Any:
+            switches = real()
+            assert switches is not None, "this Spark has no state to switch"
+            switch, back = switches
+
+            def late_switch() -> bool:
+                calls["switch"] += 1
+                if calls["switch"] == 1:  # held up until the next batch is planned
+                    seen = align_pipeline.newest(ckpt / "offsets") or -1
+                    align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "offsets") or -1) > seen, 30,
+                                            "the next batch's offsets", step=0.001)
+                    calls["landed_after"] = align_pipeline.newest(ckpt / "offsets")
+                return switch()
+
+            def counted_back() -> bool:
+                calls["back"] += 1
+                return back()
+            return late_switch, counted_back
+
+        agent._state_switch = held_up
+        align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1, 90, "2 committed batches")
+        r = cli("stop", str(ckpt), "--timeout", "60", "--reason", "held up", "--json")
+        assert r.code == 0, r
+        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
+        assert q.exception() is None
+        assert calls["switch"] >= 2 and calls["back"] >= 1, calls
+        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, (agent.stop_mode, calls)
+        newest = align_pipeline.newest(ckpt / "offsets")
+        assert newest == align_pipeline.newest(ckpt / "commits"), (sorted(os.listdir(ckpt / "offsets")), calls)
+        # the batch being planned when the held-up switch landed ran to its commit
+        assert calls["landed_after"] is not None and newest >= calls["landed_after"], calls
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+
+
 _DRIVER = """
 import os, sys, time
 from pathlib import Path
