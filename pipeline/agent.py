@@ -342,12 +342,6 @@ class Agent:
         return (_newest(os.path.join(self.checkpoint, OFFSETS_DIR)),
                 _newest(os.path.join(self.checkpoint, COMMITS_DIR)))
 
-    def _idle_between_batches(self) -> bool:
-        if self._trigger_active() is not False:
-            return False
-        planned, committed = self._position()
-        return planned == committed
-
     def _trigger_interval_ms(self) -> int:
         """The query's processing-time trigger interval in ms (0: none, or not reachable).
         Spark's ProcessingTimeExecutor starts a trigger at each multiple of it on the driver's
