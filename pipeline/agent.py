@@ -43,9 +43,10 @@ look and the switch are two calls, and the agent's thread can be held up between
 driver), so after the switch the agent proves it landed where it looked: idle, no trigger has
 started since and the logs have not moved; executing, that batch is still not committed. Where
 the proof fails, it sets ACTIVE back at once (a batch being planned reaches the check after its
-planning, long after that call) and waits for the next such moment. A batch whose planning runs
-Spark jobs after ``offsets/N`` is written could still be caught; a source's file listing runs
-before that write.
+planning, long after that call) and waits for the next such moment. A job counts only when its
+description names the batch: a parallel file listing while a batch is planned (many new files)
+names itself instead. A job of the batch's planning that keeps the batch's description could
+still be caught.
 
 Limits: classic PySpark (py4j) sessions; local file-system checkpoints only (a path or a
 ``file://`` URI): ``attach`` raises ``ValueError`` for ``s3://``, ``hdfs://`` and other remote
@@ -369,8 +370,9 @@ class Agent:
 
     def _running_batch(self, batch: int) -> bool:
         """Whether a Spark job of batch `batch` of this run is active. StreamExecution's job
-        group is the run id and its job description ends in ``batch = N``; a job whose
-        description is not reachable counts for any batch of the run."""
+        group is the run id and its job description ends in ``batch = N``. A job with another
+        description does not count: a parallel file listing while the batch is planned sets its
+        own ("Listing leaf files ..."), and it runs before the check that interrupts a batch."""
         try:
             sc = self._session().sparkContext
             tracker = sc.statusTracker()
@@ -384,10 +386,10 @@ class Agent:
             try:
                 desc = store.job(job).description()
                 text = str(desc.get()) if desc.isDefined() else ""
-            except Exception:
-                return True
+            except Exception:  # the job left the store meanwhile
+                continue
             m = _BATCH_OF_JOB.search(text)
-            if m is None or int(m.group(1)) == batch:
+            if m is not None and int(m.group(1)) == batch:
                 return True
         return False
 

@@ -284,6 +284,58 @@ def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli:
             agent.detach()
 
 
+@pytest.mark.spark
+def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tmp_path: Path, cli: Any,
+                                                                  align_pipeline: Any) -> None:
+    """A batch of many new files lists them in a Spark job of its own after its offsets are
+    written and before the check that interrupts a batch (Spark 4.2+): that job is of this run
+    but names itself ("Listing leaf files ..."), not the batch. A stop requested while it runs
+    waits for the batch's own job and ends between batches: the listing batch committed,
+    nothing in flight."""
+    from streamctl.pipeline.agent import attach
+
+    inp, stage, ckpt = tmp_path / "input", tmp_path / "stage", tmp_path / "checkpoint"
+    inp.mkdir()
+    stage.mkdir()
+    (inp / "first.json").write_text('{"id": -1, "key": "k"}\n')
+    df = spark.readStream.schema("id BIGINT, key STRING").json(str(inp))
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(ckpt)).queryName("agent_listing")
+         .trigger(processingTime="200 milliseconds").start())
+    agent = None
+    try:
+        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=30, spark=spark, poll_s=0.05)
+        align_pipeline.wait_for(lambda: align_pipeline.newest(ckpt / "commits") == 0, 90, "the first batch")
+        for i in range(600):
+            (stage / f"p{i:05d}.json").write_text(f'{{"id": {i}, "key": "k"}}\n')
+        for f in sorted(stage.iterdir()):  # one batch sees all of them
+            f.rename(inp / f.name)
+        sc = spark.sparkContext
+        tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
+
+        def listing() -> bool:
+            for job in tracker.getActiveJobsIds():
+                try:
+                    desc = store.job(job).description()
+                except Exception:
+                    continue
+                if desc.isDefined() and str(desc.get()).startswith("Listing leaf files"):
+                    return True
+            return False
+        align_pipeline.wait_for(listing, 60, "the batch's file listing", step=0.002)
+        planned = align_pipeline.newest(ckpt / "offsets")
+        assert planned == 1 and align_pipeline.newest(ckpt / "commits") == 0, sorted(os.listdir(ckpt / "offsets"))
+        r = cli("stop", str(ckpt), "--timeout", "120", "--reason", "during the listing", "--json")
+        assert r.code == 0, r
+        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
+        assert q.exception() is None
+        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, agent.stop_mode
+        assert align_pipeline.newest(ckpt / "commits") == align_pipeline.newest(ckpt / "offsets") >= planned
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+
+
 _DRIVER = """
 import os, sys, time
 from pathlib import Path
