@@ -453,6 +453,8 @@ class Agent:
                 return "lost"
             if self._still_between(seen):
                 return None
+            # A loop that ended meanwhile (it saw TERMINATED after its batch) may be left ACTIVE
+            # by this; the next look finds it idle and switches it again.
             unswitch()
             log.info("streamctl agent: the query moved on while the stop was being set; set back, waiting again")
             last_beat = time.monotonic()
