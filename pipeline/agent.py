@@ -443,10 +443,14 @@ class Agent:
         """Spark 4.2+: set TERMINATED only where no batch can be between its offsets and the
         check that interrupts it, and prove it after the switch; where the proof fails (the
         agent's thread was held up and the query moved on), set ACTIVE back at once and wait
-        again. Returns None once switched, else why not ("inactive", "withdrawn", "detached",
+        again. Returns None once switched (or once the loop ended, without an error, on a switch
+        that was set back too late for it), else why not ("inactive", "withdrawn", "detached",
         "lost": the state was not ACTIVE)."""
+        set_back = False
         while True:
             waited, seen = self._wait_until_idle(last_beat, or_executing=True)
+            if waited == "inactive" and set_back and self._ended_without_error():
+                return None
             if waited is not None or seen is None:
                 return waited
             if not switch():
@@ -456,8 +460,15 @@ class Agent:
             # A loop that ended meanwhile (it saw TERMINATED after its batch) may be left ACTIVE
             # by this; the next look finds it idle and switches it again.
             unswitch()
+            set_back = True
             log.info("streamctl agent: the query moved on while the stop was being set; set back, waiting again")
             last_beat = time.monotonic()
+
+    def _ended_without_error(self) -> bool:
+        try:
+            return self.query.exception() is None
+        except Exception:
+            return False
 
     def _stop_gracefully(self, requested_at_ms: int) -> None:
         self._write(state="stopping", stop_request_ms=requested_at_ms)

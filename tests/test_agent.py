@@ -285,6 +285,64 @@ def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli:
 
 
 @pytest.mark.spark
+def test_a_switch_held_up_until_the_batch_commits_still_stops_between_batches(spark: Any, tmp_path: Path, cli: Any,
+                                                                               align_pipeline: Any) -> None:
+    """Batches back to back (each sleeps 300 ms): the agent looks while a batch executes, and its
+    switch is held up until that batch commits, so it lands at the end of the batch, where the
+    loop may already see it and end. The proof (the batch still uncommitted) fails and the
+    switch is set back; whichever way the race goes (the loop ends on the switch, or runs on and
+    is switched again), the stop ends between batches: graceful, nothing in flight, no error."""
+    from streamctl.pipeline.agent import attach
+
+    inp, ckpt = tmp_path / "input", tmp_path / "checkpoint"
+    inp.mkdir()
+    for i in range(100):
+        (inp / f"p{i:03d}.json").write_text(f'{{"id": {i}}}\n')
+    df = (spark.readStream.schema("id BIGINT").option("maxFilesPerTrigger", 1).json(str(inp))
+          .selectExpr("id", "java_method('java.lang.Thread', 'sleep', cast(300 as bigint)) AS slept"))
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(ckpt)).queryName("agent_held_to_commit")
+         .trigger(processingTime="100 milliseconds").start())
+    agent = None
+    calls = {"switch": 0, "back": 0, "held_to": None}
+    try:
+        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
+        real = agent._state_switch
+
+        def held_up() -> Any:
+            switches = real()
+            assert switches is not None, "this Spark has no state to switch"
+            switch, back = switches
+
+            def late_switch() -> bool:
+                calls["switch"] += 1
+                planned, committed = align_pipeline.newest(ckpt / "offsets"), align_pipeline.newest(ckpt / "commits")
+                if calls["switch"] == 1 and planned is not None and planned != committed:
+                    align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= planned, 30,
+                                            "the batch's commit", step=0.001)
+                    calls["held_to"] = planned
+                return switch()
+
+            def counted_back() -> bool:
+                calls["back"] += 1
+                return back()
+            return late_switch, counted_back
+
+        agent._state_switch = held_up
+        align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1, 90, "2 committed batches")
+        r = cli("stop", str(ckpt), "--timeout", "60", "--reason", "held to the commit", "--json")
+        assert r.code == 0, r
+        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
+        assert q.exception() is None
+        assert calls["held_to"] is not None and calls["back"] >= 1, calls  # the look saw the batch executing
+        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, (agent.stop_mode, calls)
+        assert align_pipeline.newest(ckpt / "offsets") == align_pipeline.newest(ckpt / "commits") >= calls["held_to"]
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+
+
+@pytest.mark.spark
 def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tmp_path: Path, cli: Any,
                                                                   align_pipeline: Any) -> None:
     """A batch of many new files lists them in a Spark job of its own after its offsets are
