@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -230,6 +230,45 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
                 agent.detach()
 
 
+def _stop_ends_between_batches(cli: Any, ap: Any, q: Any, agent: Any, ckpt: Path, reason: str, calls: Any = None) -> int:
+    """`streamctl stop`, then the outcome every graceful stop must have: exit 0, the query ended
+    without an error, through the state switch, and nothing in flight. Returns the newest batch."""
+    r = cli("stop", str(ckpt), "--timeout", "120", "--reason", reason, "--json")
+    assert r.code == 0, r
+    ap.wait_for(lambda: not q.isActive, 10, "query inactive")
+    assert q.exception() is None
+    assert agent.stop_mode == "graceful" and agent.stopped_clean is True, (agent.stop_mode, calls)
+    newest = ap.newest(ckpt / "offsets")
+    assert newest is not None and newest == ap.newest(ckpt / "commits"), (sorted(os.listdir(ckpt / "offsets")), calls)
+    return int(newest)
+
+
+def _hold_first_switch(agent: Any, hold: Callable[[], None]) -> dict[str, int]:
+    """Wrap the agent's state switch: `hold()` runs before the first switch (the agent's thread
+    held up between its look and the switch); the counts of switches and of set-backs are kept."""
+    real = agent._state_switch
+    calls = {"switch": 0, "back": 0}
+
+    def held_up() -> Any:
+        switches = real()
+        assert switches is not None, "this Spark has no state to switch"
+        switch, back = switches
+
+        def late_switch() -> bool:
+            calls["switch"] += 1
+            if calls["switch"] == 1:
+                hold()
+            return bool(switch())
+
+        def counted_back() -> bool:
+            calls["back"] += 1
+            return bool(back())
+        return late_switch, counted_back
+
+    agent._state_switch = held_up
+    return calls
+
+
 @pytest.mark.spark
 def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli: Any, align_pipeline: Any) -> None:
     """The agent's thread is held up between its look and the state switch (a loaded driver):
@@ -242,42 +281,21 @@ def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli:
 
     q, ckpt, _ = _start_query(spark, tmp_path, "agent_held_up")
     agent = None
-    calls = {"switch": 0, "back": 0, "landed_after": None}
+    landed_after: list[int] = []
     try:
         agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
-        real = agent._state_switch
 
-        def held_up() -> Any:
-            switches = real()
-            assert switches is not None, "this Spark has no state to switch"
-            switch, back = switches
-
-            def late_switch() -> bool:
-                calls["switch"] += 1
-                if calls["switch"] == 1:  # held up until the next batch is planned
-                    seen = align_pipeline.newest(ckpt / "offsets") or -1
-                    align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "offsets") or -1) > seen, 30,
-                                            "the next batch's offsets", step=0.001)
-                    calls["landed_after"] = align_pipeline.newest(ckpt / "offsets")
-                return switch()
-
-            def counted_back() -> bool:
-                calls["back"] += 1
-                return back()
-            return late_switch, counted_back
-
-        agent._state_switch = held_up
+        def until_the_next_batch_is_planned() -> None:
+            seen = align_pipeline.newest(ckpt / "offsets") or -1
+            align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "offsets") or -1) > seen, 30,
+                                    "the next batch's offsets", step=0.001)
+            landed_after.append(align_pipeline.newest(ckpt / "offsets"))
+        calls = _hold_first_switch(agent, until_the_next_batch_is_planned)
         align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1, 90, "2 committed batches")
-        r = cli("stop", str(ckpt), "--timeout", "60", "--reason", "held up", "--json")
-        assert r.code == 0, r
-        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
-        assert q.exception() is None
+        newest = _stop_ends_between_batches(cli, align_pipeline, q, agent, ckpt, "held up", calls)
         assert calls["switch"] >= 2 and calls["back"] >= 1, calls
-        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, (agent.stop_mode, calls)
-        newest = align_pipeline.newest(ckpt / "offsets")
-        assert newest == align_pipeline.newest(ckpt / "commits"), (sorted(os.listdir(ckpt / "offsets")), calls)
         # the batch being planned when the held-up switch landed ran to its commit
-        assert calls["landed_after"] is not None and newest >= calls["landed_after"], calls
+        assert landed_after and newest >= landed_after[0], (landed_after, calls)
     finally:
         q.stop()
         if agent is not None:
@@ -303,39 +321,21 @@ def test_a_switch_held_up_until_the_batch_commits_still_stops_between_batches(sp
     q = (df.writeStream.format("noop").option("checkpointLocation", str(ckpt)).queryName("agent_held_to_commit")
          .trigger(processingTime="100 milliseconds").start())
     agent = None
-    calls = {"switch": 0, "back": 0, "held_to": None}
+    held_to: list[int] = []
     try:
         agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
-        real = agent._state_switch
 
-        def held_up() -> Any:
-            switches = real()
-            assert switches is not None, "this Spark has no state to switch"
-            switch, back = switches
-
-            def late_switch() -> bool:
-                calls["switch"] += 1
-                planned, committed = align_pipeline.newest(ckpt / "offsets"), align_pipeline.newest(ckpt / "commits")
-                if calls["switch"] == 1 and planned is not None and planned != committed:
-                    align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= planned, 30,
-                                            "the batch's commit", step=0.001)
-                    calls["held_to"] = planned
-                return switch()
-
-            def counted_back() -> bool:
-                calls["back"] += 1
-                return back()
-            return late_switch, counted_back
-
-        agent._state_switch = held_up
+        def until_the_batch_commits() -> None:
+            planned, committed = align_pipeline.newest(ckpt / "offsets"), align_pipeline.newest(ckpt / "commits")
+            if planned is not None and planned != committed:
+                align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= planned, 30,
+                                        "the batch's commit", step=0.001)
+                held_to.append(planned)
+        calls = _hold_first_switch(agent, until_the_batch_commits)
         align_pipeline.wait_for(lambda: (align_pipeline.newest(ckpt / "commits") or -1) >= 1, 90, "2 committed batches")
-        r = cli("stop", str(ckpt), "--timeout", "60", "--reason", "held to the commit", "--json")
-        assert r.code == 0, r
-        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
-        assert q.exception() is None
-        assert calls["held_to"] is not None and calls["back"] >= 1, calls  # the look saw the batch executing
-        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, (agent.stop_mode, calls)
-        assert align_pipeline.newest(ckpt / "offsets") == align_pipeline.newest(ckpt / "commits") >= calls["held_to"]
+        newest = _stop_ends_between_batches(cli, align_pipeline, q, agent, ckpt, "held to the commit", calls)
+        assert held_to and calls["back"] >= 1, (held_to, calls)  # the look saw the batch executing
+        assert newest >= held_to[0]
     finally:
         q.stop()
         if agent is not None:
@@ -383,12 +383,7 @@ def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tm
         planned = align_pipeline.newest(ckpt / "offsets")  # the batch listing its files, planned
         assert planned is not None and planned == (align_pipeline.newest(ckpt / "commits") or 0) + 1, \
             sorted(os.listdir(ckpt / "offsets"))
-        r = cli("stop", str(ckpt), "--timeout", "120", "--reason", "during the listing", "--json")
-        assert r.code == 0, r
-        align_pipeline.wait_for(lambda: not q.isActive, 10, "query inactive")
-        assert q.exception() is None
-        assert agent.stop_mode == "graceful" and agent.stopped_clean is True, agent.stop_mode
-        assert align_pipeline.newest(ckpt / "commits") == align_pipeline.newest(ckpt / "offsets") >= planned
+        assert _stop_ends_between_batches(cli, align_pipeline, q, agent, ckpt, "during the listing") >= planned
     finally:
         q.stop()
         if agent is not None:
