@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from streamctl.formats.errors import LogParseError
+from streamctl.formats.kafka_offsets import parse_kafka_offsets
 from streamctl.formats.reader import decode_text, json_object, load_json, parse_version_line, split_lines
 
 OFFSETS_MAX_VERSION = 2  # v1 by default; v2 (`sourceId:offset` lines) from Spark 4.3.0
@@ -111,8 +112,6 @@ def offsets_go_back(prev: Optional[OffsetEntry], cur: OffsetEntry) -> Optional[s
     `prev`'s (FileStreamSource's log only grows), a Kafka partition's offset below 0 (offsets are
     resolved before they are logged). A Kafka offset below `prev`'s is not judged: the connector
     logs one when a topic was recreated, and runs it with failOnDataLoss=false."""
-    from streamctl.formats.kafka_offsets import parse_kafka_offsets
-
     before = {s.source_id: s for s in prev.sources} if prev is not None else {}
     for s in cur.sources:
         try:
@@ -139,8 +138,6 @@ def offsets_go_back(prev: Optional[OffsetEntry], cur: OffsetEntry) -> Optional[s
 def offset_kind(s: SourceOffset) -> Optional[str]:
     """`file` for a file source's offset (`{"logOffset": n}`), `kafka` for a Kafka source's
     (topic -> partition -> offset), None for no offset or another kind."""
-    from streamctl.formats.kafka_offsets import parse_kafka_offsets
-
     try:
         obj = s.parsed()
     except json.JSONDecodeError:
@@ -167,8 +164,6 @@ def kafka_rewound(prev: Optional[OffsetEntry], cur: OffsetEntry) -> list[Rewound
     `cur` does not. Spark's connector logs such offsets only when the broker's are lower (a topic
     recreated, a subscribed topic deleted), and then reports data loss planning the batch; by
     hand, they are an edit to read records again. Offsets below 0 are offsets_go_back's."""
-    from streamctl.formats.kafka_offsets import parse_kafka_offsets
-
     if prev is None:
         return []
     before = {s.source_id: parse_kafka_offsets(s.raw) for s in prev.sources}

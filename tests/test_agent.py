@@ -12,8 +12,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -230,6 +231,22 @@ def test_stop_command_stops_between_batches(spark: Any, tmp_path: Path, cli: Any
                 agent.detach()
 
 
+@contextmanager
+def _agent_on(spark: Any, q: Any, ckpt: Path, **kw: Any) -> Iterator[Any]:
+    """The streamctl agent attached to the running query `q`; the query stopped and the agent
+    detached after, whatever happened."""
+    from streamctl.pipeline.agent import attach
+
+    agent = None
+    try:
+        agent = attach(q, ckpt, spark=spark, **kw)
+        yield agent
+    finally:
+        q.stop()
+        if agent is not None:
+            agent.detach()
+
+
 def _stop_ends_between_batches(cli: Any, ap: Any, q: Any, agent: Any, ckpt: Path, reason: str, calls: Any = None) -> int:
     """`streamctl stop`, then the outcome every graceful stop must have: exit 0, the query ended
     without an error, through the state switch, and nothing in flight. Returns the newest batch."""
@@ -277,13 +294,9 @@ def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli:
     The agent proves after each switch that it landed where it looked; this one it cannot, so it
     sets the state back before the batch's check, and the stop ends between batches: nothing in
     flight, no error."""
-    from streamctl.pipeline.agent import attach
-
     q, ckpt, _ = _start_query(spark, tmp_path, "agent_held_up")
-    agent = None
     landed_after: list[int] = []
-    try:
-        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
+    with _agent_on(spark, q, ckpt, heartbeat_s=1, ttl_s=10, poll_s=0.1) as agent:
 
         def until_the_next_batch_is_planned() -> None:
             seen = align_pipeline.newest(ckpt / "offsets") or -1
@@ -296,10 +309,6 @@ def test_a_held_up_switch_is_proven_or_set_back(spark: Any, tmp_path: Path, cli:
         assert calls["switch"] >= 2 and calls["back"] >= 1, calls
         # the batch being planned when the held-up switch landed ran to its commit
         assert landed_after and newest >= landed_after[0], (landed_after, calls)
-    finally:
-        q.stop()
-        if agent is not None:
-            agent.detach()
 
 
 @pytest.mark.spark
@@ -310,8 +319,6 @@ def test_a_switch_held_up_until_the_batch_commits_still_stops_between_batches(sp
     loop may already see it and end. The proof (the batch still uncommitted) fails and the
     switch is set back; whichever way the race goes (the loop ends on the switch, or runs on and
     is switched again), the stop ends between batches: graceful, nothing in flight, no error."""
-    from streamctl.pipeline.agent import attach
-
     inp, ckpt = tmp_path / "input", tmp_path / "checkpoint"
     inp.mkdir()
     for i in range(100):
@@ -320,10 +327,8 @@ def test_a_switch_held_up_until_the_batch_commits_still_stops_between_batches(sp
           .selectExpr("id", "java_method('java.lang.Thread', 'sleep', cast(300 as bigint)) AS slept"))
     q = (df.writeStream.format("noop").option("checkpointLocation", str(ckpt)).queryName("agent_held_to_commit")
          .trigger(processingTime="100 milliseconds").start())
-    agent = None
     held_to: list[int] = []
-    try:
-        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=10, spark=spark, poll_s=0.1)
+    with _agent_on(spark, q, ckpt, heartbeat_s=1, ttl_s=10, poll_s=0.1) as agent:
 
         def until_the_batch_commits() -> None:
             planned, committed = align_pipeline.newest(ckpt / "offsets"), align_pipeline.newest(ckpt / "commits")
@@ -336,10 +341,6 @@ def test_a_switch_held_up_until_the_batch_commits_still_stops_between_batches(sp
         newest = _stop_ends_between_batches(cli, align_pipeline, q, agent, ckpt, "held to the commit", calls)
         assert held_to and calls["back"] >= 1, (held_to, calls)  # the look saw the batch executing
         assert newest >= held_to[0]
-    finally:
-        q.stop()
-        if agent is not None:
-            agent.detach()
 
 
 @pytest.mark.spark
@@ -350,8 +351,6 @@ def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tm
     but names itself ("Listing leaf files ..."), not the batch. A stop requested while it runs
     waits for the batch's own job and ends between batches: the listing batch committed,
     nothing in flight."""
-    from streamctl.pipeline.agent import attach
-
     inp, stage, ckpt = tmp_path / "input", tmp_path / "stage", tmp_path / "checkpoint"
     inp.mkdir()
     stage.mkdir()
@@ -359,9 +358,7 @@ def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tm
     df = spark.readStream.schema("id BIGINT, key STRING").json(str(inp))
     q = (df.writeStream.format("noop").option("checkpointLocation", str(ckpt)).queryName("agent_listing")
          .trigger(processingTime="200 milliseconds").start())
-    agent = None
-    try:
-        agent = attach(q, ckpt, heartbeat_s=1, ttl_s=30, spark=spark, poll_s=0.05)
+    with _agent_on(spark, q, ckpt, heartbeat_s=1, ttl_s=30, poll_s=0.05) as agent:
         align_pipeline.wait_for(lambda: align_pipeline.newest(ckpt / "commits") == 0, 90, "the first batch")
         for i in range(600):
             (stage / f"p{i:05d}.json").write_text(f'{{"id": {i}, "key": "k"}}\n')
@@ -384,10 +381,6 @@ def test_a_stop_while_a_batch_lists_its_files_waits_for_the_batch(spark: Any, tm
         assert planned is not None and planned == (align_pipeline.newest(ckpt / "commits") or 0) + 1, \
             sorted(os.listdir(ckpt / "offsets"))
         assert _stop_ends_between_batches(cli, align_pipeline, q, agent, ckpt, "during the listing") >= planned
-    finally:
-        q.stop()
-        if agent is not None:
-            agent.detach()
 
 
 _DRIVER = """
